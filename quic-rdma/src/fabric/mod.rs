@@ -1,0 +1,123 @@
+//! The provider-neutral UD model (DESIGN.md §2) and its providers.
+//!
+//! A [`UdQueuePair`] is one UD queue pair with its send and receive completion
+//! queues, as a verbs application sees it. Every provider — the in-process
+//! [`sim`] fabric, userspace RoCEv2 (`soft`) and libibverbs (`verbs`) — honours
+//! the hardware's semantics, so the socket above is one piece of code for all:
+//!
+//! - a message is at most the active MTU; an oversized send is *silently dropped
+//!   and completed as success*, so the socket enforces the MTU itself;
+//! - receive buffers start with a 40-byte GRH area ([`grh`]); `byte_len` includes it;
+//! - a packet arriving with no posted receive is dropped silently (no RNR for UD);
+//! - wrong P_Key, wrong Q_Key and unknown destination QPN are dropped and counted;
+//! - send completions are in order: a signaled completion retires every earlier send;
+//! - work requests reference registered [`memory`], checked by lkey; inline sends
+//!   are copied at post time.
+
+pub mod addr;
+pub mod ah;
+pub mod error;
+pub mod gid;
+pub mod grh;
+pub mod memory;
+pub mod port;
+// pub mod sim; (next commit)
+pub mod wr;
+
+use std::task::Waker;
+
+pub use addr::{check_qkey, Qpn, UdAddr, DEFAULT_QKEY, ROCEV2_UDP_PORT};
+pub use ah::{AhAttr, AhId};
+pub use error::FabricError;
+pub use gid::Gid;
+pub use grh::{Grh, GrhLayout};
+pub use memory::{Memory, Region, Sge};
+pub use port::{Mtu, QpAttr, GRH_LEN};
+pub use wr::{Completion, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus};
+
+/// The P_Key of the default partition (full membership), IBA 10.9.
+pub const DEFAULT_PKEY: u16 = 0xFFFF;
+
+/// Packets a provider dropped before any receive buffer saw them, by cause.
+///
+/// These are the receiver-side checks of IBA 9.6 / 10.2.4 plus the UD rule that
+/// a packet finding no posted receive is discarded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProviderDrops {
+    /// P_Key did not match the QP's partition.
+    pub bad_pkey: u64,
+    /// Q_Key did not match the QP's Q_Key.
+    pub bad_qkey: u64,
+    /// No QP with the destination QPN exists on the port.
+    pub unknown_qpn: u64,
+    /// No receive was posted when the packet arrived (receive-queue starvation).
+    pub no_recv_posted: u64,
+    /// The packet was larger than the posted receive buffer.
+    pub too_long: u64,
+    /// Malformed on the wire (bad header, bad ICRC, truncated): `soft` only.
+    pub malformed: u64,
+    /// Sent larger than the path MTU: dropped by the "hardware" while the send
+    /// still completed successfully.
+    pub oversize_sent: u64,
+}
+
+/// Asynchronous events of a port or QP (`ibv_get_async_event`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AsyncEvent {
+    /// Our port's GID changed (e.g. the IP address moved): every address handle
+    /// must be rebuilt, since AHs carry the source GID index.
+    GidChanged {
+        /// The new GID.
+        new: Gid,
+    },
+    /// The port went down.
+    PortDown,
+    /// The port came back.
+    PortActive,
+    /// The QP entered the error state and must be rebuilt.
+    QpFatal,
+}
+
+/// One UD queue pair with its completion queues: the provider trait.
+///
+/// All methods are non-blocking. `post_*` follow `ibv_post_send`/`ibv_post_recv`:
+/// a list of work requests is one doorbell; an error names the first WR not posted.
+pub trait UdQueuePair: Send + 'static {
+    /// What the QP and its port granted.
+    fn attr(&self) -> &QpAttr;
+
+    /// Register a region for sends and receives; sets its lkey.
+    fn register(&mut self, region: &mut Region) -> Result<(), FabricError>;
+
+    /// Create an address handle.
+    fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError>;
+
+    /// Destroy an address handle. Hardware leaves destroying an AH under an
+    /// in-flight send undefined; providers that can tell refuse with `AhBusy`.
+    fn destroy_ah(&mut self, ah: AhId) -> Result<(), FabricError>;
+
+    /// Post a chain of sends with one doorbell. On error, `.0` WRs were posted.
+    fn post_send(&mut self, mem: &Memory, wrs: &[SendWr]) -> Result<(), (usize, FabricError)>;
+
+    /// Post a chain of receives. On error, `.0` WRs were posted.
+    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)>;
+
+    /// Poll up to `out.len()` send completions (only signaled sends complete).
+    fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize;
+
+    /// Poll up to `out.len()` receive completions; the data is in the posted buffers
+    /// (providers that cannot DMA write it into `mem` here).
+    fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize;
+
+    /// Ask to be woken on the next completion of either queue
+    /// (`ibv_req_notify_cq`). Returns `true` if completions may already be waiting,
+    /// in which case the caller must poll again before sleeping (or lose a wake-up).
+    fn arm(&mut self, waker: &Waker) -> bool;
+
+    /// Next asynchronous event, if any.
+    fn poll_event(&mut self) -> Option<AsyncEvent>;
+
+    /// Provider-level drop counters.
+    fn drops(&self) -> ProviderDrops;
+}

@@ -1,0 +1,12 @@
+//! # quic-rdma
+//!
+//! QUIC (quinn-proto + rustls + ring) carried in RDMA Unreliable Datagram sends
+//! over RoCEv2 instead of UDP sockets.
+//!
+//! Layers, bottom up (the module tree follows them):
+//! - [`fabric`]: the provider-neutral UD queue-pair model and its providers;
+//! - [`socket`]: the UDP-socket replacement over one UD queue pair;
+//! - [`cid`]: connection IDs carrying a 20-bit routing key;
+//! - [`quinn_adapter`]: `quinn::AsyncUdpSocket` over the socket — the drop-in.
+
+pub mod fabric;
