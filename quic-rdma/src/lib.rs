@@ -9,4 +9,7 @@
 //! - [`cid`]: connection IDs carrying a 20-bit routing key;
 //! - [`quinn_adapter`]: `quinn::AsyncUdpSocket` over the socket — the drop-in.
 
+pub mod cid;
 pub mod fabric;
+pub mod quinn_adapter;
+pub mod socket;

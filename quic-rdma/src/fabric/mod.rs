@@ -21,7 +21,7 @@ pub mod gid;
 pub mod grh;
 pub mod memory;
 pub mod port;
-// pub mod sim; (next commit)
+pub mod sim;
 pub mod wr;
 
 use std::task::Waker;

@@ -1,0 +1,159 @@
+//! Connection IDs that carry a 20-bit routing key (DESIGN.md §3).
+//!
+//! The key is the top 20 bits of every CID an endpoint issues. The sender of a
+//! datagram reads the key of the *destination* CID and puts it both in the
+//! address handle's flow label (ECMP entropy; the UDP source port on RoCEv2/IPv4
+//! NICs) and in the 32-bit immediate data — the flow label never reaches the
+//! receiver over IPv4, and kernel rxe sends it as 0 even over IPv6. The receiver
+//! can demultiplex on the immediate data before parsing QUIC, and checks it
+//! against the packet's CID.
+
+use std::time::Duration;
+
+use quinn_proto::{ConnectionId, ConnectionIdGenerator, InvalidCid};
+use rand::RngCore;
+
+/// Bits of the routing key.
+pub const ROUTING_KEY_BITS: u32 = 20;
+/// Mask of a routing key.
+pub const ROUTING_KEY_MASK: u32 = (1 << ROUTING_KEY_BITS) - 1;
+/// The longest CID QUIC v1 allows (RFC 9000 §17.2).
+pub const MAX_CID_LEN: usize = 20;
+/// Default length of the CIDs quic-rdma issues.
+pub const DEFAULT_CID_LEN: usize = 8;
+
+/// The routing key in the first 20 bits of `cid` (0 for CIDs shorter than 3 bytes).
+pub fn key_of_cid(cid: &[u8]) -> u32 {
+    match cid {
+        [a, b, c, ..] => u32::from(*a) << 12 | u32::from(*b) << 4 | u32::from(*c) >> 4,
+        _ => 0,
+    }
+}
+
+/// The routing key of the destination CID of a QUIC datagram, without decrypting.
+///
+/// RFC 9000 §17.2: a long header (first bit set) has Version (4 bytes), then the
+/// DCID length byte and the DCID. §17.3: a short header has the DCID right after
+/// the first byte; its length is not on the wire, but the key needs only the first
+/// three bytes. All packets coalesced in one datagram share the DCID (§12.2).
+/// Returns `None` for a datagram too short to hold the bytes the header claims.
+pub fn key_of_datagram(d: &[u8]) -> Option<u32> {
+    let first = *d.first()?;
+    if first & 0x80 != 0 {
+        let len = *d.get(5)? as usize;
+        let cid = d.get(6..6 + len)?;
+        Some(key_of_cid(cid))
+    } else {
+        // A short-header packet is at least 1 + DCID + 1-byte PN + 16-byte tag.
+        Some(key_of_cid(d.get(1..4)?))
+    }
+}
+
+/// A quinn-proto `ConnectionIdGenerator` whose CIDs start with a fixed 20-bit key,
+/// followed by cryptographically random bits (RFC 9000 §5.1: no linkable data
+/// beyond what the issuer's own routing needs).
+#[derive(Debug, Clone)]
+pub struct RoutingCidGenerator {
+    key: u32,
+    len: usize,
+    lifetime: Option<Duration>,
+}
+
+impl RoutingCidGenerator {
+    /// CIDs of `len` bytes (4..=20) carrying `key` (masked to 20 bits).
+    pub fn new(key: u32, len: usize) -> Self {
+        RoutingCidGenerator {
+            key: key & ROUTING_KEY_MASK,
+            len: len.clamp(4, MAX_CID_LEN),
+            lifetime: None,
+        }
+    }
+
+    /// Retire CIDs after `lifetime`.
+    pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
+        self.lifetime = Some(lifetime);
+        self
+    }
+
+    /// The routing key.
+    pub fn key(&self) -> u32 {
+        self.key
+    }
+}
+
+impl ConnectionIdGenerator for RoutingCidGenerator {
+    fn generate_cid(&mut self) -> ConnectionId {
+        let mut b = [0u8; MAX_CID_LEN];
+        rand::thread_rng().fill_bytes(&mut b[..self.len]);
+        b[0] = (self.key >> 12) as u8;
+        b[1] = (self.key >> 4) as u8;
+        b[2] = ((self.key & 0xF) as u8) << 4 | (b[2] & 0x0F);
+        ConnectionId::new(&b[..self.len])
+    }
+
+    fn validate(&self, cid: &ConnectionId) -> Result<(), InvalidCid> {
+        if cid.len() == self.len && key_of_cid(cid) == self.key {
+            Ok(())
+        } else {
+            Err(InvalidCid)
+        }
+    }
+
+    fn cid_len(&self) -> usize {
+        self.len
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        self.lifetime
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn generated_cids_carry_the_key(key in 0u32..=ROUTING_KEY_MASK, len in 4usize..=20) {
+            let mut g = RoutingCidGenerator::new(key, len);
+            let cid = g.generate_cid();
+            prop_assert_eq!(cid.len(), len);
+            prop_assert_eq!(key_of_cid(&cid), key);
+            prop_assert!(g.validate(&cid).is_ok());
+            let mut other = cid.to_vec();
+            other[0] ^= 0x80;
+            prop_assert!(g.validate(&ConnectionId::new(&other)).is_err());
+        }
+
+        #[test]
+        fn datagram_key_matches_cid(key in 0u32..=ROUTING_KEY_MASK, long in any::<bool>(), tail in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let cid = RoutingCidGenerator::new(key, 8).generate_cid();
+            let mut d = Vec::new();
+            if long {
+                d.extend_from_slice(&[0xC0, 0, 0, 0, 1, cid.len() as u8]);
+            } else {
+                d.push(0x40);
+            }
+            d.extend_from_slice(&cid);
+            d.extend_from_slice(&tail);
+            prop_assert_eq!(key_of_datagram(&d), Some(key));
+        }
+
+        #[test]
+        fn datagram_parse_never_panics(d in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let _ = key_of_datagram(&d);
+        }
+    }
+
+    #[test]
+    fn short_inputs() {
+        assert_eq!(key_of_datagram(&[]), None);
+        assert_eq!(key_of_datagram(&[0x40, 1]), None);
+        // Long header claiming a 20-byte DCID but carrying 2 bytes.
+        assert_eq!(key_of_datagram(&[0xC0, 0, 0, 0, 1, 20, 1, 2]), None);
+        // Zero-length DCID: key 0.
+        assert_eq!(key_of_datagram(&[0xC0, 0, 0, 0, 1, 0]), Some(0));
+        assert_eq!(key_of_cid(&[0xAB, 0xCD, 0xEF]), 0xABCDE);
+    }
+}

@@ -1,0 +1,456 @@
+//! A simulated UD queue pair.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Instant;
+
+use rand::Rng;
+use slab::Slab;
+
+use super::wire::Packet;
+use super::{Shared, SimQpOptions, State};
+use crate::fabric::grh::{Grh, GrhLayout};
+use crate::fabric::{
+    AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, Memory, ProviderDrops, QpAttr, Qpn,
+    RecvWr, Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
+};
+
+/// RoCEv2 bytes around a UD payload in the IP payload: UDP 8 + BTH 12 + DETH 8 + ICRC 4.
+const ROCEV2_UDP_OVERHEAD: usize = 8 + 12 + 8 + 4;
+
+/// One packet waiting in a receive queue for the receiver to poll.
+struct Arrival {
+    data: Vec<u8>,
+    grh: Grh,
+    src_qp: Qpn,
+    imm: Option<u32>,
+}
+
+/// The receive side of a QP, inside the fabric (written by senders' threads).
+pub(crate) struct QpRx {
+    gid: Gid,
+    qkey: u32,
+    pkey: u16,
+    /// Posted receives not yet consumed by an arrival.
+    credits: u32,
+    arrived: VecDeque<Arrival>,
+    drops: ProviderDrops,
+    waker: Option<Waker>,
+    events: VecDeque<AsyncEvent>,
+}
+
+impl QpRx {
+    pub(crate) fn new(gid: Gid, qkey: u32, pkey: u16) -> Self {
+        QpRx {
+            gid,
+            qkey,
+            pkey,
+            credits: 0,
+            arrived: VecDeque::new(),
+            drops: ProviderDrops::default(),
+            waker: None,
+            events: VecDeque::new(),
+        }
+    }
+
+    fn wake(&mut self) {
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+impl State {
+    /// The receiver's checks, in the order a HCA applies them (IBA 9.6.1: QPN,
+    /// then P_Key, then Q_Key), then the UD rule: no posted receive, no packet.
+    pub(crate) fn deliver(&mut self, pkt: Packet) {
+        let starve = self.faults_starve;
+        let starved = starve > 0.0 && self.rng.gen_bool(starve);
+        let Some(qp) = self.qps.get_mut(&pkt.dqpn).filter(|q| q.gid == pkt.dgid) else {
+            match self.port_unknown_qpn.get_mut(&pkt.dgid) {
+                Some(n) => *n += 1,
+                None => self.stats.unreachable += 1,
+            }
+            self.recycle(pkt.data);
+            return;
+        };
+        let verdict = if pkt.pkey != qp.pkey {
+            qp.drops.bad_pkey += 1;
+            false
+        } else if pkt.qkey != qp.qkey {
+            qp.drops.bad_qkey += 1;
+            false
+        } else if qp.credits == 0 || starved {
+            qp.drops.no_recv_posted += 1;
+            false
+        } else {
+            qp.credits -= 1;
+            let layout = GrhLayout::for_gid(qp.gid);
+            let payload = pkt.data.len() + (4 - pkt.data.len() % 4) % 4;
+            let grh = Grh {
+                sgid: pkt.sgid,
+                dgid: pkt.dgid,
+                traffic_class: pkt.traffic_class,
+                flow_label: if layout == GrhLayout::Ipv4 {
+                    0
+                } else {
+                    pkt.flow_label
+                },
+                hop_limit: pkt.hop_limit,
+                ip_payload_len: (ROCEV2_UDP_OVERHEAD
+                    + payload
+                    + if pkt.imm.is_some() { 4 } else { 0 }) as u16,
+            };
+            qp.arrived.push_back(Arrival {
+                data: pkt.data,
+                grh,
+                src_qp: pkt.src_qp,
+                imm: pkt.imm,
+            });
+            qp.wake();
+            self.stats.delivered += 1;
+            return;
+        };
+        debug_assert!(!verdict);
+        self.recycle(pkt.data);
+    }
+}
+
+/// A send queue entry not yet retired by a polled completion.
+struct SqEntry {
+    signaled: bool,
+    ah: AhId,
+}
+
+/// A simulated UD queue pair (see the [module docs](super)).
+pub struct SimQp {
+    shared: Arc<Shared>,
+    attr: QpAttr,
+    lkeys: Vec<u32>,
+    next_lkey: u32,
+    ahs: Slab<(AhAttr, u32)>,
+    posted: VecDeque<RecvWr>,
+    sq: VecDeque<SqEntry>,
+    send_cq: VecDeque<Completion>,
+    oversize_sent: u64,
+}
+
+/// A control handle to a simulated QP, for tests: move it to another GID
+/// (migration), or inject an async event.
+#[derive(Clone)]
+pub struct SimQpHandle {
+    shared: Arc<Shared>,
+    qpn: Qpn,
+}
+
+impl SimQp {
+    pub(crate) fn new(shared: Arc<Shared>, gid: Gid, qpn: Qpn, opts: SimQpOptions) -> Self {
+        let cfg = &shared.cfg;
+        let attr = QpAttr {
+            qpn,
+            qkey: opts.qkey,
+            pkey: opts.pkey,
+            gid,
+            active_mtu: cfg.mtu,
+            max_inline: cfg.max_inline,
+            max_send_wr: cfg.max_send_wr,
+            max_recv_wr: opts.max_recv_wr.unwrap_or(cfg.max_recv_wr),
+        };
+        SimQp {
+            shared,
+            attr,
+            lkeys: Vec::new(),
+            next_lkey: 0x100 + qpn * 0x1000,
+            ahs: Slab::new(),
+            posted: VecDeque::new(),
+            sq: VecDeque::new(),
+            send_cq: VecDeque::new(),
+            oversize_sent: 0,
+        }
+    }
+
+    /// A control handle for tests.
+    pub fn handle(&self) -> SimQpHandle {
+        SimQpHandle {
+            shared: self.shared.clone(),
+            qpn: self.attr.qpn,
+        }
+    }
+
+    /// Sends posted and not yet retired by a polled completion.
+    pub fn sends_outstanding(&self) -> usize {
+        self.sq.len()
+    }
+}
+
+impl SimQpHandle {
+    /// Move the QP to a new GID, as when the host's IP address changes; the QP
+    /// receives `AsyncEvent::GidChanged` and packets to the old GID go nowhere.
+    pub fn set_gid(&self, new: Gid) {
+        let mut st = self.shared.lock();
+        st.port_unknown_qpn.entry(new).or_default();
+        if let Some(q) = st.qps.get_mut(&self.qpn) {
+            q.gid = new;
+            q.events.push_back(AsyncEvent::GidChanged { new });
+            q.wake();
+        }
+    }
+
+    /// Queue an async event on the QP (port down, QP fatal, ...).
+    pub fn inject_event(&self, ev: AsyncEvent) {
+        let mut st = self.shared.lock();
+        if let Some(q) = st.qps.get_mut(&self.qpn) {
+            q.events.push_back(ev);
+            q.wake();
+        }
+    }
+}
+
+impl Drop for SimQp {
+    fn drop(&mut self) {
+        self.shared.lock().qps.remove(&self.attr.qpn);
+    }
+}
+
+impl std::fmt::Debug for SimQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimQp").field("attr", &self.attr).finish()
+    }
+}
+
+impl UdQueuePair for SimQp {
+    fn attr(&self) -> &QpAttr {
+        &self.attr
+    }
+
+    fn register(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        let lkey = self.next_lkey;
+        self.next_lkey += 1;
+        self.lkeys.push(lkey);
+        region.set_lkey(Some(lkey));
+        Ok(())
+    }
+
+    fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError> {
+        Ok(AhId(self.ahs.insert((*attr, 0)) as u32))
+    }
+
+    fn destroy_ah(&mut self, ah: AhId) -> Result<(), FabricError> {
+        match self.ahs.get(ah.0 as usize) {
+            None => Err(FabricError::InvalidAh(ah.0)),
+            Some((_, inflight)) if *inflight > 0 => {
+                self.shared.lock().stats.ah_destroy_in_use += 1;
+                Err(FabricError::AhBusy(ah.0))
+            }
+            Some(_) => {
+                self.ahs.remove(ah.0 as usize);
+                Ok(())
+            }
+        }
+    }
+
+    fn post_send(&mut self, mem: &Memory, wrs: &[SendWr]) -> Result<(), (usize, FabricError)> {
+        let shared = self.shared.clone();
+        let cfg = &shared.cfg;
+        let mut st = shared.lock();
+        let sgid = st.qps.get(&self.attr.qpn).map_or(self.attr.gid, |q| q.gid);
+        let now = Instant::now();
+        let mut wake_wire = false;
+        for (i, wr) in wrs.iter().enumerate() {
+            if self.sq.len() >= self.attr.max_send_wr as usize {
+                return Err((i, FabricError::QueueFull(self.sq.len())));
+            }
+            let Some((ah, _)) = self.ahs.get(wr.ah.0 as usize).copied() else {
+                return Err((i, FabricError::InvalidAh(wr.ah.0)));
+            };
+            if wr.flags.inline && wr.sge.len > self.attr.max_inline {
+                return Err((
+                    i,
+                    FabricError::QpError(format!(
+                        "inline send of {} bytes exceeds max_inline {}",
+                        wr.sge.len, self.attr.max_inline
+                    )),
+                ));
+            }
+            // Inline data is copied at post time without an lkey check, as on hardware.
+            let data = if wr.flags.inline {
+                mem.region(wr.sge.region).and_then(|r| {
+                    r.bytes()
+                        .get(wr.sge.offset as usize..(wr.sge.offset + wr.sge.len) as usize)
+                })
+            } else {
+                mem.resolve(&wr.sge)
+                    .filter(|_| self.lkeys.contains(&wr.sge.lkey))
+            };
+            let status = match data {
+                None => WcStatus::LocProtErr,
+                Some(d) if d.len() > self.attr.active_mtu.bytes() => {
+                    // Hardware drops an oversized UD send and still reports success.
+                    self.oversize_sent += 1;
+                    WcStatus::Success
+                }
+                Some(d) => {
+                    let pkt = Packet {
+                        dgid: ah.dgid,
+                        dqpn: wr.remote_qpn,
+                        sgid,
+                        src_qp: self.attr.qpn,
+                        pkey: self.attr.pkey,
+                        qkey: wr.remote_qkey,
+                        imm: wr.imm,
+                        traffic_class: ah.traffic_class,
+                        flow_label: ah.flow_label,
+                        hop_limit: ah.hop_limit,
+                        data: st.packet_buf(d),
+                    };
+                    wake_wire |= st.transmit(cfg, pkt, now);
+                    WcStatus::Success
+                }
+            };
+            // Error completions are always reported; successes only when signaled.
+            let signaled = wr.flags.signaled || status != WcStatus::Success;
+            if let Some(e) = self.ahs.get_mut(wr.ah.0 as usize) {
+                e.1 += 1;
+            }
+            self.sq.push_back(SqEntry {
+                signaled,
+                ah: wr.ah,
+            });
+            if signaled {
+                self.send_cq.push_back(Completion {
+                    status,
+                    ..Completion::send(wr.wr_id)
+                });
+            }
+        }
+        drop(st);
+        if wake_wire {
+            shared.wire_cv.notify_one();
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
+        let mut st = self.shared.lock();
+        let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
+            return Err((0, FabricError::QpError("QP destroyed".into())));
+        };
+        for (i, wr) in wrs.iter().enumerate() {
+            if self.posted.len() >= self.attr.max_recv_wr as usize {
+                return Err((i, FabricError::QueueFull(self.posted.len())));
+            }
+            if mem.resolve(&wr.sge).is_none() || !self.lkeys.contains(&wr.sge.lkey) {
+                return Err((
+                    i,
+                    FabricError::QpError(format!("receive buffer {:?} not registered", wr.sge)),
+                ));
+            }
+            self.posted.push_back(*wr);
+            rx.credits += 1;
+        }
+        Ok(())
+    }
+
+    fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            let Some(c) = self.send_cq.pop_front() else {
+                break;
+            };
+            // In-order completion: this one retires every earlier unsignaled send.
+            while let Some(e) = self.sq.pop_front() {
+                if let Some(a) = self.ahs.get_mut(e.ah.0 as usize) {
+                    a.1 -= 1;
+                }
+                if e.signaled {
+                    break;
+                }
+            }
+            out[n] = c;
+            n += 1;
+        }
+        n
+    }
+
+    fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
+        let mut n = 0;
+        while n < out.len() {
+            let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
+                break;
+            };
+            let Some(a) = rx.arrived.pop_front() else {
+                break;
+            };
+            let wr = self
+                .posted
+                .pop_front()
+                .expect("an arrival always consumed a posted receive");
+            let layout = GrhLayout::for_gid(rx.gid);
+            let buf = mem.resolve_mut(&wr.sge);
+            let status = match buf {
+                Some(buf) if buf.len() >= GRH_LEN + a.data.len() => {
+                    a.grh.write(&mut buf[..GRH_LEN], layout);
+                    buf[GRH_LEN..GRH_LEN + a.data.len()].copy_from_slice(&a.data);
+                    WcStatus::Success
+                }
+                Some(_) => {
+                    rx.drops.too_long += 1;
+                    WcStatus::LocLenErr
+                }
+                None => WcStatus::LocProtErr,
+            };
+            out[n] = Completion {
+                wr_id: wr.wr_id,
+                status,
+                opcode: WcOpcode::Recv,
+                byte_len: (GRH_LEN + a.data.len()) as u32,
+                imm: a.imm,
+                src_qp: a.src_qp,
+            };
+            n += 1;
+            st.recycle(a.data);
+        }
+        n
+    }
+
+    fn arm(&mut self, waker: &Waker) -> bool {
+        let mut st = self.shared.lock();
+        let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
+            return true;
+        };
+        match &rx.waker {
+            Some(w) if w.will_wake(waker) => {}
+            _ => rx.waker = Some(waker.clone()),
+        }
+        !rx.arrived.is_empty() || !rx.events.is_empty() || !self.send_cq.is_empty()
+    }
+
+    fn poll_event(&mut self) -> Option<AsyncEvent> {
+        let ev = self
+            .shared
+            .lock()
+            .qps
+            .get_mut(&self.attr.qpn)
+            .and_then(|q| q.events.pop_front());
+        if let Some(AsyncEvent::GidChanged { new }) = ev {
+            self.attr.gid = new;
+        }
+        ev
+    }
+
+    fn drops(&self) -> ProviderDrops {
+        let st = self.shared.lock();
+        let mut d = st
+            .qps
+            .get(&self.attr.qpn)
+            .map(|q| q.drops)
+            .unwrap_or_default();
+        let port = st.qps.get(&self.attr.qpn).map_or(self.attr.gid, |q| q.gid);
+        d.unknown_qpn = st.port_unknown_qpn.get(&port).copied().unwrap_or(0);
+        d.oversize_sent = self.oversize_sent;
+        d
+    }
+}

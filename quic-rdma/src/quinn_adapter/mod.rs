@@ -1,0 +1,201 @@
+//! The quinn drop-in: `quinn::AsyncUdpSocket` over a [`UdSocket`] (DESIGN.md §5).
+//!
+//! A quinn application switches from UDP to RDMA UD in a handful of lines:
+//!
+//! ```
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use quic_rdma::fabric::sim::{SimFabric, SimQpOptions};
+//! use quic_rdma::quinn_adapter::{self, RdmaUdpSocket};
+//! use quic_rdma::socket::{SocketConfig, UdSocket};
+//!
+//! let fabric = SimFabric::new(Default::default());
+//! let qp = fabric.create_qp("fd00::1".parse::<std::net::Ipv6Addr>()?.into(), SimQpOptions::default())?;
+//! let socket = RdmaUdpSocket::new(UdSocket::new(Box::new(qp) as _, SocketConfig::default())?);
+//! let mtu = socket.mtu();
+//! // Instead of quinn::Endpoint::client("[::]:0".parse()?):
+//! let endpoint = quinn::Endpoint::new_with_abstract_socket(
+//!     quinn_adapter::endpoint_config(mtu, 1),
+//!     None,
+//!     Arc::new(socket),
+//!     Arc::new(quinn::TokioRuntime),
+//! )?;
+//! // ...and set `quinn_adapter::transport(mtu)` on the ClientConfig; the rest of
+//! // the quinn API is unchanged. Peers are `SocketAddr`s made by `UdAddr::to_socket_addr`.
+//! # drop(endpoint); Ok(()) }
+//! ```
+
+mod config;
+mod wake;
+
+use std::fmt;
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, UdpPoller};
+
+pub use config::{endpoint_config, transport, transport_config};
+
+use crate::fabric::{UdAddr, UdQueuePair};
+use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
+use wake::WakeHub;
+
+/// A [`UdSocket`] as a `quinn::AsyncUdpSocket`.
+///
+/// Addresses are UD addresses mapped to `SocketAddr` by [`UdAddr::to_socket_addr`];
+/// `may_fragment()` is `false` (a UD message is never fragmented), so quinn may
+/// use every byte of the MTU.
+pub struct RdmaUdpSocket<Q: UdQueuePair + ?Sized = Box<dyn UdQueuePair>> {
+    hub: Arc<WakeHub>,
+    hub_waker: Waker,
+    mtu: usize,
+    inner: Mutex<UdSocket<Q>>,
+}
+
+impl<Q: UdQueuePair + ?Sized> RdmaUdpSocket<Q> {
+    /// Wrap a socket.
+    pub fn new(socket: UdSocket<Q>) -> Self
+    where
+        Q: Sized,
+    {
+        let hub = Arc::new(WakeHub::default());
+        RdmaUdpSocket {
+            hub_waker: Waker::from(hub.clone()),
+            hub,
+            mtu: socket.mtu(),
+            inner: Mutex::new(socket),
+        }
+    }
+
+    /// The fabric MTU: use it for [`endpoint_config`] and [`transport_config`].
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// Our UD address.
+    pub fn ud_addr(&self) -> UdAddr {
+        self.lock().local_addr()
+    }
+
+    /// The socket's counters.
+    pub fn stats(&self) -> SocketStats {
+        self.lock().stats()
+    }
+
+    /// Run `f` on the socket (for controls and inspection).
+    pub fn with_socket<R>(&self, f: impl FnOnce(&mut UdSocket<Q>) -> R) -> R {
+        f(&mut self.lock())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, UdSocket<Q>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Register `w` and arm the QP. Returns `true` if a completion may already be
+    /// waiting (the caller polls again instead of sleeping: no lost wake-up).
+    fn arm(&self, s: &mut UdSocket<Q>, w: &Waker) -> bool {
+        self.hub.register(w);
+        s.arm(&self.hub_waker)
+    }
+}
+
+impl<Q: UdQueuePair + ?Sized> fmt::Debug for RdmaUdpSocket<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RdmaUdpSocket")
+            .field("mtu", &self.mtu)
+            .finish()
+    }
+}
+
+impl<Q: UdQueuePair + ?Sized> AsyncUdpSocket for RdmaUdpSocket<Q> {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        Box::pin(Writable { socket: self })
+    }
+
+    fn try_send(&self, t: &Transmit) -> io::Result<()> {
+        let dest = UdAddr::from_socket_addr(t.destination)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let ecn = t.ecn.map_or(0, |e| e as u8);
+        self.lock()
+            .send(dest, ecn, t.contents, t.segment_size)
+            .map_err(io::Error::from)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        let max = bufs.len().min(meta.len());
+        let mut s = self.lock();
+        let dst_ip = Some(s.local_addr().gid.to_ipv6().into());
+        loop {
+            // Send completions also wake the QP: retire them here so an armed QP
+            // with only send completions pending does not spin this loop.
+            s.reap_sends();
+            let mut i = 0;
+            s.recv(max, |r| {
+                let len = r.data.len().min(bufs[i].len());
+                bufs[i][..len].copy_from_slice(&r.data[..len]);
+                meta[i] = RecvMeta {
+                    addr: r.src.to_socket_addr(),
+                    len,
+                    stride: len,
+                    ecn: EcnCodepoint::from_bits(r.ecn),
+                    dst_ip,
+                };
+                i += 1;
+            });
+            if i > 0 {
+                return Poll::Ready(Ok(i));
+            }
+            if !self.arm(&mut s, cx.waker()) {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.lock().local_addr().to_socket_addr())
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        MAX_SEND_BATCH
+    }
+
+    fn may_fragment(&self) -> bool {
+        false
+    }
+}
+
+/// Write readiness: room in the send queue and a free send slot.
+struct Writable<Q: UdQueuePair + ?Sized> {
+    socket: Arc<RdmaUdpSocket<Q>>,
+}
+
+impl<Q: UdQueuePair + ?Sized> fmt::Debug for Writable<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Writable")
+    }
+}
+
+impl<Q: UdQueuePair + ?Sized> UdpPoller for Writable<Q> {
+    fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
+        let sock = &self.socket;
+        let mut s = sock.lock();
+        loop {
+            s.reap_sends();
+            if s.can_send() {
+                return Poll::Ready(Ok(()));
+            }
+            if !sock.arm(&mut s, cx.waker()) {
+                return Poll::Pending;
+            }
+        }
+    }
+}

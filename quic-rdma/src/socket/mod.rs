@@ -1,0 +1,314 @@
+//! The UD socket: what replaces a UDP socket under QUIC (DESIGN.md §4).
+//!
+//! One [`UdSocket`] drives one UD queue pair of any provider:
+//! - send: one `post_send` per batch (chained WRs, one doorbell); a GSO-style
+//!   datagram with a segment size becomes one WR per segment; selective
+//!   signaling; inline for packets at or under min(threshold, granted max_inline);
+//!   the MTU enforced with an error (hardware would drop silently);
+//! - receive: completions polled in batches, the GRH parsed for the source GID
+//!   and ECN, the immediate data checked against the CID's routing key, receives
+//!   reposted in batches;
+//! - address handles cached, rebuilt on migration, destroyed only after their
+//!   sends completed; counters for everything ([`SocketStats`]).
+//!
+//! The socket allocates nothing per packet: slots come from registered regions.
+
+mod ah_cache;
+mod error;
+mod pool;
+mod recv;
+mod send;
+mod stats;
+
+use std::collections::VecDeque;
+use std::task::Waker;
+
+pub use error::SocketError;
+pub use recv::Received;
+pub use stats::SocketStats;
+
+use crate::fabric::grh::GrhLayout;
+use crate::fabric::memory::REGION_ALIGN;
+use crate::fabric::{AsyncEvent, Memory, Mtu, QpAttr, RecvWr, Region, SendWr, UdAddr, UdQueuePair};
+use ah_cache::{AhCache, AhRef};
+use pool::{SlotId, SlotPool};
+
+/// Largest number of WRs in one `post_send` (and quinn's GSO segments per transmit).
+pub const MAX_SEND_BATCH: usize = 64;
+/// Receive completions polled per `poll_cq` call.
+pub const RECV_POLL_BATCH: usize = 32;
+
+/// Tuning of a [`UdSocket`].
+#[derive(Clone, Debug)]
+pub struct SocketConfig {
+    /// Send inline at or under this many bytes (capped by the QP's granted `max_inline`).
+    pub inline_threshold: usize,
+    /// Signal one send in this many (selective signaling).
+    pub signal_every: u32,
+    /// Receive queue depth to keep posted (capped by the QP's `max_recv_wr`).
+    pub recv_depth: usize,
+    /// Repost receives once this many are consumed.
+    pub repost_batch: usize,
+    /// Send slots (payload buffers for non-inline sends in flight).
+    pub send_slots: usize,
+    /// Size of each registered region (1–4 MiB).
+    pub region_bytes: usize,
+    /// Address handles kept live before the least recently used is retired.
+    pub ah_capacity: usize,
+    /// Check the immediate data against the CID's routing key and drop mismatches.
+    pub check_routing_key: bool,
+}
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        SocketConfig {
+            inline_threshold: 64,
+            signal_every: 16,
+            recv_depth: 2048,
+            repost_batch: 16,
+            send_slots: 1024,
+            region_bytes: 2 << 20,
+            ah_capacity: 1024,
+            check_routing_key: true,
+        }
+    }
+}
+
+/// A send posted and not yet retired by a completion.
+#[derive(Debug)]
+struct InflightSend {
+    wr_id: u64,
+    slot: Option<SlotId>,
+    ah: AhRef,
+}
+
+/// A UDP-socket replacement over one UD queue pair (see the [module docs](self)).
+pub struct UdSocket<Q: UdQueuePair + ?Sized = Box<dyn UdQueuePair>> {
+    mem: Memory,
+    send_pool: SlotPool,
+    recv_pool: SlotPool,
+    /// Staging memory for inline sends (copied into the WQE at post time).
+    stage_region: u32,
+    stage_stride: usize,
+    ahs: AhCache,
+    inflight: VecDeque<InflightSend>,
+    wrs: Vec<SendWr>,
+    wr_ahs: Vec<AhRef>,
+    wr_slots: Vec<Option<SlotId>>,
+    reposts: Vec<RecvWr>,
+    recv_posted: usize,
+    next_wr_id: u64,
+    since_signal: u32,
+    inline_max: usize,
+    mtu: usize,
+    layout: GrhLayout,
+    local: UdAddr,
+    cfg: SocketConfig,
+    stats: SocketStats,
+    qp: Q,
+}
+
+impl<Q: UdQueuePair> UdSocket<Q> {
+    /// Build a socket over `qp`: register its memory and fill the receive queue.
+    ///
+    /// Fails with [`FabricError::MtuTooSmall`](crate::fabric::FabricError::MtuTooSmall)
+    /// (naming jumbo frames as the fix) if the active MTU cannot carry QUIC's
+    /// 1200-byte datagrams, and with a configuration error for nonsense tuning.
+    pub fn new(qp: Q, cfg: SocketConfig) -> Result<Self, SocketError> {
+        Self::build(qp, cfg, true)
+    }
+
+    /// Like [`UdSocket::new`] but without QUIC's 1200-byte MTU floor: for raw UD
+    /// traffic (e.g. the `ud-pingpong` tool) on small-MTU fabrics.
+    pub fn new_raw(qp: Q, cfg: SocketConfig) -> Result<Self, SocketError> {
+        Self::build(qp, cfg, false)
+    }
+
+    fn build(mut qp: Q, cfg: SocketConfig, quic: bool) -> Result<Self, SocketError> {
+        let attr = qp.attr().clone();
+        if quic {
+            attr.active_mtu.check_quic()?;
+        }
+        crate::fabric::check_qkey(attr.qkey)?;
+        if cfg.signal_every == 0 || cfg.repost_batch == 0 || cfg.send_slots == 0 {
+            return Err(SocketError::Config(
+                "signal_every, repost_batch and send_slots must be at least 1".into(),
+            ));
+        }
+        if !(1 << 20..=4 << 20).contains(&cfg.region_bytes) {
+            return Err(SocketError::Config(format!(
+                "region_bytes {} outside 1..4 MiB",
+                cfg.region_bytes
+            )));
+        }
+        let mtu = attr.active_mtu.bytes();
+        let recv_depth = cfg.recv_depth.min(attr.max_recv_wr as usize).max(1);
+        let mut mem = Memory::new();
+        let send_pool = SlotPool::new(&mut qp, &mut mem, mtu, cfg.send_slots, cfg.region_bytes)?;
+        let recv_pool = SlotPool::new(&mut qp, &mut mem, mtu, recv_depth, cfg.region_bytes)?;
+        let inline_max = cfg.inline_threshold.min(attr.max_inline as usize);
+        let stage_stride = inline_max.div_ceil(REGION_ALIGN).max(1) * REGION_ALIGN;
+        let mut stage = Region::new(stage_stride * MAX_SEND_BATCH);
+        qp.register(&mut stage)?;
+        let stage_region = mem.push(stage);
+        let mut s = UdSocket {
+            mem,
+            send_pool,
+            recv_pool,
+            stage_region,
+            stage_stride,
+            ahs: AhCache::new(cfg.ah_capacity),
+            inflight: VecDeque::with_capacity(attr.max_send_wr as usize),
+            wrs: Vec::with_capacity(MAX_SEND_BATCH),
+            wr_ahs: Vec::with_capacity(MAX_SEND_BATCH),
+            wr_slots: Vec::with_capacity(MAX_SEND_BATCH),
+            reposts: Vec::with_capacity(recv_depth),
+            recv_posted: 0,
+            next_wr_id: 0,
+            since_signal: 0,
+            inline_max,
+            mtu,
+            layout: GrhLayout::for_gid(attr.gid),
+            local: UdAddr::new(attr.gid, attr.qpn, attr.qkey),
+            cfg: SocketConfig { recv_depth, ..cfg },
+            stats: SocketStats::default(),
+            qp,
+        };
+        s.fill_recv_queue()?;
+        Ok(s)
+    }
+}
+
+impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
+    /// Our UD address (GID, QPN, Q_Key).
+    pub fn local_addr(&self) -> UdAddr {
+        self.local
+    }
+
+    /// The active MTU: the largest datagram [`UdSocket::send`] accepts.
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// The active MTU as the IB enumeration.
+    pub fn active_mtu(&self) -> Mtu {
+        self.qp.attr().active_mtu
+    }
+
+    /// What the queue pair granted.
+    pub fn qp_attr(&self) -> &QpAttr {
+        self.qp.attr()
+    }
+
+    /// The largest datagram sent inline.
+    pub fn inline_max(&self) -> usize {
+        self.inline_max
+    }
+
+    /// The socket's configuration (after capping by what the QP granted).
+    pub fn config(&self) -> &SocketConfig {
+        &self.cfg
+    }
+
+    /// A copy of every counter, the provider's drops included.
+    pub fn stats(&self) -> SocketStats {
+        let mut s = self.stats;
+        s.provider = self.qp.drops();
+        s
+    }
+
+    /// Sends posted and not yet retired by a completion.
+    pub fn sends_in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Address handles live in the cache, and retired ones awaiting their last completion.
+    pub fn ah_counts(&self) -> (usize, usize) {
+        (self.ahs.live(), self.ahs.retired_pending())
+    }
+
+    /// The queue pair (for provider-specific controls).
+    pub fn queue_pair(&self) -> &Q {
+        &self.qp
+    }
+
+    /// Ask to be woken when a completion (send or receive) or event arrives.
+    /// Returns `true` if one may already be waiting: poll again before sleeping.
+    pub fn arm(&mut self, waker: &Waker) -> bool {
+        self.qp.arm(waker)
+    }
+
+    /// Handle the provider's asynchronous events (GID change → rebuild every AH).
+    pub fn handle_events(&mut self) {
+        while let Some(ev) = self.qp.poll_event() {
+            self.stats.async_events += 1;
+            match ev {
+                AsyncEvent::GidChanged { new } => {
+                    tracing::info!(old = %self.local.gid, %new, "local GID changed; rebuilding address handles");
+                    self.stats.gid_changes += 1;
+                    self.local.gid = new;
+                    self.layout = GrhLayout::for_gid(new);
+                    self.ahs.retire_all(&mut self.qp, &mut self.stats);
+                }
+                other => tracing::warn!(event = ?other, "asynchronous event"),
+            }
+        }
+    }
+}
+
+impl<Q: UdQueuePair + ?Sized> std::fmt::Debug for UdSocket<Q> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdSocket")
+            .field("local", &self.local)
+            .field("mtu", &self.mtu)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl<T: UdQueuePair + ?Sized> UdQueuePair for Box<T> {
+    fn attr(&self) -> &QpAttr {
+        (**self).attr()
+    }
+    fn register(&mut self, region: &mut Region) -> Result<(), crate::fabric::FabricError> {
+        (**self).register(region)
+    }
+    fn create_ah(
+        &mut self,
+        attr: &crate::fabric::AhAttr,
+    ) -> Result<crate::fabric::AhId, crate::fabric::FabricError> {
+        (**self).create_ah(attr)
+    }
+    fn destroy_ah(&mut self, ah: crate::fabric::AhId) -> Result<(), crate::fabric::FabricError> {
+        (**self).destroy_ah(ah)
+    }
+    fn post_send(
+        &mut self,
+        mem: &Memory,
+        wrs: &[SendWr],
+    ) -> Result<(), (usize, crate::fabric::FabricError)> {
+        (**self).post_send(mem, wrs)
+    }
+    fn post_recv(
+        &mut self,
+        mem: &Memory,
+        wrs: &[RecvWr],
+    ) -> Result<(), (usize, crate::fabric::FabricError)> {
+        (**self).post_recv(mem, wrs)
+    }
+    fn poll_send_cq(&mut self, out: &mut [crate::fabric::Completion]) -> usize {
+        (**self).poll_send_cq(out)
+    }
+    fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [crate::fabric::Completion]) -> usize {
+        (**self).poll_recv_cq(mem, out)
+    }
+    fn arm(&mut self, waker: &Waker) -> bool {
+        (**self).arm(waker)
+    }
+    fn poll_event(&mut self) -> Option<AsyncEvent> {
+        (**self).poll_event()
+    }
+    fn drops(&self) -> crate::fabric::ProviderDrops {
+        (**self).drops()
+    }
+}

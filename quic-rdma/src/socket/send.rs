@@ -1,0 +1,208 @@
+//! The send path: datagrams → chained UD send WRs, one doorbell per batch.
+
+use super::{InflightSend, SocketError, UdSocket, MAX_SEND_BATCH};
+use crate::cid;
+use crate::fabric::{AhAttr, Completion, SendFlags, SendWr, Sge, UdAddr, UdQueuePair, WcStatus};
+
+/// Send completions polled per `poll_cq` call.
+const SEND_POLL_BATCH: usize = 32;
+
+impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
+    /// Send `contents` to `dest`: one datagram, or GSO-style one datagram per
+    /// `segment_size` bytes (the last may be shorter), all in one `post_send`.
+    ///
+    /// `ecn` is the ECN codepoint for the GRH traffic class (RFC 3168, 0..=3).
+    /// Either every segment is posted or none: `WouldBlock` when the send queue
+    /// or the slot pool lacks room (poll completions — [`UdSocket::reap_sends`]
+    /// does — and retry), `Oversize` when a segment exceeds the active MTU.
+    pub fn send(
+        &mut self,
+        dest: UdAddr,
+        ecn: u8,
+        contents: &[u8],
+        segment_size: Option<usize>,
+    ) -> Result<(), SocketError> {
+        let seg = segment_size.unwrap_or(contents.len()).max(1);
+        if seg > self.mtu {
+            self.stats.mtu_refusals += 1;
+            return Err(SocketError::Oversize {
+                len: seg.min(contents.len()),
+                mtu: self.mtu,
+            });
+        }
+        for chunk in contents.chunks(seg * MAX_SEND_BATCH) {
+            self.send_batch(dest, ecn, chunk, seg)?;
+        }
+        Ok(())
+    }
+
+    fn send_batch(
+        &mut self,
+        dest: UdAddr,
+        ecn: u8,
+        contents: &[u8],
+        seg: usize,
+    ) -> Result<(), SocketError> {
+        self.reap_sends();
+        let n = contents.len().div_ceil(seg).max(1);
+        let sq_room = (self.qp.attr().max_send_wr as usize).saturating_sub(self.inflight.len());
+        let big = contents
+            .chunks(seg)
+            .filter(|c| c.len() > self.inline_max)
+            .count();
+        if sq_room < n || self.send_pool.available() < big {
+            self.stats.would_block += 1;
+            return Err(SocketError::WouldBlock);
+        }
+        self.wrs.clear();
+        self.wr_ahs.clear();
+        self.wr_slots.clear();
+        let signal_tail = self.inflight.len() + n > self.qp.attr().max_send_wr as usize / 2;
+        let segments = contents.chunks(seg).chain(
+            // An empty datagram is still one (zero-length) UD message.
+            std::iter::once(&contents[..0]).filter(|_| contents.is_empty()),
+        );
+        for (i, d) in segments.enumerate() {
+            // The destination CID's routing key goes in the flow label and the
+            // immediate data (DESIGN.md §3).
+            let key = cid::key_of_datagram(d).unwrap_or(0);
+            let attr = AhAttr {
+                traffic_class: (AhAttr::new(dest.gid, key).traffic_class & !0b11) | (ecn & 0b11),
+                ..AhAttr::new(dest.gid, key)
+            };
+            let (ah_ref, ah) =
+                match self
+                    .ahs
+                    .get(&mut self.qp, &attr, (dest.qpn, dest.qkey), &mut self.stats)
+                {
+                    Ok(x) => x,
+                    Err(e) => {
+                        self.unwind_batch();
+                        return Err(e.into());
+                    }
+                };
+            let inline = d.len() <= self.inline_max;
+            let (sge, slot) = if inline {
+                (self.stage(i, d), None)
+            } else {
+                let slot = self.send_pool.alloc().expect("availability checked above");
+                let sge = self.send_pool.send_sge(&self.mem, slot, d.len());
+                self.mem
+                    .resolve_mut(&sge)
+                    .expect("pool slots lie in registered regions")
+                    .copy_from_slice(d);
+                (sge, Some(slot))
+            };
+            self.since_signal += 1;
+            let signaled =
+                self.since_signal >= self.cfg.signal_every || (signal_tail && i + 1 == n);
+            if signaled {
+                self.since_signal = 0;
+            }
+            self.ahs.sent(ah_ref);
+            self.wr_ahs.push(ah_ref);
+            self.wr_slots.push(slot);
+            self.wrs.push(SendWr {
+                wr_id: self.next_wr_id + i as u64,
+                sge,
+                ah,
+                remote_qpn: dest.qpn,
+                remote_qkey: dest.qkey,
+                imm: Some(key),
+                flags: SendFlags { signaled, inline },
+            });
+        }
+        let posted = match self.qp.post_send(&self.mem, &self.wrs) {
+            Ok(()) => self.wrs.len(),
+            Err((k, e)) => {
+                tracing::warn!(posted = k, err = %e, "post_send failed");
+                k
+            }
+        };
+        for i in 0..posted {
+            let wr = &self.wrs[i];
+            self.stats.sent_wrs += 1;
+            self.stats.sent_bytes += u64::from(wr.sge.len);
+            self.stats.inline_sends += u64::from(wr.flags.inline);
+            self.stats.signaled_sends += u64::from(wr.flags.signaled);
+            self.inflight.push_back(InflightSend {
+                wr_id: wr.wr_id,
+                slot: self.wr_slots[i],
+                ah: self.wr_ahs[i],
+            });
+        }
+        self.next_wr_id += self.wrs.len() as u64;
+        self.stats.send_posts += 1;
+        if posted < self.wrs.len() {
+            // Release what the provider did not take, then report.
+            self.wrs.drain(..posted);
+            self.wr_ahs.drain(..posted);
+            self.wr_slots.drain(..posted);
+            self.unwind_batch();
+            return Err(SocketError::WouldBlock);
+        }
+        Ok(())
+    }
+
+    /// Copy a small datagram into the inline staging area for WR `i` of a batch.
+    fn stage(&mut self, i: usize, d: &[u8]) -> Sge {
+        let region = self.stage_region;
+        let r = self.mem.region_mut(region).expect("stage region exists");
+        let off = i * self.stage_stride;
+        r.bytes_mut()[off..off + d.len()].copy_from_slice(d);
+        Sge {
+            region,
+            offset: off as u32,
+            len: d.len() as u32,
+            lkey: r.lkey().unwrap_or(0),
+        }
+    }
+
+    /// Give back the slots and AH references of WRs built but not posted.
+    fn unwind_batch(&mut self) {
+        for slot in self.wr_slots.drain(..).flatten() {
+            self.send_pool.release(slot);
+        }
+        for r in std::mem::take(&mut self.wr_ahs) {
+            self.ahs.completed(&mut self.qp, r, &mut self.stats);
+        }
+        self.wrs.clear();
+    }
+
+    /// Poll send completions and retire what they cover: a completion retires every
+    /// earlier send (in-order completion, IBA 10.8.3), freeing its slot and AH reference.
+    pub fn reap_sends(&mut self) -> usize {
+        let mut total = 0;
+        let mut wcs = [Completion::send(0); SEND_POLL_BATCH];
+        loop {
+            let n = self.qp.poll_send_cq(&mut wcs);
+            for wc in &wcs[..n] {
+                self.stats.send_completions += 1;
+                if wc.status != WcStatus::Success {
+                    self.stats.send_errors += 1;
+                    tracing::warn!(wr_id = wc.wr_id, status = ?wc.status, "send completed with error");
+                }
+                while let Some(s) = self.inflight.pop_front() {
+                    if let Some(slot) = s.slot {
+                        self.send_pool.release(slot);
+                    }
+                    self.ahs.completed(&mut self.qp, s.ah, &mut self.stats);
+                    if s.wr_id == wc.wr_id {
+                        break;
+                    }
+                }
+            }
+            total += n;
+            if n < SEND_POLL_BATCH {
+                return total;
+            }
+        }
+    }
+}
+
+impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
+    /// Whether a full-MTU datagram could be posted now (send-queue room and a slot).
+    pub fn can_send(&self) -> bool {
+        self.inflight.len() < self.qp.attr().max_send_wr as usize && self.send_pool.available() > 0
+    }
+}

@@ -1,0 +1,68 @@
+//! Socket counters: cheap, always on (DESIGN.md §4).
+
+use crate::fabric::ProviderDrops;
+
+/// Every counter of a UD socket. Plain integers bumped on the hot path; read a
+/// copy with [`UdSocket::stats`](super::UdSocket::stats).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SocketStats {
+    /// Send work requests posted.
+    pub sent_wrs: u64,
+    /// Payload bytes posted for sending.
+    pub sent_bytes: u64,
+    /// `post_send` calls (doorbells); `sent_wrs / send_posts` is WRs per post.
+    pub send_posts: u64,
+    /// Sends posted inline.
+    pub inline_sends: u64,
+    /// Sends posted signaled.
+    pub signaled_sends: u64,
+    /// Send completions polled.
+    pub send_completions: u64,
+    /// Send completions with an error status.
+    pub send_errors: u64,
+    /// Sends refused because they exceed the active MTU.
+    pub mtu_refusals: u64,
+    /// Sends refused for lack of send-queue room or slots (caller retries).
+    pub would_block: u64,
+    /// Packets received and handed up.
+    pub recv_packets: u64,
+    /// Payload bytes received and handed up.
+    pub recv_bytes: u64,
+    /// `post_recv` calls.
+    pub recv_posts: u64,
+    /// Receive WRs posted (initial fill + reposts).
+    pub recv_wrs_posted: u64,
+    /// Receive completions with an error status.
+    pub recv_errors: u64,
+    /// Packets dropped because the GRH area did not parse.
+    pub drop_bad_grh: u64,
+    /// Packets dropped because the immediate data did not match the CID's routing key.
+    pub drop_imm_mismatch: u64,
+    /// Address handles created.
+    pub ah_created: u64,
+    /// Address handles destroyed (after their last send completed).
+    pub ah_destroyed: u64,
+    /// Address handles built again because a peer (QPN, Q_Key) moved to a new GID,
+    /// or our own GID changed.
+    pub ah_rebuilt: u64,
+    /// Sends that found their AH in the cache.
+    pub ah_hits: u64,
+    /// Times our own GID changed.
+    pub gid_changes: u64,
+    /// Asynchronous events seen (port down, QP fatal, ...).
+    pub async_events: u64,
+    /// The provider's drops (P_Key, Q_Key, unknown QPN, starvation, ...).
+    pub provider: ProviderDrops,
+}
+
+impl SocketStats {
+    /// Mean send WRs per doorbell.
+    pub fn wrs_per_post(&self) -> f64 {
+        if self.send_posts == 0 {
+            0.0
+        } else {
+            self.sent_wrs as f64 / self.send_posts as f64
+        }
+    }
+}
