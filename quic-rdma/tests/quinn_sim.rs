@@ -144,3 +144,20 @@ async fn receive_queue_starvation_is_counted_and_quic_recovers() {
     assert!(d.no_recv_posted > 0, "{d:?}");
     assert!(c.stats().path.lost_packets > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ecn_marks_from_the_fabric_reach_quic_congestion_control() {
+    // No loss at all: every congestion event quinn reports comes from CE marks the
+    // fabric set in the GRH traffic class, carried up through RecvMeta.ecn.
+    let faults = Faults {
+        ecn_ce: 0.01,
+        ..Faults::default()
+    };
+    let p = Pair::new(cfg(faults, 51));
+    let (c, s) = p.connect().await;
+    transfer(&c, &s, 32 << 20, 51).await;
+    assert!(p.fabric.stats().ce_marked > 0);
+    assert_eq!(p.fabric.stats().lost, 0);
+    assert!(c.stats().path.congestion_events > 0, "{:?}", c.stats().path);
+    assert_eq!(c.stats().path.lost_packets, 0);
+}
