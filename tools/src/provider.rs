@@ -1,0 +1,143 @@
+//! Choosing a fabric provider: the one place that turns `--provider` into a
+//! connected pair of UD sockets. New providers plug in here (see [`open_pair`]).
+
+use std::fmt;
+use std::net::Ipv6Addr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use quic_rdma::fabric::sim::{FabricStats, Faults, SimConfig, SimFabric, SimQpOptions};
+use quic_rdma::fabric::UdQueuePair;
+use quic_rdma::quinn_adapter::RdmaUdpSocket;
+use quic_rdma::socket::{SocketConfig, UdSocket};
+
+/// The fabric providers `qr` knows by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ProviderKind {
+    /// In-process simulated fabric (MTU 4096, optional fault injection). No hardware needed.
+    Sim,
+    /// Userspace RoCEv2 over UDP sockets (not built into this version yet).
+    Soft,
+    /// libibverbs: RoCE NICs and kernel rxe (not built into this version yet).
+    Verbs,
+}
+
+impl ProviderKind {
+    /// The name used on the command line and in reports.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Sim => "sim",
+            ProviderKind::Soft => "soft",
+            ProviderKind::Verbs => "verbs",
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a provider needs to know to build the pair.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FabricOptions {
+    /// Injected loss in percent (sim only); 0 = an ideal fabric.
+    pub(crate) loss_percent: f64,
+    /// Seed of the fabric's fault decisions (sim only).
+    pub(crate) seed: u64,
+}
+
+impl FabricOptions {
+    /// The sim faults for these options: the "hostile fabric" of the library's
+    /// tests — `loss_percent` loss plus 1 % duplication and 2 % reordering
+    /// (held back 300 µs) — or none at all when `loss_percent` is 0.
+    pub(crate) fn sim_faults(&self) -> Faults {
+        if self.loss_percent > 0.0 {
+            Faults::hostile(self.loss_percent / 100.0)
+        } else {
+            Faults::default()
+        }
+    }
+}
+
+/// A quinn-ready socket on any provider.
+pub(crate) type Socket = Arc<RdmaUdpSocket<Box<dyn UdQueuePair>>>;
+
+/// Server and client sockets that can reach each other.
+pub(crate) struct SocketPair {
+    /// The provider that made them.
+    pub(crate) kind: ProviderKind,
+    /// The server's socket.
+    pub(crate) server: Socket,
+    /// The client's socket.
+    pub(crate) client: Socket,
+    /// The simulated fabric, when there is one (for its wire counters).
+    sim: Option<SimFabric>,
+}
+
+impl SocketPair {
+    /// What the fabric itself did to packets, if the provider can tell.
+    pub(crate) fn wire_stats(&self) -> Option<FabricStats> {
+        self.sim.as_ref().map(SimFabric::stats)
+    }
+}
+
+/// Why a pair could not be opened.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The provider exists in the design but is not compiled into this binary.
+    NotBuiltIn(ProviderKind),
+    /// The provider is there but failed.
+    Failed(anyhow::Error),
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::NotBuiltIn(kind) => write!(
+                f,
+                "provider `{kind}` is not built into this version of qr yet; \
+                 use `--provider sim` (the in-process fabric, no hardware needed)"
+            ),
+            OpenError::Failed(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// Open a server socket and a client socket on provider `kind`.
+///
+/// This is the only place that knows about individual providers: add `soft` and
+/// `verbs` here and every `qr` command gets them.
+pub(crate) fn open_pair(kind: ProviderKind, opts: &FabricOptions) -> Result<SocketPair, OpenError> {
+    match kind {
+        ProviderKind::Sim => open_sim(opts).map_err(OpenError::Failed),
+        ProviderKind::Soft | ProviderKind::Verbs => Err(OpenError::NotBuiltIn(kind)),
+    }
+}
+
+fn open_sim(opts: &FabricOptions) -> anyhow::Result<SocketPair> {
+    let fabric = SimFabric::new(SimConfig {
+        faults: opts.sim_faults(),
+        seed: opts.seed,
+        ..SimConfig::default()
+    });
+    let socket = |n: u16| -> anyhow::Result<Socket> {
+        let gid = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n);
+        let qp = fabric
+            .create_qp(gid.into(), SimQpOptions::default())
+            .with_context(|| format!("sim QP on {gid}"))?;
+        let qp: Box<dyn UdQueuePair> = Box::new(qp);
+        let sock = UdSocket::new(qp, SocketConfig::default())
+            .with_context(|| format!("UD socket on {gid}"))?;
+        Ok(Arc::new(RdmaUdpSocket::new(sock)))
+    };
+    Ok(SocketPair {
+        kind: ProviderKind::Sim,
+        server: socket(1)?,
+        client: socket(2)?,
+        sim: Some(fabric),
+    })
+}

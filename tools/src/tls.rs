@@ -1,0 +1,154 @@
+//! TLS for the demo: a self-signed certificate made at start, and quinn client and
+//! server configs around it. TLS 1.3 only (QUIC has nothing else); the client
+//! verifies the server's certificate against the one generated here — there is
+//! no "skip verification" mode.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+/// The name the certificate is issued for and the client asks for (SNI).
+pub(crate) const SERVER_NAME: &str = "localhost";
+
+/// The ALPN protocol both sides speak.
+pub(crate) const ALPN: &[u8] = b"qr-demo/1";
+
+/// A matched pair of quinn configs plus what the handshake revealed.
+pub(crate) struct TlsPair {
+    /// Server config: the self-signed certificate and its key.
+    pub(crate) server: quinn::ServerConfig,
+    /// Client config: trusts exactly that certificate.
+    pub(crate) client: quinn::ClientConfig,
+    /// Learns the negotiated cipher suite from the client's key schedule.
+    pub(crate) suite: Arc<SuiteProbe>,
+}
+
+/// Build the configs. `transport` goes on both sides.
+pub(crate) fn configs(transport: Arc<quinn::TransportConfig>) -> Result<TlsPair> {
+    let ck = rcgen::generate_simple_self_signed(vec![SERVER_NAME.into()])
+        .context("generating the self-signed certificate")?;
+    let cert: CertificateDer<'static> = ck.cert.der().clone();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+
+    let mut server_tls = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .context("TLS 1.3 server config")?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .context("server certificate")?;
+    server_tls.alpn_protocols = vec![ALPN.to_vec()];
+    server_tls.max_early_data_size = u32::MAX;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(
+        QuicServerConfig::try_from(server_tls).context("QUIC server crypto")?,
+    ));
+    server.transport_config(transport.clone());
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(cert)
+        .context("trusting the generated certificate")?;
+    let suite = Arc::new(SuiteProbe::default());
+    let mut client_tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .context("TLS 1.3 client config")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client_tls.alpn_protocols = vec![ALPN.to_vec()];
+    client_tls.key_log = suite.clone();
+    let mut client = quinn::ClientConfig::new(Arc::new(
+        QuicClientConfig::try_from(client_tls).context("QUIC client crypto")?,
+    ));
+    client.transport_config(transport);
+
+    Ok(TlsPair {
+        server,
+        client,
+        suite,
+    })
+}
+
+/// What the TLS handshake agreed on, as far as it can be observed.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TlsInfo {
+    /// Protocol version ("TLSv1.3").
+    pub(crate) version: Option<String>,
+    /// Negotiated cipher suite, when it could be told apart.
+    pub(crate) cipher_suite: Option<String>,
+    /// Negotiated ALPN protocol.
+    pub(crate) alpn: Option<String>,
+    /// The server name the client asked for.
+    pub(crate) server_name: Option<String>,
+}
+
+impl TlsInfo {
+    /// Collect from both ends of a connection and the probe of the client config:
+    /// ALPN as the client saw it, the server name as the server received it (SNI).
+    pub(crate) fn of(
+        client: &quinn::Connection,
+        server: &quinn::Connection,
+        probe: &SuiteProbe,
+    ) -> TlsInfo {
+        let data = |c: &quinn::Connection| {
+            c.handshake_data()
+                .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        };
+        let alpn = data(client)
+            .and_then(|hd| hd.protocol)
+            .map(|p| String::from_utf8_lossy(&p).into_owned());
+        let server_name = data(server).and_then(|hd| hd.server_name);
+        let (version, cipher_suite) = probe.get();
+        TlsInfo {
+            version,
+            cipher_suite,
+            alpn,
+            server_name,
+        }
+    }
+}
+
+/// A rustls `KeyLog` that keeps no secrets: it only notes which TLS 1.3 traffic
+/// secret labels appear and how long the secrets are, which names the protocol
+/// version (these labels exist only in TLS 1.3) and the suite's hash.
+///
+/// quinn does not expose the negotiated cipher suite. The secret length gives the
+/// hash: 48 bytes is SHA-384, whose only TLS 1.3 suite is `TLS13_AES_256_GCM_SHA384`;
+/// 32 bytes is SHA-256, shared by `TLS13_AES_128_GCM_SHA256` and
+/// `TLS13_CHACHA20_POLY1305_SHA256` (reported as both).
+#[derive(Debug, Default)]
+pub(crate) struct SuiteProbe {
+    secret_len: Mutex<Option<usize>>,
+}
+
+impl SuiteProbe {
+    /// (version, cipher suite) once the handshake derived traffic secrets.
+    fn get(&self) -> (Option<String>, Option<String>) {
+        let len = *self.secret_len.lock().unwrap_or_else(|e| e.into_inner());
+        match len {
+            None => (None, None),
+            Some(48) => (
+                Some("TLSv1.3".into()),
+                Some("TLS13_AES_256_GCM_SHA384".into()),
+            ),
+            Some(32) => (
+                Some("TLSv1.3".into()),
+                Some("TLS13_AES_128_GCM_SHA256 or TLS13_CHACHA20_POLY1305_SHA256".into()),
+            ),
+            Some(_) => (Some("TLSv1.3".into()), None),
+        }
+    }
+}
+
+impl rustls::KeyLog for SuiteProbe {
+    fn log(&self, label: &str, _client_random: &[u8], secret: &[u8]) {
+        if label == "CLIENT_TRAFFIC_SECRET_0" {
+            *self.secret_len.lock().unwrap_or_else(|e| e.into_inner()) = Some(secret.len());
+        }
+    }
+
+    fn will_log(&self, label: &str) -> bool {
+        label == "CLIENT_TRAFFIC_SECRET_0"
+    }
+}
