@@ -118,6 +118,14 @@ pub trait UdQueuePair: Send + 'static {
     /// Next asynchronous event, if any.
     fn poll_event(&mut self) -> Option<AsyncEvent>;
 
+    /// A file descriptor that becomes readable when [`UdQueuePair::arm`] alone
+    /// cannot wake the caller: the UDP socket of `soft`, the completion channel of
+    /// `verbs`. Async adapters wait on it (e.g. with tokio's `AsyncFd`) and then
+    /// poll; providers that wake the armed waker themselves (`sim`) return `None`.
+    fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+
     /// Provider-level drop counters.
     fn drops(&self) -> ProviderDrops;
 }
