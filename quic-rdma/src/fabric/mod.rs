@@ -22,6 +22,7 @@ pub mod grh;
 pub mod memory;
 pub mod port;
 // pub mod sim; (next commit)
+pub mod soft;
 pub mod wr;
 
 use std::task::Waker;
