@@ -2,3 +2,8 @@
 #![forbid(unsafe_code)]
 
 pub mod codec;
+mod port;
+mod qp;
+
+pub use port::{SoftConfig, SoftPort, SoftStats};
+pub use qp::SoftQp;
