@@ -405,3 +405,56 @@ fn arm_reports_pending_datagrams() {
     assert!(b.qp.arm(waker));
     assert_eq!(b.recv(1).len(), 1);
 }
+
+/// What rxe will verify: the real IPv4 header on the wire has ID 0 and DF, and the
+/// ICRC we computed matches it. Needs a raw socket (root); skipped otherwise.
+#[test]
+fn wire_ipv4_header_matches_icrc_assumptions() {
+    use socket2::{Domain, Protocol, Socket, Type};
+    use std::io::Read;
+    let Ok(mut raw) = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::UDP)) else {
+        eprintln!("no raw socket (not root); skipping");
+        return;
+    };
+    raw.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let (pa, pb) = pair("127.84.0.1", "127.84.0.2");
+    let mut a = Ep::new(&pa, DEFAULT_QKEY, 1);
+    let b = Ep::new(&pb, DEFAULT_QKEY, 1);
+    a.send(
+        pb.gid(),
+        b.qp.attr().qpn,
+        DEFAULT_QKEY,
+        b"on the wire",
+        Some(3),
+    );
+    let mut buf = [0u8; 2048];
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "packet not seen on the raw socket"
+        );
+        let Ok(n) = raw.read(&mut buf) else { continue };
+        let p = &buf[..n];
+        if n < 28 || p[12..16] != [127, 84, 0, 1] {
+            continue;
+        }
+        let id = u16::from_be_bytes([p[4], p[5]]);
+        let frag = u16::from_be_bytes([p[6], p[7]]);
+        assert_eq!((id, frag), (0, 0x4000), "IPv4 ID 0 with DF expected");
+        let udp = &p[20..];
+        let roce = &udp[8..];
+        let ctx = IcrcContext {
+            ip: IpPair::V4 {
+                src: Ipv4Addr::new(p[12], p[13], p[14], p[15]),
+                dst: Ipv4Addr::new(p[16], p[17], p[18], p[19]),
+            },
+            src_port: u16::from_be_bytes([udp[0], udp[1]]),
+            dst_port: u16::from_be_bytes([udp[2], udp[3]]),
+        };
+        let crc = codec::icrc(&ctx, id, &roce[..roce.len() - 4]);
+        assert_eq!(&roce[roce.len() - 4..], &crc.to_le_bytes());
+        assert_eq!(p[1] & 0b11, 0b10, "ECT(0) from the AH's traffic class");
+        break;
+    }
+}
