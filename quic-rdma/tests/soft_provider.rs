@@ -19,6 +19,8 @@ struct Ep {
     mem: Memory,
     region: u32,
     lkey: u32,
+    /// Traffic class of the AHs `send` creates.
+    tc: u8,
 }
 
 impl Ep {
@@ -34,6 +36,7 @@ impl Ep {
             mem,
             region,
             lkey,
+            tc: 0b10,
         }
     }
 
@@ -62,7 +65,13 @@ impl Ep {
         let off = (slot * SLOT) as usize;
         self.mem.region_mut(self.region).unwrap().bytes_mut()[off..off + payload.len()]
             .copy_from_slice(payload);
-        let ah = self.qp.create_ah(&AhAttr::new(gid, 0x1234)).unwrap();
+        let ah = self
+            .qp
+            .create_ah(&AhAttr {
+                traffic_class: self.tc,
+                ..AhAttr::new(gid, 0x1234)
+            })
+            .unwrap();
         let wr = SendWr {
             wr_id: 99,
             sge: self.sge(slot, payload.len() as u32),
@@ -420,6 +429,8 @@ fn wire_ipv4_header_matches_icrc_assumptions() {
     let (pa, pb) = pair("127.84.0.1", "127.84.0.2");
     let mut a = Ep::new(&pa, DEFAULT_QKEY, 1);
     let b = Ep::new(&pb, DEFAULT_QKEY, 1);
+    // DSCP EF (46) + ECT(0): the whole byte must reach the IP header.
+    a.tc = 0xBA;
     a.send(
         pb.gid(),
         b.qp.attr().qpn,
@@ -454,7 +465,7 @@ fn wire_ipv4_header_matches_icrc_assumptions() {
         };
         let crc = codec::icrc(&ctx, id, &roce[..roce.len() - 4]);
         assert_eq!(&roce[roce.len() - 4..], &crc.to_le_bytes());
-        assert_eq!(p[1] & 0b11, 0b10, "ECT(0) from the AH's traffic class");
+        assert_eq!(p[1], 0xBA, "TOS = the AH's traffic class");
         break;
     }
 }

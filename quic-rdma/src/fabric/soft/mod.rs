@@ -47,13 +47,13 @@
 //!   on the real wire by a test) and otherwise solves for the ID that kernel rxe
 //!   chose, leaving 16 check bits; the QUIC AEAD authenticates every payload byte
 //!   regardless. IPv6 is verified at full strength. Details in [`codec`].
-//! - **ECN / traffic class**: each datagram's IP ECN field is set from the AH's
-//!   traffic class (quinn-udp's per-datagram `IP_TOS`/`IPV6_TCLASS` control
-//!   message), and the received ECN field (`IP_RECVTOS`/`IPV6_RECVTCLASS`) lands
-//!   in the GRH's traffic class. **DSCP is not carried** in either direction
-//!   (quinn-udp sets the whole TOS byte to the ECN codepoint and reports only
-//!   ECN). Hop limit and flow label are not observable through a UDP socket: the
-//!   GRH reports hop limit 64 and flow label 0 (kernel rxe sends flow label 0 too).
+//! - **ECN / traffic class**: each datagram carries the AH's whole traffic class
+//!   (DSCP + ECN) through an `IP_TOS`/`IPV6_TCLASS` control message on
+//!   `sendmsg` (Linux 64-bit; elsewhere quinn-udp's path carries ECN only). On
+//!   receive, quinn-udp's `IP_RECVTOS`/`IPV6_RECVTCLASS` reports the **ECN bits
+//!   only**, so the GRH traffic class holds ECN with DSCP 0. Hop limit and flow
+//!   label are not observable through a UDP socket: the GRH reports hop limit 64
+//!   and flow label 0 (kernel rxe sends flow label 0 too).
 //! - **Wake-ups**: no helper thread. [`SoftPort`] (and [`SoftQp`]) implement
 //!   `AsFd`/`AsRawFd`: an async adapter wraps a clone of the port in
 //!   `tokio::io::unix::AsyncFd`, and on readability polls the QPs. `arm(waker)`
@@ -61,8 +61,9 @@
 //!   this one — and returns `true` if packets are parked, send completions wait,
 //!   or a datagram is queued on the socket (`MSG_PEEK`), in which case the caller
 //!   polls again before sleeping.
-//! - **No `unsafe`**: socket options, batched receive, control messages and
-//!   per-datagram TOS come from `quinn-udp` (already a dependency of quinn).
+//! - **No `unsafe`**: socket options, batched receive and received control
+//!   messages come from `quinn-udp` (already a dependency of quinn); the send
+//!   control message goes through `socket2`'s safe `sendmsg`.
 
 #![forbid(unsafe_code)]
 

@@ -7,7 +7,6 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::task::Waker;
 
-use quinn_udp::{EcnCodepoint, Transmit};
 use slab::Slab;
 
 use super::codec::{self, IcrcContext, IpPair, UdHeader, MASK_24, MAX_OVERHEAD};
@@ -138,17 +137,9 @@ impl SoftQp {
                 return;
             }
         };
-        let transmit = Transmit {
-            destination: dest,
-            // quinn-udp sets IP_TOS / IPV6_TCLASS per datagram to the ECN codepoint;
-            // the DSCP bits of the AH's traffic class are not carried (see mod docs).
-            ecn: EcnCodepoint::from_bits(tc & 0b11),
-            contents: &self.tx_buf[..n],
-            segment_size: None,
-            src_ip: None,
-        };
+        let contents = &self.tx_buf[..n];
         for attempt in 0..=SEND_RETRIES {
-            match s.udp.try_send((&s.socket).into(), &transmit) {
+            match send_datagram(s, dest, tc, contents) {
                 Ok(()) => {
                     s.tx_packets.fetch_add(1, Ordering::Relaxed);
                     s.tx_bytes.fetch_add(n as u64, Ordering::Relaxed);
@@ -168,6 +159,55 @@ impl SoftQp {
             }
         }
     }
+}
+
+/// One `sendmsg` carrying the AH's whole traffic class (DSCP + ECN) as an
+/// `IP_TOS` / `IPV6_TCLASS` control message.
+///
+/// The control message is built byte by byte in safe code for Linux's 64-bit
+/// `struct cmsghdr` layout (`size_t cmsg_len; int cmsg_level; int cmsg_type;`,
+/// then an `int` padded to 8: `CMSG_SPACE(sizeof(int))` = 24 bytes). The kernel
+/// copies the control buffer before parsing it, so its alignment does not matter.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn send_datagram(
+    s: &super::port::Shared,
+    dest: SocketAddr,
+    tc: u8,
+    contents: &[u8],
+) -> io::Result<()> {
+    use socket2::{MsgHdr, SockAddr, SockRef};
+    // <netinet/in.h>: IPPROTO_IP 0 / IP_TOS 1; IPPROTO_IPV6 41 / IPV6_TCLASS 67.
+    let (level, kind): (i32, i32) = if dest.is_ipv4() { (0, 1) } else { (41, 67) };
+    let mut cmsg = [0u8; 24];
+    cmsg[0..8].copy_from_slice(&20u64.to_ne_bytes()); // CMSG_LEN(sizeof(int))
+    cmsg[8..12].copy_from_slice(&level.to_ne_bytes());
+    cmsg[12..16].copy_from_slice(&kind.to_ne_bytes());
+    cmsg[16..20].copy_from_slice(&i32::from(tc).to_ne_bytes());
+    let addr = SockAddr::from(dest);
+    let bufs = [io::IoSlice::new(contents)];
+    let msg = MsgHdr::new()
+        .with_addr(&addr)
+        .with_buffers(&bufs)
+        .with_control(&cmsg);
+    SockRef::from(&s.socket).sendmsg(&msg, 0).map(|_| ())
+}
+
+/// Elsewhere: quinn-udp's portable path, which carries only the ECN bits.
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+fn send_datagram(
+    s: &super::port::Shared,
+    dest: SocketAddr,
+    tc: u8,
+    contents: &[u8],
+) -> io::Result<()> {
+    let transmit = quinn_udp::Transmit {
+        destination: dest,
+        ecn: quinn_udp::EcnCodepoint::from_bits(tc & 0b11),
+        contents,
+        segment_size: None,
+        src_ip: None,
+    };
+    s.udp.try_send((&s.socket).into(), &transmit)
 }
 
 impl Drop for SoftQp {
