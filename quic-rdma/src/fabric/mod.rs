@@ -22,6 +22,7 @@ pub mod grh;
 pub mod memory;
 pub mod port;
 pub mod sim;
+pub mod soft;
 pub mod wr;
 
 use std::task::Waker;
@@ -54,8 +55,11 @@ pub struct ProviderDrops {
     pub no_recv_posted: u64,
     /// The packet was larger than the posted receive buffer.
     pub too_long: u64,
-    /// Malformed on the wire (bad header, bad ICRC, truncated): `soft` only.
+    /// Malformed on the wire (bad header, truncated, bad padding): `soft` only.
     pub malformed: u64,
+    /// The ICRC did not verify (RoCEv2 Annex A17.3.3): `soft` only; hardware
+    /// drops these before software sees them.
+    pub bad_icrc: u64,
     /// Sent larger than the path MTU: dropped by the "hardware" while the send
     /// still completed successfully.
     pub oversize_sent: u64,
