@@ -255,6 +255,8 @@ pub(crate) struct DropsReport {
     pub(crate) too_long: u64,
     /// Provider: malformed on the wire.
     pub(crate) malformed: u64,
+    /// Provider: ICRC did not verify (`soft`).
+    pub(crate) bad_icrc: u64,
     /// Provider: sent above the path MTU (silently dropped by "hardware").
     pub(crate) oversize_sent: u64,
 }
@@ -270,6 +272,7 @@ impl DropsReport {
             + self.no_recv_posted
             + self.too_long
             + self.malformed
+            + self.bad_icrc
             + self.oversize_sent
     }
 }
@@ -303,6 +306,7 @@ impl From<&SocketStats> for SocketReport {
                 no_recv_posted: s.provider.no_recv_posted,
                 too_long: s.provider.too_long,
                 malformed: s.provider.malformed,
+                bad_icrc: s.provider.bad_icrc,
                 oversize_sent: s.provider.oversize_sent,
             },
         }
@@ -493,6 +497,7 @@ impl fmt::Display for Report {
         )?;
         row(f, "  provider too long", cd.too_long, sd.too_long)?;
         row(f, "  provider malformed", cd.malformed, sd.malformed)?;
+        row(f, "  provider bad ICRC", cd.bad_icrc, sd.bad_icrc)?;
         row(f, "  provider oversize", cd.oversize_sent, sd.oversize_sent)?;
         writeln!(f)?;
         match &self.fabric {
