@@ -79,7 +79,7 @@ fn human_summary_names_the_essentials() {
 
 #[test]
 fn providers_not_built_in_exit_2_with_a_message() {
-    for p in ["verbs", "soft"] {
+    for p in ["verbs"] {
         let out = qr(&["demo", "--provider", p]);
         assert_eq!(out.status.code(), Some(2), "--provider {p}");
         let err = String::from_utf8_lossy(&out.stderr);

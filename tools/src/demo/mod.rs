@@ -2,8 +2,10 @@
 //! and a ping-pong, with a report of what every layer counted.
 
 mod report;
-mod workload;
+mod soft;
+pub(crate) mod workload;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,20 +14,44 @@ use quic_rdma::quinn_adapter;
 
 use crate::provider::{self, FabricOptions, OpenError, ProviderKind, Socket};
 use crate::tls::{self, TlsInfo};
-pub(crate) use report::Report;
-use report::{FabricReport, PingReport, QuicReport, RttReport, SocketsReport, TransferReport};
+use report::FabricReport;
+pub(crate) use report::{
+    hex, EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketReport, SocketsReport,
+    SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
+};
 
 /// Routing keys of the two endpoints' connection IDs.
-const SERVER_KEY: u32 = 0x5e;
-const CLIENT_KEY: u32 = 0xc1;
+pub(crate) const SERVER_KEY: u32 = 0x5e;
+pub(crate) const CLIENT_KEY: u32 = 0xc1;
+
+/// TCP service port of `soft` bootstrap servers when none is given: rdma-core's
+/// `ibv_*_pingpong` examples exchange their QP details on the same port.
+pub(crate) const DEFAULT_SERVICE_PORT: u16 = 18515;
 
 /// Options of `qr demo`.
 #[derive(Clone, Debug, clap::Args)]
 pub(crate) struct DemoArgs {
     /// Fabric provider. `sim` is the in-process fabric built into qr (MTU 4096,
-    /// no hardware, no setup); `soft` and `verbs` are not built into this version yet.
+    /// no hardware, no setup). `soft` is userspace RoCEv2 over UDP: qr starts
+    /// `qr serve --once` as a separate server process on --server-ip and runs the
+    /// client itself on --client-ip (real RoCEv2 packets on UDP port 4791).
+    /// `verbs` is not built into this version yet.
     #[arg(long, value_enum, default_value_t = ProviderKind::Sim)]
     pub(crate) provider: ProviderKind,
+
+    /// `soft`: the server process's IP (its GID). Any 127.0.0.0/8 address works
+    /// on Linux loopback without setup.
+    #[arg(long, default_value = "127.0.0.2")]
+    pub(crate) server_ip: IpAddr,
+
+    /// `soft`: the client's IP (its GID); must differ from --server-ip (each
+    /// endpoint binds UDP port 4791 on its own IP).
+    #[arg(long, default_value = "127.0.0.3")]
+    pub(crate) client_ip: IpAddr,
+
+    /// `soft`: TCP port of the server's bootstrap service (on --server-ip).
+    #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
+    pub(crate) service_port: u16,
 
     /// Bytes to transfer client -> server. Suffixes K, M, G, T are binary
     /// (KiB, MiB, GiB, TiB): 256M, 1G, 1.5G, 4096.
@@ -109,6 +135,9 @@ pub(crate) enum DemoError {
 
 /// Run the demo on a fresh tokio multi-thread runtime.
 pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
+    if args.provider == ProviderKind::Soft {
+        return soft::run(args);
+    }
     let opts = FabricOptions {
         loss_percent: args.loss,
         seed: args.seed,
@@ -134,7 +163,8 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
     report.map_err(DemoError::Run)
 }
 
-fn endpoint(
+/// A quinn endpoint over `sock` issuing connection IDs with routing key `key`.
+pub(crate) fn endpoint(
     sock: &Socket,
     server: Option<quinn::ServerConfig>,
     key: u32,
@@ -164,7 +194,7 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
             let conn = incoming.await.context("server handshake")?;
             workload::serve_transfer(conn.clone()).await?;
             if pings > 0 {
-                workload::serve_pings(conn.clone(), ping_size).await?;
+                workload::serve_pings(conn.clone()).await?;
             }
             Ok::<_, anyhow::Error>(conn)
         })
@@ -211,9 +241,14 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
             client: (&pair.client.stats()).into(),
-            server: (&pair.server.stats()).into(),
+            server: Some((&pair.server.stats()).into()),
         },
         fabric: pair.wire_stats().as_ref().map(FabricReport::from),
+        endpoints: EndpointsReport {
+            server: UdEndpointReport::new(pair.server.ud_addr(), None),
+            client: UdEndpointReport::new(pair.client.ud_addr(), None),
+        },
+        soft: None,
     })
 }
 

@@ -6,8 +6,10 @@ use std::fmt::{self, Write as _};
 use std::time::Duration;
 
 use quic_rdma::fabric::sim::FabricStats;
+use quic_rdma::fabric::soft::SoftStats;
+use quic_rdma::fabric::UdAddr;
 use quic_rdma::socket::SocketStats;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::workload::TransferOutcome;
 use crate::tls::TlsInfo;
@@ -41,6 +43,96 @@ pub(crate) struct Report {
     pub(crate) sockets: SocketsReport,
     /// What the fabric did to packets; `null` when the provider cannot tell.
     pub(crate) fabric: Option<FabricReport>,
+    /// The UD addresses of both endpoints.
+    pub(crate) endpoints: EndpointsReport,
+    /// `soft` port counters (the RoCEv2 socket under each endpoint); `null` for
+    /// other providers.
+    pub(crate) soft: Option<SoftPortsReport>,
+}
+
+/// The UD addresses of both endpoints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct EndpointsReport {
+    /// The server's QP.
+    pub(crate) server: UdEndpointReport,
+    /// The client's QP.
+    pub(crate) client: UdEndpointReport,
+}
+
+/// One QP's address.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct UdEndpointReport {
+    /// GID (IPv6 text; IPv4-mapped for RoCEv2 over IPv4).
+    pub(crate) gid: String,
+    /// Queue pair number.
+    pub(crate) qpn: u32,
+    /// Q_Key.
+    pub(crate) qkey: u32,
+    /// UDP port of the RoCEv2 socket (`soft`); `null` otherwise.
+    pub(crate) udp_port: Option<u16>,
+}
+
+impl UdEndpointReport {
+    /// From a UD address and, for `soft`, the socket's UDP port.
+    pub(crate) fn new(a: UdAddr, udp_port: Option<u16>) -> Self {
+        UdEndpointReport {
+            gid: a.gid.to_string(),
+            qpn: a.qpn,
+            qkey: a.qkey,
+            udp_port,
+        }
+    }
+}
+
+/// `soft` port counters of both endpoints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct SoftPortsReport {
+    /// The client's port.
+    pub(crate) client: SoftPortReport,
+    /// The server's port (`null` when the server did not report it).
+    pub(crate) server: Option<SoftPortReport>,
+}
+
+/// One `soft` port's counters (names follow `quic_rdma::fabric::soft::SoftStats`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct SoftPortReport {
+    /// RoCE packets handed to the UDP socket.
+    pub(crate) tx_packets: u64,
+    /// UDP payload bytes handed to the socket.
+    pub(crate) tx_bytes: u64,
+    /// Sends lost because the socket buffer stayed full.
+    pub(crate) tx_would_block: u64,
+    /// Sends the kernel refused.
+    pub(crate) tx_errors: u64,
+    /// UDP datagrams read.
+    pub(crate) rx_datagrams: u64,
+    /// Packets that did not decode as RoCEv2 UD.
+    pub(crate) rx_decode_errors: u64,
+    /// Packets whose ICRC did not verify.
+    pub(crate) rx_bad_icrc: u64,
+    /// Packets above the active MTU.
+    pub(crate) rx_oversize: u64,
+    /// Packets whose ICRC matched only with a non-zero IPv4 ID (kernel rxe peers).
+    pub(crate) rx_ipv4_id_solved: u64,
+    /// Packets placed in a receive buffer.
+    pub(crate) rx_delivered: u64,
+}
+
+impl From<&SoftStats> for SoftPortReport {
+    fn from(s: &SoftStats) -> Self {
+        SoftPortReport {
+            tx_packets: s.tx_packets,
+            tx_bytes: s.tx_bytes,
+            tx_would_block: s.tx_would_block,
+            tx_errors: s.tx_errors,
+            rx_datagrams: s.rx_datagrams,
+            rx_decode_errors: s.rx_decode_errors,
+            rx_bad_icrc: s.rx_bad_icrc,
+            rx_oversize: s.rx_oversize,
+            rx_ipv4_id_solved: s.rx_ipv4_id_solved,
+            rx_delivered: s.rx_delivered,
+        }
+    }
 }
 
 /// TLS details.
@@ -191,12 +283,13 @@ impl From<&quinn::ConnectionStats> for QuicReport {
 pub(crate) struct SocketsReport {
     /// The client's socket.
     pub(crate) client: SocketReport,
-    /// The server's socket.
-    pub(crate) server: SocketReport,
+    /// The server's socket (`null` when the server is another process that did
+    /// not report it, as with `qr connect`).
+    pub(crate) server: Option<SocketReport>,
 }
 
 /// One socket's counters (names follow `quic_rdma::socket::SocketStats`).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct SocketReport {
     /// Send WRs posted.
     pub(crate) sent_wrs: u64,
@@ -237,7 +330,7 @@ pub(crate) struct SocketReport {
 }
 
 /// Drops by cause: the socket's own and the provider's.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct DropsReport {
     /// GRH area did not parse.
     pub(crate) bad_grh: u64,
@@ -263,7 +356,7 @@ pub(crate) struct DropsReport {
 
 impl DropsReport {
     /// Sum of every cause.
-    fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.bad_grh
             + self.imm_mismatch
             + self.bad_pkey
@@ -347,7 +440,7 @@ impl From<&FabricStats> for FabricReport {
 }
 
 /// Lower-case hex.
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().fold(String::new(), |mut s, b| {
         let _ = write!(s, "{b:02x}");
         s
@@ -385,7 +478,16 @@ impl fmt::Display for Report {
             f,
             "qr demo: QUIC over RDMA UD, provider `{}`{}",
             self.provider,
-            if self.loss_percent > 0.0 {
+            if self.provider != "sim" {
+                format!(
+                    " (server {} QPN {:#x}, client {} QPN {:#x}, Q_Key {:#x})",
+                    self.endpoints.server.gid,
+                    self.endpoints.server.qpn,
+                    self.endpoints.client.gid,
+                    self.endpoints.client.qpn,
+                    self.endpoints.server.qkey
+                )
+            } else if self.loss_percent > 0.0 {
                 format!(
                     " (hostile fabric: {}% loss + dup + reorder, seed {})",
                     self.loss_percent, self.seed
@@ -457,48 +559,106 @@ impl fmt::Display for Report {
         )?;
         writeln!(f)?;
         writeln!(f, "  socket counters          client          server")?;
-        let (c, s) = (&self.sockets.client, &self.sockets.server);
-        let row = |f: &mut fmt::Formatter<'_>, name: &str, a: u64, b: u64| {
-            writeln!(f, "    {name:<20} {a:>12}    {b:>12}")
+        let c = &self.sockets.client;
+        let sv = self.sockets.server.as_ref();
+        let row = |f: &mut fmt::Formatter<'_>, name: &str, a: u64, b: Option<u64>| match b {
+            Some(b) => writeln!(f, "    {name:<20} {a:>12}    {b:>12}"),
+            None => writeln!(f, "    {name:<20} {a:>12}    {:>12}", "-"),
         };
-        row(f, "sent WRs", c.sent_wrs, s.sent_wrs)?;
-        row(f, "sent bytes", c.sent_bytes, s.sent_bytes)?;
-        row(f, "doorbells", c.send_posts, s.send_posts)?;
-        writeln!(
+        let sf = |g: fn(&SocketReport) -> u64| sv.map(g);
+        row(f, "sent WRs", c.sent_wrs, sf(|s| s.sent_wrs))?;
+        row(f, "sent bytes", c.sent_bytes, sf(|s| s.sent_bytes))?;
+        row(f, "doorbells", c.send_posts, sf(|s| s.send_posts))?;
+        match sv {
+            Some(s) => writeln!(
+                f,
+                "    {:<20} {:>12.2}    {:>12.2}",
+                "WRs per post", c.wrs_per_post, s.wrs_per_post
+            )?,
+            None => writeln!(
+                f,
+                "    {:<20} {:>12.2}    {:>12}",
+                "WRs per post", c.wrs_per_post, "-"
+            )?,
+        }
+        row(f, "inline sends", c.inline_sends, sf(|s| s.inline_sends))?;
+        row(
             f,
-            "    {:<20} {:>12.2}    {:>12.2}",
-            "WRs per post", c.wrs_per_post, s.wrs_per_post
+            "signaled sends",
+            c.signaled_sends,
+            sf(|s| s.signaled_sends),
         )?;
-        row(f, "inline sends", c.inline_sends, s.inline_sends)?;
-        row(f, "signaled sends", c.signaled_sends, s.signaled_sends)?;
-        row(f, "send errors", c.send_errors, s.send_errors)?;
-        row(f, "MTU refusals", c.mtu_refusals, s.mtu_refusals)?;
-        row(f, "would block", c.would_block, s.would_block)?;
-        row(f, "recv WRs", c.recv_wrs, s.recv_wrs)?;
-        row(f, "recv bytes", c.recv_bytes, s.recv_bytes)?;
-        row(f, "recv WRs posted", c.recv_wrs_posted, s.recv_wrs_posted)?;
-        row(f, "recv errors", c.recv_errors, s.recv_errors)?;
-        row(f, "AHs created", c.ah_created, s.ah_created)?;
-        row(f, "AHs rebuilt", c.ah_rebuilt, s.ah_rebuilt)?;
-        row(f, "AHs destroyed", c.ah_destroyed, s.ah_destroyed)?;
-        row(f, "AH cache hits", c.ah_hits, s.ah_hits)?;
-        let (cd, sd) = (&c.drops, &s.drops);
-        row(f, "drops (total)", cd.total(), sd.total())?;
-        row(f, "  bad GRH", cd.bad_grh, sd.bad_grh)?;
-        row(f, "  imm mismatch", cd.imm_mismatch, sd.imm_mismatch)?;
-        row(f, "  provider P_Key", cd.bad_pkey, sd.bad_pkey)?;
-        row(f, "  provider Q_Key", cd.bad_qkey, sd.bad_qkey)?;
-        row(f, "  provider QPN", cd.unknown_qpn, sd.unknown_qpn)?;
+        row(f, "send errors", c.send_errors, sf(|s| s.send_errors))?;
+        row(f, "MTU refusals", c.mtu_refusals, sf(|s| s.mtu_refusals))?;
+        row(f, "would block", c.would_block, sf(|s| s.would_block))?;
+        row(f, "recv WRs", c.recv_wrs, sf(|s| s.recv_wrs))?;
+        row(f, "recv bytes", c.recv_bytes, sf(|s| s.recv_bytes))?;
+        row(
+            f,
+            "recv WRs posted",
+            c.recv_wrs_posted,
+            sf(|s| s.recv_wrs_posted),
+        )?;
+        row(f, "recv errors", c.recv_errors, sf(|s| s.recv_errors))?;
+        row(f, "AHs created", c.ah_created, sf(|s| s.ah_created))?;
+        row(f, "AHs rebuilt", c.ah_rebuilt, sf(|s| s.ah_rebuilt))?;
+        row(f, "AHs destroyed", c.ah_destroyed, sf(|s| s.ah_destroyed))?;
+        row(f, "AH cache hits", c.ah_hits, sf(|s| s.ah_hits))?;
+        let cd = &c.drops;
+        let sd = |g: fn(&DropsReport) -> u64| sv.map(|s| g(&s.drops));
+        row(f, "drops (total)", cd.total(), sd(DropsReport::total))?;
+        row(f, "  bad GRH", cd.bad_grh, sd(|d| d.bad_grh))?;
+        row(f, "  imm mismatch", cd.imm_mismatch, sd(|d| d.imm_mismatch))?;
+        row(f, "  provider P_Key", cd.bad_pkey, sd(|d| d.bad_pkey))?;
+        row(f, "  provider Q_Key", cd.bad_qkey, sd(|d| d.bad_qkey))?;
+        row(f, "  provider QPN", cd.unknown_qpn, sd(|d| d.unknown_qpn))?;
         row(
             f,
             "  provider no recv",
             cd.no_recv_posted,
-            sd.no_recv_posted,
+            sd(|d| d.no_recv_posted),
         )?;
-        row(f, "  provider too long", cd.too_long, sd.too_long)?;
-        row(f, "  provider malformed", cd.malformed, sd.malformed)?;
-        row(f, "  provider bad ICRC", cd.bad_icrc, sd.bad_icrc)?;
-        row(f, "  provider oversize", cd.oversize_sent, sd.oversize_sent)?;
+        row(f, "  provider too long", cd.too_long, sd(|d| d.too_long))?;
+        row(f, "  provider malformed", cd.malformed, sd(|d| d.malformed))?;
+        row(f, "  provider bad ICRC", cd.bad_icrc, sd(|d| d.bad_icrc))?;
+        row(
+            f,
+            "  provider oversize",
+            cd.oversize_sent,
+            sd(|d| d.oversize_sent),
+        )?;
+        if let Some(soft) = &self.soft {
+            writeln!(f)?;
+            writeln!(f, "  soft port (RoCEv2/UDP)   client          server")?;
+            let c = &soft.client;
+            let sv = soft.server.as_ref();
+            let sp = |g: fn(&SoftPortReport) -> u64| sv.map(g);
+            row(f, "tx packets", c.tx_packets, sp(|s| s.tx_packets))?;
+            row(f, "tx bytes", c.tx_bytes, sp(|s| s.tx_bytes))?;
+            row(
+                f,
+                "tx would block",
+                c.tx_would_block,
+                sp(|s| s.tx_would_block),
+            )?;
+            row(f, "tx errors", c.tx_errors, sp(|s| s.tx_errors))?;
+            row(f, "rx datagrams", c.rx_datagrams, sp(|s| s.rx_datagrams))?;
+            row(f, "rx delivered", c.rx_delivered, sp(|s| s.rx_delivered))?;
+            row(
+                f,
+                "rx decode errors",
+                c.rx_decode_errors,
+                sp(|s| s.rx_decode_errors),
+            )?;
+            row(f, "rx bad ICRC", c.rx_bad_icrc, sp(|s| s.rx_bad_icrc))?;
+            row(f, "rx oversize", c.rx_oversize, sp(|s| s.rx_oversize))?;
+            row(
+                f,
+                "rx IPv4 ID solved",
+                c.rx_ipv4_id_solved,
+                sp(|s| s.rx_ipv4_id_solved),
+            )?;
+        }
         writeln!(f)?;
         match &self.fabric {
             Some(w) => writeln!(

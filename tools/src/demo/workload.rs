@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use sha2::{Digest, Sha256};
 
 /// Chunk size of the bulk writer.
@@ -35,9 +35,18 @@ fn fill_chunk(buf: &mut [u8], seed: u64, i: u64) {
     }
 }
 
+/// What the server side of the transfer read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Received {
+    /// Bytes read to the end of the stream.
+    pub(crate) bytes: u64,
+    /// Their sha256.
+    pub(crate) sha256: [u8; 32],
+}
+
 /// Server side of the transfer: read the stream to its end, hashing, then answer
 /// with the byte count (8 bytes, big endian) and the sha256 of what arrived.
-pub(crate) async fn serve_transfer(conn: quinn::Connection) -> Result<()> {
+pub(crate) async fn serve_transfer(conn: quinn::Connection) -> Result<Received> {
     let (mut tx, mut rx) = conn.accept_bi().await.context("server: accept stream")?;
     let mut h = Sha256::new();
     let mut n = 0u64;
@@ -54,7 +63,10 @@ pub(crate) async fn serve_transfer(conn: quinn::Connection) -> Result<()> {
     tx.write_all(&digest).await?;
     tx.finish()?;
     let _ = tx.stopped().await;
-    Ok(())
+    Ok(Received {
+        bytes: n,
+        sha256: digest,
+    })
 }
 
 /// Client side of the transfer: write `len` seeded bytes, finish, read the verdict.
@@ -98,23 +110,28 @@ pub(crate) async fn run_transfer(
     })
 }
 
-/// Server side of the ping-pong: echo fixed-size messages until the stream ends.
-pub(crate) async fn serve_pings(conn: quinn::Connection, size: usize) -> Result<()> {
-    let (mut tx, mut rx) = conn
-        .accept_bi()
+/// Server side of the ping-pong: echo whatever arrives on the next stream the
+/// client opens until it ends (so the server need not know the ping size).
+/// Returns the bytes echoed; 0 if the client closed the connection without
+/// opening a ping stream (`--pings 0`).
+pub(crate) async fn serve_pings(conn: quinn::Connection) -> Result<u64> {
+    let (mut tx, mut rx) = match conn.accept_bi().await {
+        Ok(s) => s,
+        Err(quinn::ConnectionError::ApplicationClosed(_)) => return Ok(0),
+        Err(e) => return Err(e).context("server: accept ping stream"),
+    };
+    let mut echoed = 0u64;
+    while let Some(chunk) = rx
+        .read_chunk(usize::MAX, true)
         .await
-        .context("server: accept ping stream")?;
-    let mut buf = vec![0u8; size];
-    loop {
-        match rx.read_exact(&mut buf).await {
-            Ok(()) => tx.write_all(&buf).await.context("server: pong")?,
-            Err(quinn::ReadExactError::FinishedEarly(0)) => break,
-            Err(e) => bail!("server: ping read: {e}"),
-        }
+        .context("server: ping read")?
+    {
+        echoed += chunk.bytes.len() as u64;
+        tx.write_all(&chunk.bytes).await.context("server: pong")?;
     }
     tx.finish()?;
     let _ = tx.stopped().await;
-    Ok(())
+    Ok(echoed)
 }
 
 /// Client side of the ping-pong: `count` round trips of `size` bytes on one
