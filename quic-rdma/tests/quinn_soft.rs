@@ -41,7 +41,7 @@ async fn soft_transfer(server_ip: IpAddr, client_ip: IpAddr, bytes: u64) {
     assert_eq!(seen.gid, cport.gid());
     let (ss, cs) = (sport.stats(), cport.stats());
     eprintln!("server {ss:?}\nclient {cs:?}\nsocket {:?}", csock.stats());
-    assert!(cs.tx_packets as u64 >= bytes / 4096);
+    assert!(cs.tx_packets >= bytes / 4096);
     assert_eq!(ss.rx_bad_icrc + ss.rx_decode_errors, 0);
     assert_eq!(ssock.stats().drop_imm_mismatch, 0);
 }

@@ -21,6 +21,7 @@ pub mod gid;
 pub mod grh;
 pub mod memory;
 pub mod port;
+mod send_queue;
 pub mod sim;
 pub mod soft;
 pub mod wr;

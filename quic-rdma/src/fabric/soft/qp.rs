@@ -1,17 +1,15 @@
 //! A UD queue pair of a `soft` port.
 
-use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::task::Waker;
 
-use slab::Slab;
-
 use super::codec::{self, IcrcContext, IpPair, UdHeader, MASK_24, MAX_OVERHEAD};
 use super::port::{SoftPort, SoftStats};
 use crate::fabric::addr::QKEY_PRIVILEGED_BIT;
+use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
     AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory, ProviderDrops, QpAttr, Qpn, RecvWr,
     Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
@@ -22,15 +20,10 @@ use crate::fabric::{
 /// a blocking syscall on the caller's busy-poll path.
 const SEND_RETRIES: usize = 64;
 
-struct SqEntry {
-    signaled: bool,
-    ah: AhId,
-}
-
+/// What an address handle resolves to on a UDP socket.
 struct AhEntry {
-    attr: AhAttr,
     dest: SocketAddr,
-    inflight: u32,
+    traffic_class: u8,
 }
 
 /// One UD queue pair on a [`SoftPort`]; implements [`UdQueuePair`].
@@ -41,12 +34,8 @@ struct AhEntry {
 pub struct SoftQp {
     port: SoftPort,
     attr: QpAttr,
-    lkeys: Vec<u32>,
-    ahs: Slab<AhEntry>,
-    sq: VecDeque<SqEntry>,
-    send_cq: VecDeque<Completion>,
+    sq: SendQueue<AhEntry>,
     psn: u32,
-    oversize_sent: u64,
     /// Encoding scratch: one MTU-sized packet, reused for every send.
     tx_buf: Box<[u8]>,
 }
@@ -72,13 +61,9 @@ impl SoftQp {
         };
         let tx_buf = vec![0u8; cfg.mtu.bytes() + MAX_OVERHEAD].into_boxed_slice();
         SoftQp {
+            sq: SendQueue::new(&attr),
             attr,
-            lkeys: Vec::new(),
-            ahs: Slab::new(),
-            sq: VecDeque::with_capacity(cfg.max_send_wr as usize),
-            send_cq: VecDeque::with_capacity(cfg.max_send_wr as usize),
             psn: 0,
-            oversize_sent: 0,
             tx_buf,
             port,
         }
@@ -96,9 +81,19 @@ impl SoftQp {
 
     /// Sends posted and not yet retired by a polled completion.
     pub fn sends_outstanding(&self) -> usize {
-        self.sq.len()
+        self.sq.outstanding()
     }
+}
 
+/// What a packet needs from its QP besides the WR: the sender's identity and scratch.
+struct Sender<'a> {
+    port: &'a SoftPort,
+    attr: &'a QpAttr,
+    psn: &'a mut u32,
+    tx_buf: &'a mut [u8],
+}
+
+impl Sender<'_> {
     /// Encode and transmit one packet; errors are wire loss (counted), as on a NIC.
     fn transmit(&mut self, dest: SocketAddr, tc: u8, qkey: u32, wr: &SendWr, payload: &[u8]) {
         let s = &self.port.shared;
@@ -124,13 +119,13 @@ impl SoftQp {
             becn: false,
             dest_qp: wr.remote_qpn & MASK_24,
             ack_req: false,
-            psn: self.psn,
+            psn: *self.psn,
             qkey,
             src_qp: self.attr.qpn,
             imm: wr.imm,
         };
-        self.psn = (self.psn + 1) & MASK_24;
-        let n = match codec::encode(&header, payload, &ctx, &mut self.tx_buf) {
+        *self.psn = (*self.psn + 1) & MASK_24;
+        let n = match codec::encode(&header, payload, &ctx, self.tx_buf) {
             Ok(n) => n,
             Err(_) => {
                 s.tx_errors.fetch_add(1, Ordering::Relaxed);
@@ -242,8 +237,7 @@ impl UdQueuePair for SoftQp {
 
     fn register(&mut self, region: &mut Region) -> Result<(), FabricError> {
         let lkey = self.port.shared.next_lkey.fetch_add(1, Ordering::Relaxed) as u32;
-        self.lkeys.push(lkey);
-        region.set_lkey(Some(lkey));
+        self.sq.register(region, lkey);
         Ok(())
     }
 
@@ -254,87 +248,36 @@ impl UdQueuePair for SoftQp {
             return Err(FabricError::Unreachable(attr.dgid));
         }
         let dest = SocketAddr::new(ip, self.port.shared.peer_port(ip));
-        let id = self.ahs.insert(AhEntry {
-            attr: *attr,
+        Ok(self.sq.create_ah(AhEntry {
             dest,
-            inflight: 0,
-        });
-        Ok(AhId(id as u32))
+            traffic_class: attr.traffic_class,
+        }))
     }
 
     fn destroy_ah(&mut self, ah: AhId) -> Result<(), FabricError> {
-        match self.ahs.get(ah.0 as usize) {
-            None => Err(FabricError::InvalidAh(ah.0)),
-            Some(e) if e.inflight > 0 => Err(FabricError::AhBusy(ah.0)),
-            Some(_) => {
-                self.ahs.remove(ah.0 as usize);
-                Ok(())
-            }
-        }
+        self.sq.destroy_ah(ah)
     }
 
     fn post_send(&mut self, mem: &Memory, wrs: &[SendWr]) -> Result<(), (usize, FabricError)> {
+        let mut tx = Sender {
+            port: &self.port,
+            attr: &self.attr,
+            psn: &mut self.psn,
+            tx_buf: &mut self.tx_buf,
+        };
         for (i, wr) in wrs.iter().enumerate() {
-            if self.sq.len() >= self.attr.max_send_wr as usize {
-                return Err((i, FabricError::QueueFull(self.sq.len())));
-            }
-            let Some(ah) = self.ahs.get(wr.ah.0 as usize) else {
-                return Err((i, FabricError::InvalidAh(wr.ah.0)));
-            };
-            let (dest, tc) = (ah.dest, ah.attr.traffic_class);
-            if wr.flags.inline && wr.sge.len > self.attr.max_inline {
-                return Err((
-                    i,
-                    FabricError::QpError(format!(
-                        "inline send of {} bytes exceeds max_inline {}",
-                        wr.sge.len, self.attr.max_inline
-                    )),
-                ));
-            }
-            // Inline data is copied at post time without an lkey check, as on hardware.
-            let data = if wr.flags.inline {
-                mem.region(wr.sge.region).and_then(|r| {
-                    r.bytes()
-                        .get(wr.sge.offset as usize..(wr.sge.offset + wr.sge.len) as usize)
-                })
-            } else {
-                mem.resolve(&wr.sge)
-                    .filter(|_| self.lkeys.contains(&wr.sge.lkey))
-            };
             // IBA 10.2.4 / 11.4.1.1: a WR Q_Key with the top bit set means "use the
             // QP's own Q_Key" (the privileged case we never configure).
             let qkey = if wr.remote_qkey & QKEY_PRIVILEGED_BIT != 0 {
-                self.attr.qkey
+                tx.attr.qkey
             } else {
                 wr.remote_qkey
             };
-            let status = match data {
-                None => WcStatus::LocProtErr,
-                Some(d) if d.len() > self.attr.active_mtu.bytes() => {
-                    // Hardware drops an oversized UD send and still reports success.
-                    self.oversize_sent += 1;
-                    WcStatus::Success
-                }
-                Some(d) => {
-                    self.transmit(dest, tc, qkey, wr, d);
-                    WcStatus::Success
-                }
-            };
-            // Error completions are always reported; successes only when signaled.
-            let signaled = wr.flags.signaled || status != WcStatus::Success;
-            if let Some(e) = self.ahs.get_mut(wr.ah.0 as usize) {
-                e.inflight += 1;
-            }
-            self.sq.push_back(SqEntry {
-                signaled,
-                ah: wr.ah,
-            });
-            if signaled {
-                self.send_cq.push_back(Completion {
-                    status,
-                    ..Completion::send(wr.wr_id)
-                });
-            }
+            self.sq
+                .post(mem, wr, |ah, d| {
+                    tx.transmit(ah.dest, ah.traffic_class, qkey, wr, d)
+                })
+                .map_err(|e| (i, e))?;
         }
         Ok(())
     }
@@ -349,7 +292,7 @@ impl UdQueuePair for SoftQp {
                 return Err((i, FabricError::QueueFull(slot.rq.len())));
             }
             if mem.resolve(&wr.sge).is_none()
-                || !self.lkeys.contains(&wr.sge.lkey)
+                || !self.sq.is_registered(wr.sge.lkey)
                 || (wr.sge.len as usize) < GRH_LEN
             {
                 return Err((
@@ -366,24 +309,7 @@ impl UdQueuePair for SoftQp {
     }
 
     fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize {
-        let mut n = 0;
-        while n < out.len() {
-            let Some(c) = self.send_cq.pop_front() else {
-                break;
-            };
-            // In-order completion: this one retires every earlier unsignaled send.
-            while let Some(e) = self.sq.pop_front() {
-                if let Some(a) = self.ahs.get_mut(e.ah.0 as usize) {
-                    a.inflight = a.inflight.saturating_sub(1);
-                }
-                if e.signaled {
-                    break;
-                }
-            }
-            out[n] = c;
-            n += 1;
-        }
-        n
+        self.sq.poll(out)
     }
 
     fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
@@ -437,7 +363,7 @@ impl UdQueuePair for SoftQp {
             Some(w) if w.will_wake(waker) => {}
             _ => slot.waker = Some(waker.clone()),
         }
-        if !slot.inbox.is_empty() || !self.send_cq.is_empty() {
+        if !slot.inbox.is_empty() || self.sq.has_completions() {
             return true;
         }
         let mut probe = [0u8; 1];
@@ -470,7 +396,7 @@ impl UdQueuePair for SoftQp {
         out.unknown_qpn = d.table.drops.unknown_qpn;
         out.malformed = d.table.drops.malformed;
         out.bad_icrc = d.table.drops.bad_icrc;
-        out.oversize_sent = self.oversize_sent;
+        out.oversize_sent = self.sq.oversize_sent();
         out
     }
 }
