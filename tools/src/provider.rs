@@ -144,6 +144,8 @@ pub(crate) struct EndpointOptions {
     pub(crate) qkey: u32,
     /// The peer, when known (client side): its UDP port and MTU are applied.
     pub(crate) peer: Option<PeerInfo>,
+    /// QPN of the endpoint's QP (`soft`: the port's first QPN); provider's choice if `None`.
+    pub(crate) qpn: Option<u32>,
 }
 
 impl EndpointOptions {
@@ -155,6 +157,7 @@ impl EndpointOptions {
             mtu: Mtu::M4096,
             qkey: DEFAULT_QKEY,
             peer: None,
+            qpn: None,
         }
     }
 }
@@ -194,6 +197,9 @@ fn open_soft(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
         Some(p) if p.mtu.bytes() < opts.mtu.bytes() => p.mtu,
         _ => opts.mtu,
     };
+    if let Some(qpn) = opts.qpn {
+        cfg.first_qpn = qpn;
+    }
     let port = SoftPort::open(cfg).with_context(|| {
         format!(
             "opening a soft RoCEv2 port on {} (is another endpoint already bound there? \

@@ -57,6 +57,10 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) bootstrap_bind: Option<SocketAddr>,
 
+    /// QPN of the served QP (2..=0xFFFFFF; default: the provider's first, 0x11).
+    #[arg(long, value_parser = parse_qpn)]
+    pub(crate) qpn: Option<u32>,
+
     /// Extra names (DNS names or IPs) for the certificate; it always names
     /// "localhost" and --ip.
     #[arg(long = "name")]
@@ -73,6 +77,20 @@ pub(crate) struct ServeArgs {
     /// Print each connection's summary as one JSON line instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// A QPN in decimal or 0x-hex, 2..=0xFFFFFF (0 and 1 are special in IBA).
+fn parse_qpn(s: &str) -> Result<u32, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|_| format!("`{s}` is not a QPN"))?;
+    if (2..=0xFF_FFFF).contains(&v) {
+        Ok(v)
+    } else {
+        Err("a QPN is 2..=0xFFFFFF (24 bits; 0 and 1 are special)".into())
+    }
 }
 
 /// What the server saw of one connection (a JSON line with `--json`).
@@ -124,6 +142,7 @@ pub(crate) fn main(args: &ServeArgs) -> ExitCode {
 fn serve(args: &ServeArgs) -> Result<bool> {
     let mut opts = EndpointOptions::new(args.ip);
     opts.udp_port = args.udp_port;
+    opts.qpn = args.qpn;
     let ep = provider::open_endpoint(args.provider, &opts)?;
     let mut names = vec![args.ip.to_string()];
     names.extend(args.names.iter().cloned());
