@@ -51,7 +51,7 @@ use wake::WakeHub;
 /// Addresses are UD addresses mapped to `SocketAddr` by [`UdAddr::to_socket_addr`];
 /// `may_fragment()` is `false` (a UD message is never fragmented), so quinn may
 /// use every byte of the MTU.
-pub struct RdmaUdpSocket<Q: UdQueuePair + ?Sized = Box<dyn UdQueuePair>> {
+pub struct RdmaUdpSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     /// The task waking `hub` on descriptor readiness (started on first poll, inside
     /// the runtime), for providers with a readiness descriptor.
     watcher: OnceLock<Option<tokio::task::AbortHandle>>,
@@ -61,12 +61,9 @@ pub struct RdmaUdpSocket<Q: UdQueuePair + ?Sized = Box<dyn UdQueuePair>> {
     inner: Mutex<UdSocket<Q>>,
 }
 
-impl<Q: UdQueuePair + ?Sized> RdmaUdpSocket<Q> {
+impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     /// Wrap a socket.
-    pub fn new(socket: UdSocket<Q>) -> Self
-    where
-        Q: Sized,
-    {
+    pub fn new(socket: UdSocket<Q>) -> Self {
         let hub = Arc::new(WakeHub::default());
         RdmaUdpSocket {
             watcher: OnceLock::new(),
@@ -120,7 +117,7 @@ impl<Q: UdQueuePair + ?Sized> RdmaUdpSocket<Q> {
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> Drop for RdmaUdpSocket<Q> {
+impl<Q: UdQueuePair> Drop for RdmaUdpSocket<Q> {
     fn drop(&mut self) {
         if let Some(Some(task)) = self.watcher.get() {
             task.abort();
@@ -128,7 +125,7 @@ impl<Q: UdQueuePair + ?Sized> Drop for RdmaUdpSocket<Q> {
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> fmt::Debug for RdmaUdpSocket<Q> {
+impl<Q: UdQueuePair> fmt::Debug for RdmaUdpSocket<Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RdmaUdpSocket")
             .field("mtu", &self.mtu)
@@ -136,7 +133,7 @@ impl<Q: UdQueuePair + ?Sized> fmt::Debug for RdmaUdpSocket<Q> {
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> AsyncUdpSocket for RdmaUdpSocket<Q> {
+impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
     fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
         Box::pin(Writable { socket: self })
     }
@@ -199,17 +196,17 @@ impl<Q: UdQueuePair + ?Sized> AsyncUdpSocket for RdmaUdpSocket<Q> {
 }
 
 /// Write readiness: room in the send queue and a free send slot.
-struct Writable<Q: UdQueuePair + ?Sized> {
+struct Writable<Q: UdQueuePair> {
     socket: Arc<RdmaUdpSocket<Q>>,
 }
 
-impl<Q: UdQueuePair + ?Sized> fmt::Debug for Writable<Q> {
+impl<Q: UdQueuePair> fmt::Debug for Writable<Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Writable")
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> UdpPoller for Writable<Q> {
+impl<Q: UdQueuePair> UdpPoller for Writable<Q> {
     fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
         let sock = &self.socket;
         let mut s = sock.lock();

@@ -96,7 +96,10 @@ struct InflightSend {
 }
 
 /// A UDP-socket replacement over one UD queue pair (see the [module docs](self)).
-pub struct UdSocket<Q: UdQueuePair + ?Sized = Box<dyn UdQueuePair>> {
+pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
+    // Declared first so it drops first: the QP (and with it every posted receive
+    // the device may still write into) must be gone before the registered memory.
+    qp: Q,
     mem: Memory,
     send_pool: SlotPool,
     recv_pool: SlotPool,
@@ -118,7 +121,6 @@ pub struct UdSocket<Q: UdQueuePair + ?Sized = Box<dyn UdQueuePair>> {
     local: UdAddr,
     cfg: SocketConfig,
     stats: SocketStats,
-    qp: Q,
 }
 
 impl<Q: UdQueuePair> UdSocket<Q> {
@@ -192,7 +194,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
+impl<Q: UdQueuePair> UdSocket<Q> {
     /// Our UD address (GID, QPN, Q_Key).
     pub fn local_addr(&self) -> UdAddr {
         self.local
@@ -275,13 +277,13 @@ impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> Drop for UdSocket<Q> {
+impl<Q: UdQueuePair> Drop for UdSocket<Q> {
     fn drop(&mut self) {
         tracing::debug!(local = %self.local.gid, qpn = self.local.qpn, stats = ?self.stats(), "UD socket closed");
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> std::fmt::Debug for UdSocket<Q> {
+impl<Q: UdQueuePair> std::fmt::Debug for UdSocket<Q> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UdSocket")
             .field("local", &self.local)
