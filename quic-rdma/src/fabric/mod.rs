@@ -22,6 +22,8 @@ pub mod grh;
 pub mod memory;
 pub mod port;
 pub mod sim;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 pub mod wr;
 
 use std::task::Waker;
