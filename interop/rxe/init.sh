@@ -17,12 +17,14 @@ mount -t tmpfs -o size=1g tmpfs $R/tmp
 mount -t tmpfs tmpfs $R/run
 mkdir -p $R/tmp/xfer
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 xfer $R/tmp/xfer || fail "mount xfer failed"
-ip link set lo up
+IP="chroot $R /usr/bin/ip"
+[ -x $R/usr/bin/ip ] || IP="chroot $R /sbin/ip"
+$IP link set lo up
 NETDEV=$(cat $R/tmp/xfer/netdev)
 case "$NETDEV" in
   lo) DEV=lo ;;
-  dummy*) MTU=${NETDEV#dummy}; DEV=dummy0
-    ip link add $DEV type dummy && ip link set $DEV mtu $MTU && ip addr add 10.77.0.1/24 dev $DEV && ip link set $DEV up || fail "dummy setup failed" ;;
+  dummy*) MTU=${NETDEV#dummy}; DEV=qrdummy0
+    $IP link add $DEV type dummy && $IP link set $DEV mtu $MTU && $IP addr add 10.77.0.1/24 dev $DEV && $IP link set $DEV up || fail "dummy setup failed" ;;
   *) fail "unknown netdev $NETDEV" ;;
 esac
 chroot $R /usr/bin/rdma link add rxe0 type rxe netdev $DEV || fail "rdma link add failed"
