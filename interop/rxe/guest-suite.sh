@@ -2,8 +2,8 @@
 # Runs inside the rxe guest (via run.sh): rdma-core's own tools over rxe0, then the
 # verbs provider's test binaries given as arguments. Prints one line per check and
 # "N passed, M failed"; exits non-zero if anything failed.
-# Usage: guest-suite.sh RAW_TEST_BIN QUIC_TEST_BIN
-RAW="$1"; QUIC="$2"
+# Usage: guest-suite.sh RAW_TEST_BIN QUIC_TEST_BIN PINGPONG_TEST_BIN
+RAW="$1"; QUIC="$2"; PP="$3"
 pass=0; fail=0
 check() { # name, command...
   name="$1"; shift
@@ -38,6 +38,7 @@ ud_pingpong() { # rdma-core's ibv_ud_pingpong, unmodified, both sides over rxe0
 check "ibv_devinfo: rxe0 active, MTU 4096" devinfo
 check "ibv_ud_pingpong client <-> server over rxe0" ud_pingpong
 check "verbs provider raw UD tests" env QR_REQUIRE_RDMA=1 QR_EXPECT_MTU=4096 "$RAW" --test-threads=1 --nocapture
+check "verbs provider <-> rdma-core ibv_ud_pingpong (both roles)" env QR_REQUIRE_RDMA=1 "$PP" --test-threads=1 --nocapture
 check "QUIC over verbs: handshake + 64 MiB, sha256 equal" env QR_REQUIRE_RDMA=1 "$QUIC" --nocapture
 echo "guest suite: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -22,7 +22,7 @@ fi
 
 log "building quic-rdma with --features verbs"
 cargo test -p quic-rdma --features verbs --no-run --message-format=json \
-  --lib --test verbs_raw --test verbs_quic >"${TMPDIR:-/tmp}/verbs-build.json"
+  --lib --test verbs_raw --test verbs_quic --test verbs_ud_pingpong >"${TMPDIR:-/tmp}/verbs-build.json"
 exe() { # executable of a test target
   python3 -c '
 import json,sys
@@ -31,8 +31,8 @@ for l in open(sys.argv[1]):
     if m.get("reason")=="compiler-artifact" and m["target"]["name"]==sys.argv[2] and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])' "${TMPDIR:-/tmp}/verbs-build.json" "$1" | tail -1
 }
-LIB="$(exe quic_rdma)"; RAW="$(exe verbs_raw)"; QUIC="$(exe verbs_quic)"
-[[ -x "$LIB" && -x "$RAW" && -x "$QUIC" ]] || { log "test executables not found"; exit 1; }
+LIB="$(exe quic_rdma)"; RAW="$(exe verbs_raw)"; QUIC="$(exe verbs_quic)"; PP="$(exe verbs_ud_pingpong)"
+[[ -x "$LIB" && -x "$RAW" && -x "$QUIC" && -x "$PP" ]] || { log "test executables not found"; exit 1; }
 
 pass=0; fail=0
 step() { # name, command...
@@ -43,8 +43,8 @@ step() { # name, command...
   else fail=$((fail+1)); log "--- FAIL $name ($(( $(date +%s) - s )) s)"; fi
 }
 step "host: verbs unit tests (no RDMA here -> NoDevice)" "$LIB" fabric::verbs
-step "guest (rxe0 on lo): rdma-core tools, raw UD, QUIC 64 MiB" \
-  "$HERE/run.sh" --timeout 900 "$HERE/guest-suite.sh" "$RAW" "$QUIC"
+step "guest (rxe0 on lo): rdma-core tools, raw UD, ibv_ud_pingpong interop, QUIC 64 MiB" \
+  "$HERE/run.sh" --timeout 900 "$HERE/guest-suite.sh" "$RAW" "$QUIC" "$PP"
 step "guest (rxe0 on a 1500-MTU netdev): MTU 1024 -> MtuTooSmall" \
   "$HERE/run.sh" --netdev dummy1500 --timeout 300 --env QR_REQUIRE_RDMA=1 --env QR_EXPECT_MTU=1024 \
   "$RAW" limits_read_from_the_device --nocapture
