@@ -24,6 +24,8 @@ pub mod port;
 mod send_queue;
 pub mod sim;
 pub mod soft;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 pub mod wr;
 
 use std::task::Waker;

@@ -1,0 +1,44 @@
+#!/bin/sh
+# Runs inside the rxe guest (via run.sh): rdma-core's own tools over rxe0, then the
+# verbs provider's test binaries given as arguments. Prints one line per check and
+# "N passed, M failed"; exits non-zero if anything failed.
+# Usage: guest-suite.sh RAW_TEST_BIN QUIC_TEST_BIN PINGPONG_TEST_BIN
+RAW="$1"; QUIC="$2"; PP="$3"
+pass=0; fail=0
+check() { # name, command...
+  name="$1"; shift
+  echo "=== $name"
+  t0=$(date +%s)
+  if "$@"; then pass=$((pass+1)); echo "--- PASS $name ($(( $(date +%s) - t0 )) s)"
+  else fail=$((fail+1)); echo "--- FAIL $name ($(( $(date +%s) - t0 )) s)"; fi
+}
+gid_index() { # index of the RoCE v2 GID ::ffff:127.0.0.1 on rxe0 port 1
+  for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+    i=${f##*/}
+    [ "$(cat $f)" = "0000:0000:0000:0000:0000:ffff:7f00:0001" ] || continue
+    [ "$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ] && { echo $i; return; }
+  done
+  return 1
+}
+devinfo() {
+  out=$(ibv_devinfo -d rxe0) || return 1
+  echo "$out" | grep -E "hca_id|state|active_mtu"
+  echo "$out" | grep -q "PORT_ACTIVE" && echo "$out" | grep -q "active_mtu:.*4096"
+}
+ud_pingpong() { # rdma-core's ibv_ud_pingpong, unmodified, both sides over rxe0
+  g=$(gid_index) || { echo "no RoCE v2 GID for 127.0.0.1"; return 1; }
+  ibv_ud_pingpong -d rxe0 -g "$g" -n 200 -s 1024 >/tmp/srv.log 2>&1 &
+  srv=$!
+  sleep 1
+  ibv_ud_pingpong -d rxe0 -g "$g" -n 200 -s 1024 127.0.0.1; crc=$?
+  wait $srv; src=$?
+  sed 's/^/  server: /' /tmp/srv.log
+  [ $crc = 0 ] && [ $src = 0 ]
+}
+check "ibv_devinfo: rxe0 active, MTU 4096" devinfo
+check "ibv_ud_pingpong client <-> server over rxe0" ud_pingpong
+check "verbs provider raw UD tests" env QR_REQUIRE_RDMA=1 QR_EXPECT_MTU=4096 "$RAW" --test-threads=1 --nocapture
+check "verbs provider <-> rdma-core ibv_ud_pingpong (both roles)" env QR_REQUIRE_RDMA=1 "$PP" --test-threads=1 --nocapture
+check "QUIC over verbs: handshake + 64 MiB, sha256 equal" env QR_REQUIRE_RDMA=1 "$QUIC" --nocapture
+echo "guest suite: $pass passed, $fail failed"
+[ $fail = 0 ]
