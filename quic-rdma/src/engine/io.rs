@@ -33,6 +33,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             rx_buf,
             tx_buf,
             responses,
+            peers,
             ..
         } = self;
         let mut new_incoming = None::<Vec<quinn_proto::Incoming>>;
@@ -46,7 +47,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             let data = rx_buf.split();
             tx_buf.clear();
             let ecn = EcnCodepoint::from_bits(r.ecn);
-            match endpoint.handle(now, r.src.to_socket_addr(), local_ip, ecn, data, tx_buf) {
+            match endpoint.handle(now, peers.to_proto(r.src), local_ip, ecn, data, tx_buf) {
                 Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                     if let Some(c) = conns.by_proto(ch) {
                         c.inner.handle_event(ev);
@@ -114,7 +115,7 @@ impl<Q: UdQueuePair> Engine<Q> {
                 let Some(t) = c.inner.poll_transmit(now, MAX_SEND_BATCH, &mut self.tx_buf) else {
                     break;
                 };
-                let Ok(dest) = UdAddr::from_socket_addr(t.destination) else {
+                let Some(dest) = self.peers.to_ud(t.destination) else {
                     tracing::warn!(dest = %t.destination, "transmit to a non-UD address dropped");
                     continue;
                 };

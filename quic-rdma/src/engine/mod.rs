@@ -41,6 +41,7 @@ mod error;
 mod events;
 mod handle;
 mod io;
+mod peers;
 mod streams;
 
 use std::net::IpAddr;
@@ -63,6 +64,7 @@ use crate::quinn_adapter::endpoint_config;
 use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
 use connection::{Conn, ConnTable};
 use io::PendingTransmit;
+use peers::PeerTable;
 
 /// A single-threaded QUIC endpoint over one UD queue pair (see the [module docs](self)).
 pub struct Engine<Q: UdQueuePair> {
@@ -76,6 +78,8 @@ pub struct Engine<Q: UdQueuePair> {
     has_server: bool,
     recv_batch: usize,
     mtu: usize,
+    /// UD addresses ↔ the addresses quinn-proto sees (see `peers`).
+    peers: PeerTable,
     /// Our address as last seen (a change means our GID moved: tell the connections).
     local: UdAddr,
     /// Receive staging: one allocation split per datagram, reclaimed when unique.
@@ -114,6 +118,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             socket,
             endpoint,
             conns: ConnTable::default(),
+            peers: PeerTable::default(),
             incoming: Slab::new(),
             next_incoming_gen: 0,
             client: cfg.client,
@@ -154,7 +159,9 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// The peer's current address (changes when it migrates).
     pub fn remote_addr(&self, conn: ConnHandle) -> Result<UdAddr, EngineError> {
         let a = self.conns.get_ref(conn)?.inner.remote_address();
-        UdAddr::from_socket_addr(a).map_err(|_| EngineError::InvalidArgument("non-UD remote"))
+        self.peers
+            .to_ud(a)
+            .ok_or(EngineError::InvalidArgument("unknown remote"))
     }
 
     /// Live connections (not yet drained).
@@ -182,9 +189,8 @@ impl<Q: UdQueuePair> Engine<Q> {
         server_name: &str,
     ) -> Result<ConnHandle, EngineError> {
         let cfg = self.client.clone().ok_or(EngineError::NoClientConfig)?;
-        let (ch, conn) = self
-            .endpoint
-            .connect(now, cfg, remote.to_socket_addr(), server_name)?;
+        let addr = self.peers.to_proto(remote);
+        let (ch, conn) = self.endpoint.connect(now, cfg, addr, server_name)?;
         Ok(self.conns.insert(ch, Conn::new(conn)))
     }
 
@@ -317,7 +323,7 @@ impl<Q: UdQueuePair> Engine<Q> {
     }
 
     fn incoming_remote(&self, inc: &Incoming) -> UdAddr {
-        UdAddr::from_socket_addr(inc.remote_address()).unwrap_or(self.local)
+        self.peers.to_ud(inc.remote_address()).unwrap_or(self.local)
     }
 
     /// Accept an attempt; a refusal response (if any) is queued.

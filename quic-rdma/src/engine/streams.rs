@@ -4,6 +4,7 @@ use quinn_proto::{
     ClosedStream, Dir, FinishError, ReadError, ReadableError, StreamId, VarInt, WriteError,
 };
 
+use super::connection::Conn;
 use super::{ConnHandle, Engine, EngineError};
 use crate::fabric::UdQueuePair;
 
@@ -22,6 +23,23 @@ fn code(c: u64) -> Result<VarInt, EngineError> {
 
 fn closed(_: ClosedStream) -> EngineError {
     EngineError::ClosedStream
+}
+
+/// The open connection `conn`, if `stream` has a side we may use: quinn-proto
+/// asserts (panics) on a receive half of our own unidirectional stream and on
+/// a send half of the peer's, so those are refused here as closed streams.
+fn usable<'a, Q: UdQueuePair>(
+    e: &'a mut Engine<Q>,
+    conn: ConnHandle,
+    stream: StreamId,
+    send: bool,
+) -> Result<&'a mut Conn, EngineError> {
+    let c = e.conns.get(conn)?;
+    let ours = stream.initiator() == c.inner.side();
+    if stream.dir() == Dir::Uni && ours != send {
+        return Err(EngineError::ClosedStream);
+    }
+    Ok(c)
 }
 
 impl<Q: UdQueuePair> Engine<Q> {
@@ -52,7 +70,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         stream: StreamId,
         data: &[u8],
     ) -> Result<usize, EngineError> {
-        let c = self.conns.get(conn)?;
+        let c = usable(self, conn, stream, true)?;
         c.check_open()?;
         match c.inner.send_stream(stream).write(data) {
             Ok(n) => Ok(n),
@@ -65,7 +83,7 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// Mark the end of what we send on `stream`;
     /// [`Event::StreamFinished`](super::Event::StreamFinished) follows once the peer acknowledged all.
     pub fn finish(&mut self, conn: ConnHandle, stream: StreamId) -> Result<(), EngineError> {
-        let c = self.conns.get(conn)?;
+        let c = usable(self, conn, stream, true)?;
         c.check_open()?;
         match c.inner.send_stream(stream).finish() {
             Ok(()) => Ok(()),
@@ -82,7 +100,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         error_code: u64,
     ) -> Result<(), EngineError> {
         let code = code(error_code)?;
-        let c = self.conns.get(conn)?;
+        let c = usable(self, conn, stream, true)?;
         c.check_open()?;
         c.inner.send_stream(stream).reset(code).map_err(closed)
     }
@@ -95,7 +113,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         error_code: u64,
     ) -> Result<(), EngineError> {
         let code = code(error_code)?;
-        let c = self.conns.get(conn)?;
+        let c = usable(self, conn, stream, false)?;
         c.check_open()?;
         c.inner.recv_stream(stream).stop(code).map_err(closed)
     }
@@ -107,7 +125,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         stream: StreamId,
         priority: i32,
     ) -> Result<(), EngineError> {
-        let c = self.conns.get(conn)?;
+        let c = usable(self, conn, stream, true)?;
         c.check_open()?;
         c.inner
             .send_stream(stream)
@@ -126,7 +144,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         stream: StreamId,
         buf: &mut [u8],
     ) -> Result<StreamRead, EngineError> {
-        let c = self.conns.get(conn)?;
+        let c = usable(self, conn, stream, false)?;
         let mut rs = c.inner.recv_stream(stream);
         let mut chunks = match rs.read(true) {
             Ok(ch) => ch,
