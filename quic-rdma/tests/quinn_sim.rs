@@ -4,8 +4,10 @@ mod common;
 
 use std::time::Instant;
 
-use common::{transfer, Pair};
+use common::{gid, transfer, Pair};
 use quic_rdma::fabric::sim::{Faults, SimConfig};
+use quic_rdma::fabric::UdAddr;
+use quic_rdma::socket::SocketConfig;
 
 fn cfg(faults: Faults, seed: u64) -> SimConfig {
     SimConfig {
@@ -19,7 +21,6 @@ fn cfg(faults: Faults, seed: u64) -> SimConfig {
 async fn handshake_and_mtu_4096() {
     let p = Pair::new(SimConfig::default());
     let (c, s) = p.connect().await;
-    assert_eq!(c.max_datagram_size().is_some(), true);
     transfer(&c, &s, 1 << 20, 1).await;
     // The path MTU quinn uses is the fabric's (no 1472 cap).
     assert_eq!(c.stats().path.current_mtu, 4096);
@@ -41,6 +42,13 @@ async fn big_transfer(faults: Faults, seed: u64) {
         p.client_sock.stats()
     );
     assert_eq!(c.stats().path.current_mtu, 4096);
+    // The receiver's packets are mostly ACKs: small, so sent inline.
+    let srv = p.server_sock.stats();
+    assert!(
+        srv.inline_sends > 0 && srv.inline_sends * 2 >= srv.sent_wrs,
+        "{srv:?}"
+    );
+    assert_eq!(p.fabric.stats().ah_destroy_in_use, 0);
     if faults.loss > 0.0 {
         assert!(fs.lost > 0, "loss was injected");
         assert!(
@@ -66,4 +74,90 @@ async fn transfer_256mib_1pct_loss_dup_reorder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfer_256mib_5pct_loss_dup_reorder() {
     big_transfer(Faults::hostile(0.05), 13).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv4_gids_over_the_ipv4_grh_layout() {
+    let p = Pair::with(
+        SimConfig::default(),
+        true,
+        SocketConfig::default(),
+        SocketConfig::default(),
+    );
+    let (c, s) = p.connect().await;
+    transfer(&c, &s, 16 << 20, 21).await;
+    let seen = UdAddr::from_socket_addr(s.remote_address()).unwrap();
+    assert_eq!(seen.gid, gid(2, true));
+    assert!(seen.gid.is_ipv4());
+    assert_eq!(p.server_sock.stats().drop_bad_grh, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_gid_change_mid_transfer_migrates() {
+    let p = Pair::new(SimConfig::default());
+    let (c, s) = p.connect().await;
+    let (c2, s2) = (c.clone(), s.clone());
+    let xfer = tokio::spawn(async move { transfer(&c2, &s2, 128 << 20, 31).await });
+    // Move the client once the transfer is well under way.
+    while p.client_sock.stats().sent_bytes < 16 << 20 {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let new_gid = gid(42, false);
+    p.client_qp.set_gid(new_gid);
+    xfer.await.unwrap();
+    // The server now talks to the new address...
+    let seen = UdAddr::from_socket_addr(s.remote_address()).unwrap();
+    assert_eq!(seen.gid, new_gid);
+    let srv = p.server_sock.stats();
+    let cli = p.client_sock.stats();
+    // ...through a new AH; the old one was destroyed only after its sends completed.
+    assert!(srv.ah_rebuilt >= 1 && srv.ah_created >= 2, "{srv:?}");
+    assert_eq!(cli.gid_changes, 1);
+    assert!(cli.ah_rebuilt >= 1, "{cli:?}");
+    // Keep the connection busy until the retired AHs' last sends are retired.
+    transfer(&c, &s, 4 << 20, 32).await;
+    let srv = p.server_sock.stats();
+    assert!(srv.ah_destroyed >= 1, "{srv:?}");
+    assert_eq!(
+        p.fabric.stats().ah_destroy_in_use,
+        0,
+        "no AH destroyed under an in-flight send"
+    );
+    assert_eq!(c.stats().path.current_mtu, 4096);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_queue_starvation_is_counted_and_quic_recovers() {
+    let faults = Faults {
+        starve: 0.002,
+        ..Faults::default()
+    };
+    let shallow = SocketConfig {
+        recv_depth: 48,
+        repost_batch: 16,
+        ..SocketConfig::default()
+    };
+    let p = Pair::with(cfg(faults, 41), false, SocketConfig::default(), shallow);
+    let (c, s) = p.connect().await;
+    transfer(&c, &s, 32 << 20, 41).await;
+    let d = p.server_sock.stats().provider;
+    assert!(d.no_recv_posted > 0, "{d:?}");
+    assert!(c.stats().path.lost_packets > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ecn_marks_from_the_fabric_reach_quic_congestion_control() {
+    // No loss at all: every congestion event quinn reports comes from CE marks the
+    // fabric set in the GRH traffic class, carried up through RecvMeta.ecn.
+    let faults = Faults {
+        ecn_ce: 0.01,
+        ..Faults::default()
+    };
+    let p = Pair::new(cfg(faults, 51));
+    let (c, s) = p.connect().await;
+    transfer(&c, &s, 32 << 20, 51).await;
+    assert!(p.fabric.stats().ce_marked > 0);
+    assert_eq!(p.fabric.stats().lost, 0);
+    assert!(c.stats().path.congestion_events > 0, "{:?}", c.stats().path);
+    assert_eq!(c.stats().path.lost_packets, 0);
 }

@@ -11,7 +11,7 @@
 //!
 //! let fabric = SimFabric::new(Default::default());
 //! let qp = fabric.create_qp("fd00::1".parse::<std::net::Ipv6Addr>()?.into(), SimQpOptions::default())?;
-//! let socket = RdmaUdpSocket::new(UdSocket::new(Box::new(qp) as _, SocketConfig::default())?);
+//! let socket = RdmaUdpSocket::new(UdSocket::new(qp, SocketConfig::default())?);
 //! let mtu = socket.mtu();
 //! // Instead of quinn::Endpoint::client("[::]:0".parse()?):
 //! let endpoint = quinn::Endpoint::new_with_abstract_socket(
@@ -22,7 +22,9 @@
 //! )?;
 //! // ...and set `quinn_adapter::transport(mtu)` on the ClientConfig; the rest of
 //! // the quinn API is unchanged. Peers are `SocketAddr`s made by `UdAddr::to_socket_addr`.
-//! # drop(endpoint); Ok(()) }
+//! # assert_eq!(endpoint.local_addr()?.port(), 4791);
+//! # Ok(()) }
+//! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 //! ```
 
 mod config;

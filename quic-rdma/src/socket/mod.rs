@@ -59,6 +59,19 @@ pub struct SocketConfig {
     pub check_routing_key: bool,
 }
 
+impl SocketConfig {
+    /// Size the receive queue from the connection's receive window: enough posted
+    /// receives for one window of MTU-sized packets (clamped to 256..=8192), since
+    /// a UD packet that finds no posted receive is lost.
+    pub fn sized_for(window_bytes: u64, mtu: usize) -> Self {
+        let depth = window_bytes.div_ceil(mtu.max(1) as u64).clamp(256, 8192) as usize;
+        SocketConfig {
+            recv_depth: depth,
+            ..SocketConfig::default()
+        }
+    }
+}
+
 impl Default for SocketConfig {
     fn default() -> Self {
         SocketConfig {
@@ -256,6 +269,12 @@ impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
     }
 }
 
+impl<Q: UdQueuePair + ?Sized> Drop for UdSocket<Q> {
+    fn drop(&mut self) {
+        tracing::debug!(local = %self.local.gid, qpn = self.local.qpn, stats = ?self.stats(), "UD socket closed");
+    }
+}
+
 impl<Q: UdQueuePair + ?Sized> std::fmt::Debug for UdSocket<Q> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UdSocket")
@@ -310,5 +329,17 @@ impl<T: UdQueuePair + ?Sized> UdQueuePair for Box<T> {
     }
     fn drops(&self) -> crate::fabric::ProviderDrops {
         (**self).drops()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receive_queue_sized_from_the_window() {
+        assert_eq!(SocketConfig::sized_for(16 << 20, 4096).recv_depth, 4096);
+        assert_eq!(SocketConfig::sized_for(1 << 20, 4096).recv_depth, 256);
+        assert_eq!(SocketConfig::sized_for(1 << 30, 4096).recv_depth, 8192);
     }
 }

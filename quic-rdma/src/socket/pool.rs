@@ -60,6 +60,10 @@ impl SlotPool {
         self.free.push(slot);
     }
 
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+
     pub(crate) fn available(&self) -> usize {
         self.free.len()
     }

@@ -30,7 +30,13 @@ impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
                 mtu: self.mtu,
             });
         }
-        for chunk in contents.chunks(seg * MAX_SEND_BATCH) {
+        // One post per batch; a batch never needs more slots or SQ entries than exist
+        // (a GSO transmit larger than that is posted in several batches).
+        let batch = MAX_SEND_BATCH
+            .min(self.send_pool.total())
+            .min(self.qp.attr().max_send_wr as usize)
+            .max(1);
+        for chunk in contents.chunks(seg * batch) {
             self.send_batch(dest, ecn, chunk, seg)?;
         }
         Ok(())
@@ -57,7 +63,11 @@ impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
         self.wrs.clear();
         self.wr_ahs.clear();
         self.wr_slots.clear();
-        let signal_tail = self.inflight.len() + n > self.qp.attr().max_send_wr as usize / 2;
+        // Unsignaled sends hold their slot and SQ entry until a later signaled one
+        // completes: when either would run short after this batch, signal its last
+        // WR, or a quiet sender could wait forever for a completion never requested.
+        let every = self.cfg.signal_every as usize;
+        let signal_tail = sq_room - n < every || self.send_pool.available() - big < every;
         let segments = contents.chunks(seg).chain(
             // An empty datagram is still one (zero-length) UD message.
             std::iter::once(&contents[..0]).filter(|_| contents.is_empty()),

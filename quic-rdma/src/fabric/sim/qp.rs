@@ -75,19 +75,17 @@ impl State {
             self.recycle(pkt.data);
             return;
         };
-        let verdict = if pkt.pkey != qp.pkey {
+        if pkt.pkey != qp.pkey {
             qp.drops.bad_pkey += 1;
-            false
         } else if pkt.qkey != qp.qkey {
             qp.drops.bad_qkey += 1;
-            false
         } else if qp.credits == 0 || starved {
             qp.drops.no_recv_posted += 1;
-            false
         } else {
             qp.credits -= 1;
             let layout = GrhLayout::for_gid(qp.gid);
-            let payload = pkt.data.len() + (4 - pkt.data.len() % 4) % 4;
+            let padded = pkt.data.len().next_multiple_of(4);
+            let imm_len = if pkt.imm.is_some() { 4 } else { 0 };
             let grh = Grh {
                 sgid: pkt.sgid,
                 dgid: pkt.dgid,
@@ -98,9 +96,7 @@ impl State {
                     pkt.flow_label
                 },
                 hop_limit: pkt.hop_limit,
-                ip_payload_len: (ROCEV2_UDP_OVERHEAD
-                    + payload
-                    + if pkt.imm.is_some() { 4 } else { 0 }) as u16,
+                ip_payload_len: (ROCEV2_UDP_OVERHEAD + padded + imm_len) as u16,
             };
             qp.arrived.push_back(Arrival {
                 data: pkt.data,
@@ -111,8 +107,7 @@ impl State {
             qp.wake();
             self.stats.delivered += 1;
             return;
-        };
-        debug_assert!(!verdict);
+        }
         self.recycle(pkt.data);
     }
 }

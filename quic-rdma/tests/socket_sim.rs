@@ -1,0 +1,427 @@
+//! The UD socket over `sim`: the hardware semantics of DESIGN.md §2 held one by one.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpOptions};
+use quic_rdma::fabric::{
+    AhAttr, FabricError, Gid, Memory, Mtu, Region, SendFlags, SendWr, Sge, UdAddr, UdQueuePair,
+};
+use quic_rdma::socket::{SocketConfig, SocketError, UdSocket};
+
+fn g6(n: u16) -> Gid {
+    Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n).into()
+}
+
+fn sock(f: &SimFabric, gid: Gid, opts: SimQpOptions, cfg: SocketConfig) -> UdSocket<SimQp> {
+    UdSocket::new(f.create_qp(gid, opts).unwrap(), cfg).unwrap()
+}
+
+fn pair(cfg: SimConfig) -> (SimFabric, UdSocket<SimQp>, UdSocket<SimQp>) {
+    let f = SimFabric::new(cfg);
+    let a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
+    let b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
+    (f, a, b)
+}
+
+/// Receive everything waiting: (src, ecn, payload) of each datagram.
+fn drain(s: &mut UdSocket<SimQp>) -> Vec<(UdAddr, u8, Vec<u8>)> {
+    let mut v = Vec::new();
+    s.recv(usize::MAX, |r| v.push((r.src, r.ecn, r.data.to_vec())));
+    v
+}
+
+/// A short-header QUIC-looking datagram of `len` bytes: DCID starting 11 22 33
+/// (routing key 0x11223), then `tag`.
+fn datagram(len: usize, tag: u8) -> Vec<u8> {
+    let mut d = vec![tag; len];
+    d[..4].copy_from_slice(&[0x40, 0x11, 0x22, 0x33]);
+    d
+}
+
+#[test]
+fn delivers_with_source_gid_qpn_and_ecn() {
+    let (_f, mut a, mut b) = pair(SimConfig::default());
+    a.send(b.local_addr(), 0b10, &datagram(1200, 7), None)
+        .unwrap();
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[0].0,
+        a.local_addr(),
+        "source GID from the GRH, QPN from the completion"
+    );
+    assert_eq!(got[0].1, 0b10, "ECT(0) carried in the GRH traffic class");
+    assert_eq!(got[0].2, datagram(1200, 7));
+}
+
+#[test]
+fn ipv4_gids_use_the_ipv4_grh_layout() {
+    let f = SimFabric::new(SimConfig::default());
+    let ga: Gid = Ipv4Addr::new(10, 0, 0, 1).into();
+    let gb: Gid = Ipv4Addr::new(10, 0, 0, 2).into();
+    let mut a = sock(&f, ga, SimQpOptions::default(), SocketConfig::default());
+    let mut b = sock(&f, gb, SimQpOptions::default(), SocketConfig::default());
+    a.send(b.local_addr(), 0b01, &datagram(1500, 3), None)
+        .unwrap();
+    let got = drain(&mut b);
+    assert_eq!(got[0].0.gid, ga);
+    assert!(got[0].0.gid.is_ipv4());
+    assert_eq!(got[0].1, 0b01);
+    assert_eq!(b.stats().drop_bad_grh, 0);
+}
+
+#[test]
+fn gso_batch_is_one_post_with_one_wr_per_segment() {
+    let (_f, mut a, mut b) = pair(SimConfig::default());
+    let mut buf = Vec::new();
+    for i in 0..10u8 {
+        buf.extend_from_slice(&datagram(4096, i));
+    }
+    buf.extend_from_slice(&datagram(100, 99)); // short last segment
+    a.send(b.local_addr(), 0, &buf, Some(4096)).unwrap();
+    let st = a.stats();
+    assert_eq!(st.sent_wrs, 11);
+    assert_eq!(st.send_posts, 1, "one doorbell for the whole batch");
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 11);
+    assert_eq!(got[10].2, datagram(100, 99));
+    for (i, g) in got[..10].iter().enumerate() {
+        assert_eq!(g.2, datagram(4096, i as u8));
+    }
+}
+
+#[test]
+fn small_packets_go_inline_and_large_do_not() {
+    let (_f, mut a, mut b) = pair(SimConfig::default());
+    assert_eq!(
+        a.inline_max(),
+        64,
+        "min(threshold 64, granted max_inline 188)"
+    );
+    a.send(b.local_addr(), 0, &datagram(40, 1), None).unwrap();
+    a.send(b.local_addr(), 0, &datagram(64, 2), None).unwrap();
+    a.send(b.local_addr(), 0, &datagram(65, 3), None).unwrap();
+    assert_eq!(a.stats().inline_sends, 2);
+    let got = drain(&mut b);
+    assert_eq!(
+        got.iter().map(|g| g.2.len()).collect::<Vec<_>>(),
+        [40, 64, 65]
+    );
+}
+
+#[test]
+fn inline_never_exceeds_the_granted_max_inline() {
+    let f = SimFabric::new(SimConfig {
+        max_inline: 32,
+        ..SimConfig::default()
+    });
+    let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
+    let mut b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
+    assert_eq!(a.inline_max(), 32);
+    a.send(b.local_addr(), 0, &datagram(40, 1), None).unwrap();
+    assert_eq!(a.stats().inline_sends, 0);
+    assert_eq!(drain(&mut b).len(), 1);
+}
+
+#[test]
+fn oversized_send_is_refused_not_silently_dropped() {
+    let (_f, mut a, mut b) = pair(SimConfig::default());
+    let err = a
+        .send(b.local_addr(), 0, &datagram(4097, 1), None)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SocketError::Oversize {
+                len: 4097,
+                mtu: 4096
+            }
+        ),
+        "{err}"
+    );
+    let err = a
+        .send(b.local_addr(), 0, &datagram(8192, 1), Some(4097))
+        .unwrap_err();
+    assert!(matches!(err, SocketError::Oversize { .. }));
+    assert_eq!(a.stats().mtu_refusals, 2);
+    assert_eq!(a.stats().sent_wrs, 0);
+    assert!(drain(&mut b).is_empty());
+}
+
+#[test]
+fn the_fabric_itself_drops_oversize_silently_and_completes_success() {
+    // What the socket protects against: hardware semantics at the provider level.
+    let f = SimFabric::new(SimConfig::default());
+    let mut qp = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
+    let peer = f.create_qp(g6(2), SimQpOptions::default()).unwrap();
+    let mut mem = Memory::new();
+    let mut r = Region::new(8192);
+    qp.register(&mut r).unwrap();
+    let lkey = r.lkey().unwrap();
+    let region = mem.push(r);
+    let ah = qp.create_ah(&AhAttr::new(g6(2), 0)).unwrap();
+    let wr = SendWr {
+        wr_id: 9,
+        sge: Sge {
+            region,
+            offset: 0,
+            len: 5000,
+            lkey,
+        },
+        ah,
+        remote_qpn: peer.attr().qpn,
+        remote_qkey: peer.attr().qkey,
+        imm: None,
+        flags: SendFlags {
+            signaled: true,
+            inline: false,
+        },
+    };
+    qp.post_send(&mem, &[wr]).unwrap();
+    let mut wc = [quic_rdma::fabric::Completion::send(0); 1];
+    assert_eq!(qp.poll_send_cq(&mut wc), 1);
+    assert_eq!(wc[0].status, quic_rdma::fabric::WcStatus::Success);
+    assert_eq!(qp.drops().oversize_sent, 1);
+    assert_eq!(f.stats().delivered, 0);
+}
+
+#[test]
+fn mtu_1024_gives_the_clear_jumbo_frames_error() {
+    let f = SimFabric::new(SimConfig {
+        mtu: Mtu::M1024,
+        ..SimConfig::default()
+    });
+    let qp = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
+    let err = UdSocket::new(qp, SocketConfig::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(
+        err,
+        SocketError::Fabric(FabricError::MtuTooSmall { active: 1024 })
+    ));
+    assert!(msg.contains("1200") && msg.contains("jumbo"), "{msg}");
+}
+
+#[test]
+fn privileged_qkey_is_refused_with_the_fix() {
+    let f = SimFabric::new(SimConfig::default());
+    let err = f
+        .create_qp(
+            g6(1),
+            SimQpOptions {
+                qkey: 0x8000_0000,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("below 0x80000000"), "{err}");
+}
+
+#[test]
+fn wrong_qkey_wrong_pkey_and_unknown_qpn_are_dropped_and_counted() {
+    let f = SimFabric::new(SimConfig::default());
+    let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
+    let mut b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
+    let to_b = b.local_addr();
+    a.send(
+        UdAddr {
+            qkey: to_b.qkey ^ 1,
+            ..to_b
+        },
+        0,
+        &datagram(100, 1),
+        None,
+    )
+    .unwrap();
+    a.send(
+        UdAddr {
+            qpn: 0xAB_CDEF,
+            ..to_b
+        },
+        0,
+        &datagram(100, 2),
+        None,
+    )
+    .unwrap();
+    let mut other_partition = sock(
+        &f,
+        g6(3),
+        SimQpOptions {
+            pkey: 0x8001,
+            ..Default::default()
+        },
+        SocketConfig::default(),
+    );
+    other_partition
+        .send(to_b, 0, &datagram(100, 3), None)
+        .unwrap();
+    // And one good packet, which must be the only one delivered.
+    a.send(to_b, 0, &datagram(100, 4), None).unwrap();
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].2, datagram(100, 4));
+    let d = b.stats().provider;
+    assert_eq!((d.bad_qkey, d.bad_pkey, d.unknown_qpn), (1, 1, 1), "{d:?}");
+}
+
+#[test]
+fn immediate_data_must_match_the_cid_routing_key() {
+    let f = SimFabric::new(SimConfig::default());
+    let mut raw = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
+    let mut b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
+    let mut mem = Memory::new();
+    let mut r = Region::new(4096);
+    raw.register(&mut r).unwrap();
+    let lkey = r.lkey().unwrap();
+    let d = datagram(200, 0xAB); // DCID 11 22 33 .. -> routing key 0x11223
+    r.bytes_mut()[..200].copy_from_slice(&d);
+    let region = mem.push(r);
+    let ah = raw.create_ah(&AhAttr::new(g6(2), 0)).unwrap();
+    let mk = |imm, wr_id| SendWr {
+        wr_id,
+        sge: Sge {
+            region,
+            offset: 0,
+            len: 200,
+            lkey,
+        },
+        ah,
+        remote_qpn: b.local_addr().qpn,
+        remote_qkey: b.local_addr().qkey,
+        imm,
+        flags: SendFlags {
+            signaled: true,
+            inline: false,
+        },
+    };
+    raw.post_send(
+        &mem,
+        &[mk(Some(0x12345), 1), mk(None, 2), mk(Some(0x11223), 3)],
+    )
+    .unwrap();
+    let got = drain(&mut b);
+    assert_eq!(
+        got.len(),
+        1,
+        "only the packet whose immediate matches its CID"
+    );
+    assert_eq!(b.stats().drop_imm_mismatch, 2);
+}
+
+#[test]
+fn no_posted_receive_drops_and_counts() {
+    let f = SimFabric::new(SimConfig::default());
+    let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
+    let small = SocketConfig {
+        recv_depth: 8,
+        ..SocketConfig::default()
+    };
+    let mut b = sock(&f, g6(2), SimQpOptions::default(), small);
+    for i in 0..20u8 {
+        a.send(b.local_addr(), 0, &datagram(1200, i), None).unwrap();
+    }
+    assert_eq!(drain(&mut b).len(), 8);
+    assert_eq!(b.stats().provider.no_recv_posted, 12);
+    // Reposted: traffic flows again.
+    a.send(b.local_addr(), 0, &datagram(1200, 1), None).unwrap();
+    assert_eq!(drain(&mut b).len(), 1);
+}
+
+#[test]
+fn selective_signaling_retires_earlier_sends() {
+    let (_f, mut a, b) = pair(SimConfig::default());
+    for i in 0..100u8 {
+        a.send(b.local_addr(), 0, &datagram(2000, i), None).unwrap();
+    }
+    a.reap_sends();
+    let st = a.stats();
+    assert_eq!(st.signaled_sends, 100 / 16);
+    assert_eq!(st.send_completions, 100 / 16);
+    // Only the sends after the last signaled one are still held.
+    assert_eq!(a.sends_in_flight(), 100 % 16);
+}
+
+#[test]
+fn migrated_peer_gets_a_new_ah_and_the_old_one_dies_after_its_sends() {
+    let f = SimFabric::new(SimConfig::default());
+    let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
+    let b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
+    let old = b.local_addr();
+    // Three unsignaled sends reference the old AH.
+    for i in 0..3u8 {
+        a.send(old, 0, &datagram(2000, i), None).unwrap();
+    }
+    assert_eq!(a.sends_in_flight(), 3);
+    // The peer moves to a new GID (same QPN, Q_Key).
+    b.queue_pair().handle().set_gid(g6(9));
+    let new = UdAddr { gid: g6(9), ..old };
+    a.send(new, 0, &datagram(2000, 9), None).unwrap();
+    let st = a.stats();
+    assert_eq!((st.ah_created, st.ah_rebuilt, st.ah_destroyed), (2, 1, 0));
+    assert_eq!(
+        a.ah_counts(),
+        (1, 1),
+        "old AH retired but alive: 3 sends in flight"
+    );
+    // Keep sending until a signaled completion retires the old sends.
+    for i in 0..20u8 {
+        a.send(new, 0, &datagram(2000, i), None).unwrap();
+    }
+    a.reap_sends();
+    let st = a.stats();
+    assert_eq!(st.ah_destroyed, 1, "destroyed once its sends completed");
+    assert_eq!(a.ah_counts(), (1, 0));
+    assert_eq!(
+        f.stats().ah_destroy_in_use,
+        0,
+        "never destroyed under an in-flight send"
+    );
+}
+
+#[test]
+fn our_own_gid_change_rebuilds_every_ah() {
+    let f = SimFabric::new(SimConfig::default());
+    let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
+    let mut b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
+    a.send(b.local_addr(), 0, &datagram(1200, 1), None).unwrap();
+    a.queue_pair().handle().set_gid(g6(7));
+    a.handle_events();
+    assert_eq!(a.local_addr().gid, g6(7));
+    assert_eq!(a.stats().gid_changes, 1);
+    assert_eq!(a.stats().ah_rebuilt, 1);
+    a.send(b.local_addr(), 0, &datagram(1200, 2), None).unwrap();
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1].0.gid, g6(7), "new source GID on the wire");
+    assert_eq!(a.stats().ah_created, 2);
+}
+
+#[test]
+fn scarce_slots_and_a_short_send_queue_never_deadlock() {
+    let f = SimFabric::new(SimConfig {
+        max_send_wr: 32,
+        ..SimConfig::default()
+    });
+    let small = SocketConfig {
+        send_slots: 8,
+        ..Default::default()
+    };
+    let mut a = sock(&f, g6(1), SimQpOptions::default(), small);
+    let mut b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
+    // One at a time, and as GSO batches larger than the slot pool.
+    for i in 0..64u8 {
+        a.send(b.local_addr(), 0, &datagram(2000, i), None).unwrap();
+    }
+    let mut batch = Vec::new();
+    for i in 0..20u8 {
+        batch.extend_from_slice(&datagram(2000, i));
+    }
+    a.send(b.local_addr(), 0, &batch, Some(2000)).unwrap();
+    assert_eq!(a.stats().would_block, 0);
+    assert!(
+        a.sends_in_flight() < 8,
+        "signaled early when slots ran short"
+    );
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 84);
+    assert_eq!(got[83].2, datagram(2000, 19));
+}
