@@ -323,7 +323,9 @@ impl<Q: UdQueuePair> Engine<Q> {
     }
 
     fn incoming_remote(&self, inc: &Incoming) -> UdAddr {
-        self.peers.ud_addr(inc.remote_address()).unwrap_or(self.local)
+        self.peers
+            .ud_addr(inc.remote_address())
+            .unwrap_or(self.local)
     }
 
     /// Accept an attempt; a refusal response (if any) is queued.
