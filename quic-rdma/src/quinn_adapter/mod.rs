@@ -34,7 +34,7 @@ use std::fmt;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
@@ -52,6 +52,9 @@ use wake::WakeHub;
 /// `may_fragment()` is `false` (a UD message is never fragmented), so quinn may
 /// use every byte of the MTU.
 pub struct RdmaUdpSocket<Q: UdQueuePair + ?Sized = Box<dyn UdQueuePair>> {
+    /// The task waking `hub` on descriptor readiness (started on first poll, inside
+    /// the runtime), for providers with a readiness descriptor.
+    watcher: OnceLock<Option<tokio::task::AbortHandle>>,
     hub: Arc<WakeHub>,
     hub_waker: Waker,
     mtu: usize,
@@ -66,6 +69,7 @@ impl<Q: UdQueuePair + ?Sized> RdmaUdpSocket<Q> {
     {
         let hub = Arc::new(WakeHub::default());
         RdmaUdpSocket {
+            watcher: OnceLock::new(),
             hub_waker: Waker::from(hub.clone()),
             hub,
             mtu: socket.mtu(),
@@ -100,8 +104,27 @@ impl<Q: UdQueuePair + ?Sized> RdmaUdpSocket<Q> {
     /// Register `w` and arm the QP. Returns `true` if a completion may already be
     /// waiting (the caller polls again instead of sleeping: no lost wake-up).
     fn arm(&self, s: &mut UdSocket<Q>, w: &Waker) -> bool {
+        self.watcher.get_or_init(|| {
+            let fd = s.readiness_fd()?.try_clone_to_owned().ok()?;
+            tokio::runtime::Handle::try_current()
+                .map_err(
+                    |e| tracing::warn!(%e, "no tokio runtime to watch the provider's descriptor"),
+                )
+                .ok()?;
+            wake::spawn_fd_watcher(fd, self.hub.clone())
+                .map_err(|e| tracing::warn!(%e, "cannot watch the provider's descriptor"))
+                .ok()
+        });
         self.hub.register(w);
         s.arm(&self.hub_waker)
+    }
+}
+
+impl<Q: UdQueuePair + ?Sized> Drop for RdmaUdpSocket<Q> {
+    fn drop(&mut self) {
+        if let Some(Some(task)) = self.watcher.get() {
+            task.abort();
+        }
     }
 }
 

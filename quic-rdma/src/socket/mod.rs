@@ -245,6 +245,12 @@ impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
         &self.qp
     }
 
+    /// The provider's readiness descriptor, if it has one (see
+    /// [`UdQueuePair::readiness_fd`]).
+    pub fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.qp.readiness_fd()
+    }
+
     /// Ask to be woken when a completion (send or receive) or event arrives.
     /// Returns `true` if one may already be waiting: poll again before sleeping.
     pub fn arm(&mut self, waker: &Waker) -> bool {
@@ -329,6 +335,9 @@ impl<T: UdQueuePair + ?Sized> UdQueuePair for Box<T> {
     }
     fn drops(&self) -> crate::fabric::ProviderDrops {
         (**self).drops()
+    }
+    fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        (**self).readiness_fd()
     }
 }
 
