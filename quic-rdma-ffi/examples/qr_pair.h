@@ -40,7 +40,9 @@ static inline uint64_t qr_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Fabric (provider "sim", MTU 4096), self-signed cert, server and client engines. */
+/* Fabric (MTU 4096), self-signed cert, server and client engines. Over "sim"
+ * the GIDs are fd00::1 / fd00::2; over "soft" they are loopback addresses (each
+ * its own port, RoCEv2 on UDP 4791). */
 static inline void qr_pair_init(qr_pair *p, const char *provider) {
     memset(p, 0, sizeof *p);
     qr_fabric_config fc;
@@ -60,7 +62,8 @@ static inline void qr_pair_init(qr_pair *p, const char *provider) {
     memset(&sc, 0, sizeof sc);
     sc.struct_size = sizeof sc;
     sc.accept_policy = QR_ACCEPT_ALL;
-    sc.gid = "fd00::1";
+    int soft = provider && strcmp(provider, "soft") == 0;
+    sc.gid = soft ? "127.0.0.231" : "fd00::1";
     sc.routing_key = 0x5e;
     sc.cert_der = cert;
     sc.cert_der_len = cert_len;
@@ -71,7 +74,7 @@ static inline void qr_pair_init(qr_pair *p, const char *provider) {
     qr_engine_config cc;
     memset(&cc, 0, sizeof cc);
     cc.struct_size = sizeof cc;
-    cc.gid = "fd00::2";
+    cc.gid = soft ? "127.0.0.232" : "fd00::2";
     cc.routing_key = 0xc1;
     cc.ca_der = cert;
     cc.ca_der_len = cert_len;

@@ -230,7 +230,9 @@
 typedef struct qr_engine qr_engine;
 
 /**
- * A fabric: for "sim", an in-process network shared by every engine made on it.
+ * A fabric: for "sim", an in-process network shared by every engine made on
+ * it; for "soft", userspace RoCEv2 over UDP (each engine opens its own port on
+ * its GID's IP address, so engines in different processes talk).
  */
 typedef struct qr_fabric qr_fabric;
 
@@ -617,8 +619,9 @@ int32_t qr_close(qr_engine *e,
 const char *qr_strerror(int32_t code);
 
 /**
- * Create a fabric from `cfg` into `*out`. Providers: "sim". ("soft" and
- * "verbs" return `QR_ENOPROVIDER` in this build.)
+ * Create a fabric from `cfg` into `*out`. Providers: "sim" (in-process, with
+ * the fault knobs of the config) and "soft" (RoCEv2 over UDP; the fault knobs
+ * must be zero). Others ("verbs") return `QR_ENOPROVIDER`.
  *
  * # Safety
  * `cfg` points to a `qr_fabric_config` of at least `cfg->struct_size` bytes

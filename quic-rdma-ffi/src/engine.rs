@@ -8,7 +8,8 @@ use quic_rdma::engine::{
     client_config, server_config, AcceptPolicy, ConnHandle, Engine, EngineConfig, Event, IncomingId,
 };
 use quic_rdma::fabric::sim::SimQpOptions;
-use quic_rdma::fabric::{Gid, UdQueuePair};
+use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
+use quic_rdma::fabric::{Gid, UdQueuePair, DEFAULT_QKEY};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use crate::config::{
@@ -16,7 +17,7 @@ use crate::config::{
 };
 use crate::error::{code_of, guard, guard64, QR_EFABRIC, QR_EINVAL, QR_OK};
 use crate::events::qr_event;
-use crate::fabric::qr_fabric;
+use crate::fabric::{qr_fabric, FabricKind};
 use crate::ptr::{bytes, obj, obj_ref, put, read_versioned, text};
 
 /// An engine. Not thread-safe: use one from one thread at a time.
@@ -66,7 +67,7 @@ pub unsafe extern "C" fn qr_engine_new(
                 bytes(c.ca_der, c.ca_der_len)?,
             )
         };
-        let mtu = f.sim.config().mtu.bytes();
+        let mtu = f.mtu().bytes();
         let mut ecfg = EngineConfig {
             accept: policy(c.accept_policy)?,
             routing_key: c.routing_key,
@@ -84,12 +85,22 @@ pub unsafe extern "C" fn qr_engine_new(
                 client_config([CertificateDer::from(ca.to_vec())], mtu).map_err(|e| code_of(&e))?,
             );
         }
-        let qp = f
-            .sim
-            .create_qp(gid, SimQpOptions::default())
-            .map_err(|_| QR_EFABRIC)?;
-        let engine =
-            Engine::new(Box::new(qp) as Box<dyn UdQueuePair>, ecfg).map_err(|e| code_of(&e))?;
+        let qp: Box<dyn UdQueuePair> = match &f.kind {
+            FabricKind::Sim(sim) => Box::new(
+                sim.create_qp(gid, SimQpOptions::default())
+                    .map_err(|_| QR_EFABRIC)?,
+            ),
+            FabricKind::Soft { mtu } => {
+                let ip: IpAddr = gid_text.parse().map_err(|_| QR_EINVAL)?;
+                let port = SoftPort::open(SoftConfig {
+                    mtu: *mtu,
+                    ..SoftConfig::new(ip)
+                })
+                .map_err(|_| QR_EFABRIC)?;
+                Box::new(port.create_qp(DEFAULT_QKEY).map_err(|_| QR_EFABRIC)?)
+            }
+        };
+        let engine = Engine::new(qp, ecfg).map_err(|e| code_of(&e))?;
         let e = Box::into_raw(Box::new(qr_engine {
             engine,
             pending: Vec::with_capacity(256),

@@ -8,9 +8,25 @@ use crate::config::qr_fabric_config;
 use crate::error::{guard, QR_EINVAL, QR_ENOPROVIDER, QR_OK};
 use crate::ptr::{put, read_versioned, text};
 
-/// A fabric: for "sim", an in-process network shared by every engine made on it.
+/// A fabric: for "sim", an in-process network shared by every engine made on
+/// it; for "soft", userspace RoCEv2 over UDP (each engine opens its own port on
+/// its GID's IP address, so engines in different processes talk).
 pub struct qr_fabric {
-    pub(crate) sim: SimFabric,
+    pub(crate) kind: FabricKind,
+}
+
+pub(crate) enum FabricKind {
+    Sim(SimFabric),
+    Soft { mtu: Mtu },
+}
+
+impl qr_fabric {
+    pub(crate) fn mtu(&self) -> Mtu {
+        match &self.kind {
+            FabricKind::Sim(s) => s.config().mtu,
+            FabricKind::Soft { mtu } => *mtu,
+        }
+    }
 }
 
 fn mtu_of(bytes: u32) -> Result<Mtu, i32> {
@@ -24,8 +40,9 @@ fn mtu_of(bytes: u32) -> Result<Mtu, i32> {
     })
 }
 
-/// Create a fabric from `cfg` into `*out`. Providers: "sim". ("soft" and
-/// "verbs" return `QR_ENOPROVIDER` in this build.)
+/// Create a fabric from `cfg` into `*out`. Providers: "sim" (in-process, with
+/// the fault knobs of the config) and "soft" (RoCEv2 over UDP; the fault knobs
+/// must be zero). Others ("verbs") return `QR_ENOPROVIDER`.
 ///
 /// # Safety
 /// `cfg` points to a `qr_fabric_config` of at least `cfg->struct_size` bytes
@@ -44,9 +61,28 @@ pub unsafe extern "C" fn qr_fabric_new(
             // SAFETY: non-null and NUL-terminated by contract.
             unsafe { text(c.provider) }?
         };
-        if provider != "sim" {
-            return Err(QR_ENOPROVIDER);
+        let mtu = mtu_of(c.mtu)?;
+        let kind = match provider {
+            "sim" => FabricKind::Sim(sim_fabric(&c, mtu)?),
+            "soft" if c.loss == 0.0 && c.duplicate == 0.0 && c.reorder == 0.0 => {
+                FabricKind::Soft { mtu }
+            }
+            "soft" => return Err(QR_EINVAL),
+            _ => return Err(QR_ENOPROVIDER),
+        };
+        let f = Box::into_raw(Box::new(qr_fabric { kind }));
+        // SAFETY: `out` is writable by contract (null-checked by `put`).
+        if let Err(e) = unsafe { put(out, f) } {
+            // SAFETY: `f` came from Box::into_raw just above and was not shared.
+            drop(unsafe { Box::from_raw(f) });
+            return Err(e);
         }
+        Ok(QR_OK)
+    })
+}
+
+fn sim_fabric(c: &qr_fabric_config, mtu: Mtu) -> Result<SimFabric, i32> {
+    {
         let p = |x: f64| {
             if (0.0..=1.0).contains(&x) {
                 Ok(x)
@@ -60,21 +96,13 @@ pub unsafe extern "C" fn qr_fabric_new(
             reorder: p(c.reorder)?,
             ..Faults::default()
         };
-        let sim = SimFabric::new(SimConfig {
-            mtu: mtu_of(c.mtu)?,
+        Ok(SimFabric::new(SimConfig {
+            mtu,
             faults,
             seed: c.seed,
             ..SimConfig::default()
-        });
-        let f = Box::into_raw(Box::new(qr_fabric { sim }));
-        // SAFETY: `out` is writable by contract (null-checked by `put`).
-        if let Err(e) = unsafe { put(out, f) } {
-            // SAFETY: `f` came from Box::into_raw just above and was not shared.
-            drop(unsafe { Box::from_raw(f) });
-            return Err(e);
-        }
-        Ok(QR_OK)
-    })
+        }))
+    }
 }
 
 /// Free a fabric. Engines made on it keep working (they share it); NULL is a no-op.
