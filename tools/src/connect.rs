@@ -210,7 +210,7 @@ async fn client(
     let endpoint = demo::endpoint(&ep.socket, None, demo::CLIENT_KEY)?;
     let start = Instant::now();
     let conn = endpoint
-        .connect_with(cfg, peer.addr.to_socket_addr(), &c.server_name)
+        .connect_with(cfg, ep.socket.peer_addr(peer.addr), &c.server_name)
         .context("starting the handshake")?
         .await
         .with_context(|| {

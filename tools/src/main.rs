@@ -11,6 +11,7 @@ mod demo;
 mod provider;
 mod serve;
 mod tls;
+mod ud_pingpong;
 
 use std::process::ExitCode;
 
@@ -48,6 +49,13 @@ enum Command {
     /// Exit codes: 0 the data arrived intact; 1 it did not, or the run failed;
     /// 2 bad usage or a provider not built in.
     Connect(connect::ConnectArgs),
+
+    /// Raw UD ping-pong (no QUIC), compatible with rdma-core's `ibv_ud_pingpong`:
+    /// its TCP address exchange (port 18515), Q_Key and message loop. Server
+    /// without HOST, client with it.
+    ///
+    /// Exit codes: 0 all iterations done; 1 failure; 2 bad usage.
+    UdPingpong(ud_pingpong::UdPingpongArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +70,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Demo(args) => report("demo", demo::run(&args), args.json),
         Command::Serve(args) => serve::main(&args),
+        Command::UdPingpong(args) => ud_pingpong::main(&args),
         Command::Connect(args) => match connect::ClientRun::from_args(&args) {
             Ok(run) => report("connect", connect::run(&run), args.json),
             Err(e) => {

@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
-use quic_rdma::fabric::UdAddr;
 use quic_rdma::quinn_adapter;
 use serde::{Deserialize, Serialize};
 
@@ -232,8 +231,9 @@ fn print_summary(s: &ServeSummary, json: bool) {
 /// Handshake, workload, wait for the client to close; never fails (errors go
 /// into the summary).
 async fn connection(incoming: quinn::Incoming, ep: Arc<EndpointSocket>) -> ServeSummary {
-    let client = UdAddr::from_socket_addr(incoming.remote_address())
-        .ok()
+    let client = ep
+        .socket
+        .ud_addr_of(incoming.remote_address())
         .map(|a| UdEndpointReport::new(a, None));
     let mut received = None;
     let mut echoed = 0;

@@ -183,7 +183,7 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
     let tls = tls::configs(quinn_adapter::transport(fabric_mtu))?;
     let server = endpoint(&pair.server, Some(tls.server), SERVER_KEY)?;
     let client = endpoint(&pair.client, None, CLIENT_KEY)?;
-    let server_addr = pair.server.ud_addr().to_socket_addr();
+    let server_addr = pair.client.peer_addr(pair.server.ud_addr());
     let ping_size = args.ping_size as usize;
     let pings = args.pings;
 
