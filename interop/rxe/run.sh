@@ -11,10 +11,20 @@
 # COMMAND's output appears on stdout; the script exits with COMMAND's exit code
 # (124 on timeout, 125 if the guest failed before running it).
 #
+# --netdev tap links the guest to the host: run.sh creates a network namespace of its
+# own (qrxe-<pid>), a tap device in it (MTU 9000, 10.77.0.1/24) and runs qemu inside
+# it with a virtio-net NIC on that tap; the guest's eth0 is 10.77.0.2/24, MTU 9000,
+# and rxe0 sits on it (active MTU 4096). All traffic stays inside that namespace,
+# which is deleted on exit (with the tap).
+#
 # Options:
 #   --netdev NAME     netdev for rxe0: lo (default), or dummy1500 / dummy9000 for a dummy
 #                     interface with that MTU and an address in 10.77.0.0/24 (guest-local
-#                     only, no link leaves the guest)
+#                     only, no link leaves the guest), or `tap`: a link to the host (below)
+#   --host CMD        with --netdev tap: run CMD (bash) on the host inside the namespace,
+#                     concurrently with the guest; its output is prefixed "[host] ". The
+#                     run fails if either side fails. CMD sees RXE_XFER, a directory the
+#                     guest sees as /tmp/xfer (for certificates and the like)
 #   --timeout SECS    guest wall-clock limit (default 900)
 #   --mem MiB         guest memory (default 2048)
 #   --env NAME=VALUE  environment for COMMAND (repeatable); RUST_LOG/RUST_BACKTRACE pass through
@@ -30,19 +40,22 @@ TIMEOUT=900
 MEM=2048
 KEEP=0
 ENVS=()
+HOSTCMD=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --netdev) NETDEV="$2"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
     --mem) MEM="$2"; shift 2 ;;
     --env) ENVS+=("$2"); shift 2 ;;
+    --host) HOSTCMD="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --) shift; break ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
 done
-[[ $# -gt 0 ]] || { sed -n '2,22p' "$0" >&2; exit 2; }
+[[ $# -gt 0 ]] || { sed -n '2,34p' "$0" >&2; exit 2; }
+[[ -z "$HOSTCMD" || "$NETDEV" == tap ]] || { echo "run.sh: --host needs --netdev tap" >&2; exit 2; }
 
 log() { echo "[rxe] $*" >&2; }
 
@@ -82,7 +95,7 @@ if [[ ! -f "$KDIR/.done" ]]; then
 fi
 VMLINUZ="$KDIR/boot/vmlinuz-$KVER"
 
-MODS=(virtio_pci 9pnet_virtio 9p crc32_generic crc32-pclmul rdma_rxe dummy)
+MODS=(virtio_pci virtio_net 9pnet_virtio 9p crc32_generic crc32-pclmul rdma_rxe dummy)
 INITRD="$CACHE/initrd-$KVER.cpio.gz"
 if [[ ! -f "$INITRD" || "$INITRD" -ot "$HERE/init.sh" || "$INITRD" -ot "$0" ]]; then
   log "building initramfs for $KVER"
@@ -110,8 +123,32 @@ fi
 
 # ---- the run ---------------------------------------------------------------------
 RUN="$(mktemp -d /tmp/rxe-run.XXXXXX)"
-cleanup() { [[ $KEEP == 1 ]] && log "run dir kept: $RUN" || rm -rf "$RUN"; }
+NS=; HOSTPID=
+cleanup() {
+  if [[ -n "$HOSTPID" ]] && kill -0 "$HOSTPID" 2>/dev/null; then
+    kill -- "-$HOSTPID" 2>/dev/null || kill "$HOSTPID" 2>/dev/null || true
+  fi
+  [[ -n "$NS" ]] && ip netns del "$NS" 2>/dev/null
+  if [[ $KEEP == 1 ]]; then log "run dir kept: $RUN"; else rm -rf "$RUN"; fi
+}
 trap cleanup EXIT
+trap 'exit 130' INT TERM
+NETARGS=(-nic none)
+INNS=()
+if [[ "$NETDEV" == tap ]]; then
+  NS="qrxe-$$"
+  TAP=qrtap0
+  ip netns add "$NS"
+  ip -n "$NS" link set lo up
+  ip -n "$NS" tuntap add dev "$TAP" mode tap
+  ip -n "$NS" link set "$TAP" mtu 9000
+  ip -n "$NS" addr add 10.77.0.1/24 dev "$TAP"
+  ip -n "$NS" link set "$TAP" up
+  NETARGS=(-netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no"
+           -device virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02,host_mtu=9000,romfile=)
+  INNS=(ip netns exec "$NS")
+  log "namespace $NS: $TAP 10.77.0.1/24 mtu 9000 <-> guest eth0 10.77.0.2/24"
+fi
 {
   echo "#!/bin/sh"
   echo "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp"
@@ -124,12 +161,20 @@ trap cleanup EXIT
 } >"$RUN/cmd.sh"
 echo "$NETDEV" >"$RUN/netdev"
 
+if [[ -n "$HOSTCMD" ]]; then
+  # Its own process group (set -m), so cleanup can end all of it.
+  set -m
+  "${INNS[@]}" env RXE_XFER="$RUN" bash -c "$HOSTCMD" > >(sed -u 's/^/[host] /') 2>&1 &
+  HOSTPID=$!
+  set +m
+fi
+
 log "booting guest ($KVER, TCG, netdev $NETDEV)"
 start=$(date +%s)
 set +e
-timeout --foreground -k 5 "$TIMEOUT" qemu-system-x86_64 \
+timeout --foreground -k 5 "$TIMEOUT" "${INNS[@]}" qemu-system-x86_64 \
   -accel tcg,thread=multi -cpu max -smp 2 -m "$MEM" \
-  -nographic -no-reboot -monitor none -serial stdio -nic none \
+  -nographic -no-reboot -monitor none -serial stdio "${NETARGS[@]}" \
   -kernel "$VMLINUZ" -initrd "$INITRD" \
   -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init" \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
@@ -138,10 +183,23 @@ timeout --foreground -k 5 "$TIMEOUT" qemu-system-x86_64 \
 qrc=${PIPESTATUS[0]}
 set -e
 log "guest ran $(( $(date +%s) - start )) s"
+hrc=0
+if [[ -n "$HOSTPID" ]]; then
+  # The host side gets a grace period to finish after the guest is done.
+  for _ in $(seq 1 300); do kill -0 "$HOSTPID" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$HOSTPID" 2>/dev/null; then
+    log "host command still running 30 s after the guest ended: killing it"
+    kill -- "-$HOSTPID" 2>/dev/null || kill "$HOSTPID" 2>/dev/null || true
+  fi
+  wait "$HOSTPID" || hrc=$?
+  HOSTPID=
+  log "host command exit $hrc"
+fi
 if [[ $qrc == 124 ]]; then log "timeout after $TIMEOUT s"; exit 124; fi
 if [[ -f "$RUN/rc" ]]; then
   rc="$(cat "$RUN/rc")"
-  exit "$rc"
+  [[ $rc == 0 ]] || exit "$rc"
+  exit "$hrc"
 fi
 log "guest did not run the command (qemu exit $qrc)"
 exit 125

@@ -41,7 +41,8 @@ pub(crate) struct ConnectArgs {
     #[arg(long)]
     pub(crate) server_name: Option<String>,
 
-    /// Fabric provider (`soft`: userspace RoCEv2 over UDP).
+    /// Fabric provider (`soft`: userspace RoCEv2 over UDP; `verbs`: libibverbs, when
+    /// built with the `verbs` feature — its GID is the local IP).
     #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
     pub(crate) provider: ProviderKind,
 
@@ -178,13 +179,16 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, DemoError> {
     let mut opts = EndpointOptions::new(ip);
     opts.udp_port = c.udp_port;
     opts.peer = Some(peer);
-    let ep = provider::open_endpoint(c.provider, &opts).map_err(DemoError::Provider)?;
-    let trusted = tls::load_certs(&c.cert).map_err(run)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")
         .map_err(run)?;
+    let ep = {
+        let _rt = rt.enter();
+        provider::open_endpoint(c.provider, &opts).map_err(DemoError::Provider)?
+    };
+    let trusted = tls::load_certs(&c.cert).map_err(run)?;
     let report = rt.block_on(async {
         match tokio::time::timeout(c.timeout, client(c, &ep, &peer, trusted)).await {
             Ok(r) => r,

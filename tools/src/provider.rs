@@ -21,7 +21,8 @@ pub(crate) enum ProviderKind {
     /// Userspace RoCEv2 over UDP sockets (one process per endpoint: `qr serve` /
     /// `qr connect`; `qr demo` runs the server as a child process).
     Soft,
-    /// libibverbs: RoCE NICs and kernel rxe (not built into this version yet).
+    /// libibverbs: RoCE NICs and kernel rxe (`qr serve` / `qr connect`; built
+    /// with the `verbs` cargo feature).
     Verbs,
 }
 
@@ -90,6 +91,7 @@ impl SocketPair {
 #[derive(Debug)]
 pub(crate) enum OpenError {
     /// The provider exists in the design but is not compiled into this binary.
+    #[cfg_attr(feature = "verbs", allow(dead_code))]
     NotBuiltIn(ProviderKind),
     /// The provider cannot do what was asked (e.g. `sim` between processes).
     Unsupported(String),
@@ -100,6 +102,11 @@ pub(crate) enum OpenError {
 impl fmt::Display for OpenError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            OpenError::NotBuiltIn(ProviderKind::Verbs) => f.write_str(
+                "provider `verbs` is not built into this qr: rebuild with \
+                 `cargo build -p quic-rdma-tools --features verbs` (needs libibverbs-dev, \
+                 librdmacm-dev, libclang-dev), or use `--provider soft` / `--provider sim`",
+            ),
             OpenError::NotBuiltIn(kind) => write!(
                 f,
                 "provider `{kind}` is not built into this version of qr yet; \
@@ -127,7 +134,11 @@ pub(crate) fn open_pair(kind: ProviderKind, opts: &FabricOptions) -> Result<Sock
              use `qr serve` / `qr connect`"
                 .into(),
         )),
-        ProviderKind::Verbs => Err(OpenError::NotBuiltIn(kind)),
+        ProviderKind::Verbs => Err(OpenError::Unsupported(
+            "provider `verbs` runs one endpoint per process here: \
+             use `qr serve` / `qr connect`"
+                .into(),
+        )),
     }
 }
 
@@ -175,6 +186,9 @@ pub(crate) struct EndpointSocket {
 }
 
 /// Open one endpoint on provider `kind` (the multi-process counterpart of [`open_pair`]).
+///
+/// Call it inside a tokio runtime context (`Runtime::enter`): `verbs` spawns the
+/// task that turns completion-channel events into wake-ups.
 pub(crate) fn open_endpoint(
     kind: ProviderKind,
     opts: &EndpointOptions,
@@ -186,8 +200,63 @@ pub(crate) fn open_endpoint(
                 .into(),
         )),
         ProviderKind::Soft => open_soft(opts).map_err(OpenError::Failed),
+        #[cfg(feature = "verbs")]
+        ProviderKind::Verbs => open_verbs(opts).map_err(OpenError::Failed),
+        #[cfg(not(feature = "verbs"))]
         ProviderKind::Verbs => Err(OpenError::NotBuiltIn(kind)),
     }
+}
+
+/// A UD QP on libibverbs whose GID is `opts.ip` (IPv4-mapped for IPv4). The
+/// device sends RoCEv2 to UDP port 4791 only, so the peer must listen there.
+#[cfg(feature = "verbs")]
+fn open_verbs(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
+    use quic_rdma::fabric::verbs::{VerbsOptions, VerbsQp};
+    use quic_rdma::fabric::ROCEV2_UDP_PORT;
+    if opts.udp_port != ROCEV2_UDP_PORT {
+        anyhow::bail!(
+            "provider `verbs`: the device's RoCEv2 UDP port is {ROCEV2_UDP_PORT}, not {}",
+            opts.udp_port
+        );
+    }
+    if let Some(p) = opts.peer {
+        if p.udp_port != ROCEV2_UDP_PORT {
+            anyhow::bail!(
+                "the peer listens on UDP port {}: a verbs device reaches RoCEv2 peers on port \
+                 {ROCEV2_UDP_PORT} only",
+                p.udp_port
+            );
+        }
+    }
+    if opts.qpn.is_some() {
+        anyhow::bail!("provider `verbs`: the device chooses the QPN (--qpn is for soft)");
+    }
+    let qkey = opts.peer.map_or(opts.qkey, |p| p.addr.qkey);
+    let vopts = VerbsOptions {
+        gid: Some(opts.ip.into()),
+        qkey,
+        ..VerbsOptions::default()
+    };
+    let qp = VerbsQp::open(&vopts)
+        .with_context(|| format!("opening a verbs UD QP on GID {}", opts.ip))?;
+    // The notifier task wakes the socket's armed waker on completion events.
+    qp.notifier().spawn();
+    let gid_index = qp.gid_index();
+    let device = qp.device_name().to_string();
+    let qp: Box<dyn UdQueuePair> = Box::new(qp);
+    let sock = UdSocket::new(qp, SocketConfig::default())
+        .with_context(|| format!("UD socket on {device} GID index {gid_index}"))?;
+    let publish = PeerInfo {
+        addr: sock.local_addr(),
+        udp_port: ROCEV2_UDP_PORT,
+        mtu: sock.active_mtu(),
+    };
+    Ok(EndpointSocket {
+        kind: ProviderKind::Verbs,
+        socket: Arc::new(RdmaUdpSocket::new(sock)),
+        soft: None,
+        publish: Some(publish),
+    })
 }
 
 fn open_soft(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {

@@ -1,5 +1,5 @@
 //! `qr serve`: the server side of the demo's workload on one endpoint of a
-//! multi-process provider (`soft`), reachable by host and service port.
+//! multi-process provider (`soft`, or `verbs` when built in), reachable by host and service port.
 //!
 //! Start-up order, so that "the bootstrap service answers" means "ready":
 //! open the RoCEv2 port and QP, write the self-signed certificate to
@@ -40,7 +40,8 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) cert_out: PathBuf,
 
-    /// Fabric provider (`soft`: userspace RoCEv2 over UDP).
+    /// Fabric provider (`soft`: userspace RoCEv2 over UDP; `verbs`: libibverbs, when
+    /// built with the `verbs` feature — its GID is the local IP).
     #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
     pub(crate) provider: ProviderKind,
 
@@ -142,17 +143,20 @@ fn serve(args: &ServeArgs) -> Result<bool> {
     let mut opts = EndpointOptions::new(args.ip);
     opts.udp_port = args.udp_port;
     opts.qpn = args.qpn;
-    let ep = provider::open_endpoint(args.provider, &opts)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let ep = {
+        let _rt = rt.enter();
+        provider::open_endpoint(args.provider, &opts)?
+    };
     let mut names = vec![args.ip.to_string()];
     names.extend(args.names.iter().cloned());
     let id = ServerIdentity::generate(&names)?;
     id.write_cert(&args.cert_out)?;
     let server_cfg = tls::server_config(&id, quinn_adapter::transport(ep.socket.mtu()))?;
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
     let result = rt.block_on(async {
         let endpoint = demo::endpoint(&ep.socket, Some(server_cfg), demo::SERVER_KEY)?;
         let bind = args

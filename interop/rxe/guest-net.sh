@@ -1,0 +1,33 @@
+#!/bin/sh
+# Guest half of the host <-> guest tests over the tap link (run.sh --netdev tap):
+# the guest is 10.77.0.2 (rxe0 on eth0), the host 10.77.0.1 (`soft` in run.sh's
+# namespace). run-tests.sh pairs each mode with its host half (run.sh --host).
+# Usage: guest-net.sh MODE [QR]
+#   pp-server    rdma-core's ibv_ud_pingpong as the server (host: qr ud-pingpong client)
+#   pp-client    ibv_ud_pingpong as the client of the host's qr ud-pingpong server
+#   quic-server  QR serve --provider verbs (host: qr connect --provider soft)
+#   quic-client  QR connect --provider verbs to the host's qr serve --provider soft
+# Environment: PP_SIZE, PP_ITERS (ping-pong), QUIC_BYTES (transfer size).
+MODE="$1"; QR="$2"
+PP_SIZE="${PP_SIZE:-1024}"; PP_ITERS="${PP_ITERS:-500}"; QUIC_BYTES="${QUIC_BYTES:-16M}"
+GID_WANT=0000:0000:0000:0000:0000:ffff:0a4d:0002   # ::ffff:10.77.0.2
+gid_index() { # index of the RoCE v2 GID ::ffff:10.77.0.2 on rxe0 port 1 (waits for it)
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+      i=${f##*/}
+      [ "$(cat $f)" = "$GID_WANT" ] || continue
+      [ "$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$i 2>/dev/null)" = "RoCE v2" ] && { echo $i; return 0; }
+    done
+    sleep 1
+  done
+  return 1
+}
+g=$(gid_index) || { echo "[guest] no RoCE v2 GID for 10.77.0.2 on rxe0"; exit 1; }
+echo "[guest] rxe0 on eth0: RoCE v2 GID ::ffff:10.77.0.2 at index $g, active_mtu $(ibv_devinfo -d rxe0 | awk '/active_mtu/{print $2}')"
+case "$MODE" in
+  pp-server) exec ibv_ud_pingpong -d rxe0 -g "$g" -s "$PP_SIZE" -n "$PP_ITERS" ;;
+  pp-client) exec ibv_ud_pingpong -d rxe0 -g "$g" -s "$PP_SIZE" -n "$PP_ITERS" 10.77.0.1 ;;
+  quic-server) exec "$QR" serve --provider verbs --ip 10.77.0.2 --cert-out /tmp/xfer/cert.der --once --timeout 900 ;;
+  quic-client) exec "$QR" connect --provider verbs --cert /tmp/xfer/cert.der --bytes "$QUIC_BYTES" --pings 200 --wait 60 --timeout 900 10.77.0.1:18515 ;;
+  *) echo "guest-net.sh: unknown mode $MODE"; exit 2 ;;
+esac
