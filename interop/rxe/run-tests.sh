@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The verbs provider's test entry point (CI calls this): installs what it needs
 # (apt-get), builds the provider and its tests on the host, runs the host-side
-# tests, then boots the rxe guest twice (rxe0 on lo; rxe0 on a 1500-MTU dummy
-# netdev) and runs the guest suite. Exits non-zero on any failure.
+# tests, then boots the rxe guest: rxe0 on lo (the guest suite), rxe0 on a 1500-MTU
+# dummy netdev (the MTU error), and four times with rxe0 on a virtio NIC linked by a
+# tap to the host (in a network namespace run.sh creates): rdma-core's ibv_ud_pingpong
+# <-> qr ud-pingpong --provider soft and QUIC soft <-> verbs, each side in each role.
+# Also builds qr with --features verbs. Exits non-zero on any failure.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -34,6 +37,19 @@ for l in open(sys.argv[1]):
 LIB="$(exe quic_rdma)"; RAW="$(exe verbs_raw)"; QUIC="$(exe verbs_quic)"; PP="$(exe verbs_ud_pingpong)"
 [[ -x "$LIB" && -x "$RAW" && -x "$QUIC" && -x "$PP" ]] || { log "test executables not found"; exit 1; }
 
+log "building qr with --features verbs"
+cargo build -p quic-rdma-tools --features verbs --message-format=json >"${TMPDIR:-/tmp}/qr-verbs-build.json"
+QR="$(python3 -c '
+import json,sys
+for l in open(sys.argv[1]):
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="qr" and m.get("executable"):
+        print(m["executable"])' "${TMPDIR:-/tmp}/qr-verbs-build.json" | tail -1)"
+# A copy of its own: a later default build would overwrite target/debug/qr. Not under
+# /tmp, which is the guest's own tmpfs (the guest sees the host's / otherwise).
+cp "$QR" "$QR-verbs"; QR="$QR-verbs"
+[[ -x "$QR" ]] || { log "qr not built"; exit 1; }
+
 pass=0; fail=0
 step() { # name, command...
   local name="$1"; shift
@@ -48,6 +64,26 @@ step "guest (rxe0 on lo): rdma-core tools, raw UD, ibv_ud_pingpong interop, QUIC
 step "guest (rxe0 on a 1500-MTU netdev): MTU 1024 -> MtuTooSmall" \
   "$HERE/run.sh" --netdev dummy1500 --timeout 300 --env QR_REQUIRE_RDMA=1 --env QR_EXPECT_MTU=1024 \
   "$RAW" limits_read_from_the_device --nocapture
+# Host <-> guest over a tap in a namespace run.sh creates (--netdev tap): the host is
+# `soft` (10.77.0.1), the guest rxe0 on its eth0 (10.77.0.2); run.sh --host runs the
+# host half inside that namespace. Each pair runs both roles.
+TAP=("$HERE/run.sh" --netdev tap --timeout 900)
+step "tap: ibv_ud_pingpong server (guest rxe) <-> qr ud-pingpong --provider soft client (host)" \
+  "${TAP[@]}" --env PP_SIZE=1024 --env PP_ITERS=500 \
+  --host "$QR ud-pingpong --provider soft --ip 10.77.0.1 -s 1024 -n 500 --wait 300 --timeout 120 10.77.0.2" \
+  "$HERE/guest-net.sh" pp-server
+step "tap: ibv_ud_pingpong client (guest rxe) <-> qr ud-pingpong --provider soft server (host)" \
+  "${TAP[@]}" --env PP_SIZE=4096 --env PP_ITERS=500 \
+  --host "$QR ud-pingpong --provider soft --ip 10.77.0.1 -s 4096 -n 500 --timeout 600" \
+  "$HERE/guest-net.sh" pp-client
+step "tap: QUIC 16 MiB, qr connect --provider soft (host) -> qr serve --provider verbs (guest rxe)" \
+  "${TAP[@]}" \
+  --host "$QR connect --provider soft --ip 10.77.0.1 --cert \$RXE_XFER/cert.der --bytes 16M --pings 200 --wait 300 --timeout 600 10.77.0.2:18515" \
+  "$HERE/guest-net.sh" quic-server "$QR"
+step "tap: QUIC 16 MiB, qr connect --provider verbs (guest rxe) -> qr serve --provider soft (host)" \
+  "${TAP[@]}" --env QUIC_BYTES=16M \
+  --host "$QR serve --provider soft --ip 10.77.0.1 --cert-out \$RXE_XFER/cert.der --once --timeout 900" \
+  "$HERE/guest-net.sh" quic-client "$QR"
 log "total $(( $(date +%s) - t0 )) s"
 echo "verbs: $pass passed, $fail failed"
 [[ $fail == 0 ]]
