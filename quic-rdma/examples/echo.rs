@@ -19,16 +19,19 @@ use quic_rdma::socket::{SocketConfig, UdSocket};
 fn rdma_endpoint(
     qp: Box<dyn UdQueuePair>,
     server: Option<quinn::ServerConfig>,
-) -> Result<(quinn::Endpoint, usize), Box<dyn std::error::Error>> {
-    let socket = RdmaUdpSocket::new(UdSocket::new(qp, SocketConfig::default())?);
+) -> Result<(quinn::Endpoint, Arc<RdmaUdpSocket>), Box<dyn std::error::Error>> {
+    let socket = Arc::new(RdmaUdpSocket::new(UdSocket::new(
+        qp,
+        SocketConfig::default(),
+    )?));
     let mtu = socket.mtu();
     let endpoint = quinn::Endpoint::new_with_abstract_socket(
         quinn_adapter::endpoint_config(mtu, rand_key()),
         server,
-        Arc::new(socket),
+        socket.clone(),
         Arc::new(quinn::TokioRuntime),
     )?;
-    Ok((endpoint, mtu))
+    Ok((endpoint, socket))
 }
 
 fn rand_key() -> u32 {
@@ -49,12 +52,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2).into(),
         SimQpOptions::default(),
     )?;
-    let server_addr = quic_rdma::fabric::UdAddr::new(
+    let server_ud = quic_rdma::fabric::UdAddr::new(
         server_qp.attr().gid,
         server_qp.attr().qpn,
         server_qp.attr().qkey,
-    )
-    .to_socket_addr();
+    );
 
     // TLS 1.3 with a self-signed certificate the client is told to trust.
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
@@ -65,11 +67,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     roots.add(cert)?;
     let mut client_cfg = quinn::ClientConfig::with_root_certificates(Arc::new(roots))?;
 
-    let (server, mtu) = rdma_endpoint(Box::new(server_qp), None)?;
+    let (server, server_sock) = rdma_endpoint(Box::new(server_qp), None)?;
+    let mtu = server_sock.mtu();
     server_cfg.transport_config(quinn_adapter::transport(mtu));
     client_cfg.transport_config(quinn_adapter::transport(mtu));
     server.set_server_config(Some(server_cfg));
-    let (client, _) = rdma_endpoint(Box::new(client_qp), None)?;
+    let (client, client_sock) = rdma_endpoint(Box::new(client_qp), None)?;
+    // The address quinn knows the server by.
+    let server_addr = client_sock.peer_addr(server_ud);
 
     // Echo server: every bidirectional stream gets its bytes back.
     let srv = tokio::spawn(async move {

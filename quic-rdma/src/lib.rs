@@ -13,5 +13,6 @@
 pub mod cid;
 pub mod engine;
 pub mod fabric;
+mod peers;
 pub mod quinn_adapter;
 pub mod socket;

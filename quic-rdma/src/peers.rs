@@ -1,9 +1,10 @@
-//! The engine's peer table: UD addresses ↔ the `SocketAddr`s quinn-proto sees.
+//! The peer table: UD addresses ↔ the `SocketAddr`s quinn and quinn-proto see,
+//! shared by the engine and the quinn adapter.
 //!
 //! [`UdAddr::to_socket_addr`] keeps the QPN in `scope_id` and the Q_Key in
 //! `flowinfo`, but quinn-proto's Retry tokens carry only IP and port and are
 //! checked with `token_address != remote_address`, so with that mapping every
-//! Retry token fails (INVALID_TOKEN). The engine therefore shows quinn-proto a
+//! Retry token fails (INVALID_TOKEN). Both drivers therefore show quinn-proto a
 //! synthetic address per peer — the GID with a port unique to the (GID, QPN,
 //! Q_Key) triple, flowinfo and scope 0 — which survives the token's encoding,
 //! is stable per peer (so a peer that moves is still a path change) and maps
@@ -18,7 +19,7 @@ use crate::fabric::UdAddr;
 /// after 65535 distinct peers the oldest port is reused (its peer, if still
 /// talking, looks like a new path).
 #[derive(Debug, Default)]
-pub(super) struct PeerTable {
+pub(crate) struct PeerTable {
     by_ud: HashMap<UdAddr, u16>,
     by_port: Vec<Option<UdAddr>>,
     next: u16,
@@ -26,7 +27,7 @@ pub(super) struct PeerTable {
 
 impl PeerTable {
     /// The address quinn-proto sees for `ud` (registering it on first sight).
-    pub(super) fn proto_addr(&mut self, ud: UdAddr) -> SocketAddr {
+    pub(crate) fn proto_addr(&mut self, ud: UdAddr) -> SocketAddr {
         let port = match self.by_ud.get(&ud) {
             Some(p) => *p,
             None => self.register(ud),
@@ -35,7 +36,7 @@ impl PeerTable {
     }
 
     /// The UD address behind an address quinn-proto gave us.
-    pub(super) fn ud_addr(&self, a: SocketAddr) -> Option<UdAddr> {
+    pub(crate) fn ud_addr(&self, a: SocketAddr) -> Option<UdAddr> {
         let ud = (*self.by_port.get(usize::from(a.port()).checked_sub(1)?)?)?;
         (a.ip() == std::net::IpAddr::V6(ud.gid.to_ipv6())).then_some(ud)
     }

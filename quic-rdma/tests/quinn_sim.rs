@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use common::{gid, transfer, Pair};
 use quic_rdma::fabric::sim::{Faults, SimConfig};
-use quic_rdma::fabric::UdAddr;
 use quic_rdma::socket::SocketConfig;
 
 fn cfg(faults: Faults, seed: u64) -> SimConfig {
@@ -86,7 +85,7 @@ async fn ipv4_gids_over_the_ipv4_grh_layout() {
     );
     let (c, s) = p.connect().await;
     transfer(&c, &s, 16 << 20, 21).await;
-    let seen = UdAddr::from_socket_addr(s.remote_address()).unwrap();
+    let seen = p.server_sock.ud_addr_of(s.remote_address()).unwrap();
     assert_eq!(seen.gid, gid(2, true));
     assert!(seen.gid.is_ipv4());
     assert_eq!(p.server_sock.stats().drop_bad_grh, 0);
@@ -106,7 +105,7 @@ async fn client_gid_change_mid_transfer_migrates() {
     p.client_qp.set_gid(new_gid);
     xfer.await.unwrap();
     // The server now talks to the new address...
-    let seen = UdAddr::from_socket_addr(s.remote_address()).unwrap();
+    let seen = p.server_sock.ud_addr_of(s.remote_address()).unwrap();
     assert_eq!(seen.gid, new_gid);
     let srv = p.server_sock.stats();
     let cli = p.client_sock.stats();
@@ -160,4 +159,30 @@ async fn ecn_marks_from_the_fabric_reach_quic_congestion_control() {
     assert_eq!(p.fabric.stats().lost, 0);
     assert!(c.stats().path.congestion_events > 0, "{:?}", c.stats().path);
     assert_eq!(c.stats().path.lost_packets, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_retry_validates_the_client_address() {
+    // quinn-proto's Retry token keeps only IP and port of the client's address:
+    // the adapter's peer addresses must survive that round trip.
+    let p = Pair::new(SimConfig::default());
+    let connecting = p
+        .client
+        .connect_with(p.client_cfg.clone(), p.server_addr, "localhost")
+        .unwrap();
+    let server = p.server.clone();
+    let accept = tokio::spawn(async move {
+        let first = server.accept().await.unwrap();
+        assert!(!first.remote_address_validated());
+        first.retry().unwrap();
+        let second = server.accept().await.unwrap();
+        assert!(
+            second.remote_address_validated(),
+            "the Retry token validated"
+        );
+        second.await.unwrap()
+    });
+    let c = connecting.await.unwrap();
+    let s = accept.await.unwrap();
+    transfer(&c, &s, 1 << 20, 71).await;
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::{certs, endpoint, transfer};
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort, SoftQp};
-use quic_rdma::fabric::{UdAddr, DEFAULT_QKEY};
+use quic_rdma::fabric::DEFAULT_QKEY;
 use quic_rdma::quinn_adapter::RdmaUdpSocket;
 use quic_rdma::socket::{SocketConfig, UdSocket};
 
@@ -26,7 +26,7 @@ async fn soft_transfer(server_ip: IpAddr, client_ip: IpAddr, bytes: u64) {
     let c = certs(ssock.mtu());
     let server = endpoint(&ssock, Some(c.server), 0x50f);
     let client = endpoint(&csock, None, 0xc11);
-    let addr = ssock.ud_addr().to_socket_addr();
+    let addr = csock.peer_addr(ssock.ud_addr());
     let srv = server.clone();
     let accept = tokio::spawn(async move { srv.accept().await.unwrap().await.unwrap() });
     let conn = client
@@ -37,7 +37,7 @@ async fn soft_transfer(server_ip: IpAddr, client_ip: IpAddr, bytes: u64) {
     let sconn = accept.await.unwrap();
     transfer(&conn, &sconn, bytes, 61).await;
     assert_eq!(conn.stats().path.current_mtu, 4096);
-    let seen = UdAddr::from_socket_addr(sconn.remote_address()).unwrap();
+    let seen = ssock.ud_addr_of(sconn.remote_address()).unwrap();
     assert_eq!(seen.gid, cport.gid());
     let (ss, cs) = (sport.stats(), cport.stats());
     eprintln!("server {ss:?}\nclient {cs:?}\nsocket {:?}", csock.stats());

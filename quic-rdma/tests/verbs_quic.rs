@@ -71,7 +71,7 @@ async fn quic_handshake_and_64mib_transfer_verbs_to_verbs() {
     let connecting = client
         .connect_with(
             certs.client,
-            server_sock.ud_addr().to_socket_addr(),
+            client_sock.peer_addr(server_sock.ud_addr()),
             "localhost",
         )
         .unwrap();

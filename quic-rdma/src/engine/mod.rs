@@ -41,7 +41,6 @@ mod error;
 mod events;
 mod handle;
 mod io;
-mod peers;
 mod streams;
 
 use std::net::IpAddr;
@@ -60,11 +59,11 @@ pub use quinn_proto::StreamId;
 pub use streams::StreamRead;
 
 use crate::fabric::{UdAddr, UdQueuePair};
+use crate::peers::PeerTable;
 use crate::quinn_adapter::endpoint_config;
 use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
 use connection::{Conn, ConnTable};
 use io::PendingTransmit;
-use peers::PeerTable;
 
 /// A single-threaded QUIC endpoint over one UD queue pair (see the [module docs](self)).
 pub struct Engine<Q: UdQueuePair> {
@@ -78,7 +77,7 @@ pub struct Engine<Q: UdQueuePair> {
     has_server: bool,
     recv_batch: usize,
     mtu: usize,
-    /// UD addresses ↔ the addresses quinn-proto sees (see `peers`).
+    /// UD addresses ↔ the addresses quinn-proto sees (see [`crate::peers`]).
     peers: PeerTable,
     /// Our address as last seen (a change means our GID moved: tell the connections).
     local: UdAddr,

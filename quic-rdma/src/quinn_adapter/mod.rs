@@ -21,7 +21,7 @@
 //!     Arc::new(quinn::TokioRuntime),
 //! )?;
 //! // ...and set `quinn_adapter::transport(mtu)` on the ClientConfig; the rest of
-//! // the quinn API is unchanged. Peers are `SocketAddr`s made by `UdAddr::to_socket_addr`.
+//! // the quinn API is unchanged. A peer's `SocketAddr` comes from `socket.peer_addr(ud_addr)`.
 //! # assert_eq!(endpoint.local_addr()?.port(), 4791);
 //! # Ok(()) }
 //! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
@@ -43,12 +43,13 @@ use quinn::{AsyncUdpSocket, UdpPoller};
 pub use config::{endpoint_config, transport, transport_config};
 
 use crate::fabric::{UdAddr, UdQueuePair};
+use crate::peers::PeerTable;
 use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
 use wake::WakeHub;
 
 /// A [`UdSocket`] as a `quinn::AsyncUdpSocket`.
 ///
-/// Addresses are UD addresses mapped to `SocketAddr` by [`UdAddr::to_socket_addr`];
+/// quinn addresses a UD peer by the `SocketAddr` [`RdmaUdpSocket::peer_addr`] gives;
 /// `may_fragment()` is `false` (a UD message is never fragmented), so quinn may
 /// use every byte of the MTU.
 pub struct RdmaUdpSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
@@ -58,6 +59,8 @@ pub struct RdmaUdpSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     hub: Arc<WakeHub>,
     hub_waker: Waker,
     mtu: usize,
+    /// The addresses quinn sees for UD peers (see [`RdmaUdpSocket::peer_addr`]).
+    peers: Mutex<PeerTable>,
     inner: Mutex<UdSocket<Q>>,
 }
 
@@ -70,6 +73,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
             hub_waker: Waker::from(hub.clone()),
             hub,
             mtu: socket.mtu(),
+            peers: Mutex::new(PeerTable::default()),
             inner: Mutex::new(socket),
         }
     }
@@ -84,6 +88,22 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
         self.lock().local_addr()
     }
 
+    /// The `SocketAddr` to give quinn for the UD peer `ud` (e.g. in
+    /// `Endpoint::connect`); `Connection::remote_address` reports the same value.
+    ///
+    /// It is the peer's GID with a port unique to this peer, flow info and scope 0:
+    /// quinn-proto's Retry tokens keep only IP and port, so an address that put the
+    /// QPN and Q_Key elsewhere (like [`UdAddr::to_socket_addr`]) would fail every
+    /// Retry. Stable per peer, so a peer that moves is a path change.
+    pub fn peer_addr(&self, ud: UdAddr) -> SocketAddr {
+        lock(&self.peers).proto_addr(ud)
+    }
+
+    /// The UD peer behind an address quinn reported (the inverse of [`Self::peer_addr`]).
+    pub fn ud_addr_of(&self, addr: SocketAddr) -> Option<UdAddr> {
+        lock(&self.peers).ud_addr(addr)
+    }
+
     /// The socket's counters.
     pub fn stats(&self) -> SocketStats {
         self.lock().stats()
@@ -95,7 +115,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     }
 
     fn lock(&self) -> MutexGuard<'_, UdSocket<Q>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 
     /// Register `w` and arm the QP. Returns `true` if a completion may already be
@@ -115,6 +135,10 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
         self.hub.register(w);
         s.arm(&self.hub_waker)
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl<Q: UdQueuePair> Drop for RdmaUdpSocket<Q> {
@@ -139,8 +163,15 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
     }
 
     fn try_send(&self, t: &Transmit) -> io::Result<()> {
-        let dest = UdAddr::from_socket_addr(t.destination)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let dest = self.ud_addr_of(t.destination).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is not a known UD peer; address peers with RdmaUdpSocket::peer_addr",
+                    t.destination
+                ),
+            )
+        })?;
         let ecn = t.ecn.map_or(0, |e| e as u8);
         self.lock()
             .send(dest, ecn, t.contents, t.segment_size)
@@ -155,6 +186,7 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
     ) -> Poll<io::Result<usize>> {
         let max = bufs.len().min(meta.len());
         let mut s = self.lock();
+        let mut peers = lock(&self.peers);
         let dst_ip = Some(s.local_addr().gid.to_ipv6().into());
         loop {
             // Send completions also wake the QP: retire them here so an armed QP
@@ -165,7 +197,7 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
                 let len = r.data.len().min(bufs[i].len());
                 bufs[i][..len].copy_from_slice(&r.data[..len]);
                 meta[i] = RecvMeta {
-                    addr: r.src.to_socket_addr(),
+                    addr: peers.proto_addr(r.src),
                     len,
                     stride: len,
                     ecn: EcnCodepoint::from_bits(r.ecn),

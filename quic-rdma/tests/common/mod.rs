@@ -92,7 +92,7 @@ impl Pair {
         let certs = certs(server_sock.mtu());
         let server = endpoint(&server_sock, Some(certs.server), 0x5e);
         let client = endpoint(&client_sock, None, 0xc1);
-        let server_addr = server_sock.ud_addr().to_socket_addr();
+        let server_addr = client_sock.peer_addr(server_sock.ud_addr());
         Pair {
             fabric,
             server,
