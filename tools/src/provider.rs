@@ -103,7 +103,7 @@ impl fmt::Display for OpenError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             OpenError::NotBuiltIn(ProviderKind::Verbs) => f.write_str(
-                "provider `verbs` is not built into this qr: rebuild with \
+                "provider `verbs` is not built into this version of qr: rebuild with \
                  `cargo build -p quic-rdma-tools --features verbs` (needs libibverbs-dev, \
                  librdmacm-dev, libclang-dev), or use `--provider soft` / `--provider sim`",
             ),
@@ -134,11 +134,14 @@ pub(crate) fn open_pair(kind: ProviderKind, opts: &FabricOptions) -> Result<Sock
              use `qr serve` / `qr connect`"
                 .into(),
         )),
+        #[cfg(feature = "verbs")]
         ProviderKind::Verbs => Err(OpenError::Unsupported(
-            "provider `verbs` runs one endpoint per process here: \
-             use `qr serve` / `qr connect`"
+            "`qr demo` has no verbs pair yet: run `qr serve --provider verbs` and \
+             `qr connect --provider verbs` (one endpoint each)"
                 .into(),
         )),
+        #[cfg(not(feature = "verbs"))]
+        ProviderKind::Verbs => Err(OpenError::NotBuiltIn(kind)),
     }
 }
 

@@ -77,6 +77,7 @@ fn human_summary_names_the_essentials() {
     }
 }
 
+#[cfg(not(feature = "verbs"))]
 #[test]
 fn providers_not_built_in_exit_2_with_a_message() {
     let out = qr(&["demo", "--provider", "verbs"]);
@@ -86,6 +87,15 @@ fn providers_not_built_in_exit_2_with_a_message() {
         err.contains("verbs") && err.contains("not built into this version"),
         "{err}"
     );
+}
+
+#[cfg(feature = "verbs")]
+#[test]
+fn demo_verbs_points_to_serve_and_connect() {
+    let out = qr(&["demo", "--provider", "verbs"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("qr serve --provider verbs"), "{err}");
 }
 
 #[test]

@@ -35,7 +35,8 @@ pub(crate) struct DemoArgs {
     /// no hardware, no setup). `soft` is userspace RoCEv2 over UDP: qr starts
     /// `qr serve --once` as a separate server process on --server-ip and runs the
     /// client itself on --client-ip (real RoCEv2 packets on UDP port 4791).
-    /// `verbs` is not built into this version yet.
+    /// `verbs` (libibverbs, with the `verbs` feature) runs one endpoint per process:
+    /// use `qr serve` / `qr connect` for it.
     #[arg(long, value_enum, default_value_t = ProviderKind::Sim)]
     pub(crate) provider: ProviderKind,
 
