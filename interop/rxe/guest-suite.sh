@@ -2,8 +2,8 @@
 # Runs inside the rxe guest (via run.sh): rdma-core's own tools over rxe0, then the
 # verbs provider's test binaries given as arguments. Prints one line per check and
 # "N passed, M failed"; exits non-zero if anything failed.
-# Usage: guest-suite.sh RAW_TEST_BIN QUIC_TEST_BIN PINGPONG_TEST_BIN
-RAW="$1"; QUIC="$2"; PP="$3"
+# Usage: guest-suite.sh RAW_TEST_BIN QUIC_TEST_BIN PINGPONG_TEST_BIN [QR_VERBS_BIN]
+RAW="$1"; QUIC="$2"; PP="$3"; QR="$4"
 pass=0; fail=0
 check() { # name, command...
   name="$1"; shift
@@ -35,8 +35,25 @@ ud_pingpong() { # rdma-core's ibv_ud_pingpong, unmodified, both sides over rxe0
   sed 's/^/  server: /' /tmp/srv.log
   [ $crc = 0 ] && [ $src = 0 ]
 }
+qr_ud_pingpong() { # qr ud-pingpong --provider verbs in both roles against ibv_ud_pingpong
+  g=$(gid_index) || { echo "no RoCE v2 GID for 127.0.0.1"; return 1; }
+  "$QR" ud-pingpong --provider verbs -g "$g" -p 18601 -n 200 -s 4096 --timeout 60 >/tmp/qs.log 2>&1 &
+  qs=$!
+  sleep 1
+  ibv_ud_pingpong -d rxe0 -g "$g" -p 18601 -n 200 -s 4096 127.0.0.1; c1=$?
+  wait $qs; s1=$?
+  sed 's/^/  qr server: /' /tmp/qs.log
+  ibv_ud_pingpong -d rxe0 -g "$g" -p 18602 -n 200 -s 4096 >/tmp/is.log 2>&1 &
+  is=$!
+  sleep 1
+  "$QR" ud-pingpong --provider verbs -g "$g" -p 18602 -n 200 -s 4096 --timeout 60 127.0.0.1; c2=$?
+  wait $is; s2=$?
+  sed 's/^/  ibv server: /' /tmp/is.log
+  [ $c1 = 0 ] && [ $s1 = 0 ] && [ $c2 = 0 ] && [ $s2 = 0 ]
+}
 check "ibv_devinfo: rxe0 active, MTU 4096" devinfo
 check "ibv_ud_pingpong client <-> server over rxe0" ud_pingpong
+[ -n "$QR" ] && check "qr ud-pingpong --provider verbs <-> ibv_ud_pingpong (both roles, 4096 B)" qr_ud_pingpong
 check "verbs provider raw UD tests" env QR_REQUIRE_RDMA=1 QR_EXPECT_MTU=4096 "$RAW" --test-threads=1 --nocapture
 check "verbs provider <-> rdma-core ibv_ud_pingpong (both roles)" env QR_REQUIRE_RDMA=1 "$PP" --test-threads=1 --nocapture
 check "QUIC over verbs: handshake + 64 MiB, sha256 equal" env QR_REQUIRE_RDMA=1 "$QUIC" --nocapture

@@ -59,8 +59,8 @@ step() { # name, command...
   else fail=$((fail+1)); log "--- FAIL $name ($(( $(date +%s) - s )) s)"; fi
 }
 step "host: verbs unit tests (no RDMA here -> NoDevice)" "$LIB" fabric::verbs
-step "guest (rxe0 on lo): rdma-core tools, raw UD, ibv_ud_pingpong interop, QUIC 64 MiB" \
-  "$HERE/run.sh" --timeout 900 "$HERE/guest-suite.sh" "$RAW" "$QUIC" "$PP"
+step "guest (rxe0 on lo): rdma-core tools, raw UD, ibv_ud_pingpong interop (library + qr ud-pingpong --provider verbs), QUIC 64 MiB" \
+  "$HERE/run.sh" --timeout 900 "$HERE/guest-suite.sh" "$RAW" "$QUIC" "$PP" "$QR"
 step "guest (rxe0 on a 1500-MTU netdev): MTU 1024 -> MtuTooSmall" \
   "$HERE/run.sh" --netdev dummy1500 --timeout 300 --env QR_REQUIRE_RDMA=1 --env QR_EXPECT_MTU=1024 \
   "$RAW" limits_read_from_the_device --nocapture
