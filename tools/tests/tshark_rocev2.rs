@@ -56,8 +56,11 @@ fn capture(netns: Option<&str>, iface: &str, filter: &str, pcap: &Path, run: imp
             Err(_) => panic!("tshark did not start capturing: {said:?}"),
         }
     }
+    // dumpcap announces the capture slightly before its filter is live, and on a
+    // loaded machine flushes late: give both ends slack (seen: 0 packets captured).
+    std::thread::sleep(Duration::from_secs(1));
     run();
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_secs(2));
     // SIGINT: tshark finishes writing the file and exits.
     let pid = ts.id().to_string();
     assert!(Command::new("kill")
