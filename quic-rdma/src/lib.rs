@@ -7,9 +7,11 @@
 //! - [`fabric`]: the provider-neutral UD queue-pair model and its providers;
 //! - [`socket`]: the UDP-socket replacement over one UD queue pair;
 //! - [`cid`]: connection IDs carrying a 20-bit routing key;
-//! - [`quinn_adapter`]: `quinn::AsyncUdpSocket` over the socket — the drop-in.
+//! - [`quinn_adapter`]: `quinn::AsyncUdpSocket` over the socket — the drop-in;
+//! - [`engine`]: a poll-mode, single-threaded driver straight over quinn-proto.
 
 pub mod cid;
+pub mod engine;
 pub mod fabric;
 pub mod quinn_adapter;
 pub mod socket;

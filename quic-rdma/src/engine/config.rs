@@ -1,0 +1,104 @@
+//! Configuration of an [`Engine`](super::Engine): accept policy, TLS, socket tuning.
+
+use std::sync::Arc;
+
+use quinn_proto::{ClientConfig, ServerConfig};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::EngineError;
+use crate::quinn_adapter::transport;
+use crate::socket::SocketConfig;
+
+/// What the engine does with a new incoming connection attempt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AcceptPolicy {
+    /// Accept every attempt (reported as [`Event::Accepted`](super::Event::Accepted)).
+    #[default]
+    AcceptAll,
+    /// Refuse every attempt (CONNECTION_REFUSED): a server going away.
+    RefuseAll,
+    /// Answer unvalidated attempts with a Retry (address validation, RFC 9000 §8.1),
+    /// accept the validated ones: costs a round trip, defeats spoofed floods.
+    RetryThenAccept,
+    /// Report each attempt as [`Event::IncomingConnection`](super::Event::IncomingConnection)
+    /// and let the application decide.
+    Manual,
+}
+
+/// Everything an [`Engine`](super::Engine) needs besides its queue pair.
+#[derive(Clone)]
+pub struct EngineConfig {
+    /// Server side: TLS identity and transport. `None` refuses every incoming attempt
+    /// silently (a pure client).
+    pub server: Option<Arc<ServerConfig>>,
+    /// Client side: roots and transport for [`connect`](super::Engine::connect).
+    pub client: Option<ClientConfig>,
+    /// What to do with incoming attempts (when `server` is set).
+    pub accept: AcceptPolicy,
+    /// The 20-bit routing key every CID this endpoint issues carries.
+    pub routing_key: u32,
+    /// The UD socket's tuning.
+    pub socket: SocketConfig,
+    /// Datagrams taken from the receive queue per [`poll`](super::Engine::poll);
+    /// bounds the time one poll spends receiving so transmits are not starved.
+    pub recv_batch: usize,
+    /// Seed of quinn-proto's endpoint RNG (tests want determinism); `None` seeds from the OS.
+    pub rng_seed: Option<[u8; 32]>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            server: None,
+            client: None,
+            accept: AcceptPolicy::AcceptAll,
+            routing_key: 0,
+            socket: SocketConfig::default(),
+            recv_batch: 256,
+            rng_seed: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for EngineConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineConfig")
+            .field("server", &self.server.is_some())
+            .field("client", &self.client.is_some())
+            .field("accept", &self.accept)
+            .field("routing_key", &self.routing_key)
+            .field("socket", &self.socket)
+            .field("recv_batch", &self.recv_batch)
+            .finish()
+    }
+}
+
+/// A server config with one certificate chain and key, and the fabric-tuned
+/// transport ([`transport_config`](crate::quinn_adapter::transport_config)) for `mtu`.
+pub fn server_config(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    mtu: usize,
+) -> Result<Arc<ServerConfig>, EngineError> {
+    let mut s =
+        ServerConfig::with_single_cert(chain, key).map_err(|e| EngineError::Tls(e.to_string()))?;
+    s.transport_config(transport(mtu));
+    Ok(Arc::new(s))
+}
+
+/// A client config trusting `roots` (certificate verification is always on),
+/// with the fabric-tuned transport for `mtu`.
+pub fn client_config(
+    roots: impl IntoIterator<Item = CertificateDer<'static>>,
+    mtu: usize,
+) -> Result<ClientConfig, EngineError> {
+    let mut store = rustls::RootCertStore::empty();
+    for r in roots {
+        store.add(r).map_err(|e| EngineError::Tls(e.to_string()))?;
+    }
+    let mut c = ClientConfig::with_root_certificates(Arc::new(store))
+        .map_err(|e| EngineError::Tls(e.to_string()))?;
+    c.transport_config(transport(mtu));
+    Ok(c)
+}

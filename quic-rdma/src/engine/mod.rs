@@ -1,0 +1,506 @@
+//! The poll-mode engine: QUIC straight over quinn-proto and the UD socket
+//! (DESIGN.md §5), for callers that own one thread and busy-poll it.
+//!
+//! No runtime, no threads, no locks: the caller drives everything with
+//! [`Engine::poll`], passing the current time, and may sleep until
+//! [`Engine::next_deadline`] instead of spinning. One `poll`:
+//! 1. retires send completions and retries a transmit the send queue refused;
+//! 2. receives a batch of datagrams and feeds them to quinn-proto
+//!    (`Endpoint::handle` → the connection, or a new incoming attempt);
+//! 3. runs expired timers, exchanges endpoint events, and turns connection
+//!    events into [`Event`]s;
+//! 4. flushes every connection's transmits (GSO-style: one transmit of several
+//!    segments is one `post_send`).
+//!
+//! In steady state no step allocates: received datagrams are copied into one
+//! long-lived `BytesMut` that is split per packet and reclaimed once quinn-proto
+//! and the application dropped the pieces; transmits are built in one reused
+//! `Vec<u8>`; events go into the caller's reused `Vec`.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Instant;
+//! use quic_rdma::engine::{Engine, EngineConfig, Event};
+//! use quic_rdma::fabric::sim::{SimFabric, SimQpOptions};
+//! use quic_rdma::fabric::Gid;
+//!
+//! let fabric = SimFabric::new(Default::default());
+//! let gid: Gid = "fd00::1".parse::<std::net::Ipv6Addr>()?.into();
+//! let qp = fabric.create_qp(gid, SimQpOptions::default())?;
+//! let mut engine = Engine::new(qp, EngineConfig::default())?;
+//! let mut events = Vec::with_capacity(64);
+//! engine.poll(Instant::now(), &mut events);
+//! assert!(events.is_empty());
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod connection;
+mod datagrams;
+mod error;
+mod events;
+mod handle;
+mod io;
+mod peers;
+mod streams;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use quinn_proto::{ConnectionError, ConnectionStats, Dir, Endpoint, Incoming, VarInt};
+use slab::Slab;
+
+pub use config::{client_config, server_config, AcceptPolicy, EngineConfig};
+pub use error::EngineError;
+pub use events::{CloseReason, Event};
+pub use handle::{ConnHandle, IncomingId};
+pub use quinn_proto::StreamId;
+pub use streams::StreamRead;
+
+use crate::fabric::{UdAddr, UdQueuePair};
+use crate::quinn_adapter::endpoint_config;
+use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
+use connection::{Conn, ConnTable};
+use io::PendingTransmit;
+use peers::PeerTable;
+
+/// A single-threaded QUIC endpoint over one UD queue pair (see the [module docs](self)).
+pub struct Engine<Q: UdQueuePair> {
+    socket: UdSocket<Q>,
+    endpoint: Endpoint,
+    conns: ConnTable,
+    incoming: Slab<(u32, Incoming)>,
+    next_incoming_gen: u32,
+    client: Option<quinn_proto::ClientConfig>,
+    accept: AcceptPolicy,
+    has_server: bool,
+    recv_batch: usize,
+    mtu: usize,
+    /// UD addresses ↔ the addresses quinn-proto sees (see `peers`).
+    peers: PeerTable,
+    /// Our address as last seen (a change means our GID moved: tell the connections).
+    local: UdAddr,
+    /// Receive staging: one allocation split per datagram, reclaimed when unique.
+    rx_buf: BytesMut,
+    /// Where quinn-proto writes transmits (capacity MTU × max segments, never grown).
+    tx_buf: Vec<u8>,
+    /// A transmit the send queue refused, kept (with its bytes) until it fits.
+    pending: Option<PendingTransmit>,
+    pending_buf: Vec<u8>,
+    /// Endpoint-level responses (stateless reset, version negotiation, refusals,
+    /// retries) produced while the socket was busy receiving: rare, so owned.
+    responses: Vec<(UdAddr, Vec<u8>)>,
+    /// Events produced inside the receive path, moved to the caller's buffer.
+    staged: Vec<Event>,
+}
+
+/// Room for this many receive batches in the staging buffer before it is reclaimed.
+const RX_BUF_DATAGRAMS: usize = 64;
+
+impl<Q: UdQueuePair> Engine<Q> {
+    /// An engine over `qp`, with `cfg`. Builds the UD socket (registering its
+    /// memory and filling the receive queue) and the quinn-proto endpoint, whose
+    /// CIDs carry `cfg.routing_key` and whose datagrams are MTU-sized.
+    pub fn new(qp: Q, cfg: EngineConfig) -> Result<Self, EngineError> {
+        let socket = UdSocket::new(qp, cfg.socket.clone())?;
+        let mtu = socket.mtu();
+        let mut ep_cfg = endpoint_config(mtu, cfg.routing_key);
+        if let Some(seed) = cfg.rng_seed {
+            ep_cfg.rng_seed(Some(seed));
+        }
+        let has_server = cfg.server.is_some();
+        // No MTU discovery: the fabric's active MTU is known and nothing above it passes.
+        let endpoint = Endpoint::new(Arc::new(ep_cfg), cfg.server, false, None);
+        let local = socket.local_addr();
+        Ok(Engine {
+            socket,
+            endpoint,
+            conns: ConnTable::default(),
+            peers: PeerTable::default(),
+            incoming: Slab::new(),
+            next_incoming_gen: 0,
+            client: cfg.client,
+            accept: cfg.accept,
+            has_server,
+            recv_batch: cfg.recv_batch.max(1),
+            mtu,
+            local,
+            rx_buf: BytesMut::with_capacity(mtu * RX_BUF_DATAGRAMS),
+            tx_buf: Vec::with_capacity(mtu * MAX_SEND_BATCH),
+            pending: None,
+            pending_buf: Vec::with_capacity(mtu * MAX_SEND_BATCH),
+            responses: Vec::new(),
+            staged: Vec::with_capacity(64),
+        })
+    }
+
+    /// Our UD address: what a client passes to [`Engine::connect`].
+    pub fn local_addr(&self) -> UdAddr {
+        self.socket.local_addr()
+    }
+
+    /// The fabric's active MTU (the largest QUIC datagram).
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// The UD socket's counters (sends, receives, drops by cause, AHs, ...).
+    pub fn socket_stats(&self) -> SocketStats {
+        self.socket.stats()
+    }
+
+    /// quinn-proto's statistics of one connection (RTT, congestion, losses, frames).
+    pub fn conn_stats(&self, conn: ConnHandle) -> Result<ConnectionStats, EngineError> {
+        Ok(self.conns.get_ref(conn)?.inner.stats())
+    }
+
+    /// The peer's current address (changes when it migrates).
+    pub fn remote_addr(&self, conn: ConnHandle) -> Result<UdAddr, EngineError> {
+        let a = self.conns.get_ref(conn)?.inner.remote_address();
+        self.peers
+            .to_ud(a)
+            .ok_or(EngineError::InvalidArgument("unknown remote"))
+    }
+
+    /// Live connections (not yet drained).
+    pub fn connection_count(&self) -> usize {
+        self.conns.live()
+    }
+
+    /// The full reason a connection ended, once it has.
+    pub fn close_reason(&self, conn: ConnHandle) -> Result<Option<&ConnectionError>, EngineError> {
+        Ok(self.conns.get_ref(conn)?.error.as_ref())
+    }
+
+    /// The underlying socket (for inspection and provider controls).
+    pub fn socket(&self) -> &UdSocket<Q> {
+        &self.socket
+    }
+
+    /// Start a connection to `remote`, verifying the server's certificate
+    /// against `server_name`. Reported as [`Event::Connected`] once the
+    /// handshake completes; the first flight leaves on the next [`poll`](Self::poll).
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        remote: UdAddr,
+        server_name: &str,
+    ) -> Result<ConnHandle, EngineError> {
+        let cfg = self.client.clone().ok_or(EngineError::NoClientConfig)?;
+        let addr = self.peers.to_proto(remote);
+        let (ch, conn) = self.endpoint.connect(now, cfg, addr, server_name)?;
+        Ok(self.conns.insert(ch, Conn::new(conn)))
+    }
+
+    /// Accept a pending attempt (reported by [`Event::IncomingConnection`]).
+    pub fn accept(&mut self, now: Instant, id: IncomingId) -> Result<ConnHandle, EngineError> {
+        let inc = self.take_incoming(id)?;
+        self.accept_incoming(now, inc)
+            .map_err(EngineError::ConnectionLost)
+    }
+
+    /// Refuse a pending attempt: the client sees CONNECTION_REFUSED.
+    pub fn refuse(&mut self, id: IncomingId) -> Result<(), EngineError> {
+        let inc = self.take_incoming(id)?;
+        let dest = self.incoming_remote(&inc);
+        let mut buf = Vec::new();
+        let t = self.endpoint.refuse(inc, &mut buf);
+        buf.truncate(t.size);
+        self.responses.push((dest, buf));
+        Ok(())
+    }
+
+    /// Answer a pending attempt with a Retry (address validation). Fails with
+    /// `InvalidArgument` if the attempt already carries a validated token (then
+    /// accept or refuse it); the attempt is consumed either way.
+    pub fn retry(&mut self, id: IncomingId) -> Result<(), EngineError> {
+        let inc = self.take_incoming(id)?;
+        let dest = self.incoming_remote(&inc);
+        let mut buf = Vec::new();
+        match self.endpoint.retry(inc, &mut buf) {
+            Ok(t) => {
+                buf.truncate(t.size);
+                self.responses.push((dest, buf));
+                Ok(())
+            }
+            Err(e) => {
+                self.endpoint.ignore(e.into_incoming());
+                Err(EngineError::InvalidArgument(
+                    "attempt already validated: accept or refuse it",
+                ))
+            }
+        }
+    }
+
+    /// Drop a pending attempt without answering.
+    pub fn ignore(&mut self, id: IncomingId) -> Result<(), EngineError> {
+        let inc = self.take_incoming(id)?;
+        self.endpoint.ignore(inc);
+        Ok(())
+    }
+
+    /// Close a connection with an application error code and reason. Queued
+    /// data is abandoned; the peer is told on the next [`poll`](Self::poll), and
+    /// [`Event::ConnectionClosed`] follows once the connection drained.
+    pub fn close(
+        &mut self,
+        now: Instant,
+        conn: ConnHandle,
+        code: u64,
+        reason: &[u8],
+    ) -> Result<(), EngineError> {
+        let code = VarInt::from_u64(code)
+            .map_err(|_| EngineError::InvalidArgument("error code above 2^62"))?;
+        let c = self.conns.get(conn)?;
+        c.inner.close(now, code, Bytes::copy_from_slice(reason));
+        Ok(())
+    }
+
+    /// The earliest time a timer of any connection expires: call
+    /// [`poll`](Self::poll) by then even if no packet arrives. `None` with no connections.
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for i in 0..self.conns.capacity() {
+            if let Some(c) = self.conns.slot_mut(i) {
+                if let Some(t) = c.inner.poll_timeout() {
+                    next = Some(next.map_or(t, |n| n.min(t)));
+                }
+            }
+        }
+        next
+    }
+
+    /// Drive everything (see the [module docs](self)) and append what happened
+    /// to `events`; returns how many were appended. `events` is the caller's and
+    /// is only pushed to, so a buffer cleared and reused across calls allocates
+    /// nothing once it has grown to the largest burst.
+    pub fn poll(&mut self, now: Instant, events: &mut Vec<Event>) -> usize {
+        let before = events.len();
+        self.socket.reap_sends();
+        self.receive(now);
+        events.append(&mut self.staged);
+        self.notice_local_move();
+        for i in 0..self.conns.capacity() {
+            self.drive_connection(now, i, events);
+        }
+        self.flush(now);
+        events.len() - before
+    }
+
+    /// Flush every connection's pending transmits now (a write made after
+    /// [`poll`](Self::poll) otherwise leaves on the next one).
+    pub fn flush(&mut self, now: Instant) {
+        self.send_responses();
+        self.flush_connections(now);
+    }
+
+    /// Our GID moved (the socket saw `GidChanged` and rebuilt its AHs): tell every
+    /// connection, so quinn-proto switches to fresh CIDs on the new path.
+    fn notice_local_move(&mut self) {
+        let now_local = self.socket.local_addr();
+        if now_local == self.local {
+            return;
+        }
+        self.local = now_local;
+        for i in 0..self.conns.capacity() {
+            if let Some(c) = self.conns.slot_mut(i) {
+                c.inner.local_address_changed();
+            }
+        }
+    }
+
+    fn local_ip(&self) -> Option<IpAddr> {
+        Some(self.socket.local_addr().gid.to_ipv6().into())
+    }
+
+    fn take_incoming(&mut self, id: IncomingId) -> Result<Incoming, EngineError> {
+        match self.incoming.get(id.0 as usize) {
+            Some((gen, _)) if *gen == id.1 => Ok(self.incoming.remove(id.0 as usize).1),
+            _ => Err(EngineError::UnknownIncoming),
+        }
+    }
+
+    fn incoming_remote(&self, inc: &Incoming) -> UdAddr {
+        self.peers.to_ud(inc.remote_address()).unwrap_or(self.local)
+    }
+
+    /// Accept an attempt; a refusal response (if any) is queued.
+    fn accept_incoming(
+        &mut self,
+        now: Instant,
+        inc: Incoming,
+    ) -> Result<ConnHandle, ConnectionError> {
+        let dest = self.incoming_remote(&inc);
+        let mut buf = Vec::new();
+        match self.endpoint.accept(inc, now, &mut buf, None) {
+            Ok((ch, conn)) => {
+                let h = self.conns.insert(ch, Conn::new(conn));
+                self.staged.push(Event::Accepted {
+                    conn: h,
+                    remote: dest,
+                });
+                Ok(h)
+            }
+            Err(e) => {
+                if let Some(t) = e.response {
+                    buf.truncate(t.size);
+                    self.responses.push((dest, buf));
+                }
+                tracing::debug!(cause = %e.cause, "accept failed");
+                Err(e.cause)
+            }
+        }
+    }
+
+    /// Decide a new attempt by policy (or stage it for the application).
+    fn on_incoming(&mut self, now: Instant, inc: Incoming) {
+        if !self.has_server {
+            self.endpoint.ignore(inc);
+            return;
+        }
+        match self.accept {
+            AcceptPolicy::AcceptAll => {
+                let _ = self.accept_incoming(now, inc);
+            }
+            AcceptPolicy::RetryThenAccept if inc.may_retry() => {
+                let dest = self.incoming_remote(&inc);
+                let mut buf = Vec::new();
+                match self.endpoint.retry(inc, &mut buf) {
+                    Ok(t) => {
+                        buf.truncate(t.size);
+                        self.responses.push((dest, buf));
+                    }
+                    Err(e) => self.endpoint.ignore(e.into_incoming()),
+                }
+            }
+            AcceptPolicy::RetryThenAccept => {
+                let _ = self.accept_incoming(now, inc);
+            }
+            AcceptPolicy::RefuseAll => {
+                let dest = self.incoming_remote(&inc);
+                let mut buf = Vec::new();
+                let t = self.endpoint.refuse(inc, &mut buf);
+                buf.truncate(t.size);
+                self.responses.push((dest, buf));
+            }
+            AcceptPolicy::Manual => {
+                let remote = self.incoming_remote(&inc);
+                self.next_incoming_gen = self.next_incoming_gen.wrapping_add(1).max(1);
+                let gen = self.next_incoming_gen;
+                let idx = self.incoming.insert((gen, inc));
+                self.staged.push(Event::IncomingConnection {
+                    incoming: IncomingId(idx as u32, gen),
+                    remote,
+                });
+            }
+        }
+    }
+
+    /// Timers, endpoint events and application events of connection slot `i`.
+    fn drive_connection(&mut self, now: Instant, i: usize, events: &mut Vec<Event>) {
+        let Some(h) = self.conns.handle_at(i) else {
+            return;
+        };
+        let Some(c) = self.conns.slot_mut(i) else {
+            return;
+        };
+        if c.inner.poll_timeout().is_some_and(|t| t <= now) {
+            c.inner.handle_timeout(now);
+        }
+        let ch = quinn_proto::ConnectionHandle(i);
+        while let Some(ev) = c.inner.poll_endpoint_events() {
+            if let Some(back) = self.endpoint.handle_event(ch, ev) {
+                c.inner.handle_event(back);
+            }
+        }
+        while let Some(ev) = c.inner.poll() {
+            translate(h, c, ev, events);
+        }
+        if c.inner.is_drained() {
+            self.conns.remove(i);
+            events.push(Event::ConnectionClosed { conn: h });
+        }
+    }
+}
+
+/// Turn one quinn-proto connection event into engine events.
+fn translate(h: ConnHandle, c: &mut Conn, ev: quinn_proto::Event, out: &mut Vec<Event>) {
+    use quinn_proto::{Event as E, StreamEvent as S};
+    match ev {
+        E::HandshakeDataReady => {}
+        E::Connected => out.push(Event::Connected { conn: h }),
+        E::ConnectionLost { reason } => {
+            out.push(Event::ConnectionLost {
+                conn: h,
+                reason: CloseReason::of(&reason),
+            });
+            c.error = Some(reason);
+        }
+        E::Stream(S::Opened { dir }) => {
+            while let Some(id) = c.inner.streams().accept(dir) {
+                out.push(Event::StreamOpened {
+                    conn: h,
+                    stream: id,
+                });
+                out.push(Event::StreamReadable {
+                    conn: h,
+                    stream: id,
+                });
+            }
+        }
+        E::Stream(S::Readable { id }) => {
+            // A reset is only visible by asking; report it as its own event.
+            match c.inner.recv_stream(id).received_reset() {
+                Ok(Some(code)) => out.push(Event::StreamReset {
+                    conn: h,
+                    stream: id,
+                    code: code.into_inner(),
+                }),
+                _ => out.push(Event::StreamReadable {
+                    conn: h,
+                    stream: id,
+                }),
+            }
+        }
+        E::Stream(S::Writable { id }) => out.push(Event::StreamWritable {
+            conn: h,
+            stream: id,
+        }),
+        E::Stream(S::Finished { id }) => out.push(Event::StreamFinished {
+            conn: h,
+            stream: id,
+        }),
+        E::Stream(S::Stopped { id, error_code }) => out.push(Event::StreamStopped {
+            conn: h,
+            stream: id,
+            code: error_code.into_inner(),
+        }),
+        E::Stream(S::Available { dir }) => out.push(Event::StreamsAvailable {
+            conn: h,
+            bidi: dir == Dir::Bi,
+        }),
+        E::DatagramReceived => out.push(Event::Datagram { conn: h }),
+        E::DatagramsUnblocked => {}
+    }
+}
+
+impl<Q: UdQueuePair> Drop for Engine<Q> {
+    fn drop(&mut self) {
+        // quinn-proto warns when an Incoming is dropped undecided.
+        for (_, inc) in self.incoming.drain() {
+            self.endpoint.ignore(inc);
+        }
+    }
+}
+
+impl<Q: UdQueuePair> std::fmt::Debug for Engine<Q> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("local", &self.local)
+            .field("connections", &self.conns.live())
+            .field("pending_incoming", &self.incoming.len())
+            .finish()
+    }
+}
