@@ -7,7 +7,7 @@
 //! The receiver learns the sender's GID and the ECN bits (RFC 3168) from it.
 //! This module is pure (no I/O) so it can be fuzzed and shared by every provider.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::Ipv4Addr;
 
 use super::Gid;
 
@@ -183,11 +183,6 @@ pub fn ipv4_checksum(header: &[u8]) -> u16 {
         sum = (sum & 0xFFFF) + (sum >> 16);
     }
     !(sum as u16)
-}
-
-/// Convenience: an IPv6 address as a GID (used by tests and providers).
-pub fn gid6(a: Ipv6Addr) -> Gid {
-    Gid::from(a)
 }
 
 #[cfg(test)]

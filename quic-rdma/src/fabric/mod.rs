@@ -21,7 +21,9 @@ pub mod gid;
 pub mod grh;
 pub mod memory;
 pub mod port;
+mod send_queue;
 pub mod sim;
+pub mod soft;
 pub mod wr;
 
 use std::task::Waker;
@@ -54,8 +56,11 @@ pub struct ProviderDrops {
     pub no_recv_posted: u64,
     /// The packet was larger than the posted receive buffer.
     pub too_long: u64,
-    /// Malformed on the wire (bad header, bad ICRC, truncated): `soft` only.
+    /// Malformed on the wire (bad header, truncated, bad padding): `soft` only.
     pub malformed: u64,
+    /// The ICRC did not verify (RoCEv2 Annex A17.3.3): `soft` only; hardware
+    /// drops these before software sees them.
+    pub bad_icrc: u64,
     /// Sent larger than the path MTU: dropped by the "hardware" while the send
     /// still completed successfully.
     pub oversize_sent: u64,
@@ -117,6 +122,14 @@ pub trait UdQueuePair: Send + 'static {
 
     /// Next asynchronous event, if any.
     fn poll_event(&mut self) -> Option<AsyncEvent>;
+
+    /// A file descriptor that becomes readable when [`UdQueuePair::arm`] alone
+    /// cannot wake the caller: the UDP socket of `soft`, the completion channel of
+    /// `verbs`. Async adapters wait on it (e.g. with tokio's `AsyncFd`) and then
+    /// poll; providers that wake the armed waker themselves (`sim`) return `None`.
+    fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
 
     /// Provider-level drop counters.
     fn drops(&self) -> ProviderDrops;

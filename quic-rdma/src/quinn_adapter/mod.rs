@@ -34,7 +34,7 @@ use std::fmt;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
@@ -51,21 +51,22 @@ use wake::WakeHub;
 /// Addresses are UD addresses mapped to `SocketAddr` by [`UdAddr::to_socket_addr`];
 /// `may_fragment()` is `false` (a UD message is never fragmented), so quinn may
 /// use every byte of the MTU.
-pub struct RdmaUdpSocket<Q: UdQueuePair + ?Sized = Box<dyn UdQueuePair>> {
+pub struct RdmaUdpSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
+    /// The task waking `hub` on descriptor readiness (started on first poll, inside
+    /// the runtime), for providers with a readiness descriptor.
+    watcher: OnceLock<Option<tokio::task::AbortHandle>>,
     hub: Arc<WakeHub>,
     hub_waker: Waker,
     mtu: usize,
     inner: Mutex<UdSocket<Q>>,
 }
 
-impl<Q: UdQueuePair + ?Sized> RdmaUdpSocket<Q> {
+impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     /// Wrap a socket.
-    pub fn new(socket: UdSocket<Q>) -> Self
-    where
-        Q: Sized,
-    {
+    pub fn new(socket: UdSocket<Q>) -> Self {
         let hub = Arc::new(WakeHub::default());
         RdmaUdpSocket {
+            watcher: OnceLock::new(),
             hub_waker: Waker::from(hub.clone()),
             hub,
             mtu: socket.mtu(),
@@ -100,12 +101,31 @@ impl<Q: UdQueuePair + ?Sized> RdmaUdpSocket<Q> {
     /// Register `w` and arm the QP. Returns `true` if a completion may already be
     /// waiting (the caller polls again instead of sleeping: no lost wake-up).
     fn arm(&self, s: &mut UdSocket<Q>, w: &Waker) -> bool {
+        self.watcher.get_or_init(|| {
+            let fd = s.readiness_fd()?.try_clone_to_owned().ok()?;
+            tokio::runtime::Handle::try_current()
+                .map_err(
+                    |e| tracing::warn!(%e, "no tokio runtime to watch the provider's descriptor"),
+                )
+                .ok()?;
+            wake::spawn_fd_watcher(fd, self.hub.clone())
+                .map_err(|e| tracing::warn!(%e, "cannot watch the provider's descriptor"))
+                .ok()
+        });
         self.hub.register(w);
         s.arm(&self.hub_waker)
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> fmt::Debug for RdmaUdpSocket<Q> {
+impl<Q: UdQueuePair> Drop for RdmaUdpSocket<Q> {
+    fn drop(&mut self) {
+        if let Some(Some(task)) = self.watcher.get() {
+            task.abort();
+        }
+    }
+}
+
+impl<Q: UdQueuePair> fmt::Debug for RdmaUdpSocket<Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RdmaUdpSocket")
             .field("mtu", &self.mtu)
@@ -113,7 +133,7 @@ impl<Q: UdQueuePair + ?Sized> fmt::Debug for RdmaUdpSocket<Q> {
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> AsyncUdpSocket for RdmaUdpSocket<Q> {
+impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
     fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
         Box::pin(Writable { socket: self })
     }
@@ -176,17 +196,17 @@ impl<Q: UdQueuePair + ?Sized> AsyncUdpSocket for RdmaUdpSocket<Q> {
 }
 
 /// Write readiness: room in the send queue and a free send slot.
-struct Writable<Q: UdQueuePair + ?Sized> {
+struct Writable<Q: UdQueuePair> {
     socket: Arc<RdmaUdpSocket<Q>>,
 }
 
-impl<Q: UdQueuePair + ?Sized> fmt::Debug for Writable<Q> {
+impl<Q: UdQueuePair> fmt::Debug for Writable<Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Writable")
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> UdpPoller for Writable<Q> {
+impl<Q: UdQueuePair> UdpPoller for Writable<Q> {
     fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
         let sock = &self.socket;
         let mut s = sock.lock();

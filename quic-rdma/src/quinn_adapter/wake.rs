@@ -35,3 +35,34 @@ impl Wake for WakeHub {
         }
     }
 }
+
+/// Wake the hub whenever `fd` becomes readable, for providers whose completions
+/// arrive through a descriptor (the `soft` UDP socket, the `verbs` completion
+/// channel). Readiness is cleared *before* waking, so data arriving while the woken
+/// tasks poll raises a new edge: no wake-up is lost. Runs until aborted.
+pub(crate) fn spawn_fd_watcher(
+    fd: std::os::fd::OwnedFd,
+    hub: Arc<WakeHub>,
+) -> std::io::Result<tokio::task::AbortHandle> {
+    // The safe constructor is deprecated because an arbitrary `AsRawFd` may not own
+    // its descriptor (tokio#8587); ours is an `OwnedFd` (a dup) that the AsyncFd
+    // owns and closes after deregistering, which is the I/O-safe case.
+    #[allow(deprecated)]
+    let afd = tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE)?;
+    let task = tokio::spawn(async move {
+        loop {
+            match afd.readable().await {
+                Ok(mut guard) => {
+                    guard.clear_ready();
+                    hub.wake_by_ref();
+                }
+                Err(e) => {
+                    tracing::warn!(%e, "readiness watcher stopped");
+                    hub.wake_by_ref();
+                    return;
+                }
+            }
+        }
+    });
+    Ok(task.abort_handle())
+}

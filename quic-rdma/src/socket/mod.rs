@@ -96,7 +96,10 @@ struct InflightSend {
 }
 
 /// A UDP-socket replacement over one UD queue pair (see the [module docs](self)).
-pub struct UdSocket<Q: UdQueuePair + ?Sized = Box<dyn UdQueuePair>> {
+pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
+    // Declared first so it drops first: the QP (and with it every posted receive
+    // the device may still write into) must be gone before the registered memory.
+    qp: Q,
     mem: Memory,
     send_pool: SlotPool,
     recv_pool: SlotPool,
@@ -118,7 +121,6 @@ pub struct UdSocket<Q: UdQueuePair + ?Sized = Box<dyn UdQueuePair>> {
     local: UdAddr,
     cfg: SocketConfig,
     stats: SocketStats,
-    qp: Q,
 }
 
 impl<Q: UdQueuePair> UdSocket<Q> {
@@ -192,7 +194,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
+impl<Q: UdQueuePair> UdSocket<Q> {
     /// Our UD address (GID, QPN, Q_Key).
     pub fn local_addr(&self) -> UdAddr {
         self.local
@@ -245,6 +247,12 @@ impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
         &self.qp
     }
 
+    /// The provider's readiness descriptor, if it has one (see
+    /// [`UdQueuePair::readiness_fd`]).
+    pub fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.qp.readiness_fd()
+    }
+
     /// Ask to be woken when a completion (send or receive) or event arrives.
     /// Returns `true` if one may already be waiting: poll again before sleeping.
     pub fn arm(&mut self, waker: &Waker) -> bool {
@@ -269,13 +277,13 @@ impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> Drop for UdSocket<Q> {
+impl<Q: UdQueuePair> Drop for UdSocket<Q> {
     fn drop(&mut self) {
         tracing::debug!(local = %self.local.gid, qpn = self.local.qpn, stats = ?self.stats(), "UD socket closed");
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> std::fmt::Debug for UdSocket<Q> {
+impl<Q: UdQueuePair> std::fmt::Debug for UdSocket<Q> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UdSocket")
             .field("local", &self.local)
@@ -329,6 +337,9 @@ impl<T: UdQueuePair + ?Sized> UdQueuePair for Box<T> {
     }
     fn drops(&self) -> crate::fabric::ProviderDrops {
         (**self).drops()
+    }
+    fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        (**self).readiness_fd()
     }
 }
 

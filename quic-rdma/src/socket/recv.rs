@@ -19,7 +19,7 @@ pub struct Received<'a> {
     pub data: &'a [u8],
 }
 
-impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
+impl<Q: UdQueuePair> UdSocket<Q> {
     /// Post every receive slot (at construction).
     pub(super) fn fill_recv_queue(&mut self) -> Result<(), SocketError> {
         while let Some(slot) = self.recv_pool.alloc() {

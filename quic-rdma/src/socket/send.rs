@@ -7,7 +7,7 @@ use crate::fabric::{AhAttr, Completion, SendFlags, SendWr, Sge, UdAddr, UdQueueP
 /// Send completions polled per `poll_cq` call.
 const SEND_POLL_BATCH: usize = 32;
 
-impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
+impl<Q: UdQueuePair> UdSocket<Q> {
     /// Send `contents` to `dest`: one datagram, or GSO-style one datagram per
     /// `segment_size` bytes (the last may be shorter), all in one `post_send`.
     ///
@@ -210,7 +210,7 @@ impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
     }
 }
 
-impl<Q: UdQueuePair + ?Sized> UdSocket<Q> {
+impl<Q: UdQueuePair> UdSocket<Q> {
     /// Whether a full-MTU datagram could be posted now (send-queue room and a slot).
     pub fn can_send(&self) -> bool {
         self.inflight.len() < self.qp.attr().max_send_wr as usize && self.send_pool.available() > 0

@@ -49,8 +49,8 @@ pub fn socket_on(fabric: &SimFabric, g: Gid, cfg: SocketConfig) -> (SimSocket, S
     )
 }
 
-pub fn endpoint(
-    sock: &SimSocket,
+pub fn endpoint<Q: quic_rdma::fabric::UdQueuePair>(
+    sock: &Arc<RdmaUdpSocket<Q>>,
     server: Option<quinn::ServerConfig>,
     key: u32,
 ) -> quinn::Endpoint {

@@ -6,11 +6,11 @@ use std::task::Waker;
 use std::time::Instant;
 
 use rand::Rng;
-use slab::Slab;
 
 use super::wire::Packet;
 use super::{Shared, SimQpOptions, State};
 use crate::fabric::grh::{Grh, GrhLayout};
+use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
     AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, Memory, ProviderDrops, QpAttr, Qpn,
     RecvWr, Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
@@ -112,23 +112,13 @@ impl State {
     }
 }
 
-/// A send queue entry not yet retired by a polled completion.
-struct SqEntry {
-    signaled: bool,
-    ah: AhId,
-}
-
 /// A simulated UD queue pair (see the [module docs](super)).
 pub struct SimQp {
     shared: Arc<Shared>,
     attr: QpAttr,
-    lkeys: Vec<u32>,
     next_lkey: u32,
-    ahs: Slab<(AhAttr, u32)>,
+    sq: SendQueue<AhAttr>,
     posted: VecDeque<RecvWr>,
-    sq: VecDeque<SqEntry>,
-    send_cq: VecDeque<Completion>,
-    oversize_sent: u64,
 }
 
 /// A control handle to a simulated QP, for tests: move it to another GID
@@ -154,14 +144,10 @@ impl SimQp {
         };
         SimQp {
             shared,
-            attr,
-            lkeys: Vec::new(),
             next_lkey: 0x100 + qpn * 0x1000,
-            ahs: Slab::new(),
+            sq: SendQueue::new(&attr),
+            attr,
             posted: VecDeque::new(),
-            sq: VecDeque::new(),
-            send_cq: VecDeque::new(),
-            oversize_sent: 0,
         }
     }
 
@@ -175,7 +161,7 @@ impl SimQp {
 
     /// Sends posted and not yet retired by a polled completion.
     pub fn sends_outstanding(&self) -> usize {
-        self.sq.len()
+        self.sq.outstanding()
     }
 }
 
@@ -220,29 +206,21 @@ impl UdQueuePair for SimQp {
     }
 
     fn register(&mut self, region: &mut Region) -> Result<(), FabricError> {
-        let lkey = self.next_lkey;
+        self.sq.register(region, self.next_lkey);
         self.next_lkey += 1;
-        self.lkeys.push(lkey);
-        region.set_lkey(Some(lkey));
         Ok(())
     }
 
     fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError> {
-        Ok(AhId(self.ahs.insert((*attr, 0)) as u32))
+        Ok(self.sq.create_ah(*attr))
     }
 
     fn destroy_ah(&mut self, ah: AhId) -> Result<(), FabricError> {
-        match self.ahs.get(ah.0 as usize) {
-            None => Err(FabricError::InvalidAh(ah.0)),
-            Some((_, inflight)) if *inflight > 0 => {
-                self.shared.lock().stats.ah_destroy_in_use += 1;
-                Err(FabricError::AhBusy(ah.0))
-            }
-            Some(_) => {
-                self.ahs.remove(ah.0 as usize);
-                Ok(())
-            }
+        let r = self.sq.destroy_ah(ah);
+        if let Err(FabricError::AhBusy(_)) = r {
+            self.shared.lock().stats.ah_destroy_in_use += 1;
         }
+        r
     }
 
     fn post_send(&mut self, mem: &Memory, wrs: &[SendWr]) -> Result<(), (usize, FabricError)> {
@@ -252,78 +230,34 @@ impl UdQueuePair for SimQp {
         let sgid = st.qps.get(&self.attr.qpn).map_or(self.attr.gid, |q| q.gid);
         let now = Instant::now();
         let mut wake_wire = false;
+        let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            if self.sq.len() >= self.attr.max_send_wr as usize {
-                return Err((i, FabricError::QueueFull(self.sq.len())));
-            }
-            let Some((ah, _)) = self.ahs.get(wr.ah.0 as usize).copied() else {
-                return Err((i, FabricError::InvalidAh(wr.ah.0)));
-            };
-            if wr.flags.inline && wr.sge.len > self.attr.max_inline {
-                return Err((
-                    i,
-                    FabricError::QpError(format!(
-                        "inline send of {} bytes exceeds max_inline {}",
-                        wr.sge.len, self.attr.max_inline
-                    )),
-                ));
-            }
-            // Inline data is copied at post time without an lkey check, as on hardware.
-            let data = if wr.flags.inline {
-                mem.region(wr.sge.region).and_then(|r| {
-                    r.bytes()
-                        .get(wr.sge.offset as usize..(wr.sge.offset + wr.sge.len) as usize)
-                })
-            } else {
-                mem.resolve(&wr.sge)
-                    .filter(|_| self.lkeys.contains(&wr.sge.lkey))
-            };
-            let status = match data {
-                None => WcStatus::LocProtErr,
-                Some(d) if d.len() > self.attr.active_mtu.bytes() => {
-                    // Hardware drops an oversized UD send and still reports success.
-                    self.oversize_sent += 1;
-                    WcStatus::Success
-                }
-                Some(d) => {
-                    let pkt = Packet {
-                        dgid: ah.dgid,
-                        dqpn: wr.remote_qpn,
-                        sgid,
-                        src_qp: self.attr.qpn,
-                        pkey: self.attr.pkey,
-                        qkey: wr.remote_qkey,
-                        imm: wr.imm,
-                        traffic_class: ah.traffic_class,
-                        flow_label: ah.flow_label,
-                        hop_limit: ah.hop_limit,
-                        data: st.packet_buf(d),
-                    };
-                    wake_wire |= st.transmit(cfg, pkt, now);
-                    WcStatus::Success
-                }
-            };
-            // Error completions are always reported; successes only when signaled.
-            let signaled = wr.flags.signaled || status != WcStatus::Success;
-            if let Some(e) = self.ahs.get_mut(wr.ah.0 as usize) {
-                e.1 += 1;
-            }
-            self.sq.push_back(SqEntry {
-                signaled,
-                ah: wr.ah,
+            let posted = self.sq.post(mem, wr, |ah, d| {
+                let pkt = Packet {
+                    dgid: ah.dgid,
+                    dqpn: wr.remote_qpn,
+                    sgid,
+                    src_qp: self.attr.qpn,
+                    pkey: self.attr.pkey,
+                    qkey: wr.remote_qkey,
+                    imm: wr.imm,
+                    traffic_class: ah.traffic_class,
+                    flow_label: ah.flow_label,
+                    hop_limit: ah.hop_limit,
+                    data: st.packet_buf(d),
+                };
+                wake_wire |= st.transmit(cfg, pkt, now);
             });
-            if signaled {
-                self.send_cq.push_back(Completion {
-                    status,
-                    ..Completion::send(wr.wr_id)
-                });
+            if let Err(e) = posted {
+                result = Err((i, e));
+                break;
             }
         }
         drop(st);
         if wake_wire {
             shared.wire_cv.notify_one();
         }
-        Ok(())
+        result
     }
 
     fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
@@ -335,7 +269,7 @@ impl UdQueuePair for SimQp {
             if self.posted.len() >= self.attr.max_recv_wr as usize {
                 return Err((i, FabricError::QueueFull(self.posted.len())));
             }
-            if mem.resolve(&wr.sge).is_none() || !self.lkeys.contains(&wr.sge.lkey) {
+            if mem.resolve(&wr.sge).is_none() || !self.sq.is_registered(wr.sge.lkey) {
                 return Err((
                     i,
                     FabricError::QpError(format!("receive buffer {:?} not registered", wr.sge)),
@@ -348,24 +282,7 @@ impl UdQueuePair for SimQp {
     }
 
     fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize {
-        let mut n = 0;
-        while n < out.len() {
-            let Some(c) = self.send_cq.pop_front() else {
-                break;
-            };
-            // In-order completion: this one retires every earlier unsignaled send.
-            while let Some(e) = self.sq.pop_front() {
-                if let Some(a) = self.ahs.get_mut(e.ah.0 as usize) {
-                    a.1 -= 1;
-                }
-                if e.signaled {
-                    break;
-                }
-            }
-            out[n] = c;
-            n += 1;
-        }
-        n
+        self.sq.poll(out)
     }
 
     fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
@@ -420,7 +337,7 @@ impl UdQueuePair for SimQp {
             Some(w) if w.will_wake(waker) => {}
             _ => rx.waker = Some(waker.clone()),
         }
-        !rx.arrived.is_empty() || !rx.events.is_empty() || !self.send_cq.is_empty()
+        !rx.arrived.is_empty() || !rx.events.is_empty() || self.sq.has_completions()
     }
 
     fn poll_event(&mut self) -> Option<AsyncEvent> {
@@ -445,7 +362,7 @@ impl UdQueuePair for SimQp {
             .unwrap_or_default();
         let port = st.qps.get(&self.attr.qpn).map_or(self.attr.gid, |q| q.gid);
         d.unknown_qpn = st.port_unknown_qpn.get(&port).copied().unwrap_or(0);
-        d.oversize_sent = self.oversize_sent;
+        d.oversize_sent = self.sq.oversize_sent();
         d
     }
 }

@@ -1,0 +1,171 @@
+//! The send half of a UD queue pair done in software: what the HCA does for
+//! `verbs`, shared by `sim` and `soft` so both keep exactly the same semantics.
+//!
+//! - a send queue of `max_send_wr` entries; an entry leaves it only when a polled
+//!   completion covers it: completions are in order, so a signaled completion
+//!   retires every earlier unsignaled send (IBA 10.8.3, selective signaling);
+//! - error completions are always generated, successes only when signaled;
+//! - inline sends are read at post time without an lkey check, others must name a
+//!   region registered with this QP (else `LocProtErr`, IBA 10.6.3);
+//! - a send above the active MTU is dropped and still completes as success —
+//!   what hardware does, and why the socket enforces the MTU itself;
+//! - address handles count the sends in flight that use them, so destroying one
+//!   under an in-flight send is refused (undefined behaviour on hardware).
+
+use std::collections::VecDeque;
+
+use slab::Slab;
+
+use super::{AhId, Completion, FabricError, Memory, QpAttr, Region, SendWr, WcStatus};
+
+struct SqEntry {
+    signaled: bool,
+    ah: AhId,
+}
+
+/// Software send queue, completion queue, AH table and lkey table of one QP.
+/// `A` is the provider's per-AH data (e.g. the resolved destination).
+pub(crate) struct SendQueue<A> {
+    ahs: Slab<(A, u32)>,
+    sq: VecDeque<SqEntry>,
+    cq: VecDeque<Completion>,
+    lkeys: Vec<u32>,
+    max_send_wr: usize,
+    max_inline: u32,
+    mtu: usize,
+    oversize_sent: u64,
+}
+
+impl<A> SendQueue<A> {
+    pub(crate) fn new(attr: &QpAttr) -> Self {
+        SendQueue {
+            ahs: Slab::new(),
+            sq: VecDeque::with_capacity(attr.max_send_wr as usize),
+            cq: VecDeque::with_capacity(attr.max_send_wr as usize),
+            lkeys: Vec::new(),
+            max_send_wr: attr.max_send_wr as usize,
+            max_inline: attr.max_inline,
+            mtu: attr.active_mtu.bytes(),
+            oversize_sent: 0,
+        }
+    }
+
+    /// Record `region` as registered with this QP under `lkey`.
+    pub(crate) fn register(&mut self, region: &mut Region, lkey: u32) {
+        self.lkeys.push(lkey);
+        region.set_lkey(Some(lkey));
+    }
+
+    /// Whether `lkey` names a region registered with this QP.
+    pub(crate) fn is_registered(&self, lkey: u32) -> bool {
+        self.lkeys.contains(&lkey)
+    }
+
+    pub(crate) fn create_ah(&mut self, a: A) -> AhId {
+        AhId(self.ahs.insert((a, 0)) as u32)
+    }
+
+    /// Destroy an AH; `AhBusy` while sends using it are in flight.
+    pub(crate) fn destroy_ah(&mut self, ah: AhId) -> Result<(), FabricError> {
+        match self.ahs.get(ah.0 as usize) {
+            None => Err(FabricError::InvalidAh(ah.0)),
+            Some((_, inflight)) if *inflight > 0 => Err(FabricError::AhBusy(ah.0)),
+            Some(_) => {
+                self.ahs.remove(ah.0 as usize);
+                Ok(())
+            }
+        }
+    }
+
+    /// Post one WR: validate it, hand its payload to `transmit` unless the
+    /// hardware would drop it, and queue its completion. An `Err` means the WR
+    /// was not posted (the caller reports its index).
+    pub(crate) fn post(
+        &mut self,
+        mem: &Memory,
+        wr: &SendWr,
+        transmit: impl FnOnce(&A, &[u8]),
+    ) -> Result<(), FabricError> {
+        if self.sq.len() >= self.max_send_wr {
+            return Err(FabricError::QueueFull(self.sq.len()));
+        }
+        let Some((ah, inflight)) = self.ahs.get_mut(wr.ah.0 as usize) else {
+            return Err(FabricError::InvalidAh(wr.ah.0));
+        };
+        if wr.flags.inline && wr.sge.len > self.max_inline {
+            return Err(FabricError::QpError(format!(
+                "inline send of {} bytes exceeds max_inline {}",
+                wr.sge.len, self.max_inline
+            )));
+        }
+        let data = if wr.flags.inline {
+            mem.region(wr.sge.region).and_then(|r| {
+                r.bytes()
+                    .get(wr.sge.offset as usize..(wr.sge.offset + wr.sge.len) as usize)
+            })
+        } else {
+            mem.resolve(&wr.sge)
+                .filter(|_| self.lkeys.contains(&wr.sge.lkey))
+        };
+        let status = match data {
+            None => WcStatus::LocProtErr,
+            Some(d) if d.len() > self.mtu => {
+                self.oversize_sent += 1;
+                WcStatus::Success
+            }
+            Some(d) => {
+                transmit(ah, d);
+                WcStatus::Success
+            }
+        };
+        *inflight += 1;
+        let signaled = wr.flags.signaled || status != WcStatus::Success;
+        self.sq.push_back(SqEntry {
+            signaled,
+            ah: wr.ah,
+        });
+        if signaled {
+            self.cq.push_back(Completion {
+                status,
+                ..Completion::send(wr.wr_id)
+            });
+        }
+        Ok(())
+    }
+
+    /// Poll send completions, retiring the sends each one covers.
+    pub(crate) fn poll(&mut self, out: &mut [Completion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            let Some(c) = self.cq.pop_front() else {
+                break;
+            };
+            while let Some(e) = self.sq.pop_front() {
+                if let Some((_, inflight)) = self.ahs.get_mut(e.ah.0 as usize) {
+                    *inflight -= 1;
+                }
+                if e.signaled {
+                    break;
+                }
+            }
+            out[n] = c;
+            n += 1;
+        }
+        n
+    }
+
+    /// Whether completions wait to be polled.
+    pub(crate) fn has_completions(&self) -> bool {
+        !self.cq.is_empty()
+    }
+
+    /// Sends posted and not yet retired.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.sq.len()
+    }
+
+    /// Sends dropped for exceeding the MTU (completed as success).
+    pub(crate) fn oversize_sent(&self) -> u64 {
+        self.oversize_sent
+    }
+}

@@ -1,0 +1,402 @@
+//! A UD queue pair of a `soft` port.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::task::Waker;
+
+use super::codec::{self, IcrcContext, IpPair, UdHeader, MASK_24, MAX_OVERHEAD};
+use super::port::{SoftPort, SoftStats};
+use crate::fabric::addr::QKEY_PRIVILEGED_BIT;
+use crate::fabric::send_queue::SendQueue;
+use crate::fabric::{
+    AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory, ProviderDrops, QpAttr, Qpn, RecvWr,
+    Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
+};
+
+/// Retries of a send the socket refused with "would block" before it counts as
+/// wire loss. UD is unreliable; a short spin rides out a full socket buffer without
+/// a blocking syscall on the caller's busy-poll path.
+const SEND_RETRIES: usize = 64;
+
+/// What an address handle resolves to on a UDP socket.
+struct AhEntry {
+    dest: SocketAddr,
+    traffic_class: u8,
+}
+
+/// One UD queue pair on a [`SoftPort`]; implements [`UdQueuePair`].
+///
+/// Sends go out on the port's socket inside `post_send` (a "NIC" with no queue of
+/// its own); receives are matched to this QP's posted buffers by whichever QP of
+/// the port polls, and written into registered memory by `poll_recv_cq`.
+pub struct SoftQp {
+    port: SoftPort,
+    attr: QpAttr,
+    sq: SendQueue<AhEntry>,
+    psn: u32,
+    /// Encoding scratch: one MTU-sized packet, reused for every send.
+    tx_buf: Box<[u8]>,
+}
+
+impl std::fmt::Debug for SoftQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftQp").field("attr", &self.attr).finish()
+    }
+}
+
+impl SoftQp {
+    pub(crate) fn new(port: SoftPort, qpn: Qpn, qkey: u32) -> Self {
+        let cfg = &port.shared.cfg;
+        let attr = QpAttr {
+            qpn,
+            qkey,
+            pkey: cfg.pkey,
+            gid: port.shared.gid,
+            active_mtu: cfg.mtu,
+            max_inline: cfg.max_inline,
+            max_send_wr: cfg.max_send_wr,
+            max_recv_wr: cfg.max_recv_wr,
+        };
+        let tx_buf = vec![0u8; cfg.mtu.bytes() + MAX_OVERHEAD].into_boxed_slice();
+        SoftQp {
+            sq: SendQueue::new(&attr),
+            attr,
+            psn: 0,
+            tx_buf,
+            port,
+        }
+    }
+
+    /// The port this QP lives on.
+    pub fn port(&self) -> &SoftPort {
+        &self.port
+    }
+
+    /// Port counters (shared by every QP of the port).
+    pub fn stats(&self) -> SoftStats {
+        self.port.stats()
+    }
+
+    /// Sends posted and not yet retired by a polled completion.
+    pub fn sends_outstanding(&self) -> usize {
+        self.sq.outstanding()
+    }
+}
+
+/// What a packet needs from its QP besides the WR: the sender's identity and scratch.
+struct Sender<'a> {
+    port: &'a SoftPort,
+    attr: &'a QpAttr,
+    psn: &'a mut u32,
+    tx_buf: &'a mut [u8],
+}
+
+impl Sender<'_> {
+    /// Encode and transmit one packet; errors are wire loss (counted), as on a NIC.
+    fn transmit(&mut self, dest: SocketAddr, tc: u8, qkey: u32, wr: &SendWr, payload: &[u8]) {
+        let s = &self.port.shared;
+        let ip = match (s.local.ip(), dest.ip()) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => IpPair::V4 { src, dst },
+            (IpAddr::V6(src), IpAddr::V6(dst)) => IpPair::V6 { src, dst },
+            // create_ah refuses a family mismatch, so this is unreachable in practice.
+            _ => {
+                s.tx_errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let ctx = IcrcContext {
+            ip,
+            src_port: s.local.port(),
+            dst_port: dest.port(),
+        };
+        let header = UdHeader {
+            solicited: false,
+            mig_req: false,
+            pkey: self.attr.pkey,
+            fecn: false,
+            becn: false,
+            dest_qp: wr.remote_qpn & MASK_24,
+            ack_req: false,
+            psn: *self.psn,
+            qkey,
+            src_qp: self.attr.qpn,
+            imm: wr.imm,
+        };
+        *self.psn = (*self.psn + 1) & MASK_24;
+        let n = match codec::encode(&header, payload, &ctx, self.tx_buf) {
+            Ok(n) => n,
+            Err(_) => {
+                s.tx_errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        let contents = &self.tx_buf[..n];
+        for attempt in 0..=SEND_RETRIES {
+            match send_datagram(s, dest, tc, contents) {
+                Ok(()) => {
+                    s.tx_packets.fetch_add(1, Ordering::Relaxed);
+                    s.tx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && attempt < SEND_RETRIES => {
+                    std::thread::yield_now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    s.tx_would_block.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(_) => {
+                    s.tx_errors.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One `sendmsg` carrying the AH's whole traffic class (DSCP + ECN) as an
+/// `IP_TOS` / `IPV6_TCLASS` control message.
+///
+/// The control message is built byte by byte in safe code for Linux's 64-bit
+/// `struct cmsghdr` layout (`size_t cmsg_len; int cmsg_level; int cmsg_type;`,
+/// then an `int` padded to 8: `CMSG_SPACE(sizeof(int))` = 24 bytes). The kernel
+/// copies the control buffer before parsing it, so its alignment does not matter.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn send_datagram(
+    s: &super::port::Shared,
+    dest: SocketAddr,
+    tc: u8,
+    contents: &[u8],
+) -> io::Result<()> {
+    use socket2::{MsgHdr, SockAddr, SockRef};
+    // <netinet/in.h>: IPPROTO_IP 0 / IP_TOS 1; IPPROTO_IPV6 41 / IPV6_TCLASS 67.
+    let (level, kind): (i32, i32) = if dest.is_ipv4() { (0, 1) } else { (41, 67) };
+    let mut cmsg = [0u8; 24];
+    cmsg[0..8].copy_from_slice(&20u64.to_ne_bytes()); // CMSG_LEN(sizeof(int))
+    cmsg[8..12].copy_from_slice(&level.to_ne_bytes());
+    cmsg[12..16].copy_from_slice(&kind.to_ne_bytes());
+    cmsg[16..20].copy_from_slice(&i32::from(tc).to_ne_bytes());
+    let addr = SockAddr::from(dest);
+    let bufs = [io::IoSlice::new(contents)];
+    let msg = MsgHdr::new()
+        .with_addr(&addr)
+        .with_buffers(&bufs)
+        .with_control(&cmsg);
+    SockRef::from(&s.socket).sendmsg(&msg, 0).map(|_| ())
+}
+
+/// Elsewhere: quinn-udp's portable path, which carries only the ECN bits.
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+fn send_datagram(
+    s: &super::port::Shared,
+    dest: SocketAddr,
+    tc: u8,
+    contents: &[u8],
+) -> io::Result<()> {
+    let transmit = quinn_udp::Transmit {
+        destination: dest,
+        ecn: quinn_udp::EcnCodepoint::from_bits(tc & 0b11),
+        contents,
+        segment_size: None,
+        src_ip: None,
+    };
+    s.udp.try_send((&s.socket).into(), &transmit)
+}
+
+impl Drop for SoftQp {
+    fn drop(&mut self) {
+        let mut d = self.port.shared.lock();
+        if let Some(slot) = d.table.qps.remove(&self.attr.qpn) {
+            for a in slot.inbox {
+                if let Some(b) = a.data {
+                    d.table.recycle(b);
+                }
+            }
+        }
+    }
+}
+
+impl AsFd for SoftQp {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.port.as_fd()
+    }
+}
+
+impl AsRawFd for SoftQp {
+    fn as_raw_fd(&self) -> RawFd {
+        self.port.as_raw_fd()
+    }
+}
+
+impl UdQueuePair for SoftQp {
+    fn attr(&self) -> &QpAttr {
+        &self.attr
+    }
+
+    fn register(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        let lkey = self.port.shared.next_lkey.fetch_add(1, Ordering::Relaxed) as u32;
+        self.sq.register(region, lkey);
+        Ok(())
+    }
+
+    fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError> {
+        let ip = attr.dgid.to_ip();
+        if ip.is_ipv4() != self.port.shared.local.is_ipv4() {
+            // An IPv4 port cannot reach an IPv6 GID and vice versa.
+            return Err(FabricError::Unreachable(attr.dgid));
+        }
+        let dest = SocketAddr::new(ip, self.port.shared.peer_port(ip));
+        Ok(self.sq.create_ah(AhEntry {
+            dest,
+            traffic_class: attr.traffic_class,
+        }))
+    }
+
+    fn destroy_ah(&mut self, ah: AhId) -> Result<(), FabricError> {
+        self.sq.destroy_ah(ah)
+    }
+
+    fn post_send(&mut self, mem: &Memory, wrs: &[SendWr]) -> Result<(), (usize, FabricError)> {
+        let mut tx = Sender {
+            port: &self.port,
+            attr: &self.attr,
+            psn: &mut self.psn,
+            tx_buf: &mut self.tx_buf,
+        };
+        for (i, wr) in wrs.iter().enumerate() {
+            // IBA 10.2.4 / 11.4.1.1: a WR Q_Key with the top bit set means "use the
+            // QP's own Q_Key" (the privileged case we never configure).
+            let qkey = if wr.remote_qkey & QKEY_PRIVILEGED_BIT != 0 {
+                tx.attr.qkey
+            } else {
+                wr.remote_qkey
+            };
+            self.sq
+                .post(mem, wr, |ah, d| {
+                    tx.transmit(ah.dest, ah.traffic_class, qkey, wr, d)
+                })
+                .map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
+        let mut d = self.port.shared.lock();
+        let Some(slot) = d.table.qps.get_mut(&self.attr.qpn) else {
+            return Err((0, FabricError::QpError("QP destroyed".into())));
+        };
+        for (i, wr) in wrs.iter().enumerate() {
+            if slot.rq.len() >= self.attr.max_recv_wr as usize {
+                return Err((i, FabricError::QueueFull(slot.rq.len())));
+            }
+            if mem.resolve(&wr.sge).is_none()
+                || !self.sq.is_registered(wr.sge.lkey)
+                || (wr.sge.len as usize) < GRH_LEN
+            {
+                return Err((
+                    i,
+                    FabricError::QpError(format!(
+                        "receive buffer {:?} not registered or shorter than the GRH",
+                        wr.sge
+                    )),
+                ));
+            }
+            slot.rq.push_back(*wr);
+        }
+        Ok(())
+    }
+
+    fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize {
+        self.sq.poll(out)
+    }
+
+    fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
+        let shared = self.port.shared.clone();
+        let mut d = shared.lock();
+        shared.drain(&mut d, self.attr.qpn, out.len());
+        let t = &mut d.table;
+        let mut n = 0;
+        while n < out.len() {
+            let Some(a) = t
+                .qps
+                .get_mut(&self.attr.qpn)
+                .and_then(|s| s.inbox.pop_front())
+            else {
+                break;
+            };
+            let mut status = a.status;
+            if let Some(data) = a.data {
+                let len = a.byte_len as usize;
+                match mem.resolve_mut(&a.wr.sge) {
+                    Some(buf) if buf.len() >= len => buf[..len].copy_from_slice(&data[..len]),
+                    // The region was swapped out since post_recv.
+                    _ => status = WcStatus::LocProtErr,
+                }
+                t.recycle(data);
+            }
+            out[n] = Completion {
+                wr_id: a.wr.wr_id,
+                status,
+                opcode: WcOpcode::Recv,
+                byte_len: a.byte_len,
+                imm: a.imm,
+                src_qp: a.src_qp,
+            };
+            n += 1;
+        }
+        n
+    }
+
+    /// Stores the waker (woken when another QP of the port matches a packet to this
+    /// one) and reports whether anything may be ready, including unread datagrams
+    /// on the socket (peeked). Wake-ups for new datagrams come from the socket's
+    /// readiness: register [`SoftPort`]'s fd with the reactor (`AsyncFd`).
+    fn arm(&mut self, waker: &Waker) -> bool {
+        let shared = self.port.shared.clone();
+        let mut d = shared.lock();
+        let Some(slot) = d.table.qps.get_mut(&self.attr.qpn) else {
+            return true;
+        };
+        match &slot.waker {
+            Some(w) if w.will_wake(waker) => {}
+            _ => slot.waker = Some(waker.clone()),
+        }
+        if !slot.inbox.is_empty() || self.sq.has_completions() {
+            return true;
+        }
+        let mut probe = [0u8; 1];
+        match shared.socket.peek_from(&mut probe) {
+            Ok(_) => true,
+            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+        }
+    }
+
+    /// The bound address never changes under a `soft` port, so there are no
+    /// GID-change or port events.
+    fn poll_event(&mut self) -> Option<AsyncEvent> {
+        None
+    }
+
+    /// This QP's drops plus the port-wide `unknown_qpn` and `malformed` counters
+    /// (a packet for no QP, or unparseable, belongs to no QP).
+    fn readiness_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.as_fd())
+    }
+
+    fn drops(&self) -> ProviderDrops {
+        let d = self.port.shared.lock();
+        let mut out = d
+            .table
+            .qps
+            .get(&self.attr.qpn)
+            .map(|s| s.drops)
+            .unwrap_or_default();
+        out.unknown_qpn = d.table.drops.unknown_qpn;
+        out.malformed = d.table.drops.malformed;
+        out.bad_icrc = d.table.drops.bad_icrc;
+        out.oversize_sent = self.sq.oversize_sent();
+        out
+    }
+}

@@ -1,0 +1,291 @@
+//! `qr connect`: the client side of the demo's workload against a `qr serve` in
+//! another process or on another host, found by host and service port.
+//!
+//! 1. Ask the server's bootstrap service (`host:service_port`, DESIGN.md §3) for
+//!    its GID, QPN, Q_Key, UDP port and MTU.
+//! 2. Open a local endpoint (by default on the IP the kernel would use to reach
+//!    the server's GID), TLS 1.3 trusting exactly the certificate given by
+//!    `--cert` (what `qr serve --cert-out` wrote), and connect.
+//! 3. Run the workload (sha256-verified bulk transfer, ping-pong) and report.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use quic_rdma::fabric::soft::bootstrap::{self, BootstrapError, PeerInfo};
+use quic_rdma::quinn_adapter;
+
+use crate::demo::{
+    self, workload, DemoError, EndpointsReport, PingReport, QuicReport, Report, RttReport,
+    SocketsReport, SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
+};
+use crate::provider::{self, EndpointOptions, ProviderKind};
+use crate::tls::{self, SuiteProbe, TlsInfo};
+
+/// Options of `qr connect`.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct ConnectArgs {
+    /// The server's bootstrap service: HOST:PORT (PORT is `qr serve
+    /// --service-port`, 18515 by default), e.g. 127.0.0.2:18515, [fd00::1]:18515.
+    pub(crate) server: String,
+
+    /// The server's certificate (DER or PEM), as written by `qr serve --cert-out`.
+    /// The client trusts exactly this certificate; verification is always on.
+    #[arg(long)]
+    pub(crate) cert: PathBuf,
+
+    /// Name to verify the certificate for (SNI). Default: HOST of the server
+    /// argument (an IP address is checked against the certificate's IP names).
+    #[arg(long)]
+    pub(crate) server_name: Option<String>,
+
+    /// Fabric provider (`soft`: userspace RoCEv2 over UDP).
+    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
+    pub(crate) provider: ProviderKind,
+
+    /// Local IP (our GID). Default: the source address the kernel routes from
+    /// towards the server's GID.
+    #[arg(long)]
+    pub(crate) ip: Option<IpAddr>,
+
+    /// Local UDP port of the RoCEv2 socket. Keep 4791 (the server answers to
+    /// port 4791: a `soft` endpoint learns only the bootstrap server's port).
+    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
+    pub(crate) udp_port: u16,
+
+    /// Bytes to transfer client -> server (suffixes K, M, G, T are binary).
+    #[arg(long, default_value = "64M", value_parser = demo::parse_bytes)]
+    pub(crate) bytes: u64,
+
+    /// Round trips of the ping-pong (0 skips it).
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) pings: u32,
+
+    /// Size of each ping and pong in bytes.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub(crate) ping_size: u32,
+
+    /// Seed of the transferred data.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+
+    /// Keep asking the bootstrap service this many seconds while it refuses
+    /// connections (a server that is still starting).
+    #[arg(long, default_value_t = 10)]
+    pub(crate) wait: u64,
+
+    /// Give up (exit 1) if the run has not finished after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub(crate) timeout: u64,
+
+    /// Print the report as one JSON object instead of the human summary.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Ask `server` (host:port) for its peer record, retrying connection failures
+/// until `wait` has passed (protocol errors and refusals fail at once).
+pub(crate) fn query_bootstrap(server: &str, wait: Duration) -> Result<PeerInfo> {
+    let deadline = Instant::now() + wait;
+    loop {
+        match bootstrap::query(server, Duration::from_secs(2)) {
+            Ok(info) => return Ok(info),
+            Err(BootstrapError::Io(e)) if Instant::now() < deadline => {
+                tracing::debug!("bootstrap {server}: {e}; retrying");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => {
+                return Err(anyhow!(e)).with_context(|| format!("bootstrap query to {server}"))
+            }
+        }
+    }
+}
+
+/// HOST of HOST:PORT, without IPv6 brackets.
+fn host_of(server: &str) -> Result<&str> {
+    let (host, port) = server
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow!("`{server}` is not HOST:PORT"))?;
+    port.parse::<u16>()
+        .map_err(|_| anyhow!("`{server}`: `{port}` is not a port number"))?;
+    Ok(host.trim_start_matches('[').trim_end_matches(']'))
+}
+
+/// The source address the kernel would use towards `peer` (no packet is sent).
+fn route_source(peer: IpAddr) -> Result<IpAddr> {
+    let any: SocketAddr = match peer {
+        IpAddr::V4(_) => "0.0.0.0:0".parse()?,
+        IpAddr::V6(_) => "[::]:0".parse()?,
+    };
+    let s = UdpSocket::bind(any)?;
+    s.connect(SocketAddr::new(peer, quic_rdma::fabric::ROCEV2_UDP_PORT))
+        .with_context(|| format!("no route to {peer}"))?;
+    Ok(s.local_addr()?.ip())
+}
+
+/// The client-side run, shared by `qr connect` and `qr demo --provider soft`.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientRun {
+    pub(crate) provider: ProviderKind,
+    pub(crate) server: String,
+    pub(crate) server_name: String,
+    pub(crate) cert: PathBuf,
+    pub(crate) ip: Option<IpAddr>,
+    pub(crate) udp_port: u16,
+    pub(crate) bytes: u64,
+    pub(crate) pings: u32,
+    pub(crate) ping_size: u32,
+    pub(crate) seed: u64,
+    pub(crate) wait: Duration,
+    pub(crate) timeout: Duration,
+}
+
+impl ClientRun {
+    /// From `qr connect`'s arguments.
+    pub(crate) fn from_args(a: &ConnectArgs) -> Result<ClientRun> {
+        let server_name = match &a.server_name {
+            Some(n) => n.clone(),
+            None => host_of(&a.server)?.to_string(),
+        };
+        Ok(ClientRun {
+            provider: a.provider,
+            server: a.server.clone(),
+            server_name,
+            cert: a.cert.clone(),
+            ip: a.ip,
+            udp_port: a.udp_port,
+            bytes: a.bytes,
+            pings: a.pings,
+            ping_size: a.ping_size,
+            seed: a.seed,
+            wait: Duration::from_secs(a.wait),
+            timeout: Duration::from_secs(a.timeout),
+        })
+    }
+}
+
+/// Find the server, connect, run the workload, report (server counters unknown).
+pub(crate) fn run(c: &ClientRun) -> Result<Report, DemoError> {
+    let run = |e: anyhow::Error| DemoError::Run(e);
+    let peer = query_bootstrap(&c.server, c.wait).map_err(run)?;
+    let peer_ip = peer.addr.gid.to_ip();
+    let ip = match c.ip {
+        Some(ip) => ip,
+        None => route_source(peer_ip).map_err(run)?,
+    };
+    let mut opts = EndpointOptions::new(ip);
+    opts.udp_port = c.udp_port;
+    opts.peer = Some(peer);
+    let ep = provider::open_endpoint(c.provider, &opts).map_err(DemoError::Provider)?;
+    let trusted = tls::load_certs(&c.cert).map_err(run)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+        .map_err(run)?;
+    let report = rt.block_on(async {
+        match tokio::time::timeout(c.timeout, client(c, &ep, &peer, trusted)).await {
+            Ok(r) => r,
+            Err(_) => Err(anyhow!(
+                "the run did not finish within {} s (--timeout)",
+                c.timeout.as_secs()
+            )),
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(1));
+    report.map_err(run)
+}
+
+async fn client(
+    c: &ClientRun,
+    ep: &provider::EndpointSocket,
+    peer: &PeerInfo,
+    trusted: Vec<rustls::pki_types::CertificateDer<'static>>,
+) -> Result<Report> {
+    let fabric_mtu = ep.socket.mtu();
+    let suite = Arc::new(SuiteProbe::default());
+    let cfg = tls::client_config(trusted, quinn_adapter::transport(fabric_mtu), suite.clone())?;
+    let endpoint = demo::endpoint(&ep.socket, None, demo::CLIENT_KEY)?;
+    let start = Instant::now();
+    let conn = endpoint
+        .connect_with(cfg, peer.addr.to_socket_addr(), &c.server_name)
+        .context("starting the handshake")?
+        .await
+        .with_context(|| {
+            format!(
+                "handshake with {} (certificate verified for \"{}\" against {})",
+                peer.addr.gid,
+                c.server_name,
+                c.cert.display()
+            )
+        })?;
+    let handshake = start.elapsed();
+    let transfer = workload::run_transfer(&conn, c.bytes, c.seed).await?;
+    let rtts = if c.pings > 0 {
+        workload::run_pings(&conn, c.pings, c.ping_size as usize).await?
+    } else {
+        Vec::new()
+    };
+    let tls_info = TlsInfo::client_side(&conn, &suite, &c.server_name);
+    let stats = conn.stats();
+    conn.close(0u32.into(), b"done");
+    if tokio::time::timeout(Duration::from_secs(3), endpoint.wait_idle())
+        .await
+        .is_err()
+    {
+        tracing::debug!("endpoint not idle after 3 s; leaving");
+    }
+    let transfer = TransferReport::from(&transfer);
+    if transfer.bytes_received == 0 && c.bytes > 0 {
+        bail!("the server received nothing");
+    }
+    Ok(Report {
+        ok: transfer.sha256_match,
+        provider: ep.kind.name().into(),
+        loss_percent: 0.0,
+        seed: c.seed,
+        mtu: stats.path.current_mtu,
+        fabric_mtu,
+        handshake_ms: handshake.as_secs_f64() * 1e3,
+        tls: tls_info.into(),
+        transfer,
+        ping: PingReport {
+            count: rtts.len() as u32,
+            size: c.ping_size as usize,
+            rtt_us: RttReport::of(&rtts),
+        },
+        quic: QuicReport::from(&stats),
+        sockets: SocketsReport {
+            client: (&ep.socket.stats()).into(),
+            server: None,
+        },
+        fabric: None,
+        endpoints: EndpointsReport {
+            server: UdEndpointReport::new(peer.addr, Some(peer.udp_port)),
+            client: UdEndpointReport::new(
+                ep.socket.ud_addr(),
+                ep.soft.as_ref().map(|p| p.local_addr().port()),
+            ),
+        },
+        soft: ep.soft.as_ref().map(|p| SoftPortsReport {
+            client: SoftPortReport::from(&p.stats()),
+            server: None,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts() {
+        assert_eq!(host_of("127.0.0.2:18515").unwrap(), "127.0.0.2");
+        assert_eq!(host_of("[fd00::1]:18515").unwrap(), "fd00::1");
+        assert_eq!(host_of("example.com:1").unwrap(), "example.com");
+        assert!(host_of("example.com").is_err());
+        assert!(host_of("example.com:x").is_err());
+    }
+}

@@ -1,0 +1,280 @@
+//! `qr demo`: a QUIC server and client over a UD fabric, a verified bulk transfer
+//! and a ping-pong, with a report of what every layer counted.
+
+mod report;
+mod soft;
+pub(crate) mod workload;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use quic_rdma::quinn_adapter;
+
+use crate::provider::{self, FabricOptions, OpenError, ProviderKind, Socket};
+use crate::tls::{self, TlsInfo};
+use report::FabricReport;
+pub(crate) use report::{
+    hex, EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketReport, SocketsReport,
+    SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
+};
+
+/// Routing keys of the two endpoints' connection IDs.
+pub(crate) const SERVER_KEY: u32 = 0x5e;
+pub(crate) const CLIENT_KEY: u32 = 0xc1;
+
+/// TCP service port of `soft` bootstrap servers when none is given: rdma-core's
+/// `ibv_*_pingpong` examples exchange their QP details on the same port.
+pub(crate) const DEFAULT_SERVICE_PORT: u16 = 18515;
+
+/// Options of `qr demo`.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct DemoArgs {
+    /// Fabric provider. `sim` is the in-process fabric built into qr (MTU 4096,
+    /// no hardware, no setup). `soft` is userspace RoCEv2 over UDP: qr starts
+    /// `qr serve --once` as a separate server process on --server-ip and runs the
+    /// client itself on --client-ip (real RoCEv2 packets on UDP port 4791).
+    /// `verbs` is not built into this version yet.
+    #[arg(long, value_enum, default_value_t = ProviderKind::Sim)]
+    pub(crate) provider: ProviderKind,
+
+    /// `soft`: the server process's IP (its GID). Any 127.0.0.0/8 address works
+    /// on Linux loopback without setup.
+    #[arg(long, default_value = "127.0.0.2")]
+    pub(crate) server_ip: IpAddr,
+
+    /// `soft`: the client's IP (its GID); must differ from --server-ip (each
+    /// endpoint binds UDP port 4791 on its own IP).
+    #[arg(long, default_value = "127.0.0.3")]
+    pub(crate) client_ip: IpAddr,
+
+    /// `soft`: TCP port of the server's bootstrap service (on --server-ip).
+    #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
+    pub(crate) service_port: u16,
+
+    /// Bytes to transfer client -> server. Suffixes K, M, G, T are binary
+    /// (KiB, MiB, GiB, TiB): 256M, 1G, 1.5G, 4096.
+    #[arg(long, default_value = "64M", value_parser = parse_bytes)]
+    pub(crate) bytes: u64,
+
+    /// Round trips of the ping-pong (0 skips it).
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) pings: u32,
+
+    /// Size of each ping and pong in bytes.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub(crate) ping_size: u32,
+
+    /// Injected packet loss in percent (sim only), e.g. 1 or 0.5. Any value above 0
+    /// turns on the sim's "hostile fabric" (Faults::hostile): that much loss plus
+    /// 1% duplication and 2% reordering (packets held back 300 us). 0 = ideal NIC.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_percent)]
+    pub(crate) loss: f64,
+
+    /// Seed of the fabric's fault decisions and of the transferred data.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+
+    /// Give up (exit 1) if the demo has not finished after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub(crate) timeout: u64,
+
+    /// Print the report as one JSON object instead of the human summary.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Parse a byte count with an optional binary suffix (K, M, G, T; "KiB", "MB"... accepted).
+pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: String = num.chars().filter(|&c| c != '_').collect();
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        other => return Err(format!("unknown size suffix `{other}` (use K, M, G or T)")),
+    };
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a byte count (e.g. 64M, 1G, 4096)"))?;
+    let bytes = value * (1u64 << shift) as f64;
+    if !(bytes.is_finite() && (1.0..=u64::MAX as f64).contains(&bytes)) {
+        return Err(format!("`{s}` is not a byte count of at least 1"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("`{s}` is not a percentage"))?;
+    if (0.0..100.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err("loss must be at least 0 and below 100 (percent)".into())
+    }
+}
+
+/// How a demo run ended badly.
+#[derive(Debug)]
+pub(crate) enum DemoError {
+    /// The provider could not be opened (not built in, or failed).
+    Provider(OpenError),
+    /// Anything else (handshake, transfer, timeout).
+    Run(anyhow::Error),
+}
+
+/// Run the demo on a fresh tokio multi-thread runtime.
+pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
+    if args.provider == ProviderKind::Soft {
+        return soft::run(args);
+    }
+    let opts = FabricOptions {
+        loss_percent: args.loss,
+        seed: args.seed,
+    };
+    let pair = provider::open_pair(args.provider, &opts).map_err(DemoError::Provider)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+        .map_err(DemoError::Run)?;
+    let timeout = Duration::from_secs(args.timeout);
+    let report = rt.block_on(async {
+        match tokio::time::timeout(timeout, demo(args, &pair)).await {
+            Ok(r) => r,
+            Err(_) => Err(anyhow!(
+                "the demo did not finish within {} s (--timeout)",
+                args.timeout
+            )),
+        }
+    });
+    // Endpoints and their driver tasks go with the runtime.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    report.map_err(DemoError::Run)
+}
+
+/// A quinn endpoint over `sock` issuing connection IDs with routing key `key`.
+pub(crate) fn endpoint(
+    sock: &Socket,
+    server: Option<quinn::ServerConfig>,
+    key: u32,
+) -> Result<quinn::Endpoint> {
+    quinn::Endpoint::new_with_abstract_socket(
+        quinn_adapter::endpoint_config(sock.mtu(), key),
+        server,
+        sock.clone(),
+        Arc::new(quinn::TokioRuntime),
+    )
+    .context("creating a quinn endpoint")
+}
+
+async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
+    let fabric_mtu = pair.server.mtu();
+    let tls = tls::configs(quinn_adapter::transport(fabric_mtu))?;
+    let server = endpoint(&pair.server, Some(tls.server), SERVER_KEY)?;
+    let client = endpoint(&pair.client, None, CLIENT_KEY)?;
+    let server_addr = pair.server.ud_addr().to_socket_addr();
+    let ping_size = args.ping_size as usize;
+    let pings = args.pings;
+
+    let accept = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            let incoming = server.accept().await.context("server endpoint closed")?;
+            let conn = incoming.await.context("server handshake")?;
+            workload::serve_transfer(conn.clone()).await?;
+            if pings > 0 {
+                workload::serve_pings(conn.clone()).await?;
+            }
+            Ok::<_, anyhow::Error>(conn)
+        })
+    };
+
+    let start = Instant::now();
+    let conn = client
+        .connect_with(tls.client, server_addr, tls::SERVER_NAME)
+        .context("starting the handshake")?
+        .await
+        .context("client handshake (certificate verification included)")?;
+    let handshake = start.elapsed();
+
+    let transfer = workload::run_transfer(&conn, args.bytes, args.seed).await?;
+    let rtts = if args.pings > 0 {
+        workload::run_pings(&conn, args.pings, ping_size).await?
+    } else {
+        Vec::new()
+    };
+    let server_conn = accept.await.context("server task")??;
+    let tls_info = TlsInfo::of(&conn, &server_conn, &tls.suite);
+
+    let stats = conn.stats();
+    conn.close(0u32.into(), b"done");
+    server_conn.close(0u32.into(), b"done");
+    client.wait_idle().await;
+
+    let transfer = TransferReport::from(&transfer);
+    Ok(Report {
+        ok: transfer.sha256_match,
+        provider: pair.kind.name().into(),
+        loss_percent: args.loss,
+        seed: args.seed,
+        mtu: stats.path.current_mtu,
+        fabric_mtu,
+        handshake_ms: handshake.as_secs_f64() * 1e3,
+        tls: tls_info.into(),
+        transfer,
+        ping: PingReport {
+            count: rtts.len() as u32,
+            size: ping_size,
+            rtt_us: RttReport::of(&rtts),
+        },
+        quic: QuicReport::from(&stats),
+        sockets: SocketsReport {
+            client: (&pair.client.stats()).into(),
+            server: Some((&pair.server.stats()).into()),
+        },
+        fabric: pair.wire_stats().as_ref().map(FabricReport::from),
+        endpoints: EndpointsReport {
+            server: UdEndpointReport::new(pair.server.ud_addr(), None),
+            client: UdEndpointReport::new(pair.client.ud_addr(), None),
+        },
+        soft: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_suffixes() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("64M"), Ok(64 << 20));
+        assert_eq!(parse_bytes("256m"), Ok(256 << 20));
+        assert_eq!(parse_bytes("1G"), Ok(1 << 30));
+        assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_bytes("8 MB"), Ok(8 << 20));
+        assert_eq!(parse_bytes("1_000"), Ok(1000));
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("12X").is_err());
+        assert!(parse_bytes("M").is_err());
+    }
+
+    #[test]
+    fn percentages() {
+        assert_eq!(parse_percent("1"), Ok(1.0));
+        assert_eq!(parse_percent("0.5%"), Ok(0.5));
+        assert!(parse_percent("100").is_err());
+        assert!(parse_percent("-1").is_err());
+    }
+}

@@ -1,0 +1,217 @@
+//! `qr demo --provider soft`: the server is a separate process (`qr serve
+//! --once`, this same executable) on one IP, the client runs here on another,
+//! each its own GID; real RoCEv2 packets go over UDP between them.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use super::{DemoArgs, DemoError, Report};
+use crate::connect::{self, ClientRun};
+use crate::provider::{OpenError, ProviderKind};
+use crate::serve::ServeSummary;
+
+/// How long the server process may take to start answering.
+const READY_WITHIN: Duration = Duration::from_secs(20);
+
+/// The server child: killed and reaped if still running when dropped.
+struct ServerChild {
+    child: Child,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl ServerChild {
+    /// Its stderr so far (only once it has exited).
+    fn stderr(&mut self) -> String {
+        self.stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+
+    /// Wait up to `limit` for it to exit; then its stdout.
+    fn finish(&mut self, limit: Duration) -> Result<(std::process::ExitStatus, String)> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                let out = self
+                    .stdout
+                    .take()
+                    .and_then(|h| h.join().ok())
+                    .unwrap_or_default();
+                return Ok((status, out));
+            }
+            if Instant::now() >= deadline {
+                bail!("the server process did not exit within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn drain(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+/// A private directory for the server's certificate, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<TempDir> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!("qr-demo-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(TempDir(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Run the two-process demo.
+pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
+    if args.loss > 0.0 {
+        return Err(DemoError::Provider(OpenError::Unsupported(
+            "--loss is fault injection of the sim fabric; `soft` runs on a real network".into(),
+        )));
+    }
+    if args.server_ip == args.client_ip {
+        return Err(DemoError::Run(anyhow!(
+            "--server-ip and --client-ip must differ (each endpoint is its own GID)"
+        )));
+    }
+    let dir = TempDir::new().map_err(DemoError::Run)?;
+    let cert = dir.0.join("server-cert.der");
+    let service = std::net::SocketAddr::new(args.server_ip, args.service_port).to_string();
+
+    let exe = std::env::current_exe()
+        .context("finding the qr executable")
+        .map_err(DemoError::Run)?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["serve", "--once", "--json", "--provider", "soft"])
+        .arg("--ip")
+        .arg(args.server_ip.to_string())
+        .arg("--service-port")
+        .arg(args.service_port.to_string())
+        .arg("--cert-out")
+        .arg(&cert)
+        .arg("--timeout")
+        .arg(args.timeout.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .context("starting the server process (qr serve)")
+        .map_err(DemoError::Run)?;
+    let stdout = child.stdout.take().map(drain);
+    let stderr = child.stderr.take().map(drain);
+    let mut server = ServerChild {
+        child,
+        stdout,
+        stderr,
+    };
+
+    wait_ready(&mut server, &service).map_err(DemoError::Run)?;
+
+    let client = ClientRun {
+        provider: ProviderKind::Soft,
+        server: service,
+        server_name: args.server_ip.to_string(),
+        cert: cert.clone(),
+        ip: Some(args.client_ip),
+        udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
+        bytes: args.bytes,
+        pings: args.pings,
+        ping_size: args.ping_size,
+        seed: args.seed,
+        wait: Duration::from_secs(5),
+        timeout: Duration::from_secs(args.timeout),
+    };
+    let mut report = match connect::run(&client) {
+        Ok(r) => r,
+        Err(e) => {
+            // Its side of the story, if it has one.
+            let _ = server.finish(Duration::from_secs(2));
+            let err = server.stderr();
+            if !err.trim().is_empty() {
+                eprintln!("qr demo: server process said:\n{}", err.trim_end());
+            }
+            return Err(e);
+        }
+    };
+    let (status, out) = server
+        .finish(Duration::from_secs(15))
+        .map_err(DemoError::Run)?;
+    let summary: ServeSummary = out
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .ok_or_else(|| anyhow!("the server process printed no summary ({status})"))
+        .and_then(|l| serde_json::from_str(l).context("parsing the server's summary"))
+        .map_err(|e| {
+            DemoError::Run(e.context(format!("server stderr: {}", server.stderr().trim_end())))
+        })?;
+    report.sockets.server = Some(summary.socket.clone());
+    if let Some(soft) = report.soft.as_mut() {
+        soft.server = summary.soft.clone();
+    }
+    report.tls.server_name = summary.server_name.clone().or(report.tls.server_name);
+    // Both sides agree: the client's digest equals what the server hashed.
+    report.ok = report.ok
+        && summary.ok
+        && status.success()
+        && summary.sha256_received == report.transfer.sha256_received;
+    if !report.ok {
+        eprintln!(
+            "qr demo: server process: exit {status}, summary ok={}, error {:?}",
+            summary.ok, summary.error
+        );
+    }
+    Ok(report)
+}
+
+/// Until the server's bootstrap service answers (or the server died).
+fn wait_ready(server: &mut ServerChild, service: &str) -> Result<()> {
+    let deadline = Instant::now() + READY_WITHIN;
+    loop {
+        if let Some(status) = server.child.try_wait()? {
+            bail!(
+                "the server process exited before it was ready ({status}):\n{}",
+                server.stderr().trim_end()
+            );
+        }
+        match connect::query_bootstrap(service, Duration::ZERO) {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(e.context(format!(
+                    "the server process did not answer on {service} within {READY_WITHIN:?}"
+                )))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! Choosing a fabric provider: the one place that turns `--provider` into a
+//! connected pair of UD sockets. New providers plug in here (see [`open_pair`]).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
+
+use anyhow::Context;
+use quic_rdma::fabric::sim::{FabricStats, Faults, SimConfig, SimFabric, SimQpOptions};
+use quic_rdma::fabric::soft::bootstrap::PeerInfo;
+use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
+use quic_rdma::fabric::{Mtu, UdQueuePair, DEFAULT_QKEY};
+use quic_rdma::quinn_adapter::RdmaUdpSocket;
+use quic_rdma::socket::{SocketConfig, UdSocket};
+
+/// The fabric providers `qr` knows by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ProviderKind {
+    /// In-process simulated fabric (MTU 4096, optional fault injection). No hardware needed.
+    Sim,
+    /// Userspace RoCEv2 over UDP sockets (one process per endpoint: `qr serve` /
+    /// `qr connect`; `qr demo` runs the server as a child process).
+    Soft,
+    /// libibverbs: RoCE NICs and kernel rxe (not built into this version yet).
+    Verbs,
+}
+
+impl ProviderKind {
+    /// The name used on the command line and in reports.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ProviderKind::Sim => "sim",
+            ProviderKind::Soft => "soft",
+            ProviderKind::Verbs => "verbs",
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a provider needs to know to build the pair.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FabricOptions {
+    /// Injected loss in percent (sim only); 0 = an ideal fabric.
+    pub(crate) loss_percent: f64,
+    /// Seed of the fabric's fault decisions (sim only).
+    pub(crate) seed: u64,
+}
+
+impl FabricOptions {
+    /// The sim faults for these options: the "hostile fabric" of the library's
+    /// tests — `loss_percent` loss plus 1 % duplication and 2 % reordering
+    /// (held back 300 µs) — or none at all when `loss_percent` is 0.
+    pub(crate) fn sim_faults(&self) -> Faults {
+        if self.loss_percent > 0.0 {
+            Faults::hostile(self.loss_percent / 100.0)
+        } else {
+            Faults::default()
+        }
+    }
+}
+
+/// A quinn-ready socket on any provider.
+pub(crate) type Socket = Arc<RdmaUdpSocket<Box<dyn UdQueuePair>>>;
+
+/// Server and client sockets that can reach each other.
+pub(crate) struct SocketPair {
+    /// The provider that made them.
+    pub(crate) kind: ProviderKind,
+    /// The server's socket.
+    pub(crate) server: Socket,
+    /// The client's socket.
+    pub(crate) client: Socket,
+    /// The simulated fabric, when there is one (for its wire counters).
+    sim: Option<SimFabric>,
+}
+
+impl SocketPair {
+    /// What the fabric itself did to packets, if the provider can tell.
+    pub(crate) fn wire_stats(&self) -> Option<FabricStats> {
+        self.sim.as_ref().map(SimFabric::stats)
+    }
+}
+
+/// Why a pair could not be opened.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The provider exists in the design but is not compiled into this binary.
+    NotBuiltIn(ProviderKind),
+    /// The provider cannot do what was asked (e.g. `sim` between processes).
+    Unsupported(String),
+    /// The provider is there but failed.
+    Failed(anyhow::Error),
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::NotBuiltIn(kind) => write!(
+                f,
+                "provider `{kind}` is not built into this version of qr yet; \
+                 use `--provider sim` (the in-process fabric, no hardware needed)"
+            ),
+            OpenError::Unsupported(why) => f.write_str(why),
+            OpenError::Failed(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// Open a server socket and a client socket on provider `kind`.
+///
+/// This is, with [`open_endpoint`], the only place that knows about individual
+/// providers: add `verbs` here and every `qr` command gets it. `soft` endpoints
+/// live in separate processes, so `soft` has no in-process pair (`qr demo
+/// --provider soft` spawns `qr serve` instead).
+pub(crate) fn open_pair(kind: ProviderKind, opts: &FabricOptions) -> Result<SocketPair, OpenError> {
+    match kind {
+        ProviderKind::Sim => open_sim(opts).map_err(OpenError::Failed),
+        ProviderKind::Soft => Err(OpenError::Unsupported(
+            "provider `soft` runs each endpoint in its own process: \
+             use `qr serve` / `qr connect`"
+                .into(),
+        )),
+        ProviderKind::Verbs => Err(OpenError::NotBuiltIn(kind)),
+    }
+}
+
+/// Where one endpoint of a multi-process provider lives.
+#[derive(Clone, Debug)]
+pub(crate) struct EndpointOptions {
+    /// The local IP: the endpoint's GID (IPv4-mapped for IPv4).
+    pub(crate) ip: IpAddr,
+    /// UDP port of the RoCEv2 socket (4791, the interoperable default).
+    pub(crate) udp_port: u16,
+    /// Active MTU.
+    pub(crate) mtu: Mtu,
+    /// Q_Key of the QP.
+    pub(crate) qkey: u32,
+    /// The peer, when known (client side): its UDP port and MTU are applied.
+    pub(crate) peer: Option<PeerInfo>,
+    /// QPN of the endpoint's QP (`soft`: the port's first QPN); provider's choice if `None`.
+    pub(crate) qpn: Option<u32>,
+}
+
+impl EndpointOptions {
+    /// Defaults for `ip`: UDP 4791, MTU 4096, the default Q_Key, no peer yet.
+    pub(crate) fn new(ip: IpAddr) -> Self {
+        EndpointOptions {
+            ip,
+            udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
+            mtu: Mtu::M4096,
+            qkey: DEFAULT_QKEY,
+            peer: None,
+            qpn: None,
+        }
+    }
+}
+
+/// One endpoint's socket, for `qr serve` and `qr connect`.
+pub(crate) struct EndpointSocket {
+    /// The provider that made it.
+    pub(crate) kind: ProviderKind,
+    /// The quinn-ready socket.
+    pub(crate) socket: Socket,
+    /// The `soft` port under it (its counters, its bootstrap record).
+    pub(crate) soft: Option<SoftPort>,
+    /// What a bootstrap server publishes for this endpoint (`soft`).
+    pub(crate) publish: Option<PeerInfo>,
+}
+
+/// Open one endpoint on provider `kind` (the multi-process counterpart of [`open_pair`]).
+pub(crate) fn open_endpoint(
+    kind: ProviderKind,
+    opts: &EndpointOptions,
+) -> Result<EndpointSocket, OpenError> {
+    match kind {
+        ProviderKind::Sim => Err(OpenError::Unsupported(
+            "provider `sim` is an in-process fabric: it has no endpoints for other \
+             processes (use `qr demo`, or `--provider soft`)"
+                .into(),
+        )),
+        ProviderKind::Soft => open_soft(opts).map_err(OpenError::Failed),
+        ProviderKind::Verbs => Err(OpenError::NotBuiltIn(kind)),
+    }
+}
+
+fn open_soft(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
+    let mut cfg = SoftConfig::new(opts.ip).with_port(opts.udp_port);
+    // Talk at the smaller of the two MTUs, like two ports negotiating.
+    cfg.mtu = match opts.peer {
+        Some(p) if p.mtu.bytes() < opts.mtu.bytes() => p.mtu,
+        _ => opts.mtu,
+    };
+    if let Some(qpn) = opts.qpn {
+        cfg.first_qpn = qpn;
+    }
+    let port = SoftPort::open(cfg).with_context(|| {
+        format!(
+            "opening a soft RoCEv2 port on {} (is another endpoint already bound there? \
+             each endpoint needs its own IP, or its own --udp-port)",
+            std::net::SocketAddr::new(opts.ip, opts.udp_port)
+        )
+    })?;
+    if let Some(peer) = &opts.peer {
+        // Before any address handle exists: AHs resolve the peer's UDP port.
+        peer.apply(&port);
+    }
+    let qkey = opts.peer.map_or(opts.qkey, |p| p.addr.qkey);
+    let qp = port
+        .create_qp(qkey)
+        .with_context(|| format!("soft QP with Q_Key {qkey:#x}"))?;
+    let publish = PeerInfo::of(&qp);
+    let qp: Box<dyn UdQueuePair> = Box::new(qp);
+    let sock = UdSocket::new(qp, SocketConfig::default())
+        .with_context(|| format!("UD socket on {}", port.gid()))?;
+    Ok(EndpointSocket {
+        kind: ProviderKind::Soft,
+        socket: Arc::new(RdmaUdpSocket::new(sock)),
+        soft: Some(port),
+        publish: Some(publish),
+    })
+}
+
+fn open_sim(opts: &FabricOptions) -> anyhow::Result<SocketPair> {
+    let fabric = SimFabric::new(SimConfig {
+        faults: opts.sim_faults(),
+        seed: opts.seed,
+        ..SimConfig::default()
+    });
+    let socket = |n: u16| -> anyhow::Result<Socket> {
+        let gid = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n);
+        let qp = fabric
+            .create_qp(gid.into(), SimQpOptions::default())
+            .with_context(|| format!("sim QP on {gid}"))?;
+        let qp: Box<dyn UdQueuePair> = Box::new(qp);
+        let sock = UdSocket::new(qp, SocketConfig::default())
+            .with_context(|| format!("UD socket on {gid}"))?;
+        Ok(Arc::new(RdmaUdpSocket::new(sock)))
+    };
+    Ok(SocketPair {
+        kind: ProviderKind::Sim,
+        server: socket(1)?,
+        client: socket(2)?,
+        sim: Some(fabric),
+    })
+}

@@ -1,0 +1,270 @@
+//! `qr serve`: the server side of the demo's workload on one endpoint of a
+//! multi-process provider (`soft`), reachable by host and service port.
+//!
+//! Start-up order, so that "the bootstrap service answers" means "ready":
+//! open the RoCEv2 port and QP, write the self-signed certificate to
+//! `--cert-out`, create the quinn endpoint, then start the bootstrap service
+//! (TCP, DESIGN.md §3) that publishes GID, QPN, Q_Key, UDP port and MTU.
+//!
+//! Each accepted connection gets the demo's server side: read the first stream
+//! to its end and answer with byte count + sha256; echo the second stream (the
+//! ping-pong) until it ends. One summary per connection goes to stdout (a JSON
+//! line with `--json`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
+use quic_rdma::fabric::UdAddr;
+use quic_rdma::quinn_adapter;
+use serde::{Deserialize, Serialize};
+
+use crate::demo::{self, hex, workload, SocketReport, SoftPortReport, UdEndpointReport};
+use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError, ProviderKind};
+use crate::tls::{self, ServerIdentity};
+
+/// Options of `qr serve`.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Local IP to serve on: the endpoint's GID (IPv4-mapped for IPv4). Must be a
+    /// specific address (not 0.0.0.0 / ::).
+    #[arg(long)]
+    pub(crate) ip: IpAddr,
+
+    /// Where to write the server's self-signed certificate (not its key) for
+    /// clients to trust (`qr connect --cert`): PEM if the name ends in .pem or
+    /// .crt, DER otherwise. Written before the service starts answering.
+    #[arg(long)]
+    pub(crate) cert_out: PathBuf,
+
+    /// Fabric provider (`soft`: userspace RoCEv2 over UDP).
+    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
+    pub(crate) provider: ProviderKind,
+
+    /// UDP port of the RoCEv2 socket (4791 is what kernel rxe and NICs use).
+    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
+    pub(crate) udp_port: u16,
+
+    /// TCP port of the bootstrap service (on --ip unless --bootstrap-bind).
+    #[arg(long, default_value_t = demo::DEFAULT_SERVICE_PORT)]
+    pub(crate) service_port: u16,
+
+    /// Bind the bootstrap service here instead of --ip:--service-port.
+    #[arg(long)]
+    pub(crate) bootstrap_bind: Option<SocketAddr>,
+
+    /// QPN of the served QP (2..=0xFFFFFF; default: the provider's first, 0x11).
+    #[arg(long, value_parser = parse_qpn)]
+    pub(crate) qpn: Option<u32>,
+
+    /// Extra names (DNS names or IPs) for the certificate; it always names
+    /// "localhost" and --ip.
+    #[arg(long = "name")]
+    pub(crate) names: Vec<String>,
+
+    /// Exit after the first connection (exit code 0 if its workload completed).
+    #[arg(long)]
+    pub(crate) once: bool,
+
+    /// Give up (exit 1) if --once has not finished after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub(crate) timeout: u64,
+
+    /// Print each connection's summary as one JSON line instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// A QPN in decimal or 0x-hex, 2..=0xFFFFFF (0 and 1 are special in IBA).
+fn parse_qpn(s: &str) -> Result<u32, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|_| format!("`{s}` is not a QPN"))?;
+    if (2..=0xFF_FFFF).contains(&v) {
+        Ok(v)
+    } else {
+        Err("a QPN is 2..=0xFFFFFF (24 bits; 0 and 1 are special)".into())
+    }
+}
+
+/// What the server saw of one connection (a JSON line with `--json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ServeSummary {
+    /// The workload completed without error.
+    pub(crate) ok: bool,
+    /// Why not, if it did not.
+    pub(crate) error: Option<String>,
+    /// Provider name.
+    pub(crate) provider: String,
+    /// Our QP.
+    pub(crate) server: UdEndpointReport,
+    /// The client's QP as we saw it.
+    pub(crate) client: Option<UdEndpointReport>,
+    /// Bytes read on the transfer stream.
+    pub(crate) bytes_received: u64,
+    /// Hex sha256 of them.
+    pub(crate) sha256_received: String,
+    /// Bytes echoed on the ping stream.
+    pub(crate) ping_bytes_echoed: u64,
+    /// Server name the client asked for (SNI).
+    pub(crate) server_name: Option<String>,
+    /// The endpoint's socket counters (cumulative over its connections).
+    pub(crate) socket: SocketReport,
+    /// The `soft` port's counters (cumulative).
+    pub(crate) soft: Option<SoftPortReport>,
+}
+
+/// Run `qr serve`.
+pub(crate) fn main(args: &ServeArgs) -> ExitCode {
+    match serve(args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            match e.downcast_ref::<OpenError>() {
+                Some(OpenError::NotBuiltIn(_) | OpenError::Unsupported(_)) => {
+                    eprintln!("qr serve: {e}");
+                    return ExitCode::from(2);
+                }
+                _ => eprintln!("qr serve: {e:#}"),
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Serve; `Ok(ok)` of the single connection with `--once`, else runs until killed.
+fn serve(args: &ServeArgs) -> Result<bool> {
+    let mut opts = EndpointOptions::new(args.ip);
+    opts.udp_port = args.udp_port;
+    opts.qpn = args.qpn;
+    let ep = provider::open_endpoint(args.provider, &opts)?;
+    let mut names = vec![args.ip.to_string()];
+    names.extend(args.names.iter().cloned());
+    let id = ServerIdentity::generate(&names)?;
+    id.write_cert(&args.cert_out)?;
+    let server_cfg = tls::server_config(&id, quinn_adapter::transport(ep.socket.mtu()))?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let result = rt.block_on(async {
+        let endpoint = demo::endpoint(&ep.socket, Some(server_cfg), demo::SERVER_KEY)?;
+        let bind = args
+            .bootstrap_bind
+            .unwrap_or(SocketAddr::new(args.ip, args.service_port));
+        let publish = ep
+            .publish
+            .ok_or_else(|| anyhow!("provider `{}` has no bootstrap record", ep.kind))?;
+        let bootstrap = BootstrapServer::bind(bind, publish)
+            .with_context(|| format!("bootstrap service on TCP {bind}"))?;
+        let bound = bootstrap.local_addr()?;
+        let _bootstrap = bootstrap.spawn()?;
+        eprintln!(
+            "qr serve: {} endpoint GID {} QPN {:#x} Q_Key {:#x} UDP port {} MTU {}; \
+             bootstrap on TCP {bound}; certificate in {}",
+            ep.kind,
+            publish.addr.gid,
+            publish.addr.qpn,
+            publish.addr.qkey,
+            publish.udp_port,
+            publish.mtu.bytes(),
+            args.cert_out.display()
+        );
+        let ep = Arc::new(ep);
+        if args.once {
+            let incoming = endpoint
+                .accept()
+                .await
+                .ok_or_else(|| anyhow!("endpoint closed"))?;
+            let s = tokio::time::timeout(
+                Duration::from_secs(args.timeout),
+                connection(incoming, ep.clone()),
+            )
+            .await
+            .map_err(|_| anyhow!("the connection did not finish within {} s", args.timeout))?;
+            print_summary(&s, args.json);
+            endpoint.close(0u32.into(), b"bye");
+            let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+            Ok(s.ok)
+        } else {
+            while let Some(incoming) = endpoint.accept().await {
+                let (ep, json) = (ep.clone(), args.json);
+                tokio::spawn(async move {
+                    let s = connection(incoming, ep).await;
+                    print_summary(&s, json);
+                });
+            }
+            Ok(true)
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+fn print_summary(s: &ServeSummary, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(s).expect("a summary always serialises")
+        );
+    } else {
+        let client = s
+            .client
+            .as_ref()
+            .map_or("?".to_string(), |c| format!("{} QPN {:#x}", c.gid, c.qpn));
+        match &s.error {
+            None => println!(
+                "qr serve: connection from {client}: received {} bytes, sha256 {}; echoed {} ping bytes",
+                s.bytes_received, s.sha256_received, s.ping_bytes_echoed
+            ),
+            Some(e) => println!("qr serve: connection from {client} failed: {e}"),
+        }
+    }
+}
+
+/// Handshake, workload, wait for the client to close; never fails (errors go
+/// into the summary).
+async fn connection(incoming: quinn::Incoming, ep: Arc<EndpointSocket>) -> ServeSummary {
+    let client = UdAddr::from_socket_addr(incoming.remote_address())
+        .ok()
+        .map(|a| UdEndpointReport::new(a, None));
+    let mut received = None;
+    let mut echoed = 0;
+    let mut server_name = None;
+    let outcome = async {
+        let conn = incoming.await.context("server handshake")?;
+        server_name = conn
+            .handshake_data()
+            .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+            .and_then(|hd| hd.server_name);
+        received = Some(workload::serve_transfer(conn.clone()).await?);
+        echoed = workload::serve_pings(conn.clone()).await?;
+        // The client closes once it has read the last pong.
+        let _ = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await;
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    ServeSummary {
+        ok: outcome.is_ok(),
+        error: outcome.err().map(|e| format!("{e:#}")),
+        provider: ep.kind.name().into(),
+        server: UdEndpointReport::new(
+            ep.socket.ud_addr(),
+            ep.soft.as_ref().map(|p| p.local_addr().port()),
+        ),
+        client,
+        bytes_received: received.map_or(0, |r| r.bytes),
+        sha256_received: received.map_or_else(String::new, |r| hex(&r.sha256)),
+        ping_bytes_echoed: echoed,
+        server_name,
+        socket: (&ep.socket.stats()).into(),
+        soft: ep.soft.as_ref().map(|p| SoftPortReport::from(&p.stats())),
+    }
+}
