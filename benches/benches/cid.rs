@@ -20,8 +20,12 @@ fn bench(c: &mut Criterion) {
     let mut long = vec![0xC0, 0, 0, 0, 1, cid.len() as u8];
     long.extend_from_slice(&cid);
     long.resize(1200, 0);
-    g.bench_function("key_of_datagram/short", |b| b.iter(|| key_of_datagram(black_box(&short))));
-    g.bench_function("key_of_datagram/long", |b| b.iter(|| key_of_datagram(black_box(&long))));
+    g.bench_function("key_of_datagram/short", |b| {
+        b.iter(|| key_of_datagram(black_box(&short)))
+    });
+    g.bench_function("key_of_datagram/long", |b| {
+        b.iter(|| key_of_datagram(black_box(&long)))
+    });
     g.finish();
 }
 

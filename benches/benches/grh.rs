@@ -9,7 +9,10 @@ use quic_rdma::fabric::{Gid, Grh, GrhLayout, GRH_LEN};
 
 fn area(layout: GrhLayout) -> [u8; GRH_LEN] {
     let (s, d): (Gid, Gid) = match layout {
-        GrhLayout::Ipv4 => (Ipv4Addr::new(10, 0, 0, 1).into(), Ipv4Addr::new(10, 0, 0, 2).into()),
+        GrhLayout::Ipv4 => (
+            Ipv4Addr::new(10, 0, 0, 1).into(),
+            Ipv4Addr::new(10, 0, 0, 2).into(),
+        ),
         GrhLayout::Ipv6 => (
             Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).into(),
             Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2).into(),
@@ -33,7 +36,9 @@ fn bench(c: &mut Criterion) {
     for (name, layout) in [("ipv4", GrhLayout::Ipv4), ("ipv6", GrhLayout::Ipv6)] {
         let a = area(layout);
         assert!(Grh::parse(&a, layout).is_ok());
-        g.bench_function(name, |b| b.iter(|| Grh::parse(black_box(&a), black_box(layout))));
+        g.bench_function(name, |b| {
+            b.iter(|| Grh::parse(black_box(&a), black_box(layout)))
+        });
     }
     g.finish();
 }

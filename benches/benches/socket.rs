@@ -55,7 +55,9 @@ fn ah_cache(c: &mut Criterion) {
     let d = datagram(64);
     // Destinations no port has: the fabric drops them after the send completes,
     // so only the send path (and its AH lookup) is measured.
-    let peers: Vec<UdAddr> = (0..64).map(|i| UdAddr::new(gid(1000 + i), 0x99, DEFAULT_QKEY)).collect();
+    let peers: Vec<UdAddr> = (0..64)
+        .map(|i| UdAddr::new(gid(1000 + i), 0x99, DEFAULT_QKEY))
+        .collect();
     {
         let f = SimFabric::new(SimConfig::default());
         let mut s = socket(&f, 1, SocketConfig::default());

@@ -39,7 +39,8 @@ pub fn allowed_cpus() -> Vec<usize> {
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is the calling thread; `set` is a valid, exclusively borrowed
     // `cpu_set_t` of the size passed.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return vec![0];
     }

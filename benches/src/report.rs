@@ -133,7 +133,8 @@ pub struct BulkReport {
 impl BulkReport {
     /// Summarise repeats (`None` if there are none).
     pub fn of(runs: Vec<BulkOutcome>) -> Option<Self> {
-        let f = |g: &dyn Fn(&BulkOutcome) -> f64| Spread::of(&runs.iter().map(g).collect::<Vec<_>>());
+        let f =
+            |g: &dyn Fn(&BulkOutcome) -> f64| Spread::of(&runs.iter().map(g).collect::<Vec<_>>());
         Some(BulkReport {
             sha256_ok: !runs.is_empty() && runs.iter().all(|r| r.sha256_ok),
             gbit_s: f(&|r| r.bytes as f64 * 8.0 / r.secs / 1e9)?,
@@ -283,7 +284,10 @@ impl Report {
         push(
             format!("bulk: {soft_row} ÷ quinn/udp-4096 (equal MTU)"),
             ">= 1.0",
-            ratio(self.bulk_median(soft_row), self.bulk_median("quinn/udp-4096")),
+            ratio(
+                self.bulk_median(soft_row),
+                self.bulk_median("quinn/udp-4096"),
+            ),
         );
         for place in [Placement::SeparateCores, Placement::SameCore] {
             let e = self.rtt_p50("engine/sim", place);
@@ -304,7 +308,10 @@ impl Report {
     /// Write `compare.json`, `compare.md` and `compare.svg` into `dir`.
     pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("compare.json"), serde_json::to_string_pretty(self)?)?;
+        std::fs::write(
+            dir.join("compare.json"),
+            serde_json::to_string_pretty(self)?,
+        )?;
         std::fs::write(dir.join("compare.md"), self.markdown())?;
         std::fs::write(dir.join("compare.svg"), self.svg())?;
         Ok(())
@@ -314,7 +321,11 @@ impl Report {
     pub fn markdown(&self) -> String {
         let mut s = String::new();
         let m = &self.machine;
-        let _ = writeln!(s, "# quic-rdma comparison{}\n", if self.quick { " (--quick)" } else { "" });
+        let _ = writeln!(
+            s,
+            "# quic-rdma comparison{}\n",
+            if self.quick { " (--quick)" } else { "" }
+        );
         let _ = writeln!(
             s,
             "Machine: {} × {} CPUs, Linux {}; load average {:.2}/{:.2}/{:.2} at start, {:.2}/{:.2}/{:.2} at end; {:.0} s.\n",
@@ -344,10 +355,19 @@ impl Report {
                 r.rtt
                     .iter()
                     .find(|x| x.placement == place)
-                    .map(|x| format!("{:.1} / {:.1} / {:.1}", x.p50_us.median, x.p99_us.median, x.p999_us.median))
+                    .map(|x| {
+                        format!(
+                            "{:.1} / {:.1} / {:.1}",
+                            x.p50_us.median, x.p99_us.median, x.p999_us.median
+                        )
+                    })
                     .unwrap_or_else(|| "–".into())
             };
-            let hs = r.handshakes.as_ref().map(|h| sp(&h.per_s, 0)).unwrap_or_else(|| "–".into());
+            let hs = r
+                .handshakes
+                .as_ref()
+                .map(|h| sp(&h.per_s, 0))
+                .unwrap_or_else(|| "–".into());
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -361,7 +381,10 @@ impl Report {
                 hs
             );
         }
-        let _ = writeln!(s, "\nRTT cells with min–max of each percentile over repeats:\n");
+        let _ = writeln!(
+            s,
+            "\nRTT cells with min–max of each percentile over repeats:\n"
+        );
         let _ = writeln!(s, "| row | placement | p50 µs | p99 µs | p99.9 µs |");
         let _ = writeln!(s, "|---|---|---|---|---|");
         for r in &self.rows {
@@ -386,7 +409,9 @@ impl Report {
                 "| {} | {} | {} | {} |",
                 t.name,
                 t.goal,
-                t.measured.map(|m| format!("{m:.2}")).unwrap_or_else(|| "–".into()),
+                t.measured
+                    .map(|m| format!("{m:.2}"))
+                    .unwrap_or_else(|| "–".into()),
                 match t.met {
                     Some(true) => "met",
                     Some(false) => "NOT met",
@@ -394,7 +419,11 @@ impl Report {
                 }
             );
         }
-        let errs: Vec<_> = self.rows.iter().flat_map(|r| r.errors.iter().map(move |e| (r.name.clone(), e))).collect();
+        let errs: Vec<_> = self
+            .rows
+            .iter()
+            .flat_map(|r| r.errors.iter().map(move |e| (r.name.clone(), e)))
+            .collect();
         if !errs.is_empty() {
             let _ = writeln!(s, "\nFailed cells:\n");
             for (n, e) in errs {
@@ -437,9 +466,18 @@ impl Report {
             .max(1e-9);
         let x1 = label_w;
         let x2 = label_w + panel_w + 40.0;
-        let _ = writeln!(s, r#"<text x="{x1}" y="20" font-weight="bold">Bulk throughput, Gbit/s (median, min–max)</text>"#);
-        let _ = writeln!(s, r#"<text x="{x2}" y="20" font-weight="bold">64-byte RTT, µs: p50 bar, p99 tick</text>"#);
-        let _ = writeln!(s, r##"<text x="{x2}" y="36" fill="#555">dark: separate cores · light: same core</text>"##);
+        let _ = writeln!(
+            s,
+            r#"<text x="{x1}" y="20" font-weight="bold">Bulk throughput, Gbit/s (median, min–max)</text>"#
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{x2}" y="20" font-weight="bold">64-byte RTT, µs: p50 bar, p99 tick</text>"#
+        );
+        let _ = writeln!(
+            s,
+            r##"<text x="{x2}" y="36" fill="#555">dark: separate cores · light: same core</text>"##
+        );
         for (i, r) in rows.iter().enumerate() {
             let y = top + i as f64 * group_h;
             let _ = writeln!(
@@ -451,10 +489,22 @@ impl Report {
             );
             if let Some(b) = &r.bulk {
                 let w = b.gbit_s.median / max_g * panel_w;
-                let (lo, hi) = (b.gbit_s.min / max_g * panel_w, b.gbit_s.max / max_g * panel_w);
+                let (lo, hi) = (
+                    b.gbit_s.min / max_g * panel_w,
+                    b.gbit_s.max / max_g * panel_w,
+                );
                 let yc = y + bar_h;
-                let _ = writeln!(s, r##"<rect x="{x1}" y="{y}" width="{w:.1}" height="{}" fill="#3b6ea5"/>"##, bar_h * 2.0);
-                let _ = writeln!(s, r#"<line x1="{:.1}" y1="{yc}" x2="{:.1}" y2="{yc}" stroke="black"/>"#, x1 + lo, x1 + hi);
+                let _ = writeln!(
+                    s,
+                    r##"<rect x="{x1}" y="{y}" width="{w:.1}" height="{}" fill="#3b6ea5"/>"##,
+                    bar_h * 2.0
+                );
+                let _ = writeln!(
+                    s,
+                    r#"<line x1="{:.1}" y1="{yc}" x2="{:.1}" y2="{yc}" stroke="black"/>"#,
+                    x1 + lo,
+                    x1 + hi
+                );
                 let _ = writeln!(
                     s,
                     r#"<text x="{:.1}" y="{}">{:.2}</text>"#,
@@ -463,15 +513,22 @@ impl Report {
                     b.gbit_s.median
                 );
             }
-            for (k, (place, color)) in [(Placement::SeparateCores, "#a5503b"), (Placement::SameCore, "#e0a890")]
-                .into_iter()
-                .enumerate()
+            for (k, (place, color)) in [
+                (Placement::SeparateCores, "#a5503b"),
+                (Placement::SameCore, "#e0a890"),
+            ]
+            .into_iter()
+            .enumerate()
             {
                 if let Some(x) = rtt_of(r, place) {
                     let yy = y + k as f64 * bar_h;
                     let w = x.p50_us.median / max_rtt * panel_w;
                     let t = x.p99_us.median / max_rtt * panel_w;
-                    let _ = writeln!(s, r#"<rect x="{x2}" y="{yy}" width="{w:.1}" height="{}" fill="{color}"/>"#, bar_h - 2.0);
+                    let _ = writeln!(
+                        s,
+                        r#"<rect x="{x2}" y="{yy}" width="{w:.1}" height="{}" fill="{color}"/>"#,
+                        bar_h - 2.0
+                    );
                     let _ = writeln!(
                         s,
                         r#"<line x1="{:.1}" y1="{yy}" x2="{:.1}" y2="{}" stroke="black" stroke-width="2"/>"#,
@@ -506,5 +563,7 @@ impl Report {
 }
 
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }

@@ -27,12 +27,24 @@ fn compare_quick_writes_a_complete_report() {
     assert!(r.quick);
     assert!(r.params.repeats >= 3);
     let names: Vec<&str> = r.rows.iter().map(|x| x.name.as_str()).collect();
-    for want in ["engine/sim", "quinn-adapter/sim", "quinn/udp", "quinn/udp-4096", "tcp+rustls", "tcp"] {
+    for want in [
+        "engine/sim",
+        "quinn-adapter/sim",
+        "engine/soft",
+        "quinn-adapter/soft",
+        "quinn/udp",
+        "quinn/udp-4096",
+        "tcp+rustls",
+        "tcp",
+    ] {
         assert!(names.contains(&want), "row {want} missing from {names:?}");
     }
     for row in &r.rows {
         assert!(row.errors.is_empty(), "{}: {:?}", row.name, row.errors);
-        let bulk = row.bulk.as_ref().unwrap_or_else(|| panic!("{}: no bulk", row.name));
+        let bulk = row
+            .bulk
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: no bulk", row.name));
         assert_eq!(bulk.runs.len(), r.params.repeats, "{}", row.name);
         for run in &bulk.runs {
             assert!(run.sha256_ok, "{}: sha256 mismatch", row.name);
@@ -49,9 +61,15 @@ fn compare_quick_writes_a_complete_report() {
                 assert!(run.p50_us <= run.p99_us && run.p99_us <= run.p999_us);
             }
         }
-        let hs = row.handshakes.as_ref().unwrap_or_else(|| panic!("{}: no handshakes", row.name));
+        let hs = row
+            .handshakes
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: no handshakes", row.name));
         assert_eq!(hs.runs.len(), r.params.repeats);
-        assert!(hs.runs.iter().all(|h| h.count == r.params.handshakes as u64));
+        assert!(hs
+            .runs
+            .iter()
+            .all(|h| h.count == r.params.handshakes as u64));
     }
     assert!(!r.targets.is_empty());
 

@@ -19,7 +19,10 @@ fn main() -> anyhow::Result<()> {
     let mut place = Placement::SameCore;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
-        let mut val = || it.next().ok_or_else(|| anyhow::anyhow!("{a} needs a value"));
+        let mut val = || {
+            it.next()
+                .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))
+        };
         match a.as_str() {
             "--peer" => peer = Some(val()?),
             "--bytes" => bytes = parse_size(&val()?)?,

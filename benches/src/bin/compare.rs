@@ -32,7 +32,10 @@ fn parse_args() -> anyhow::Result<Args> {
     let (mut repeats, mut bulk, mut rtt, mut hs) = (None, None, None, None);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
-        let mut val = || it.next().ok_or_else(|| anyhow::anyhow!("{a} needs a value"));
+        let mut val = || {
+            it.next()
+                .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))
+        };
         match a.as_str() {
             "--quick" => quick = true,
             "--out" => out = PathBuf::from(val()?),
@@ -83,7 +86,11 @@ fn main() -> anyhow::Result<()> {
     let machine = Machine::probe();
     let rows: Vec<_> = all_rows()
         .into_iter()
-        .filter(|r| args.rows.as_ref().is_none_or(|want| want.contains(&r.name())))
+        .filter(|r| {
+            args.rows
+                .as_ref()
+                .is_none_or(|want| want.contains(&r.name()))
+        })
         .collect();
     anyhow::ensure!(!rows.is_empty(), "no row selected");
     eprintln!(
@@ -145,12 +152,17 @@ fn main() -> anyhow::Result<()> {
                         );
                         a.rtt[k].push(run);
                     }
-                    Err(e) => a.errors.push(format!("rtt {} repeat {rep}: {e:#}", place.label())),
+                    Err(e) => a
+                        .errors
+                        .push(format!("rtt {} repeat {rep}: {e:#}", place.label())),
                 }
             }
             match row.handshakes(p.handshakes, Placement::SeparateCores) {
                 Ok(h) => {
-                    eprintln!("[{rep}] {name:18} handshakes {:8.0}/s", h.count as f64 / h.secs);
+                    eprintln!(
+                        "[{rep}] {name:18} handshakes {:8.0}/s",
+                        h.count as f64 / h.secs
+                    );
                     a.hs.push(h);
                 }
                 Err(e) => a.errors.push(format!("handshakes repeat {rep}: {e:#}")),

@@ -14,7 +14,9 @@ use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpOptions};
 use quic_rdma::fabric::{UdAddr, UdQueuePair};
 use quic_rdma::quinn_adapter;
 
-use super::{BulkOutcome, BulkParams, HandshakeOutcome, Row, RttOutcome, RTT_MSG, RTT_WARMUP, WRITE_CHUNK};
+use super::{
+    BulkOutcome, BulkParams, HandshakeOutcome, Row, RttOutcome, RTT_MSG, RTT_WARMUP, WRITE_CHUNK,
+};
 use crate::affinity::Placement;
 use crate::cpu::{CpuSpan, CpuUsed};
 use crate::data::{self, SinkBuf};
@@ -141,7 +143,10 @@ impl<Q: UdQueuePair> Side<Q> {
                 std::thread::yield_now();
             }
         }
-        anyhow::ensure!(now < self.deadline, "engine side did not finish within {HANG_GUARD:?}");
+        anyhow::ensure!(
+            now < self.deadline,
+            "engine side did not finish within {HANG_GUARD:?}"
+        );
         Ok(())
     }
 

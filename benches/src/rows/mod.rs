@@ -9,6 +9,7 @@ pub mod engine;
 mod quic;
 pub mod quinn_sim;
 pub mod quinn_udp;
+pub mod soft;
 pub mod stack;
 pub mod tcp;
 
@@ -83,6 +84,8 @@ pub fn all_rows() -> Vec<Box<dyn Row>> {
     vec![
         Box::new(engine::EngineRow::sim()),
         Box::new(stack::AsyncRow::new(quinn_sim::QuinnSim::new())),
+        Box::new(engine::EngineRow::new(soft::SoftPairs::new())),
+        Box::new(stack::AsyncRow::new(soft::QuinnSoft::new())),
         Box::new(stack::AsyncRow::new(quinn_udp::QuinnUdp::new(None))),
         Box::new(stack::AsyncRow::new(quinn_udp::QuinnUdp::new(Some(4096)))),
         Box::new(stack::AsyncRow::new(tcp::Tcp::tls())),

@@ -59,7 +59,8 @@ impl AsyncStack for QuinnSim {
     }
 
     fn description(&self) -> String {
-        "quinn 0.11 over quic-rdma's AsyncUdpSocket adapter, sim fabric, MTU 4096, tuned transport".into()
+        "quinn 0.11 over quic-rdma's AsyncUdpSocket adapter, sim fabric, MTU 4096, tuned transport"
+            .into()
     }
 
     fn listen(&self) -> BoxFut<'_, (Box<dyn Listener>, SocketAddr)> {

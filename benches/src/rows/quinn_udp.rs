@@ -62,7 +62,9 @@ impl AsyncStack for QuinnUdp {
     fn description(&self) -> String {
         match self.mtu {
             None => "quinn 0.11 over UDP loopback, quinn defaults (MTU 1200 + discovery)".into(),
-            Some(m) => format!("quinn 0.11 over UDP loopback, max_udp_payload_size = initial_mtu = {m}"),
+            Some(m) => {
+                format!("quinn 0.11 over UDP loopback, max_udp_payload_size = initial_mtu = {m}")
+            }
         }
     }
 

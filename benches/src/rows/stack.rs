@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::{BulkOutcome, BulkParams, HandshakeOutcome, Row, RttOutcome, RTT_MSG, RTT_WARMUP, WRITE_CHUNK};
+use super::{
+    BulkOutcome, BulkParams, HandshakeOutcome, Row, RttOutcome, RTT_MSG, RTT_WARMUP, WRITE_CHUNK,
+};
 use crate::affinity::Placement;
 use crate::cpu::CpuSpan;
 use crate::data::{self, SinkBuf};

@@ -80,7 +80,10 @@ impl AsyncStack for Tcp {
                 .tls
                 .as_ref()
                 .map(|t| TlsAcceptor::from(Arc::new(t.rustls_server())));
-            Ok((Box::new(TcpListen { listener, tls }) as Box<dyn Listener>, addr))
+            Ok((
+                Box::new(TcpListen { listener, tls }) as Box<dyn Listener>,
+                addr,
+            ))
         })
     }
 
