@@ -47,7 +47,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             let data = rx_buf.split();
             tx_buf.clear();
             let ecn = EcnCodepoint::from_bits(r.ecn);
-            match endpoint.handle(now, peers.to_proto(r.src), local_ip, ecn, data, tx_buf) {
+            match endpoint.handle(now, peers.proto_addr(r.src), local_ip, ecn, data, tx_buf) {
                 Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                     if let Some(c) = conns.by_proto(ch) {
                         c.inner.handle_event(ev);
@@ -107,15 +107,12 @@ impl<Q: UdQueuePair> Engine<Q> {
             return;
         }
         for i in 0..self.conns.capacity() {
-            loop {
-                let Some(c) = self.conns.slot_mut(i) else {
-                    break;
-                };
+            while let Some(c) = self.conns.slot_mut(i) {
                 self.tx_buf.clear();
                 let Some(t) = c.inner.poll_transmit(now, MAX_SEND_BATCH, &mut self.tx_buf) else {
                     break;
                 };
-                let Some(dest) = self.peers.to_ud(t.destination) else {
+                let Some(dest) = self.peers.ud_addr(t.destination) else {
                     tracing::warn!(dest = %t.destination, "transmit to a non-UD address dropped");
                     continue;
                 };

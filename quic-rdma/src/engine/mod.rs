@@ -160,7 +160,7 @@ impl<Q: UdQueuePair> Engine<Q> {
     pub fn remote_addr(&self, conn: ConnHandle) -> Result<UdAddr, EngineError> {
         let a = self.conns.get_ref(conn)?.inner.remote_address();
         self.peers
-            .to_ud(a)
+            .ud_addr(a)
             .ok_or(EngineError::InvalidArgument("unknown remote"))
     }
 
@@ -189,7 +189,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         server_name: &str,
     ) -> Result<ConnHandle, EngineError> {
         let cfg = self.client.clone().ok_or(EngineError::NoClientConfig)?;
-        let addr = self.peers.to_proto(remote);
+        let addr = self.peers.proto_addr(remote);
         let (ch, conn) = self.endpoint.connect(now, cfg, addr, server_name)?;
         Ok(self.conns.insert(ch, Conn::new(conn)))
     }
@@ -323,7 +323,9 @@ impl<Q: UdQueuePair> Engine<Q> {
     }
 
     fn incoming_remote(&self, inc: &Incoming) -> UdAddr {
-        self.peers.to_ud(inc.remote_address()).unwrap_or(self.local)
+        self.peers
+            .ud_addr(inc.remote_address())
+            .unwrap_or(self.local)
     }
 
     /// Accept an attempt; a refusal response (if any) is queued.

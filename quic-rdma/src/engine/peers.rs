@@ -26,7 +26,7 @@ pub(super) struct PeerTable {
 
 impl PeerTable {
     /// The address quinn-proto sees for `ud` (registering it on first sight).
-    pub(super) fn to_proto(&mut self, ud: UdAddr) -> SocketAddr {
+    pub(super) fn proto_addr(&mut self, ud: UdAddr) -> SocketAddr {
         let port = match self.by_ud.get(&ud) {
             Some(p) => *p,
             None => self.register(ud),
@@ -35,7 +35,7 @@ impl PeerTable {
     }
 
     /// The UD address behind an address quinn-proto gave us.
-    pub(super) fn to_ud(&self, a: SocketAddr) -> Option<UdAddr> {
+    pub(super) fn ud_addr(&self, a: SocketAddr) -> Option<UdAddr> {
         let ud = (*self.by_port.get(usize::from(a.port()).checked_sub(1)?)?)?;
         (a.ip() == std::net::IpAddr::V6(ud.gid.to_ipv6())).then_some(ud)
     }
@@ -65,14 +65,14 @@ mod tests {
         let g = Gid::from("fd00::7".parse::<std::net::Ipv6Addr>().unwrap());
         let a = UdAddr::new(g, 0x11, 5);
         let b = UdAddr::new(g, 0x12, 5);
-        let (sa, sb) = (t.to_proto(a), t.to_proto(b));
+        let (sa, sb) = (t.proto_addr(a), t.proto_addr(b));
         assert_ne!(sa, sb, "same GID, different QPN: different addresses");
-        assert_eq!(t.to_proto(a), sa);
-        assert_eq!(t.to_ud(sa), Some(a));
-        assert_eq!(t.to_ud(sb), Some(b));
+        assert_eq!(t.proto_addr(a), sa);
+        assert_eq!(t.ud_addr(sa), Some(a));
+        assert_eq!(t.ud_addr(sb), Some(b));
         if let SocketAddr::V6(v6) = sa {
             assert_eq!((v6.flowinfo(), v6.scope_id()), (0, 0));
         }
-        assert_eq!(t.to_ud("[fd00::8]:1".parse().unwrap()), None);
+        assert_eq!(t.ud_addr("[fd00::8]:1".parse().unwrap()), None);
     }
 }

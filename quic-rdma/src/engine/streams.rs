@@ -28,12 +28,12 @@ fn closed(_: ClosedStream) -> EngineError {
 /// The open connection `conn`, if `stream` has a side we may use: quinn-proto
 /// asserts (panics) on a receive half of our own unidirectional stream and on
 /// a send half of the peer's, so those are refused here as closed streams.
-fn usable<'a, Q: UdQueuePair>(
-    e: &'a mut Engine<Q>,
+fn usable<Q: UdQueuePair>(
+    e: &mut Engine<Q>,
     conn: ConnHandle,
     stream: StreamId,
     send: bool,
-) -> Result<&'a mut Conn, EngineError> {
+) -> Result<&mut Conn, EngineError> {
     let c = e.conns.get(conn)?;
     let ours = stream.initiator() == c.inner.side();
     if stream.dir() == Dir::Uni && ours != send {

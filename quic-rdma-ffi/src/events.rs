@@ -1,0 +1,139 @@
+//! `qr_event`: what `qr_engine_poll` writes into the caller's array.
+#![allow(non_camel_case_types)]
+
+use quic_rdma::engine::{CloseReason, Event};
+
+use crate::config::qr_addr;
+
+/// `conn` is an incoming attempt id: decide with `qr_accept`/`qr_refuse`/`qr_retry`/`qr_ignore`.
+pub const QR_EVENT_INCOMING: u32 = 1;
+/// A server-side connection was accepted (`remote` is the client).
+pub const QR_EVENT_ACCEPTED: u32 = 2;
+/// The handshake completed.
+pub const QR_EVENT_CONNECTED: u32 = 3;
+/// The peer opened `stream`; it may be readable.
+pub const QR_EVENT_STREAM_OPENED: u32 = 4;
+/// `stream` has data, its end, or a reset to read.
+pub const QR_EVENT_STREAM_READABLE: u32 = 5;
+/// `stream` can take more data.
+pub const QR_EVENT_STREAM_WRITABLE: u32 = 6;
+/// Everything written on finished `stream` was acknowledged.
+pub const QR_EVENT_STREAM_FINISHED: u32 = 7;
+/// The peer reset `stream` with `code`.
+pub const QR_EVENT_STREAM_RESET: u32 = 8;
+/// The peer asked us to stop sending on `stream` with `code`.
+pub const QR_EVENT_STREAM_STOPPED: u32 = 9;
+/// More streams may be opened (`bidi` says which kind).
+pub const QR_EVENT_STREAMS_AVAILABLE: u32 = 10;
+/// Datagrams wait in `qr_datagram_recv`.
+pub const QR_EVENT_DATAGRAM: u32 = 11;
+/// The connection ended (`reason`, `code`); the id stays valid until `QR_EVENT_CLOSED`.
+pub const QR_EVENT_CONNECTION_LOST: u32 = 12;
+/// The connection is drained and freed; its id is stale now.
+pub const QR_EVENT_CLOSED: u32 = 13;
+
+/// Peer closed with an application code (`code`).
+pub const QR_CLOSE_APPLICATION: u32 = 1;
+/// Peer closed with a transport error (`code`).
+pub const QR_CLOSE_PEER_TRANSPORT: u32 = 2;
+/// We detected a protocol violation (`code`).
+pub const QR_CLOSE_LOCAL_TRANSPORT: u32 = 3;
+/// Idle timeout.
+pub const QR_CLOSE_TIMED_OUT: u32 = 4;
+/// Stateless reset by peer.
+pub const QR_CLOSE_RESET: u32 = 5;
+/// No common version.
+pub const QR_CLOSE_VERSION_MISMATCH: u32 = 6;
+/// We closed it.
+pub const QR_CLOSE_LOCAL: u32 = 7;
+/// Connection IDs exhausted.
+pub const QR_CLOSE_CIDS_EXHAUSTED: u32 = 8;
+
+/// One event. Fields not named by the kind's description are zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct qr_event {
+    /// One of `QR_EVENT_*`.
+    pub kind: u32,
+    /// `QR_EVENT_STREAMS_AVAILABLE`: 1 for bidirectional, 0 for unidirectional.
+    pub bidi: u32,
+    /// The connection id (or, for `QR_EVENT_INCOMING`, the attempt id).
+    pub conn: u64,
+    /// The stream id.
+    pub stream: u64,
+    /// Application or transport error code (reset, stopped, connection lost).
+    pub code: u64,
+    /// `QR_EVENT_CONNECTION_LOST`: one of `QR_CLOSE_*`.
+    pub reason: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// `QR_EVENT_INCOMING` / `QR_EVENT_ACCEPTED`: the peer.
+    pub remote: qr_addr,
+}
+
+impl From<Event> for qr_event {
+    fn from(e: Event) -> Self {
+        let mut q = qr_event::default();
+        let sid = |s: quic_rdma::engine::StreamId| u64::from(s);
+        match e {
+            Event::IncomingConnection { incoming, remote } => {
+                q.kind = QR_EVENT_INCOMING;
+                q.conn = incoming.to_bits();
+                q.remote = remote.into();
+            }
+            Event::Accepted { conn, remote } => {
+                q.kind = QR_EVENT_ACCEPTED;
+                q.conn = conn.to_bits();
+                q.remote = remote.into();
+            }
+            Event::Connected { conn } => {
+                q.kind = QR_EVENT_CONNECTED;
+                q.conn = conn.to_bits();
+            }
+            Event::StreamOpened { conn, stream } => {
+                (q.kind, q.conn, q.stream) = (QR_EVENT_STREAM_OPENED, conn.to_bits(), sid(stream))
+            }
+            Event::StreamReadable { conn, stream } => {
+                (q.kind, q.conn, q.stream) = (QR_EVENT_STREAM_READABLE, conn.to_bits(), sid(stream))
+            }
+            Event::StreamWritable { conn, stream } => {
+                (q.kind, q.conn, q.stream) = (QR_EVENT_STREAM_WRITABLE, conn.to_bits(), sid(stream))
+            }
+            Event::StreamFinished { conn, stream } => {
+                (q.kind, q.conn, q.stream) = (QR_EVENT_STREAM_FINISHED, conn.to_bits(), sid(stream))
+            }
+            Event::StreamReset { conn, stream, code } => {
+                (q.kind, q.conn, q.stream, q.code) =
+                    (QR_EVENT_STREAM_RESET, conn.to_bits(), sid(stream), code)
+            }
+            Event::StreamStopped { conn, stream, code } => {
+                (q.kind, q.conn, q.stream, q.code) =
+                    (QR_EVENT_STREAM_STOPPED, conn.to_bits(), sid(stream), code)
+            }
+            Event::StreamsAvailable { conn, bidi } => {
+                (q.kind, q.conn, q.bidi) = (QR_EVENT_STREAMS_AVAILABLE, conn.to_bits(), bidi.into())
+            }
+            Event::Datagram { conn } => (q.kind, q.conn) = (QR_EVENT_DATAGRAM, conn.to_bits()),
+            Event::ConnectionLost { conn, reason } => {
+                q.kind = QR_EVENT_CONNECTION_LOST;
+                q.conn = conn.to_bits();
+                (q.reason, q.code) = match reason {
+                    CloseReason::ApplicationClosed { code } => (QR_CLOSE_APPLICATION, code),
+                    CloseReason::PeerTransportError { code } => (QR_CLOSE_PEER_TRANSPORT, code),
+                    CloseReason::LocalTransportError { code } => (QR_CLOSE_LOCAL_TRANSPORT, code),
+                    CloseReason::TimedOut => (QR_CLOSE_TIMED_OUT, 0),
+                    CloseReason::Reset => (QR_CLOSE_RESET, 0),
+                    CloseReason::VersionMismatch => (QR_CLOSE_VERSION_MISMATCH, 0),
+                    CloseReason::LocallyClosed => (QR_CLOSE_LOCAL, 0),
+                    CloseReason::CidsExhausted => (QR_CLOSE_CIDS_EXHAUSTED, 0),
+                    _ => (0, 0),
+                };
+            }
+            Event::ConnectionClosed { conn } => {
+                (q.kind, q.conn) = (QR_EVENT_CLOSED, conn.to_bits())
+            }
+            _ => {}
+        }
+        q
+    }
+}

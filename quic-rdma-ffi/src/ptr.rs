@@ -1,0 +1,128 @@
+//! Checked conversions of C pointers; the only place most `unsafe` lives.
+
+use std::ffi::{c_char, CStr};
+use std::mem::MaybeUninit;
+
+use crate::error::{QR_EINVAL, QR_ENULL};
+
+/// `&mut *p`, or `QR_ENULL`.
+///
+/// # Safety
+/// `p` is NULL or points to a live, exclusively accessible `T` for `'a`.
+pub(crate) unsafe fn obj<'a, T>(p: *mut T) -> Result<&'a mut T, i32> {
+    // SAFETY: non-null checked by `as_mut`; validity and exclusivity are the caller's contract.
+    unsafe { p.as_mut() }.ok_or(QR_ENULL)
+}
+
+/// `&*p`, or `QR_ENULL`.
+///
+/// # Safety
+/// `p` is NULL or points to a live `T` for `'a`.
+pub(crate) unsafe fn obj_ref<'a, T>(p: *const T) -> Result<&'a T, i32> {
+    // SAFETY: non-null checked by `as_ref`; validity is the caller's contract.
+    unsafe { p.as_ref() }.ok_or(QR_ENULL)
+}
+
+/// A byte slice from (pointer, length); NULL is allowed only with length 0.
+///
+/// # Safety
+/// If non-null, `p` points to `len` readable bytes for `'a`.
+pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize) -> Result<&'a [u8], i32> {
+    if p.is_null() {
+        return if len == 0 { Ok(&[]) } else { Err(QR_ENULL) };
+    }
+    // SAFETY: non-null, and the caller guarantees `len` readable bytes.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// A mutable byte slice from (pointer, length); NULL is allowed only with length 0.
+///
+/// # Safety
+/// If non-null, `p` points to `len` writable bytes, not aliased, for `'a`.
+pub(crate) unsafe fn bytes_mut<'a>(p: *mut u8, len: usize) -> Result<&'a mut [u8], i32> {
+    if p.is_null() {
+        return if len == 0 { Ok(&mut []) } else { Err(QR_ENULL) };
+    }
+    // SAFETY: non-null, and the caller guarantees `len` writable, unaliased bytes.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+}
+
+/// A UTF-8 string from a NUL-terminated C string.
+///
+/// # Safety
+/// `p` is NULL or a valid NUL-terminated string for `'a`.
+pub(crate) unsafe fn text<'a>(p: *const c_char) -> Result<&'a str, i32> {
+    if p.is_null() {
+        return Err(QR_ENULL);
+    }
+    // SAFETY: non-null and NUL-terminated by the caller's contract.
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| QR_EINVAL)
+}
+
+/// Write `v` through `out`, or `QR_ENULL`.
+///
+/// # Safety
+/// `out` is NULL or valid for writing a `T`.
+pub(crate) unsafe fn put<T>(out: *mut T, v: T) -> Result<(), i32> {
+    if out.is_null() {
+        return Err(QR_ENULL);
+    }
+    // SAFETY: non-null and writable by the caller's contract.
+    unsafe { out.write(v) };
+    Ok(())
+}
+
+/// A struct whose first field is `uint32_t struct_size` and for which all-zero
+/// bytes are a valid value (integers, floats, raw pointers only).
+///
+/// # Safety
+/// Implementors must be `#[repr(C)]`, start with a `u32` size field, and be
+/// valid when zeroed.
+pub(crate) unsafe trait Versioned: Copy {}
+
+/// Read a versioned struct: the prefix of `struct_size` bytes the caller knows
+/// of, the rest zero (defaults). Too small to hold `struct_size` itself: `QR_EINVAL`.
+///
+/// # Safety
+/// `p` is NULL or points to at least `(*p).struct_size` readable bytes.
+pub(crate) unsafe fn read_versioned<T: Versioned>(p: *const T) -> Result<T, i32> {
+    if p.is_null() {
+        return Err(QR_ENULL);
+    }
+    // SAFETY: non-null; the size field is the first 4 bytes of every Versioned struct.
+    let size = unsafe { p.cast::<u32>().read_unaligned() } as usize;
+    if size < 4 {
+        return Err(QR_EINVAL);
+    }
+    let n = size.min(size_of::<T>());
+    let mut v = MaybeUninit::<T>::zeroed();
+    // SAFETY: the caller provides `size` >= `n` readable bytes at `p`; `v` has
+    // `size_of::<T>()` >= `n` bytes; the regions are distinct.
+    unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), v.as_mut_ptr().cast::<u8>(), n) };
+    // SAFETY: all-zero is valid for T (Versioned contract) and the copied prefix
+    // came from a valid T of the caller's (an older, smaller layout of the same fields).
+    Ok(unsafe { v.assume_init() })
+}
+
+/// Write a versioned struct: only the prefix of the caller's `struct_size`
+/// (clamped to ours), then `struct_size` set to what was written.
+///
+/// # Safety
+/// `out` is NULL or points to at least `(*out).struct_size` writable bytes.
+pub(crate) unsafe fn write_versioned<T: Versioned>(out: *mut T, v: &T) -> Result<(), i32> {
+    if out.is_null() {
+        return Err(QR_ENULL);
+    }
+    // SAFETY: non-null; the size field is the first 4 bytes.
+    let size = unsafe { out.cast::<u32>().read_unaligned() } as usize;
+    if size < 4 {
+        return Err(QR_EINVAL);
+    }
+    let n = size.min(size_of::<T>());
+    // SAFETY: the caller provides `size` >= `n` writable bytes; `v` is a distinct local.
+    unsafe {
+        std::ptr::copy_nonoverlapping((v as *const T).cast::<u8>(), out.cast::<u8>(), n);
+        out.cast::<u32>().write_unaligned(n as u32);
+    }
+    Ok(())
+}

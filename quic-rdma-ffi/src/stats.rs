@@ -1,0 +1,132 @@
+//! Versioned statistics structs.
+#![allow(non_camel_case_types)]
+
+use quic_rdma::engine::ConnHandle;
+
+use crate::engine::qr_engine;
+use crate::error::{code_of, guard, QR_OK};
+use crate::ptr::{obj, write_versioned, Versioned};
+
+/// One connection's statistics. Version 1.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct qr_conn_stats {
+    /// Set by the caller to `sizeof(qr_conn_stats)`; set on return to the bytes written.
+    pub struct_size: u32,
+    /// Current path MTU.
+    pub mtu: u32,
+    /// Smoothed round-trip time, nanoseconds.
+    pub rtt_ns: u64,
+    /// Congestion window, bytes.
+    pub cwnd: u64,
+    /// QUIC packets sent.
+    pub sent_packets: u64,
+    /// QUIC packets declared lost.
+    pub lost_packets: u64,
+    /// UD datagrams sent.
+    pub tx_datagrams: u64,
+    /// Bytes sent in UD datagrams.
+    pub tx_bytes: u64,
+    /// UD datagrams received.
+    pub rx_datagrams: u64,
+    /// Bytes received in UD datagrams.
+    pub rx_bytes: u64,
+}
+
+// SAFETY: repr(C), first field u32 struct_size, integers only.
+unsafe impl Versioned for qr_conn_stats {}
+
+/// The engine's UD socket counters. Version 1.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct qr_socket_stats {
+    /// Set by the caller to `sizeof(qr_socket_stats)`; set on return to the bytes written.
+    pub struct_size: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// Send work requests posted.
+    pub sent_wrs: u64,
+    /// Payload bytes posted.
+    pub sent_bytes: u64,
+    /// `post_send` doorbells.
+    pub send_posts: u64,
+    /// Sends posted inline.
+    pub inline_sends: u64,
+    /// Packets received and handed up.
+    pub recv_packets: u64,
+    /// Payload bytes received.
+    pub recv_bytes: u64,
+    /// Sends refused for lack of queue room (retried later).
+    pub would_block: u64,
+    /// Packets dropped by the provider because no receive was posted.
+    pub drop_no_recv: u64,
+    /// Packets dropped for a bad GRH or a routing-key mismatch.
+    pub drop_malformed: u64,
+}
+
+// SAFETY: repr(C), first field u32 struct_size, integers only.
+unsafe impl Versioned for qr_socket_stats {}
+
+/// Statistics of `conn` into `*out` (set `out->struct_size` first).
+///
+/// # Safety
+/// `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn qr_conn_stats_get(
+    e: *mut qr_engine,
+    conn: u64,
+    out: *mut qr_conn_stats,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        let s = e
+            .engine
+            .conn_stats(ConnHandle::from_bits(conn))
+            .map_err(|err| code_of(&err))?;
+        let v = qr_conn_stats {
+            struct_size: 0,
+            mtu: u32::from(s.path.current_mtu),
+            rtt_ns: s.path.rtt.as_nanos() as u64,
+            cwnd: s.path.cwnd,
+            sent_packets: s.path.sent_packets,
+            lost_packets: s.path.lost_packets,
+            tx_datagrams: s.udp_tx.datagrams,
+            tx_bytes: s.udp_tx.bytes,
+            rx_datagrams: s.udp_rx.datagrams,
+            rx_bytes: s.udp_rx.bytes,
+        };
+        // SAFETY: the caller's contract above.
+        unsafe { write_versioned(out, &v) }?;
+        Ok(QR_OK)
+    })
+}
+
+/// The socket's counters into `*out` (set `out->struct_size` first).
+///
+/// # Safety
+/// `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn qr_socket_stats_get(e: *mut qr_engine, out: *mut qr_socket_stats) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        let s = e.engine.socket_stats();
+        let v = qr_socket_stats {
+            struct_size: 0,
+            reserved: 0,
+            sent_wrs: s.sent_wrs,
+            sent_bytes: s.sent_bytes,
+            send_posts: s.send_posts,
+            inline_sends: s.inline_sends,
+            recv_packets: s.recv_packets,
+            recv_bytes: s.recv_bytes,
+            would_block: s.would_block,
+            drop_no_recv: s.provider.no_recv_posted,
+            drop_malformed: s.drop_bad_grh + s.drop_imm_mismatch,
+        };
+        // SAFETY: the caller's contract above.
+        unsafe { write_versioned(out, &v) }?;
+        Ok(QR_OK)
+    })
+}

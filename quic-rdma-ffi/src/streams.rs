@@ -1,0 +1,178 @@
+//! Streams over the C API.
+
+use quic_rdma::engine::{ConnHandle, StreamId};
+use quinn_proto::VarInt;
+
+use crate::engine::qr_engine;
+use crate::error::{code_of, guard, guard64, QR_EINVAL, QR_ENULL, QR_OK};
+use crate::ptr::{bytes, bytes_mut, obj, put};
+
+fn sid(s: u64) -> Result<StreamId, i32> {
+    VarInt::from_u64(s)
+        .map(StreamId::from)
+        .map_err(|_| QR_EINVAL)
+}
+
+/// Open a stream on `conn` (`bidi` nonzero: bidirectional); its id goes to `*stream`.
+/// `QR_EAGAIN` when the peer's stream limit is reached (`QR_EVENT_STREAMS_AVAILABLE` follows).
+///
+/// # Safety
+/// `e` is a live engine; `stream` writable.
+#[no_mangle]
+pub unsafe extern "C" fn qr_stream_open(
+    e: *mut qr_engine,
+    conn: u64,
+    bidi: i32,
+    stream: *mut u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        if stream.is_null() {
+            return Err(QR_ENULL);
+        }
+        let h = ConnHandle::from_bits(conn);
+        let s = if bidi != 0 {
+            e.engine.open_bi(h)
+        } else {
+            e.engine.open_uni(h)
+        }
+        .map_err(|err| code_of(&err))?;
+        // SAFETY: writable by contract, checked non-null above.
+        unsafe { put(stream, u64::from(s)) }?;
+        Ok(QR_OK)
+    })
+}
+
+/// Write up to `len` bytes; returns how many were taken (> 0) or a negative code
+/// (`QR_EAGAIN` when flow control admits nothing now).
+///
+/// # Safety
+/// `e` is a live engine; `data` points to `len` readable bytes (NULL only with 0).
+#[no_mangle]
+pub unsafe extern "C" fn qr_stream_write(
+    e: *mut qr_engine,
+    conn: u64,
+    stream: u64,
+    data: *const u8,
+    len: usize,
+) -> i64 {
+    guard64(|| {
+        // SAFETY: the caller's contract above.
+        let (e, data) = unsafe { (obj(e)?, bytes(data, len)?) };
+        let n = e
+            .engine
+            .write(ConnHandle::from_bits(conn), sid(stream)?, data)
+            .map_err(|err| code_of(&err))?;
+        Ok(n as i64)
+    })
+}
+
+/// Read up to `cap` bytes into `buf`; returns the count (≥ 0). `*fin` (if not
+/// NULL) is set to 1 once the stream's end has been read, else 0.
+/// `QR_EAGAIN`: nothing yet; `QR_ERESET`: reset by the peer; `QR_ESTREAM`: closed.
+///
+/// # Safety
+/// `e` is a live engine; `buf` points to `cap` writable bytes; `fin` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn qr_stream_read(
+    e: *mut qr_engine,
+    conn: u64,
+    stream: u64,
+    buf: *mut u8,
+    cap: usize,
+    fin: *mut i32,
+) -> i64 {
+    guard64(|| {
+        // SAFETY: the caller's contract above.
+        let (e, buf) = unsafe { (obj(e)?, bytes_mut(buf, cap)?) };
+        let r = e
+            .engine
+            .read(ConnHandle::from_bits(conn), sid(stream)?, buf)
+            .map_err(|err| code_of(&err))?;
+        if !fin.is_null() {
+            // SAFETY: non-null and writable by contract.
+            unsafe { put(fin, i32::from(r.fin)) }?;
+        }
+        Ok(r.len as i64)
+    })
+}
+
+/// Reset `stream` (stop sending, RESET_STREAM with `code`).
+///
+/// # Safety
+/// `e` is a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn qr_stream_reset(
+    e: *mut qr_engine,
+    conn: u64,
+    stream: u64,
+    code: u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        e.engine
+            .reset(ConnHandle::from_bits(conn), sid(stream)?, code)
+            .map_err(|err| code_of(&err))?;
+        Ok(QR_OK)
+    })
+}
+
+/// Ask the peer to stop sending on `stream` (STOP_SENDING with `code`).
+///
+/// # Safety
+/// `e` is a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn qr_stream_stop(
+    e: *mut qr_engine,
+    conn: u64,
+    stream: u64,
+    code: u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        e.engine
+            .stop(ConnHandle::from_bits(conn), sid(stream)?, code)
+            .map_err(|err| code_of(&err))?;
+        Ok(QR_OK)
+    })
+}
+
+/// Set `stream`'s send priority (higher first).
+///
+/// # Safety
+/// `e` is a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn qr_stream_set_priority(
+    e: *mut qr_engine,
+    conn: u64,
+    stream: u64,
+    priority: i32,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        e.engine
+            .set_priority(ConnHandle::from_bits(conn), sid(stream)?, priority)
+            .map_err(|err| code_of(&err))?;
+        Ok(QR_OK)
+    })
+}
+
+/// Finish `stream`: no more data; `QR_EVENT_STREAM_FINISHED` follows once all is acknowledged.
+///
+/// # Safety
+/// `e` is a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn qr_stream_finish(e: *mut qr_engine, conn: u64, stream: u64) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        e.engine
+            .finish(ConnHandle::from_bits(conn), sid(stream)?)
+            .map_err(|err| code_of(&err))?;
+        Ok(QR_OK)
+    })
+}

@@ -1,0 +1,273 @@
+/* C tests of the quic-rdma API: handshake, stream echo verified by SHA-256,
+ * datagrams, error paths. Run by `cargo test` (tests/c_api.rs), also under
+ * AddressSanitizer and valgrind. Prints "N passed, M failed". */
+#include "qr_pair.h"
+#include "sha256.h"
+
+static int passed, failed;
+
+#define EXPECT(cond)                                                                  \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);       \
+            return 1;                                                                 \
+        }                                                                             \
+    } while (0)
+
+#define RUN(t)                                                                        \
+    do {                                                                              \
+        int r_ = t();                                                                 \
+        printf("test %s ... %s\n", #t, r_ ? "FAILED" : "ok");                         \
+        if (r_) failed++; else passed++;                                              \
+    } while (0)
+
+static int test_sha256_known_answer(void) {
+    sha256_ctx c;
+    uint8_t d[32];
+    static const uint8_t abc[32] = {0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40,
+                                    0xde, 0x5d, 0xae, 0x22, 0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17,
+                                    0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00, 0x15, 0xad};
+    sha256_init(&c);
+    sha256_update(&c, (const uint8_t *)"abc", 3);
+    sha256_final(&c, d);
+    EXPECT(memcmp(d, abc, 32) == 0);
+    return 0;
+}
+
+static int test_handshake(void) {
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    EXPECT(qr_engine_mtu(p.client) == 4096);
+    EXPECT(qr_pair_connect(&p) == 0);
+    qr_conn_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    EXPECT(qr_conn_stats_get(p.client, p.client_conn, &st) == QR_OK);
+    EXPECT(st.struct_size == sizeof st);
+    EXPECT(st.mtu == 4096);
+    EXPECT(st.tx_datagrams > 0 && st.rx_datagrams > 0);
+    /* An older caller's smaller struct gets only the prefix it knows. */
+    struct { uint32_t struct_size; uint32_t mtu; uint64_t rtt_ns; uint64_t canary; } old;
+    old.struct_size = 16;
+    old.canary = 0x5a5a5a5a5a5a5a5aull;
+    EXPECT(qr_conn_stats_get(p.client, p.client_conn, (qr_conn_stats *)&old) == QR_OK);
+    EXPECT(old.struct_size == 16 && old.mtu == 4096 && old.canary == 0x5a5a5a5a5a5a5a5aull);
+    qr_socket_stats ss;
+    memset(&ss, 0, sizeof ss);
+    ss.struct_size = sizeof ss;
+    EXPECT(qr_socket_stats_get(p.server, &ss) == QR_OK);
+    EXPECT(ss.sent_wrs > 0 && ss.recv_packets > 0);
+    EXPECT(qr_engine_next_timeout_us(p.client) >= 0);
+    qr_pair_free(&p);
+    return 0;
+}
+
+/* Client sends LEN seeded bytes; the server echoes each stream back; the client
+ * checks the SHA-256 of what came back equals that of what it sent. */
+static int test_stream_echo_sha256(void) {
+    enum { LEN = 4 << 20 };
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    EXPECT(qr_pair_connect(&p) == 0);
+    uint64_t s;
+    EXPECT(qr_stream_open(p.client, p.client_conn, 1, &s) == QR_OK);
+    static uint8_t out[65536], in[65536], echo[65536];
+    sha256_ctx sent, got;
+    sha256_init(&sent);
+    sha256_init(&got);
+    size_t written = 0, chunk_off = 0, chunk_len = 0, received = 0;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    int finished = 0, fin = 0, server_fin = 0;
+    uint64_t ss = 0;
+    size_t echo_len = 0, echo_off = 0;
+    for (unsigned long long i = 0; !fin && i < QR_PAIR_MAX_SPINS; i++) {
+        /* client: write */
+        while (written < LEN) {
+            if (chunk_off == chunk_len) {
+                chunk_len = LEN - written < sizeof out ? LEN - written : sizeof out;
+                for (size_t k = 0; k < chunk_len; k++) {
+                    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                    out[k] = (uint8_t)x;
+                }
+                sha256_update(&sent, out, chunk_len);
+                chunk_off = 0;
+            }
+            long long n = qr_stream_write(p.client, p.client_conn, s, out + chunk_off,
+                                          chunk_len - chunk_off);
+            if (n == QR_EAGAIN) break;
+            EXPECT(n > 0);
+            chunk_off += (size_t)n;
+            written += (size_t)n;
+        }
+        if (written == LEN && !finished) {
+            EXPECT(qr_stream_finish(p.client, p.client_conn, s) == QR_OK);
+            finished = 1;
+        }
+        qr_pair_step(&p);
+        for (int k = 0; k < p.nsev; k++)
+            if (p.sev[k].kind == QR_EVENT_STREAM_OPENED) ss = p.sev[k].stream;
+        /* server: echo */
+        for (;;) {
+            if (echo_off < echo_len) {
+                long long w = qr_stream_write(p.server, p.server_conn, ss, echo + echo_off,
+                                              echo_len - echo_off);
+                if (w == QR_EAGAIN) break;
+                EXPECT(w > 0);
+                echo_off += (size_t)w;
+                continue;
+            }
+            if (server_fin) break;
+            int f = 0;
+            long long n = qr_stream_read(p.server, p.server_conn, ss, echo, sizeof echo, &f);
+            if (n == QR_EAGAIN || n == QR_ESTREAM) break;
+            EXPECT(n >= 0);
+            echo_len = (size_t)n;
+            echo_off = 0;
+            if (f) server_fin = 1;
+        }
+        if (server_fin && echo_off == echo_len && server_fin != 2) {
+            EXPECT(qr_stream_finish(p.server, p.server_conn, ss) == QR_OK);
+            server_fin = 2;
+        }
+        /* client: read the echo */
+        for (;;) {
+            long long n = qr_stream_read(p.client, p.client_conn, s, in, sizeof in, &fin);
+            if (n == QR_EAGAIN) break;
+            EXPECT(n >= 0);
+            sha256_update(&got, in, (size_t)n);
+            received += (size_t)n;
+            if (fin) break;
+        }
+    }
+    EXPECT(fin);
+    EXPECT(received == LEN);
+    uint8_t a[32], b[32];
+    sha256_final(&sent, a);
+    sha256_final(&got, b);
+    EXPECT(memcmp(a, b, 32) == 0);
+    /* The stream is finished: writing again is a closed-stream error. */
+    EXPECT(qr_stream_write(p.client, p.client_conn, s, out, 1) == QR_ESTREAM);
+    /* ...and so is reading past the end. */
+    EXPECT(qr_stream_read(p.client, p.client_conn, s, in, sizeof in, NULL) == QR_ESTREAM);
+    qr_pair_free(&p);
+    return 0;
+}
+
+static int test_datagrams(void) {
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    EXPECT(qr_pair_connect(&p) == 0);
+    EXPECT(qr_datagram_max_size(p.client, p.client_conn) > 3000);
+    uint8_t msg[100];
+    for (int i = 0; i < 100; i++) msg[i] = (uint8_t)i;
+    EXPECT(qr_datagram_send(p.client, p.client_conn, msg, sizeof msg) == QR_OK);
+    static uint8_t huge[70000];
+    EXPECT(qr_datagram_send(p.client, p.client_conn, huge, sizeof huge) == QR_ETOOLARGE);
+    int got = 0;
+    for (unsigned long long i = 0; !got && i < QR_PAIR_MAX_SPINS; i++) {
+        qr_pair_step(&p);
+        for (int k = 0; k < p.nsev; k++)
+            if (p.sev[k].kind == QR_EVENT_DATAGRAM && p.sev[k].conn == p.server_conn) got = 1;
+    }
+    EXPECT(got);
+    uint8_t small[10], buf[200];
+    size_t needed = 0;
+    EXPECT(qr_datagram_recv(p.server, p.server_conn, small, sizeof small, &needed) ==
+           QR_ETOOSMALL);
+    EXPECT(needed == 100);
+    EXPECT(qr_datagram_recv(p.server, p.server_conn, buf, sizeof buf, NULL) == 100);
+    EXPECT(memcmp(buf, msg, 100) == 0);
+    EXPECT(qr_datagram_recv(p.server, p.server_conn, buf, sizeof buf, NULL) == QR_EAGAIN);
+    qr_pair_free(&p);
+    return 0;
+}
+
+static int test_error_paths(void) {
+    /* Every code has a description. */
+    for (int c = 0; c >= -17; c--) EXPECT(qr_strerror(c) != NULL && qr_strerror(c)[0]);
+    EXPECT(strcmp(qr_strerror(QR_EAGAIN), "would block; retry after the matching event") == 0);
+    EXPECT(strcmp(qr_strerror(-1000), "unknown error code") == 0);
+    /* Null handles and pointers. */
+    qr_event evs[4];
+    qr_fabric *f = NULL;
+    EXPECT(qr_engine_poll(NULL, evs, 4) == QR_ENULL);
+    EXPECT(qr_fabric_new(NULL, &f) == QR_ENULL);
+    EXPECT(qr_stream_write(NULL, 1, 0, (const uint8_t *)"x", 1) == QR_ENULL);
+    EXPECT(qr_stream_read(NULL, 1, 0, evs[0].remote.gid, 1, NULL) == QR_ENULL);
+    EXPECT(qr_datagram_send(NULL, 1, NULL, 0) == QR_ENULL);
+    EXPECT(qr_close(NULL, 1, 0, NULL, 0) == QR_ENULL);
+    qr_engine_free(NULL);
+    qr_fabric_free(NULL);
+    /* Bad configs. */
+    qr_fabric_config fc;
+    memset(&fc, 0, sizeof fc);
+    EXPECT(qr_fabric_new(&fc, &f) == QR_EINVAL); /* struct_size 0 */
+    fc.struct_size = sizeof fc;
+    fc.provider = "no-such-provider";
+    EXPECT(qr_fabric_new(&fc, &f) == QR_ENOPROVIDER);
+    fc.provider = "sim";
+    fc.mtu = 1000;
+    EXPECT(qr_fabric_new(&fc, &f) == QR_EINVAL);
+    fc.mtu = 1024; /* below QUIC's 1200: the engine refuses it with a fabric error */
+    EXPECT(qr_fabric_new(&fc, &f) == QR_OK);
+    qr_engine_config ec;
+    memset(&ec, 0, sizeof ec);
+    ec.struct_size = sizeof ec;
+    qr_engine *e = NULL;
+    EXPECT(qr_engine_new(f, &ec, &e) == QR_ENULL); /* no GID */
+    ec.gid = "not a gid";
+    EXPECT(qr_engine_new(f, &ec, &e) == QR_EINVAL);
+    ec.gid = "fd00::9";
+    EXPECT(qr_engine_new(f, &ec, &e) == QR_EFABRIC);
+    EXPECT(e == NULL);
+    qr_fabric_free(f);
+    /* A live pair: unknown connection, wrong stream direction, small buffers, closed. */
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    EXPECT(qr_pair_connect(&p) == 0);
+    uint64_t s;
+    EXPECT(qr_stream_open(p.client, 12345, 1, &s) == QR_ENOCONN);
+    EXPECT(qr_stream_open(p.client, p.client_conn, 1, NULL) == QR_ENULL);
+    EXPECT(qr_stream_open(p.client, p.client_conn, 0, &s) == QR_OK);
+    uint8_t b[4];
+    EXPECT(qr_stream_read(p.client, p.client_conn, s, b, sizeof b, NULL) == QR_ESTREAM);
+    EXPECT(qr_stream_read(p.client, p.client_conn, s, NULL, 4, NULL) == QR_ENULL);
+    EXPECT(qr_stream_write(p.client, p.client_conn, 1ull << 62, b, 1) == QR_EINVAL);
+    EXPECT(qr_stream_reset(p.client, p.client_conn, s, 1ull << 62) == QR_EINVAL);
+    EXPECT(qr_stream_set_priority(p.client, p.client_conn, s, 7) == QR_OK);
+    EXPECT(qr_accept(p.server, 999, &s) == QR_ENOINCOMING);
+    EXPECT(qr_refuse(p.server, 999) == QR_ENOINCOMING);
+    /* Close, then: the peer sees the application code; both ids go stale. */
+    EXPECT(qr_close(p.client, p.client_conn, 77, (const uint8_t *)"bye", 3) == QR_OK);
+    EXPECT(qr_stream_write(p.client, p.client_conn, s, b, 1) == QR_ECLOSED);
+    int lost = 0, c_closed = 0, s_closed = 0;
+    for (unsigned long long i = 0; !(c_closed && s_closed) && i < QR_PAIR_MAX_SPINS; i++) {
+        /* A one-entry array: events that do not fit wait for the next call. */
+        qr_event one;
+        int n;
+        while ((n = qr_engine_poll(p.server, &one, 1)) == 1) {
+            if (one.kind == QR_EVENT_CONNECTION_LOST) {
+                EXPECT(one.reason == QR_CLOSE_APPLICATION && one.code == 77);
+                lost = 1;
+            }
+            if (one.kind == QR_EVENT_CLOSED) s_closed = 1;
+        }
+        EXPECT(n == 0);
+        while ((n = qr_engine_poll(p.client, &one, 1)) == 1)
+            if (one.kind == QR_EVENT_CLOSED) c_closed = 1;
+    }
+    EXPECT(lost && c_closed && s_closed);
+    EXPECT(qr_stream_write(p.client, p.client_conn, s, b, 1) == QR_ENOCONN);
+    qr_pair_free(&p);
+    return 0;
+}
+
+int main(void) {
+    RUN(test_sha256_known_answer);
+    RUN(test_error_paths);
+    RUN(test_handshake);
+    RUN(test_datagrams);
+    RUN(test_stream_echo_sha256);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
