@@ -79,13 +79,18 @@ fn human_summary_names_the_essentials() {
 
 #[test]
 fn providers_not_built_in_exit_2_with_a_message() {
-    for p in ["verbs"] {
-        let out = qr(&["demo", "--provider", p]);
-        assert_eq!(out.status.code(), Some(2), "--provider {p}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains(p) && err.contains("not built into this version"),
-            "{err}"
-        );
-    }
+    let out = qr(&["demo", "--provider", "verbs"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("verbs") && err.contains("not built into this version"),
+        "{err}"
+    );
+}
+
+#[test]
+fn soft_demo_refuses_sim_only_options() {
+    let out = qr(&["demo", "--provider", "soft", "--loss", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sim"));
 }
