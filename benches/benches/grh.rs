@@ -1,4 +1,6 @@
 //! GRH parse (IPv4 and IPv6 layouts): run once per received packet.
+// criterion_group! expands to an undocumented public function.
+#![allow(missing_docs)]
 
 use std::hint::black_box;
 use std::net::{Ipv4Addr, Ipv6Addr};

@@ -89,7 +89,7 @@ impl<P: QpPairs> EngineRow<P> {
     }
 
     /// Fresh (client, server) engines.
-    fn engines(&self) -> anyhow::Result<(Engine<P::Qp>, Engine<P::Qp>)> {
+    fn engines(&self) -> anyhow::Result<EnginePair<P::Qp>> {
         let (cq, sq) = self.pairs.make()?;
         let mtu = cq.attr().active_mtu.bytes();
         let transport = quinn_adapter::transport(mtu);
@@ -112,6 +112,9 @@ impl<P: QpPairs> EngineRow<P> {
         Ok((client, server))
     }
 }
+
+/// (client, server) engines.
+type EnginePair<Q> = (Engine<Q>, Engine<Q>);
 
 /// One side: an engine and its poll loop.
 struct Side<Q: UdQueuePair> {
