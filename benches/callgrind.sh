@@ -21,6 +21,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 cargo build --release -q -p quic-rdma-benches --bin bulk-once
 BIN="$CARGO_TARGET_DIR/release/bulk-once"
 mkdir -p "$OUT"
+exec > >(tee "$OUT/summary.txt")
 if [ $# -gt 0 ]; then ROWS=("$@"); else mapfile -t ROWS < <("$BIN" --list); fi
 bytes_num=$(python3 -c "import sys;s=sys.argv[1];m={'K':10,'M':20,'G':30};print(int(s[:-1])<<m[s[-1].upper()] if s[-1].upper() in m else int(s))" "$BYTES")
 
