@@ -1,0 +1,65 @@
+//! `bulk-once`: one bulk transfer over one row, for instruction counting.
+//!
+//! ```text
+//! bulk-once --peer ROW [--bytes 64M] [--verify] [--placement same-core|separate-cores]
+//! ```
+//! The server side runs in the process's second thread and the client in its
+//! third (the first only sets up), so `valgrind --tool=callgrind
+//! --separate-threads=yes` gives one profile per side; `benches/callgrind.sh`
+//! does that. Without `--verify` the receiver discards the bytes (no sha256), so
+//! the profile is the transport's own work plus one copy into the application.
+
+use quic_rdma_benches::affinity::Placement;
+use quic_rdma_benches::rows::{all_rows, BulkParams};
+
+fn main() -> anyhow::Result<()> {
+    let mut peer = None;
+    let mut bytes = 64u64 << 20;
+    let mut verify = false;
+    let mut place = Placement::SameCore;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))
+        };
+        match a.as_str() {
+            "--peer" => peer = Some(val()?),
+            "--bytes" => bytes = parse_size(&val()?)?,
+            "--verify" => verify = true,
+            "--placement" => {
+                place = match val()?.as_str() {
+                    "same-core" => Placement::SameCore,
+                    "separate-cores" => Placement::SeparateCores,
+                    other => anyhow::bail!("unknown placement {other}"),
+                }
+            }
+            "--list" => {
+                for r in all_rows() {
+                    println!("{}", r.name());
+                }
+                return Ok(());
+            }
+            other => anyhow::bail!("unknown argument {other}"),
+        }
+    }
+    let peer = peer.ok_or_else(|| anyhow::anyhow!("--peer ROW (see --list)"))?;
+    let row = all_rows()
+        .into_iter()
+        .find(|r| r.name() == peer)
+        .ok_or_else(|| anyhow::anyhow!("no row {peer} (see --list)"))?;
+    let b = row.bulk(BulkParams { bytes, verify }, place)?;
+    println!("{}", serde_json::to_string(&b)?);
+    anyhow::ensure!(b.sha256_ok, "transfer not verified");
+    Ok(())
+}
+
+fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let (num, shift) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    Ok(num.parse::<u64>()? << shift)
+}

@@ -1,0 +1,569 @@
+//! What `compare` writes: a JSON file (the data), a Markdown table and an SVG plot.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::affinity::Placement;
+use crate::rows::{BulkOutcome, HandshakeOutcome};
+use crate::stats::{quantile, Spread};
+
+/// Version tag of the JSON layout.
+pub const SCHEMA: &str = "quic-rdma-benches/compare/v1";
+/// One GiB.
+pub const GIB: f64 = (1u64 << 30) as f64;
+
+/// A whole comparison run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    /// [`SCHEMA`].
+    pub schema: String,
+    /// A `--quick` run (small sizes: checks the harness, not the numbers).
+    pub quick: bool,
+    /// Unix time the run started.
+    pub started_unix: u64,
+    /// Seconds the run took.
+    pub wall_s: f64,
+    /// Where it ran.
+    pub machine: Machine,
+    /// Workload sizes.
+    pub params: Params,
+    /// One entry per transport.
+    pub rows: Vec<RowReport>,
+    /// The issue's targets, evaluated from this run.
+    pub targets: Vec<Target>,
+}
+
+/// The machine and how busy it was.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Machine {
+    /// `model name` from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// CPUs this process may use.
+    pub cpus: usize,
+    /// `uname -r`.
+    pub kernel: String,
+    /// 1/5/15-minute load averages when the run started.
+    pub load_before: [f64; 3],
+    /// ... and when it ended.
+    pub load_after: [f64; 3],
+}
+
+impl Machine {
+    /// Describe this machine now (`load_after` is filled in at the end).
+    pub fn probe() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let load = load_avg();
+        Machine {
+            cpu_model,
+            cpus: crate::affinity::allowed_cpus().len(),
+            kernel,
+            load_before: load,
+            load_after: load,
+        }
+    }
+}
+
+/// The 1/5/15-minute load averages.
+pub fn load_avg() -> [f64; 3] {
+    let s = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut it = s.split_whitespace().map(|v| v.parse().unwrap_or(f64::NAN));
+    [
+        it.next().unwrap_or(f64::NAN),
+        it.next().unwrap_or(f64::NAN),
+        it.next().unwrap_or(f64::NAN),
+    ]
+}
+
+/// Workload sizes of a run.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Params {
+    /// Bytes per bulk transfer.
+    pub bulk_bytes: u64,
+    /// Sampled RTT iterations per cell.
+    pub rtt_iters: usize,
+    /// Handshakes per cell.
+    pub handshakes: usize,
+    /// Repeats of every cell.
+    pub repeats: usize,
+}
+
+/// Everything measured for one transport.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RowReport {
+    /// Row name.
+    pub name: String,
+    /// What runs.
+    pub description: String,
+    /// Bulk throughput and CPU (sides on separate cores).
+    pub bulk: Option<BulkReport>,
+    /// RTT per placement.
+    pub rtt: Vec<RttReport>,
+    /// Handshake rate (sides on separate cores).
+    pub handshakes: Option<HandshakeReport>,
+    /// Cells that failed, with why.
+    pub errors: Vec<String>,
+}
+
+/// Bulk cells of one row.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BulkReport {
+    /// Every repeat.
+    pub runs: Vec<BulkOutcome>,
+    /// Every repeat's sha256 matched.
+    pub sha256_ok: bool,
+    /// Payload Gbit/s.
+    pub gbit_s: Spread,
+    /// Client thread CPU seconds per GiB of payload.
+    pub client_cpu_s_per_gib: Spread,
+    /// Server thread CPU seconds per GiB of payload.
+    pub server_cpu_s_per_gib: Spread,
+}
+
+impl BulkReport {
+    /// Summarise repeats (`None` if there are none).
+    pub fn of(runs: Vec<BulkOutcome>) -> Option<Self> {
+        let f =
+            |g: &dyn Fn(&BulkOutcome) -> f64| Spread::of(&runs.iter().map(g).collect::<Vec<_>>());
+        Some(BulkReport {
+            sha256_ok: !runs.is_empty() && runs.iter().all(|r| r.sha256_ok),
+            gbit_s: f(&|r| r.bytes as f64 * 8.0 / r.secs / 1e9)?,
+            client_cpu_s_per_gib: f(&|r| r.client_cpu.total_s() / (r.bytes as f64 / GIB))?,
+            server_cpu_s_per_gib: f(&|r| r.server_cpu.total_s() / (r.bytes as f64 / GIB))?,
+            runs,
+        })
+    }
+}
+
+/// One RTT cell's percentiles.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct RttRun {
+    /// Samples.
+    pub iters: usize,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// 99.9th percentile, µs.
+    pub p999_us: f64,
+    /// Mean, µs.
+    pub mean_us: f64,
+}
+
+impl RttRun {
+    /// Percentiles of nanosecond samples.
+    pub fn of(mut samples: Vec<u64>) -> Self {
+        samples.sort_unstable();
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let mean = samples.iter().map(|&s| s as f64).sum::<f64>() / samples.len().max(1) as f64;
+        RttRun {
+            iters: samples.len(),
+            p50_us: us(quantile(&samples, 0.5)),
+            p99_us: us(quantile(&samples, 0.99)),
+            p999_us: us(quantile(&samples, 0.999)),
+            mean_us: mean / 1000.0,
+        }
+    }
+}
+
+/// RTT cells of one row at one placement.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RttReport {
+    /// Same core or separate cores.
+    pub placement: Placement,
+    /// Every repeat.
+    pub runs: Vec<RttRun>,
+    /// p50 over repeats, µs.
+    pub p50_us: Spread,
+    /// p99 over repeats, µs.
+    pub p99_us: Spread,
+    /// p99.9 over repeats, µs.
+    pub p999_us: Spread,
+}
+
+impl RttReport {
+    /// Summarise repeats (`None` if there are none).
+    pub fn of(placement: Placement, runs: Vec<RttRun>) -> Option<Self> {
+        let f = |g: &dyn Fn(&RttRun) -> f64| Spread::of(&runs.iter().map(g).collect::<Vec<_>>());
+        Some(RttReport {
+            placement,
+            p50_us: f(&|r| r.p50_us)?,
+            p99_us: f(&|r| r.p99_us)?,
+            p999_us: f(&|r| r.p999_us)?,
+            runs,
+        })
+    }
+}
+
+/// Handshake cells of one row.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HandshakeReport {
+    /// Every repeat.
+    pub runs: Vec<HandshakeOutcome>,
+    /// Handshakes per second.
+    pub per_s: Spread,
+}
+
+impl HandshakeReport {
+    /// Summarise repeats (`None` if there are none).
+    pub fn of(runs: Vec<HandshakeOutcome>) -> Option<Self> {
+        let v: Vec<f64> = runs.iter().map(|r| r.count as f64 / r.secs).collect();
+        Some(HandshakeReport {
+            per_s: Spread::of(&v)?,
+            runs,
+        })
+    }
+}
+
+/// One target of the issue, judged on medians of this run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Target {
+    /// What is compared.
+    pub name: String,
+    /// The goal, as a ratio bound (`>= 1.3`, `<= 0.25`).
+    pub goal: String,
+    /// The measured ratio (`None` when a row is missing from this run).
+    pub measured: Option<f64>,
+    /// Met, not met, or not measurable here.
+    pub met: Option<bool>,
+}
+
+impl Report {
+    fn row(&self, name: &str) -> Option<&RowReport> {
+        self.rows.iter().find(|r| r.name == name)
+    }
+
+    fn bulk_median(&self, name: &str) -> Option<f64> {
+        Some(self.row(name)?.bulk.as_ref()?.gbit_s.median)
+    }
+
+    fn rtt_p50(&self, name: &str, place: Placement) -> Option<f64> {
+        let r = self.row(name)?.rtt.iter().find(|r| r.placement == place)?;
+        Some(r.p50_us.median)
+    }
+
+    /// Evaluate the issue's ratio targets (instructions per byte come from callgrind.sh).
+    pub fn judge(&mut self, soft_row: &str) {
+        let mut t = Vec::new();
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        let mut push = |name: String, goal: &str, m: Option<f64>| {
+            let (op, bound) = goal.split_at(2);
+            let bound: f64 = bound.trim().parse().unwrap_or(f64::NAN);
+            let met = m.map(|m| if op == ">=" { m >= bound } else { m <= bound });
+            t.push(Target {
+                name,
+                goal: goal.into(),
+                measured: m,
+                met,
+            });
+        };
+        let e = self.bulk_median("engine/sim");
+        push(
+            "bulk: engine/sim ÷ tcp+rustls".into(),
+            ">= 1.3",
+            ratio(e, self.bulk_median("tcp+rustls")),
+        );
+        push(
+            "bulk: engine/sim ÷ quinn/udp (default MTU)".into(),
+            ">= 2.5",
+            ratio(e, self.bulk_median("quinn/udp")),
+        );
+        push(
+            format!("bulk: {soft_row} ÷ quinn/udp-4096 (equal MTU)"),
+            ">= 1.0",
+            ratio(
+                self.bulk_median(soft_row),
+                self.bulk_median("quinn/udp-4096"),
+            ),
+        );
+        for place in [Placement::SeparateCores, Placement::SameCore] {
+            let e = self.rtt_p50("engine/sim", place);
+            push(
+                format!("RTT p50 ({}): engine/sim ÷ quinn/udp", place.label()),
+                "<= 0.25",
+                ratio(e, self.rtt_p50("quinn/udp", place)),
+            );
+            push(
+                format!("RTT p50 ({}): engine/sim ÷ tcp", place.label()),
+                "<= 0.35",
+                ratio(e, self.rtt_p50("tcp", place)),
+            );
+        }
+        self.targets = t;
+    }
+
+    /// Write `compare.json`, `compare.md` and `compare.svg` into `dir`.
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(
+            dir.join("compare.json"),
+            serde_json::to_string_pretty(self)?,
+        )?;
+        std::fs::write(dir.join("compare.md"), self.markdown())?;
+        std::fs::write(dir.join("compare.svg"), self.svg())?;
+        Ok(())
+    }
+
+    /// The Markdown report.
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        let m = &self.machine;
+        let _ = writeln!(
+            s,
+            "# quic-rdma comparison{}\n",
+            if self.quick { " (--quick)" } else { "" }
+        );
+        let _ = writeln!(
+            s,
+            "Machine: {} × {} CPUs, Linux {}; load average {:.2}/{:.2}/{:.2} at start, {:.2}/{:.2}/{:.2} at end; {:.0} s.\n",
+            m.cpus, m.cpu_model, m.kernel, m.load_before[0], m.load_before[1], m.load_before[2],
+            m.load_after[0], m.load_after[1], m.load_after[2], self.wall_s
+        );
+        let p = &self.params;
+        let _ = writeln!(
+            s,
+            "Bulk: {} MiB on one stream, sha256 verified, sides on separate cores. RTT: {} × 64-byte request/response after 1000 warm-up. Handshakes: {} sequential connections (full TLS 1.3, no resumption). {} repeats per cell: median (min–max).\n",
+            p.bulk_bytes >> 20, p.rtt_iters, p.handshakes, p.repeats
+        );
+        let _ = writeln!(s, "| row | bulk Gbit/s | client CPU s/GiB | server CPU s/GiB | sha256 | RTT p50/p99/p99.9 µs, separate cores | RTT p50/p99/p99.9 µs, same core | handshakes/s |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let sp = |x: &Spread, d: usize| format!("{:.d$} ({:.d$}–{:.d$})", x.median, x.min, x.max);
+        for r in &self.rows {
+            let (g, cc, sc, ok) = match &r.bulk {
+                Some(b) => (
+                    sp(&b.gbit_s, 2),
+                    sp(&b.client_cpu_s_per_gib, 2),
+                    sp(&b.server_cpu_s_per_gib, 2),
+                    if b.sha256_ok { "ok" } else { "**MISMATCH**" }.to_string(),
+                ),
+                None => ("–".into(), "–".into(), "–".into(), "–".into()),
+            };
+            let rtt = |place| {
+                r.rtt
+                    .iter()
+                    .find(|x| x.placement == place)
+                    .map(|x| {
+                        format!(
+                            "{:.1} / {:.1} / {:.1}",
+                            x.p50_us.median, x.p99_us.median, x.p999_us.median
+                        )
+                    })
+                    .unwrap_or_else(|| "–".into())
+            };
+            let hs = r
+                .handshakes
+                .as_ref()
+                .map(|h| sp(&h.per_s, 0))
+                .unwrap_or_else(|| "–".into());
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.name,
+                g,
+                cc,
+                sc,
+                ok,
+                rtt(Placement::SeparateCores),
+                rtt(Placement::SameCore),
+                hs
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\nRTT cells with min–max of each percentile over repeats:\n"
+        );
+        let _ = writeln!(s, "| row | placement | p50 µs | p99 µs | p99.9 µs |");
+        let _ = writeln!(s, "|---|---|---|---|---|");
+        for r in &self.rows {
+            for x in &r.rtt {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} |",
+                    r.name,
+                    x.placement.label(),
+                    sp(&x.p50_us, 1),
+                    sp(&x.p99_us, 1),
+                    sp(&x.p999_us, 1)
+                );
+            }
+        }
+        let _ = writeln!(s, "\nTargets (ratios of medians):\n");
+        let _ = writeln!(s, "| target | goal | measured | verdict |");
+        let _ = writeln!(s, "|---|---|---|---|");
+        for t in &self.targets {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} |",
+                t.name,
+                t.goal,
+                t.measured
+                    .map(|m| format!("{m:.2}"))
+                    .unwrap_or_else(|| "–".into()),
+                match t.met {
+                    Some(true) => "met",
+                    Some(false) => "NOT met",
+                    None => "not measured (row missing)",
+                }
+            );
+        }
+        let errs: Vec<_> = self
+            .rows
+            .iter()
+            .flat_map(|r| r.errors.iter().map(move |e| (r.name.clone(), e)))
+            .collect();
+        if !errs.is_empty() {
+            let _ = writeln!(s, "\nFailed cells:\n");
+            for (n, e) in errs {
+                let _ = writeln!(s, "- {n}: {e}");
+            }
+        }
+        let _ = writeln!(s, "\nRows:\n");
+        for r in &self.rows {
+            let _ = writeln!(s, "- `{}`: {}", r.name, r.description);
+        }
+        s
+    }
+
+    /// The plot: bulk throughput (median, min–max whisker) and RTT p50/p99 per row.
+    pub fn svg(&self) -> String {
+        let rows = &self.rows;
+        let bar_h = 16.0;
+        let label_w = 150.0;
+        let panel_w = 360.0;
+        let top = 50.0;
+        let group_h = bar_h * 2.0 + 10.0;
+        let height = top + group_h * rows.len() as f64 + 50.0;
+        let width = label_w + 2.0 * panel_w + 80.0;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">"#
+        );
+        let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+        let max_g = rows
+            .iter()
+            .filter_map(|r| r.bulk.as_ref().map(|b| b.gbit_s.max))
+            .fold(0.0, f64::max)
+            .max(1e-9);
+        let rtt_of = |r: &RowReport, p: Placement| r.rtt.iter().find(|x| x.placement == p).cloned();
+        let max_rtt = rows
+            .iter()
+            .flat_map(|r| r.rtt.iter().map(|x| x.p99_us.median))
+            .fold(0.0, f64::max)
+            .max(1e-9);
+        let x1 = label_w;
+        let x2 = label_w + panel_w + 40.0;
+        let _ = writeln!(
+            s,
+            r#"<text x="{x1}" y="20" font-weight="bold">Bulk throughput, Gbit/s (median, min–max)</text>"#
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{x2}" y="20" font-weight="bold">64-byte RTT, µs: p50 bar, p99 tick</text>"#
+        );
+        let _ = writeln!(
+            s,
+            r##"<text x="{x2}" y="36" fill="#555">dark: separate cores · light: same core</text>"##
+        );
+        for (i, r) in rows.iter().enumerate() {
+            let y = top + i as f64 * group_h;
+            let _ = writeln!(
+                s,
+                r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+                label_w - 8.0,
+                y + bar_h + 4.0,
+                xml_escape(&r.name)
+            );
+            if let Some(b) = &r.bulk {
+                let w = b.gbit_s.median / max_g * panel_w;
+                let (lo, hi) = (
+                    b.gbit_s.min / max_g * panel_w,
+                    b.gbit_s.max / max_g * panel_w,
+                );
+                let yc = y + bar_h;
+                let _ = writeln!(
+                    s,
+                    r##"<rect x="{x1}" y="{y}" width="{w:.1}" height="{}" fill="#3b6ea5"/>"##,
+                    bar_h * 2.0
+                );
+                let _ = writeln!(
+                    s,
+                    r#"<line x1="{:.1}" y1="{yc}" x2="{:.1}" y2="{yc}" stroke="black"/>"#,
+                    x1 + lo,
+                    x1 + hi
+                );
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{:.1}" y="{}">{:.2}</text>"#,
+                    x1 + hi + 4.0,
+                    yc + 4.0,
+                    b.gbit_s.median
+                );
+            }
+            for (k, (place, color)) in [
+                (Placement::SeparateCores, "#a5503b"),
+                (Placement::SameCore, "#e0a890"),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                if let Some(x) = rtt_of(r, place) {
+                    let yy = y + k as f64 * bar_h;
+                    let w = x.p50_us.median / max_rtt * panel_w;
+                    let t = x.p99_us.median / max_rtt * panel_w;
+                    let _ = writeln!(
+                        s,
+                        r#"<rect x="{x2}" y="{yy}" width="{w:.1}" height="{}" fill="{color}"/>"#,
+                        bar_h - 2.0
+                    );
+                    let _ = writeln!(
+                        s,
+                        r#"<line x1="{:.1}" y1="{yy}" x2="{:.1}" y2="{}" stroke="black" stroke-width="2"/>"#,
+                        x2 + t,
+                        x2 + t,
+                        yy + bar_h - 2.0
+                    );
+                    let _ = writeln!(
+                        s,
+                        r#"<text x="{:.1}" y="{}">{:.1} / {:.1}</text>"#,
+                        x2 + t.max(w) + 4.0,
+                        yy + bar_h - 4.0,
+                        x.p50_us.median,
+                        x.p99_us.median
+                    );
+                }
+            }
+        }
+        let _ = writeln!(
+            s,
+            r##"<text x="{x1}" y="{}" fill="#555">{} · {} CPUs · load {:.2} → {:.2}{}</text>"##,
+            height - 15.0,
+            xml_escape(&self.machine.cpu_model),
+            self.machine.cpus,
+            self.machine.load_before[0],
+            self.machine.load_after[0],
+            if self.quick { " · --quick" } else { "" }
+        );
+        let _ = writeln!(s, "</svg>");
+        s
+    }
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

@@ -1,0 +1,462 @@
+//! Rows: quic-rdma's poll-mode engine, busy-polled, over any UD provider.
+//!
+//! Each side owns one [`Engine`] on its own pinned thread and polls it in a
+//! loop: spinning when the sides have a core each, yielding the CPU after an
+//! idle poll when they share one (otherwise each side would burn its whole
+//! time slice before the other could answer). A provider is a [`QpPairs`]: it
+//! makes the client's and the server's queue pair.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use quic_rdma::engine::{ConnHandle, Engine, EngineConfig, EngineError, Event, StreamId};
+use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpOptions};
+use quic_rdma::fabric::{UdAddr, UdQueuePair};
+use quic_rdma::quinn_adapter;
+
+use super::{
+    BulkOutcome, BulkParams, HandshakeOutcome, Row, RttOutcome, RTT_MSG, RTT_WARMUP, WRITE_CHUNK,
+};
+use crate::affinity::Placement;
+use crate::cpu::{CpuSpan, CpuUsed};
+use crate::data::{self, SinkBuf};
+use crate::side::{run_pair, HANG_GUARD};
+use crate::tls::{Tls, SERVER_NAME};
+
+/// A UD provider for the engine rows: makes (client, server) queue pairs.
+pub trait QpPairs: Send + Sync {
+    /// The provider's queue pair.
+    type Qp: UdQueuePair;
+    /// Short provider name (the row is `engine/<name>`).
+    fn name(&self) -> String;
+    /// One line on the provider's setup.
+    fn description(&self) -> String;
+    /// A fresh (client, server) pair that can reach each other.
+    fn make(&self) -> anyhow::Result<(Self::Qp, Self::Qp)>;
+}
+
+/// The `sim` fabric: an ideal in-process NIC (MTU 4096, no faults).
+#[derive(Debug)]
+pub struct SimPairs {
+    fabric: SimFabric,
+    next: std::sync::atomic::AtomicU16,
+}
+
+impl QpPairs for SimPairs {
+    type Qp = SimQp;
+
+    fn name(&self) -> String {
+        "sim".into()
+    }
+
+    fn description(&self) -> String {
+        "sim fabric (in-process ideal NIC), MTU 4096".into()
+    }
+
+    fn make(&self) -> anyhow::Result<(SimQp, SimQp)> {
+        let n = self.next.fetch_add(2, Ordering::Relaxed);
+        let gid = |k: u16| std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 1, k).into();
+        let c = self.fabric.create_qp(gid(n), SimQpOptions::default())?;
+        let s = self.fabric.create_qp(gid(n + 1), SimQpOptions::default())?;
+        Ok((c, s))
+    }
+}
+
+/// The engine, busy-polled, over provider `P`.
+#[derive(Debug)]
+pub struct EngineRow<P> {
+    pairs: P,
+    tls: Tls,
+}
+
+impl EngineRow<SimPairs> {
+    /// The engine over a fresh `sim` fabric.
+    pub fn sim() -> Self {
+        Self::new(SimPairs {
+            fabric: SimFabric::new(SimConfig::default()),
+            next: 1.into(),
+        })
+    }
+}
+
+impl<P: QpPairs> EngineRow<P> {
+    /// The engine over `pairs`.
+    pub fn new(pairs: P) -> Self {
+        EngineRow {
+            pairs,
+            tls: Tls::new(),
+        }
+    }
+
+    /// Fresh (client, server) engines.
+    fn engines(&self) -> anyhow::Result<EnginePair<P::Qp>> {
+        let (cq, sq) = self.pairs.make()?;
+        let mtu = cq.attr().active_mtu.bytes();
+        let transport = quinn_adapter::transport(mtu);
+        let client = Engine::new(
+            cq,
+            EngineConfig {
+                client: Some(self.tls.quinn_client(transport.clone())),
+                routing_key: 0xc1,
+                ..EngineConfig::default()
+            },
+        )?;
+        let server = Engine::new(
+            sq,
+            EngineConfig {
+                server: Some(std::sync::Arc::new(self.tls.quinn_server(transport))),
+                routing_key: 0x5e,
+                ..EngineConfig::default()
+            },
+        )?;
+        Ok((client, server))
+    }
+}
+
+/// (client, server) engines.
+type EnginePair<Q> = (Engine<Q>, Engine<Q>);
+
+/// One side: an engine and its poll loop.
+struct Side<Q: UdQueuePair> {
+    e: Engine<Q>,
+    ev: Vec<Event>,
+    spin: bool,
+    deadline: Instant,
+}
+
+impl<Q: UdQueuePair> Side<Q> {
+    fn new(e: Engine<Q>, place: Placement) -> Self {
+        Side {
+            e,
+            ev: Vec::with_capacity(256),
+            spin: place == Placement::SeparateCores,
+            deadline: Instant::now() + HANG_GUARD,
+        }
+    }
+
+    /// One poll; the events are in `self.ev`. Fails past the hang guard.
+    fn poll(&mut self) -> anyhow::Result<()> {
+        self.ev.clear();
+        let now = Instant::now();
+        let n = self.e.poll(now, &mut self.ev);
+        if n == 0 {
+            if self.spin {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        anyhow::ensure!(
+            now < self.deadline,
+            "engine side did not finish within {HANG_GUARD:?}"
+        );
+        Ok(())
+    }
+
+    /// Fail if `conn` was lost in the last poll.
+    fn check_lost(&self, conn: ConnHandle) -> anyhow::Result<()> {
+        for ev in &self.ev {
+            if let Event::ConnectionLost { conn: c, reason } = ev {
+                anyhow::ensure!(*c != conn, "connection lost: {reason:?}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Client: connect to `server` and poll until the handshake completes.
+    fn connect(&mut self, server: UdAddr) -> anyhow::Result<ConnHandle> {
+        let c = self.e.connect(Instant::now(), server, SERVER_NAME)?;
+        loop {
+            self.poll()?;
+            self.check_lost(c)?;
+            if self.ev.contains(&Event::Connected { conn: c }) {
+                return Ok(c);
+            }
+        }
+    }
+
+    /// Server: poll until a connection completes its handshake.
+    fn accept(&mut self) -> anyhow::Result<ConnHandle> {
+        loop {
+            self.poll()?;
+            for ev in &self.ev {
+                if let Event::Connected { conn } = ev {
+                    return Ok(*conn);
+                }
+            }
+        }
+    }
+
+    /// Server: poll until the peer opens a stream on `conn`.
+    fn accept_stream(&mut self, conn: ConnHandle) -> anyhow::Result<StreamId> {
+        loop {
+            for ev in &self.ev {
+                if let Event::StreamOpened { conn: c, stream } = ev {
+                    if *c == conn {
+                        return Ok(*stream);
+                    }
+                }
+            }
+            self.poll()?;
+            self.check_lost(conn)?;
+        }
+    }
+
+    /// Close `conn` (client) and poll until it drained, bounded.
+    fn close(&mut self, conn: ConnHandle) -> anyhow::Result<()> {
+        self.e.close(Instant::now(), conn, 0, b"done")?;
+        self.drain(Duration::from_secs(2))
+    }
+
+    /// Poll until no connection is left or `limit` passed.
+    fn drain(&mut self, limit: Duration) -> anyhow::Result<()> {
+        let until = Instant::now() + limit;
+        while self.e.connection_count() > 0 && Instant::now() < until {
+            self.poll()?;
+        }
+        Ok(())
+    }
+
+    /// Server: poll until the client says it is done (then let closes drain).
+    fn linger(&mut self, done: &AtomicBool) -> anyhow::Result<()> {
+        while !done.load(Ordering::Acquire) {
+            self.poll()?;
+        }
+        self.drain(Duration::from_millis(200))
+    }
+}
+
+/// Read what is there into `buf[*got..]`; `Ok(true)` at the stream's end.
+fn read_some<Q: UdQueuePair>(
+    e: &mut Engine<Q>,
+    conn: ConnHandle,
+    s: StreamId,
+    buf: &mut [u8],
+    got: &mut usize,
+) -> anyhow::Result<bool> {
+    match e.read(conn, s, &mut buf[*got..]) {
+        Ok(r) => {
+            *got += r.len;
+            Ok(r.fin)
+        }
+        Err(EngineError::WouldBlock) => Ok(false),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Sets the flag when dropped: the client tells the server it is done even when it fails.
+struct DoneOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for DoneOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+impl<P: QpPairs> Row for EngineRow<P> {
+    fn name(&self) -> String {
+        format!("engine/{}", self.pairs.name())
+    }
+
+    fn description(&self) -> String {
+        format!(
+            "quic-rdma poll-mode engine over quinn-proto, busy-polled, {}",
+            self.pairs.description()
+        )
+    }
+
+    fn bulk(&self, p: BulkParams, place: Placement) -> anyhow::Result<BulkOutcome> {
+        let pattern = data::pattern();
+        let expected = p.verify.then(|| data::expected_digest(&pattern, p.bytes));
+        let mut sink = SinkBuf::new(p.bytes, p.verify);
+        let (ce, se) = self.engines()?;
+        let server_addr = se.local_addr();
+        let done = AtomicBool::new(false);
+        let (pattern, sink_ref, done) = (&pattern, &mut sink, &done);
+        let ((secs, ccpu, reply), scpu) = run_pair(
+            place,
+            move || {
+                let _done = DoneOnDrop(done);
+                let mut side = Side::new(ce, place);
+                let c = side.connect(server_addr)?;
+                let s = side.e.open_bi(c)?;
+                let t0 = Instant::now();
+                let cpu = CpuSpan::start();
+                let (mut off, mut finished) = (0u64, false);
+                // Room past the 34 reply bytes: a read into a full buffer cannot see the end.
+                let mut reply = [0u8; 64];
+                let mut got = 0;
+                let mut acked: Option<(f64, CpuUsed)> = None;
+                loop {
+                    while off < p.bytes {
+                        let chunk = data::slice_at(pattern, off, WRITE_CHUNK);
+                        let chunk = &chunk[..chunk.len().min((p.bytes - off) as usize)];
+                        match side.e.write(c, s, chunk) {
+                            Ok(n) => off += n as u64,
+                            Err(EngineError::WouldBlock) => break,
+                            Err(err) => return Err(err.into()),
+                        }
+                    }
+                    if off == p.bytes && !finished {
+                        side.e.finish(c, s)?;
+                        finished = true;
+                    }
+                    let fin = read_some(&mut side.e, c, s, &mut reply, &mut got)?;
+                    if got >= 1 && acked.is_none() {
+                        acked = Some((t0.elapsed().as_secs_f64(), cpu.stop()));
+                    }
+                    if fin {
+                        break;
+                    }
+                    side.poll()?;
+                    side.check_lost(c)?;
+                }
+                side.close(c)?;
+                let (secs, ccpu) = acked.ok_or_else(|| anyhow::anyhow!("no acknowledgement"))?;
+                Ok((secs, ccpu, (got, reply)))
+            },
+            move || {
+                let mut side = Side::new(se, place);
+                let c = side.accept()?;
+                let cpu = CpuSpan::start();
+                let s = side.accept_stream(c)?;
+                loop {
+                    anyhow::ensure!(!sink_ref.overrun(), "peer sent more than announced");
+                    let mut n = 0;
+                    let fin = read_some(&mut side.e, c, s, sink_ref.spare(), &mut n)?;
+                    sink_ref.advance(n);
+                    if fin {
+                        break;
+                    }
+                    if n == 0 {
+                        side.poll()?;
+                        side.check_lost(c)?;
+                    }
+                }
+                anyhow::ensure!(side.e.write(c, s, &[1])? == 1, "ack refused");
+                side.e.flush(Instant::now());
+                let cpu = cpu.stop();
+                let mut reply = [0u8; 33];
+                if let Some(d) = sink_ref.digest() {
+                    reply[0] = 1;
+                    reply[1..].copy_from_slice(&d);
+                }
+                anyhow::ensure!(side.e.write(c, s, &reply)? == reply.len(), "reply refused");
+                side.e.finish(c, s)?;
+                side.linger(done)?;
+                Ok(cpu)
+            },
+        )?;
+        let (got, reply) = reply;
+        let sha256_ok = got == 34
+            && sink.received() == p.bytes
+            && match expected {
+                Some(e) => reply[1] == 1 && reply[2..34] == e[..],
+                None => true,
+            };
+        Ok(BulkOutcome {
+            bytes: p.bytes,
+            secs,
+            sha256_ok,
+            client_cpu: ccpu,
+            server_cpu: scpu,
+        })
+    }
+
+    fn rtt(&self, iters: usize, place: Placement) -> anyhow::Result<RttOutcome> {
+        let (ce, se) = self.engines()?;
+        let server_addr = se.local_addr();
+        let done = AtomicBool::new(false);
+        let done = &done;
+        let (samples, ()) = run_pair(
+            place,
+            move || {
+                let _done = DoneOnDrop(done);
+                let mut side = Side::new(ce, place);
+                let c = side.connect(server_addr)?;
+                let s = side.e.open_bi(c)?;
+                let req = [0x5Au8; RTT_MSG];
+                let mut resp = [0u8; RTT_MSG];
+                let mut samples = Vec::with_capacity(iters);
+                for i in 0..RTT_WARMUP + iters {
+                    let t0 = Instant::now();
+                    anyhow::ensure!(side.e.write(c, s, &req)? == RTT_MSG, "request refused");
+                    side.e.flush(t0);
+                    let mut got = 0;
+                    while got < RTT_MSG {
+                        side.poll()?;
+                        side.check_lost(c)?;
+                        anyhow::ensure!(
+                            !read_some(&mut side.e, c, s, &mut resp, &mut got)?,
+                            "stream ended early"
+                        );
+                    }
+                    if i >= RTT_WARMUP {
+                        samples.push(t0.elapsed().as_nanos() as u64);
+                    }
+                }
+                anyhow::ensure!(resp == [0xA5; RTT_MSG], "response bytes");
+                side.close(c)?;
+                Ok(samples)
+            },
+            move || {
+                let mut side = Side::new(se, place);
+                let c = side.accept()?;
+                let s = side.accept_stream(c)?;
+                let mut req = [0u8; RTT_MSG];
+                let resp = [0xA5u8; RTT_MSG];
+                let mut got = 0;
+                while !done.load(Ordering::Acquire) {
+                    let fin = match read_some(&mut side.e, c, s, &mut req, &mut got) {
+                        Ok(fin) => fin,
+                        Err(_) => break, // the client closed
+                    };
+                    if got == RTT_MSG {
+                        got = 0;
+                        anyhow::ensure!(side.e.write(c, s, &resp)? == RTT_MSG, "response refused");
+                        side.e.flush(Instant::now());
+                    }
+                    if fin {
+                        break;
+                    }
+                    side.poll()?;
+                }
+                side.linger(done)?;
+                Ok(())
+            },
+        )?;
+        Ok(RttOutcome {
+            samples_ns: samples,
+        })
+    }
+
+    fn handshakes(&self, count: usize, place: Placement) -> anyhow::Result<HandshakeOutcome> {
+        let (ce, se) = self.engines()?;
+        let server_addr = se.local_addr();
+        let done = AtomicBool::new(false);
+        let done = &done;
+        let (secs, ()) = run_pair(
+            place,
+            move || {
+                let _done = DoneOnDrop(done);
+                let mut side = Side::new(ce, place);
+                let t0 = Instant::now();
+                for _ in 0..count {
+                    let c = side.connect(server_addr)?;
+                    side.e.close(Instant::now(), c, 0, b"done")?;
+                }
+                let secs = t0.elapsed().as_secs_f64();
+                side.drain(Duration::from_secs(2))?;
+                Ok(secs)
+            },
+            move || {
+                let mut side = Side::new(se, place);
+                side.linger(done)
+            },
+        )?;
+        Ok(HandshakeOutcome {
+            count: count as u64,
+            secs,
+        })
+    }
+}

@@ -1,0 +1,97 @@
+//! The transports compared ("rows") and the workloads each must run.
+//!
+//! A row is one small module: async transports implement
+//! [`stack::AsyncStack`] (listen, dial, open/accept a stream) and get the
+//! workloads from [`stack::AsyncRow`]; the busy-polled engine implements [`Row`]
+//! directly in [`engine`], generic over the queue pair's provider.
+
+pub mod engine;
+mod quic;
+pub mod quinn_sim;
+pub mod quinn_udp;
+pub mod soft;
+pub mod stack;
+pub mod tcp;
+
+use serde::{Deserialize, Serialize};
+
+use crate::affinity::Placement;
+use crate::cpu::CpuUsed;
+
+/// Size of a request and of a response in the RTT workload.
+pub const RTT_MSG: usize = 64;
+/// Bytes handed to a stream per write in the bulk workload.
+pub const WRITE_CHUNK: usize = 128 << 10;
+/// RTT iterations run before sampling starts.
+pub const RTT_WARMUP: usize = 1000;
+
+/// One bulk transfer, client → server.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BulkOutcome {
+    /// Payload bytes moved.
+    pub bytes: u64,
+    /// Seconds from the first write to the server's acknowledgement of the last byte.
+    pub secs: f64,
+    /// The sha256 the server computed over what arrived equals the sender's.
+    pub sha256_ok: bool,
+    /// Client thread CPU over the transfer.
+    pub client_cpu: CpuUsed,
+    /// Server thread CPU over the transfer.
+    pub server_cpu: CpuUsed,
+}
+
+/// Request/response latencies, measured at the client.
+#[derive(Clone, Debug, Default)]
+pub struct RttOutcome {
+    /// One round trip per sample, in nanoseconds.
+    pub samples_ns: Vec<u64>,
+}
+
+/// Connections set up one after another.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct HandshakeOutcome {
+    /// Handshakes completed.
+    pub count: u64,
+    /// Seconds the client spent on them.
+    pub secs: f64,
+}
+
+/// Workload parameters of one bulk run.
+#[derive(Clone, Copy, Debug)]
+pub struct BulkParams {
+    /// Bytes to move.
+    pub bytes: u64,
+    /// Keep and hash every received byte (off only for instruction counting).
+    pub verify: bool,
+}
+
+/// A transport under comparison.
+pub trait Row: Send + Sync {
+    /// Short unique name (used as the JSON key and in the plot).
+    fn name(&self) -> String;
+    /// One line on what runs: stack, MTU, driver.
+    fn description(&self) -> String;
+    /// One bulk transfer.
+    fn bulk(&self, params: BulkParams, place: Placement) -> anyhow::Result<BulkOutcome>;
+    /// `iters` sampled 64-byte round trips (after [`RTT_WARMUP`] unsampled ones).
+    fn rtt(&self, iters: usize, place: Placement) -> anyhow::Result<RttOutcome>;
+    /// `count` handshakes, each connection closed before the next starts.
+    fn handshakes(&self, count: usize, place: Placement) -> anyhow::Result<HandshakeOutcome>;
+}
+
+/// Every row this build can run, in table order.
+pub fn all_rows() -> Vec<Box<dyn Row>> {
+    vec![
+        Box::new(engine::EngineRow::sim()),
+        Box::new(stack::AsyncRow::new(quinn_sim::QuinnSim::new())),
+        Box::new(engine::EngineRow::new(soft::SoftPairs::new())),
+        Box::new(stack::AsyncRow::new(soft::QuinnSoft::new())),
+        Box::new(stack::AsyncRow::new(quinn_udp::QuinnUdp::new(None))),
+        Box::new(stack::AsyncRow::new(quinn_udp::QuinnUdp::new(Some(4096)))),
+        Box::new(stack::AsyncRow::new(tcp::Tcp::tls())),
+        Box::new(stack::AsyncRow::new(tcp::Tcp::plain())),
+    ]
+}
+
+/// The row the `soft` target is judged on (QUIC over userspace RoCEv2 on loopback).
+pub const SOFT_ROW: &str = "engine/soft";

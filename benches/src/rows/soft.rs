@@ -1,0 +1,137 @@
+//! Rows over the `soft` provider: real RoCEv2 packets on UDP loopback, each
+//! endpoint its own 127.77.x.y address (its GID) on port 4791 — the engine
+//! busy-polled (`engine/soft`) and quinn through the adapter (`quinn-adapter/soft`).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use quic_rdma::fabric::soft::{SoftConfig, SoftPort, SoftQp};
+use quic_rdma::fabric::DEFAULT_QKEY;
+use quic_rdma::quinn_adapter::{self, RdmaUdpSocket};
+use quic_rdma::socket::{SocketConfig, UdSocket};
+
+use super::engine::QpPairs;
+use super::quic::{QuinnDialer, QuinnListener};
+use super::stack::{AsyncStack, BoxFut, Dialer, Listener};
+use crate::tls::Tls;
+
+/// Fresh loopback addresses, 127.77.<pid-derived>.<counter>, so concurrent
+/// processes (tests) rarely collide on port 4791.
+#[derive(Debug)]
+struct Addrs(AtomicU32);
+
+impl Addrs {
+    fn new() -> Self {
+        Addrs(AtomicU32::new(0))
+    }
+
+    fn next(&self) -> IpAddr {
+        let n = self.0.fetch_add(1, Ordering::Relaxed);
+        let third = (std::process::id() % 250) as u8;
+        Ipv4Addr::new(127, 77, third, 1 + (n % 250) as u8).into()
+    }
+
+    fn qp(&self) -> anyhow::Result<SoftQp> {
+        let port = SoftPort::open(SoftConfig::new(self.next()))?;
+        Ok(port.create_qp(DEFAULT_QKEY)?)
+    }
+}
+
+/// `soft` queue pairs on two loopback addresses (MTU 4096, ICRC verified).
+#[derive(Debug)]
+pub struct SoftPairs(Addrs);
+
+impl SoftPairs {
+    /// Pairs on fresh loopback addresses.
+    pub fn new() -> Self {
+        SoftPairs(Addrs::new())
+    }
+}
+
+impl Default for SoftPairs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl QpPairs for SoftPairs {
+    type Qp = SoftQp;
+
+    fn name(&self) -> String {
+        "soft".into()
+    }
+
+    fn description(&self) -> String {
+        "soft provider: userspace RoCEv2 over UDP loopback (127.77.x.y:4791), MTU 4096, ICRC checked".into()
+    }
+
+    fn make(&self) -> anyhow::Result<(SoftQp, SoftQp)> {
+        Ok((self.0.qp()?, self.0.qp()?))
+    }
+}
+
+/// quinn through the adapter over `soft` queue pairs.
+#[derive(Debug)]
+pub struct QuinnSoft {
+    addrs: Addrs,
+    tls: Tls,
+}
+
+impl QuinnSoft {
+    /// Endpoints on fresh loopback addresses.
+    pub fn new() -> Self {
+        QuinnSoft {
+            addrs: Addrs::new(),
+            tls: Tls::new(),
+        }
+    }
+
+    fn endpoint(&self, server: bool) -> anyhow::Result<(quinn::Endpoint, usize)> {
+        let sock = RdmaUdpSocket::new(UdSocket::new(self.addrs.qp()?, SocketConfig::default())?);
+        let mtu = sock.mtu();
+        let server = server.then(|| self.tls.quinn_server(quinn_adapter::transport(mtu)));
+        let ep = quinn::Endpoint::new_with_abstract_socket(
+            quinn_adapter::endpoint_config(mtu, if server.is_some() { 0x50f } else { 0xc11 }),
+            server,
+            Arc::new(sock),
+            Arc::new(quinn::TokioRuntime),
+        )?;
+        Ok((ep, mtu))
+    }
+}
+
+impl Default for QuinnSoft {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AsyncStack for QuinnSoft {
+    fn name(&self) -> String {
+        "quinn-adapter/soft".into()
+    }
+
+    fn description(&self) -> String {
+        "quinn 0.11 over quic-rdma's adapter over the soft provider (RoCEv2 on UDP loopback), MTU 4096, tuned transport".into()
+    }
+
+    fn listen(&self) -> BoxFut<'_, (Box<dyn Listener>, SocketAddr)> {
+        Box::pin(async move {
+            let (ep, _) = self.endpoint(true)?;
+            let addr = ep.local_addr()?;
+            Ok((Box::new(QuinnListener(ep)) as Box<dyn Listener>, addr))
+        })
+    }
+
+    fn dialer(&self, server: SocketAddr) -> BoxFut<'_, Box<dyn Dialer>> {
+        Box::pin(async move {
+            let (endpoint, mtu) = self.endpoint(false)?;
+            Ok(Box::new(QuinnDialer {
+                endpoint,
+                server,
+                config: self.tls.quinn_client(quinn_adapter::transport(mtu)),
+            }) as Box<dyn Dialer>)
+        })
+    }
+}

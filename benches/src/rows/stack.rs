@@ -1,0 +1,284 @@
+//! Async transports (quinn over anything, TCP, TLS): a narrow trait, and the
+//! workloads written once over it.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::{
+    BulkOutcome, BulkParams, HandshakeOutcome, Row, RttOutcome, RTT_MSG, RTT_WARMUP, WRITE_CHUNK,
+};
+use crate::affinity::Placement;
+use crate::cpu::CpuSpan;
+use crate::data::{self, SinkBuf};
+use crate::side::{block_on, run_pair};
+
+/// A boxed future of one side (runs on that side's single-threaded runtime).
+pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = anyhow::Result<T>> + 'a>>;
+/// The receiving half of a stream.
+pub type Reader = Box<dyn AsyncRead + Unpin>;
+/// The sending half of a stream.
+pub type Writer = Box<dyn AsyncWrite + Unpin>;
+
+/// An async transport: what a row must provide.
+pub trait AsyncStack: Send + Sync {
+    /// Short unique name.
+    fn name(&self) -> String;
+    /// One line on what runs.
+    fn description(&self) -> String;
+    /// In the server thread: start listening; returns the listener and the address to dial.
+    fn listen(&self) -> BoxFut<'_, (Box<dyn Listener>, SocketAddr)>;
+    /// In the client thread: something that connects to `addr`.
+    fn dialer(&self, addr: SocketAddr) -> BoxFut<'_, Box<dyn Dialer>>;
+}
+
+/// The server end: accepts connections.
+pub trait Listener {
+    /// The next connection, handshake completed.
+    fn accept(&mut self) -> BoxFut<'_, Box<dyn Session>>;
+}
+
+/// The client end: makes connections.
+pub trait Dialer {
+    /// A new connection, handshake completed.
+    fn connect(&mut self) -> BoxFut<'_, Box<dyn Session>>;
+    /// Let closes in flight reach the peer before the side exits.
+    fn shutdown(self: Box<Self>) -> BoxFut<'static, ()>;
+}
+
+/// One connection.
+pub trait Session {
+    /// Client: open the connection's one bidirectional stream.
+    fn open(&mut self) -> BoxFut<'_, (Reader, Writer)>;
+    /// Server: accept it (may complete only when its first bytes arrive).
+    fn accept(&mut self) -> BoxFut<'_, (Reader, Writer)>;
+    /// Client: close now. Server: wait (bounded) for the client's close, so
+    /// nothing the server sent is cut off.
+    fn close(self: Box<Self>) -> BoxFut<'static, ()>;
+}
+
+/// Any [`AsyncStack`] as a [`Row`].
+#[derive(Debug)]
+pub struct AsyncRow<S>(S);
+
+impl<S: AsyncStack> AsyncRow<S> {
+    /// Wrap a stack.
+    pub fn new(stack: S) -> Self {
+        AsyncRow(stack)
+    }
+}
+
+/// Run `client(dialer)` and `server(listener)` on their own threads and runtimes.
+fn two_sides<S, CR, SR>(
+    stack: &S,
+    place: Placement,
+    client: impl for<'a> FnOnce(&'a mut dyn Dialer) -> BoxFut<'a, CR> + Send,
+    server: impl for<'a> FnOnce(&'a mut dyn Listener) -> BoxFut<'a, SR> + Send,
+) -> anyhow::Result<(CR, SR)>
+where
+    S: AsyncStack,
+    CR: Send,
+    SR: Send,
+{
+    let (tx, rx) = mpsc::channel::<SocketAddr>();
+    run_pair(
+        place,
+        move || {
+            let addr = rx
+                .recv_timeout(Duration::from_secs(60))
+                .map_err(|_| anyhow::anyhow!("server never listened"))?;
+            block_on(async {
+                let mut d = stack.dialer(addr).await?;
+                let r = client(&mut *d).await;
+                d.shutdown().await?;
+                r
+            })
+        },
+        move || {
+            block_on(async {
+                let (mut l, addr) = stack.listen().await?;
+                tx.send(addr)?;
+                server(&mut *l).await
+            })
+        },
+    )
+}
+
+impl<S: AsyncStack> Row for AsyncRow<S> {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+
+    fn description(&self) -> String {
+        self.0.description()
+    }
+
+    fn bulk(&self, p: BulkParams, place: Placement) -> anyhow::Result<BulkOutcome> {
+        let pattern = data::pattern();
+        let expected = if p.verify {
+            Some(data::expected_digest(&pattern, p.bytes))
+        } else {
+            None
+        };
+        let mut sink = SinkBuf::new(p.bytes, p.verify);
+        // Owned by the futures (their lifetime is tied to the dialer/listener borrow).
+        let pattern = std::sync::Arc::new(pattern);
+        let ((secs, ccpu, got), (scpu, sink)) = two_sides(
+            &self.0,
+            place,
+            move |d| {
+                Box::pin(async move {
+                    let mut sess = d.connect().await?;
+                    let (mut r, mut w) = sess.open().await?;
+                    let t0 = Instant::now();
+                    let cpu = CpuSpan::start();
+                    let mut off = 0u64;
+                    while off < p.bytes {
+                        let s = data::slice_at(&pattern, off, WRITE_CHUNK);
+                        let s = &s[..s.len().min((p.bytes - off) as usize)];
+                        w.write_all(s).await?;
+                        off += s.len() as u64;
+                    }
+                    w.shutdown().await?;
+                    let mut ack = [0u8; 1];
+                    r.read_exact(&mut ack).await?;
+                    let secs = t0.elapsed().as_secs_f64();
+                    let cpu = cpu.stop();
+                    let mut got = [0u8; 33];
+                    r.read_exact(&mut got).await?;
+                    sess.close().await?;
+                    Ok((secs, cpu, got))
+                })
+            },
+            move |l| {
+                Box::pin(async move {
+                    let mut sess = l.accept().await?;
+                    let cpu = CpuSpan::start();
+                    let (mut r, mut w) = sess.accept().await?;
+                    loop {
+                        anyhow::ensure!(!sink.overrun(), "peer sent more than announced");
+                        let n = r.read(sink.spare()).await?;
+                        if n == 0 {
+                            break;
+                        }
+                        sink.advance(n);
+                    }
+                    w.write_all(&[1]).await?;
+                    w.flush().await?;
+                    let cpu = cpu.stop();
+                    let mut reply = [0u8; 33];
+                    if let Some(d) = sink.digest() {
+                        reply[0] = 1;
+                        reply[1..].copy_from_slice(&d);
+                    }
+                    w.write_all(&reply).await?;
+                    w.shutdown().await?;
+                    drop((r, w));
+                    sess.close().await?;
+                    Ok((cpu, sink))
+                })
+            },
+        )?;
+        let received = sink.received();
+        let sha256_ok = match expected {
+            Some(e) => got[0] == 1 && got[1..] == e[..] && received == p.bytes,
+            None => received == p.bytes,
+        };
+        Ok(BulkOutcome {
+            bytes: p.bytes,
+            secs,
+            sha256_ok,
+            client_cpu: ccpu,
+            server_cpu: scpu,
+        })
+    }
+
+    fn rtt(&self, iters: usize, place: Placement) -> anyhow::Result<RttOutcome> {
+        let (samples, ()) = two_sides(
+            &self.0,
+            place,
+            move |d| {
+                Box::pin(async move {
+                    let mut sess = d.connect().await?;
+                    let (mut r, mut w) = sess.open().await?;
+                    let req = [0x5Au8; RTT_MSG];
+                    let mut resp = [0u8; RTT_MSG];
+                    let mut samples = Vec::with_capacity(iters);
+                    for i in 0..RTT_WARMUP + iters {
+                        let t0 = Instant::now();
+                        w.write_all(&req).await?;
+                        w.flush().await?;
+                        r.read_exact(&mut resp).await?;
+                        if i >= RTT_WARMUP {
+                            samples.push(t0.elapsed().as_nanos() as u64);
+                        }
+                    }
+                    anyhow::ensure!(resp == [0xA5; RTT_MSG], "response bytes");
+                    w.shutdown().await?;
+                    let mut rest = Vec::new();
+                    r.read_to_end(&mut rest).await?;
+                    sess.close().await?;
+                    Ok(samples)
+                })
+            },
+            move |l| {
+                Box::pin(async move {
+                    let mut sess = l.accept().await?;
+                    let (mut r, mut w) = sess.accept().await?;
+                    let mut req = [0u8; RTT_MSG];
+                    let resp = [0xA5u8; RTT_MSG];
+                    loop {
+                        match r.read_exact(&mut req).await {
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                            Err(e) => return Err(e.into()),
+                        }
+                        w.write_all(&resp).await?;
+                        w.flush().await?;
+                    }
+                    w.shutdown().await?;
+                    drop((r, w));
+                    sess.close().await?;
+                    Ok(())
+                })
+            },
+        )?;
+        Ok(RttOutcome {
+            samples_ns: samples,
+        })
+    }
+
+    fn handshakes(&self, count: usize, place: Placement) -> anyhow::Result<HandshakeOutcome> {
+        let (secs, ()) = two_sides(
+            &self.0,
+            place,
+            move |d| {
+                Box::pin(async move {
+                    let t0 = Instant::now();
+                    for _ in 0..count {
+                        let sess = d.connect().await?;
+                        sess.close().await?;
+                    }
+                    Ok(t0.elapsed().as_secs_f64())
+                })
+            },
+            move |l| {
+                Box::pin(async move {
+                    for _ in 0..count {
+                        // The session is dropped at once: the client closes it.
+                        let _ = l.accept().await?;
+                    }
+                    Ok(())
+                })
+            },
+        )?;
+        Ok(HandshakeOutcome {
+            count: count as u64,
+            secs,
+        })
+    }
+}

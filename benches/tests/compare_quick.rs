@@ -1,0 +1,85 @@
+//! `compare --quick` runs and writes well-formed outputs: the JSON parses into
+//! the report schema with every row, every cell present, every bulk transfer's
+//! sha256 matched; the Markdown and SVG are there. No timing is asserted.
+
+use std::process::Command;
+
+use quic_rdma_benches::report::{Report, SCHEMA};
+
+#[test]
+fn compare_quick_writes_a_complete_report() {
+    let out = std::env::temp_dir().join(format!("compare-quick-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let status = Command::new(env!("CARGO_BIN_EXE_compare"))
+        .args(["--quick", "--out"])
+        .arg(&out)
+        .status()
+        .expect("run compare");
+    assert!(status.success(), "compare --quick failed: {status}");
+
+    let json = std::fs::read_to_string(out.join("compare.json")).expect("compare.json");
+    let raw: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    for key in ["schema", "quick", "machine", "params", "rows", "targets"] {
+        assert!(raw.get(key).is_some(), "JSON lacks {key}");
+    }
+    let r: Report = serde_json::from_value(raw).expect("JSON matches the report schema");
+    assert_eq!(r.schema, SCHEMA);
+    assert!(r.quick);
+    assert!(r.params.repeats >= 3);
+    let names: Vec<&str> = r.rows.iter().map(|x| x.name.as_str()).collect();
+    for want in [
+        "engine/sim",
+        "quinn-adapter/sim",
+        "engine/soft",
+        "quinn-adapter/soft",
+        "quinn/udp",
+        "quinn/udp-4096",
+        "tcp+rustls",
+        "tcp",
+    ] {
+        assert!(names.contains(&want), "row {want} missing from {names:?}");
+    }
+    for row in &r.rows {
+        assert!(row.errors.is_empty(), "{}: {:?}", row.name, row.errors);
+        let bulk = row
+            .bulk
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: no bulk", row.name));
+        assert_eq!(bulk.runs.len(), r.params.repeats, "{}", row.name);
+        for run in &bulk.runs {
+            assert!(run.sha256_ok, "{}: sha256 mismatch", row.name);
+            assert_eq!(run.bytes, r.params.bulk_bytes);
+            assert!(run.secs > 0.0);
+        }
+        assert!(bulk.sha256_ok);
+        assert!(bulk.gbit_s.min <= bulk.gbit_s.median && bulk.gbit_s.median <= bulk.gbit_s.max);
+        assert_eq!(row.rtt.len(), 2, "{}: both placements", row.name);
+        for x in &row.rtt {
+            assert_eq!(x.runs.len(), r.params.repeats);
+            for run in &x.runs {
+                assert_eq!(run.iters, r.params.rtt_iters);
+                assert!(run.p50_us <= run.p99_us && run.p99_us <= run.p999_us);
+            }
+        }
+        let hs = row
+            .handshakes
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: no handshakes", row.name));
+        assert_eq!(hs.runs.len(), r.params.repeats);
+        assert!(hs
+            .runs
+            .iter()
+            .all(|h| h.count == r.params.handshakes as u64));
+    }
+    assert!(!r.targets.is_empty());
+
+    let md = std::fs::read_to_string(out.join("compare.md")).expect("compare.md");
+    assert!(md.contains("| row |"));
+    for n in &names {
+        assert!(md.contains(n), "markdown lacks {n}");
+    }
+    let svg = std::fs::read_to_string(out.join("compare.svg")).expect("compare.svg");
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(svg.matches("<svg").count(), 1);
+    let _ = std::fs::remove_dir_all(&out);
+}
