@@ -16,8 +16,9 @@ fn lib_dir() -> PathBuf {
     let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
     assert!(
         dir.join("libquic_rdma_ffi.a").exists(),
-        "static library missing in {}",
-        dir.display()
+        "static library missing in {}: `cargo test` builds only the rlib; run `cargo build{} -p quic-rdma-ffi` first (.ci/run does)",
+        dir.display(),
+        if dir.ends_with("release") { " --release" } else { "" }
     );
     dir
 }
