@@ -23,11 +23,20 @@ pub(crate) struct PeerTable {
     by_ud: HashMap<UdAddr, u16>,
     by_port: Vec<Option<UdAddr>>,
     next: u16,
+    /// Peers the application named itself by their lossless address
+    /// ([`UdAddr::to_socket_addr`]): they keep that address, so a client that
+    /// connects to it sees replies from it. Only servers validate Retry tokens,
+    /// and a server learns its peers from packets, i.e. by synthetic address.
+    adopted: HashMap<SocketAddr, UdAddr>,
+    adopted_by_ud: HashMap<UdAddr, SocketAddr>,
 }
 
 impl PeerTable {
     /// The address quinn-proto sees for `ud` (registering it on first sight).
     pub(crate) fn proto_addr(&mut self, ud: UdAddr) -> SocketAddr {
+        if let Some(a) = self.adopted_by_ud.get(&ud) {
+            return *a;
+        }
         let port = match self.by_ud.get(&ud) {
             Some(p) => *p,
             None => self.register(ud),
@@ -37,8 +46,25 @@ impl PeerTable {
 
     /// The UD address behind an address quinn-proto gave us.
     pub(crate) fn ud_addr(&self, a: SocketAddr) -> Option<UdAddr> {
+        if let Some(ud) = self.adopted.get(&a) {
+            return Some(*ud);
+        }
         let ud = (*self.by_port.get(usize::from(a.port()).checked_sub(1)?)?)?;
         (a.ip() == std::net::IpAddr::V6(ud.gid.to_ipv6())).then_some(ud)
+    }
+
+    /// Resolve an address the application gave: a known one, or a lossless
+    /// [`UdAddr::to_socket_addr`] form, adopted as this peer's address from now on.
+    pub(crate) fn resolve(&mut self, a: SocketAddr) -> Option<UdAddr> {
+        if let Some(ud) = self.ud_addr(a) {
+            return Some(ud);
+        }
+        let ud = UdAddr::from_socket_addr(a).ok()?;
+        if !self.by_ud.contains_key(&ud) {
+            self.adopted.insert(a, ud);
+            self.adopted_by_ud.insert(ud, a);
+        }
+        Some(ud)
     }
 
     fn register(&mut self, ud: UdAddr) -> u16 {
@@ -75,5 +101,24 @@ mod tests {
             assert_eq!((v6.flowinfo(), v6.scope_id()), (0, 0));
         }
         assert_eq!(t.ud_addr("[fd00::8]:1".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn lossless_addresses_named_by_the_application_are_kept() {
+        let mut t = PeerTable::default();
+        let g = Gid::from("fd00::9".parse::<std::net::Ipv6Addr>().unwrap());
+        let a = UdAddr::new(g, 0x21, 5);
+        let given = a.to_socket_addr();
+        assert_eq!(t.resolve(given), Some(a));
+        assert_eq!(
+            t.proto_addr(a),
+            given,
+            "replies come from the address dialled"
+        );
+        assert_eq!(
+            t.resolve("[fd00::9]:443".parse().unwrap()),
+            None,
+            "not the RoCEv2 port: not a UD address"
+        );
     }
 }

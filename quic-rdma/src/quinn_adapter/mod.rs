@@ -163,11 +163,11 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
     }
 
     fn try_send(&self, t: &Transmit) -> io::Result<()> {
-        let dest = self.ud_addr_of(t.destination).ok_or_else(|| {
+        let dest = lock(&self.peers).resolve(t.destination).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "{} is not a known UD peer; address peers with RdmaUdpSocket::peer_addr",
+                    "{} is not a UD peer; address peers with RdmaUdpSocket::peer_addr or UdAddr::to_socket_addr",
                     t.destination
                 ),
             )
