@@ -73,9 +73,14 @@ fn capture(netns: Option<&str>, iface: &str, filter: &str, pcap: &Path, run: imp
 }
 
 /// Run `tshark -r pcap <args>`; stdout.
+///
+/// The Mellanox EoIB heuristic guesses an Ethernet frame inside every IB payload;
+/// ours is QUIC ciphertext, so it now and then "finds" IPX or a bad MAC there and
+/// flags our (well-formed) packets. It is off for every read: what is checked is
+/// the RoCEv2 framing, not a guess at the encrypted payload.
 fn tshark_read(pcap: &Path, args: &[&str]) -> String {
     let out = Command::new("tshark")
-        .arg("-r")
+        .args(["--disable-heuristic", "mellanox_eoib", "-r"])
         .arg(pcap)
         .args(args)
         .output()
@@ -173,19 +178,8 @@ fn check_capture(pcap: &Path, eps: &HashMap<IpAddr, (u64, u64)>) -> usize {
     }
     assert!(n > 20, "only {n} packets captured:\n{fields}");
 
-    // Expert info: no errors at all. With default preferences Wireshark's
-    // Mellanox-EoIB *payload* heuristic sometimes takes QUIC ciphertext for an
-    // EoIB frame and warns about the "Ethernet" it imagines inside; with that
-    // heuristic off, there must be no expert info whatsoever.
+    // Expert info: with the EoIB payload guess off (see `tshark_read`), none at all.
     let expert = tshark_read(pcap, &["-q", "-z", "expert"]);
-    assert!(
-        !expert.contains("Errors (") && !expert.contains("Malformed"),
-        "{expert}"
-    );
-    let expert = tshark_read(
-        pcap,
-        &["--disable-heuristic", "mellanox_eoib", "-q", "-z", "expert"],
-    );
     assert!(expert.trim().is_empty(), "expert info:\n{expert}");
 
     // A full decode of the first packet, for the record.
