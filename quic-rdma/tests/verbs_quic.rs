@@ -13,9 +13,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Instant;
 
+use common::endpoint;
 use quic_rdma::fabric::verbs::{VerbsOptions, VerbsQp};
 use quic_rdma::fabric::FabricError;
-use quic_rdma::quinn_adapter::{self, RdmaUdpSocket};
+use quic_rdma::quinn_adapter::RdmaUdpSocket;
 use quic_rdma::socket::{SocketConfig, UdSocket};
 
 fn open() -> Option<VerbsQp> {
@@ -35,20 +36,6 @@ fn socket(qp: VerbsQp) -> Arc<RdmaUdpSocket<VerbsQp>> {
     Arc::new(RdmaUdpSocket::new(
         UdSocket::new(qp, SocketConfig::default()).unwrap(),
     ))
-}
-
-fn endpoint(
-    sock: &Arc<RdmaUdpSocket<VerbsQp>>,
-    server: Option<quinn::ServerConfig>,
-    key: u32,
-) -> quinn::Endpoint {
-    quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(sock.mtu(), key),
-        server,
-        sock.clone(),
-        Arc::new(quinn::TokioRuntime),
-    )
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
