@@ -76,9 +76,10 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             // The destination CID's routing key goes in the flow label and the
             // immediate data (DESIGN.md §3).
             let key = cid::key_of_datagram(d).unwrap_or(0);
+            let base = AhAttr::new(dest.gid, key);
             let attr = AhAttr {
-                traffic_class: (AhAttr::new(dest.gid, key).traffic_class & !0b11) | (ecn & 0b11),
-                ..AhAttr::new(dest.gid, key)
+                traffic_class: (base.traffic_class & !0b11) | (ecn & 0b11),
+                ..base
             };
             let (ah_ref, ah) =
                 match self

@@ -355,12 +355,9 @@ impl UdQueuePair for SimQp {
 
     fn drops(&self) -> ProviderDrops {
         let st = self.shared.lock();
-        let mut d = st
-            .qps
-            .get(&self.attr.qpn)
-            .map(|q| q.drops)
-            .unwrap_or_default();
-        let port = st.qps.get(&self.attr.qpn).map_or(self.attr.gid, |q| q.gid);
+        let rx = st.qps.get(&self.attr.qpn);
+        let mut d = rx.map(|q| q.drops).unwrap_or_default();
+        let port = rx.map_or(self.attr.gid, |q| q.gid);
         d.unknown_qpn = st.port_unknown_qpn.get(&port).copied().unwrap_or(0);
         d.oversize_sent = self.sq.oversize_sent();
         d
