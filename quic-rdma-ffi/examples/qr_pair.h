@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "quic_rdma.h"
 
@@ -33,12 +32,6 @@ typedef struct qr_pair {
     qr_event sev[QR_PAIR_EVENTS];
     int ncev, nsev;
 } qr_pair;
-
-static inline uint64_t qr_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Fabric (MTU 4096), self-signed cert, server and client engines. Over "sim"
  * the GIDs are fd00::1 / fd00::2; over "soft" they are loopback addresses (each

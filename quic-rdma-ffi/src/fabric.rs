@@ -21,6 +21,31 @@ pub(crate) enum FabricKind {
 }
 
 impl qr_fabric {
+    /// A handle on an existing `sim` fabric, for a Rust program that shares
+    /// the fabric with C code in the same process (for example a server on
+    /// [`quic_rdma::engine::Engine`] serving a C client). Pass `&handle` where
+    /// the C API takes a `const qr_fabric *`.
+    pub fn from_sim(fabric: SimFabric) -> Self {
+        qr_fabric {
+            kind: FabricKind::Sim(fabric),
+        }
+    }
+
+    /// A `soft` fabric handle (RoCEv2 over UDP) with active MTU `mtu`.
+    pub fn soft(mtu: Mtu) -> Self {
+        qr_fabric {
+            kind: FabricKind::Soft { mtu },
+        }
+    }
+
+    /// The `sim` fabric behind the handle; `None` for other providers.
+    pub fn as_sim(&self) -> Option<&SimFabric> {
+        match &self.kind {
+            FabricKind::Sim(s) => Some(s),
+            FabricKind::Soft { .. } => None,
+        }
+    }
+
     pub(crate) fn mtu(&self) -> Mtu {
         match &self.kind {
             FabricKind::Sim(s) => s.config().mtu,
