@@ -12,6 +12,7 @@
 //!
 //! The C side is compiled by `build.rs` and linked ahead of `quic-rdma-ffi`.
 
+pub mod c_program;
 mod echo;
 mod latency;
 mod tls;

@@ -1,5 +1,5 @@
 /* C tests of the quic-rdma API: handshake, stream echo verified by SHA-256,
- * datagrams, error paths. Run by `cargo test` (tests/c_api.rs), also under
+ * datagrams, error paths. Run by `cargo test -p quic-rdma-ffi-host` (tests/c_api.rs), also under
  * AddressSanitizer and valgrind. Prints "N passed, M failed". */
 #include "qr_pair.h"
 #include "sha256.h"

@@ -1,0 +1,108 @@
+//! Building and running C programs against the library the way a C user
+//! does: the system `cc`, the committed header and pkg-config file, and the
+//! static library cargo put in `target/<profile>/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `quic-rdma-ffi/`: the header (`include/`), the pkg-config file, the examples.
+pub fn ffi_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ sits inside quic-rdma-ffi/")
+        .to_path_buf()
+}
+
+/// `quic-rdma-ffi/host/c/`: the C tests and the host-side C code.
+pub fn c_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("c")
+}
+
+/// `target/<profile>/`, where cargo put `libquic_rdma_ffi.a`: two levels above
+/// the running test binary (`target/<profile>/deps/…`).
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binaries live in target/<profile>/deps")
+        .to_path_buf();
+    assert!(
+        dir.join("libquic_rdma_ffi.a").exists(),
+        "static library missing in {}: `cargo test` builds only the rlib; run `cargo build{} -p quic-rdma-ffi` first (.ci/run does)",
+        dir.display(),
+        if dir.ends_with("release") { " --release" } else { "" }
+    );
+    dir
+}
+
+/// Flags from `quic_rdma.pc`: cflags, and the private libraries for static linking.
+fn pkg_config(args: &[&str]) -> Vec<String> {
+    let out = Command::new("pkg-config")
+        .env("PKG_CONFIG_PATH", ffi_dir())
+        .arg(format!(
+            "--define-variable=includedir={}",
+            ffi_dir().join("include").display()
+        ))
+        .arg(format!("--define-variable=libdir={}", lib_dir().display()))
+        .args(args)
+        .arg("quic_rdma")
+        .output()
+        .expect("pkg-config runs (apt-get install pkg-config)");
+    assert!(
+        out.status.success(),
+        "pkg-config: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("pkg-config prints UTF-8")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Compile `sources` into the executable `out_dir/name` with warnings as
+/// errors, the examples' helpers on the include path, and `extra` flags (for
+/// example a sanitizer). Panics with the command when compiling fails.
+pub fn compile(out_dir: &Path, name: &str, sources: &[PathBuf], extra: &[&str]) -> PathBuf {
+    let out = out_dir.join(name);
+    let mut cmd = Command::new("cc");
+    cmd.args([
+        "-std=c11",
+        "-D_POSIX_C_SOURCE=200809L",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-g",
+        "-O1",
+    ])
+    .args(pkg_config(&["--cflags"]))
+    .arg(format!("-I{}", ffi_dir().join("examples").display()))
+    .args(extra)
+    .args(sources)
+    // The static library explicitly (a plain -l would pick the shared one).
+    .arg(lib_dir().join("libquic_rdma_ffi.a"))
+    .args(
+        pkg_config(&["--static", "--libs-only-l"])
+            .into_iter()
+            .filter(|l| l != "-lquic_rdma_ffi"),
+    )
+    .arg("-o")
+    .arg(&out);
+    let st = cmd.status().expect("cc runs");
+    assert!(st.success(), "compiling {name} failed: {cmd:?}");
+    out
+}
+
+/// Run `cmd` to completion; its stdout. Panics with both outputs unless it exits 0.
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("the program starts");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    stdout
+}
