@@ -126,6 +126,27 @@ async fn client_gid_change_mid_transfer_migrates() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_queue_pair_recovers_mid_transfer() {
+    let p = Pair::new(SimConfig::default());
+    let (c, s) = p.connect().await;
+    let before = p.client_sock.ud_addr();
+    let (c2, s2) = (c.clone(), s.clone());
+    let xfer = tokio::spawn(async move { transfer(&c2, &s2, 64 << 20, 41).await });
+    while p.client_sock.stats().sent_bytes < 16 << 20 {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    // The QP enters the error state as on a fatal hardware error; the socket
+    // recovers it with its QPN and quinn retransmits what was lost.
+    p.client_qp.fail();
+    xfer.await.unwrap();
+    let cli = p.client_sock.stats();
+    assert_eq!(cli.qp_recoveries, 1, "{cli:?}");
+    assert_eq!(p.client_sock.ud_addr(), before, "recovery keeps the QPN");
+    // The server still reaches the client at the same UD address.
+    assert_eq!(p.server_sock.ud_addr_of(s.remote_address()), Some(before));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn receive_queue_starvation_is_counted_and_quic_recovers() {
     let faults = Faults {
         starve: 0.002,

@@ -8,6 +8,8 @@ use quic_rdma::fabric::{
 };
 use quic_rdma::socket::{SocketConfig, SocketError, UdSocket};
 
+mod qp_error;
+
 fn g6(n: u16) -> Gid {
     Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n).into()
 }
@@ -424,4 +426,51 @@ fn scarce_slots_and_a_short_send_queue_never_deadlock() {
     let got = drain(&mut b);
     assert_eq!(got.len(), 84);
     assert_eq!(got[83].2, datagram(2000, 19));
+}
+
+#[test]
+fn a_send_completing_in_error_fails_the_qp_until_recovered() {
+    let f = SimFabric::new(SimConfig::default());
+    let a = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
+    let b = f.create_qp(g6(2), SimQpOptions::default()).unwrap();
+    qp_error::error_state_and_recovery(a, b, std::time::Duration::from_millis(50));
+}
+
+#[test]
+fn the_socket_recovers_a_failed_qp_with_its_qpn_and_every_buffer() {
+    let f = SimFabric::new(SimConfig::default());
+    let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
+    let mut b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
+    let depth = b.config().recv_depth as u64;
+    a.send(b.local_addr(), 0, &datagram(1200, 1), None).unwrap();
+    assert_eq!(drain(&mut b).len(), 1);
+    let qpn = b.local_addr().qpn;
+    // Sends of b's not yet retired when it fails are lost with it.
+    for i in 0..5 {
+        b.send(a.local_addr(), 0, &datagram(1200, 10 + i), None)
+            .unwrap();
+    }
+    b.queue_pair().handle().fail();
+    // What arrives while b is failed is dropped.
+    a.send(b.local_addr(), 0, &datagram(1200, 2), None).unwrap();
+    assert!(drain(&mut b).is_empty());
+    let st = b.stats();
+    assert_eq!(st.qp_recoveries, 1, "{st:?}");
+    assert_eq!(st.provider.no_recv_posted, 1, "{st:?}");
+    assert_eq!(b.local_addr().qpn, qpn);
+    assert_eq!(b.sends_in_flight(), 0, "unretired sends were taken back");
+    assert_eq!(
+        st.recv_wrs_posted,
+        2 * depth,
+        "the receive queue was filled anew: {st:?}"
+    );
+    // Working both ways again.
+    a.send(b.local_addr(), 0, &datagram(1200, 3), None).unwrap();
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].2, datagram(1200, 3));
+    b.send(a.local_addr(), 0, &datagram(1200, 4), None).unwrap();
+    let got = drain(&mut a);
+    assert_eq!(got.last().map(|g| g.2.clone()), Some(datagram(1200, 4)));
+    assert_eq!(b.stats().qp_recovery_failures, 0);
 }

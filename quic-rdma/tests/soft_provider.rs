@@ -11,6 +11,8 @@ use quic_rdma::fabric::{
     UdQueuePair, WcOpcode, WcStatus, DEFAULT_QKEY, GRH_LEN,
 };
 
+mod qp_error;
+
 const SLOT: u32 = 4096 + 64;
 
 /// A QP with one registered region of `n` receive slots (+ one send slot at the end).
@@ -468,4 +470,12 @@ fn wire_ipv4_header_matches_icrc_assumptions() {
         assert_eq!(p[1], 0xBA, "TOS = the AH's traffic class");
         break;
     }
+}
+
+#[test]
+fn a_send_completing_in_error_fails_the_qp_until_recovered() {
+    let (pa, pb) = pair("127.77.0.31", "127.77.0.32");
+    let a = pa.create_qp(DEFAULT_QKEY).unwrap();
+    let b = pb.create_qp(DEFAULT_QKEY).unwrap();
+    qp_error::error_state_and_recovery(a, b, Duration::from_millis(300));
 }

@@ -17,6 +17,8 @@ use quic_rdma::fabric::{
 };
 use quic_rdma::socket::{SocketConfig, SocketError, UdSocket};
 
+mod qp_error;
+
 /// Open a QP, or `None` (skip) when there is no device and none is required.
 fn open(opts: &VerbsOptions) -> Option<VerbsQp> {
     match VerbsQp::open(opts) {
@@ -391,4 +393,13 @@ fn completion_channel_wakes_after_arm() {
             .unwrap()
             .unwrap();
     });
+}
+
+#[test]
+fn a_send_completing_in_error_fails_the_qp_until_recovered() {
+    let Some(a) = open(&VerbsOptions::default()) else {
+        return;
+    };
+    let b = open(&VerbsOptions::default()).unwrap();
+    qp_error::error_state_and_recovery(a, b, QUIET);
 }

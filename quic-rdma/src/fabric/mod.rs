@@ -125,6 +125,17 @@ pub trait UdQueuePair: Send + 'static {
     /// Next asynchronous event, if any.
     fn poll_event(&mut self) -> Option<AsyncEvent>;
 
+    /// Bring the QP back from the error state to ready-to-send, keeping its QPN
+    /// (IBA 10.3.1: Error → Reset → Init → RTR → RTS), so peers and address
+    /// handles stay valid. A QP enters the error state on a fatal event
+    /// ([`AsyncEvent::QpFatal`]) or when a work request completes in error
+    /// (IBA 10.8.3); from then on every WR is flushed (`WrFlushErr`).
+    ///
+    /// Afterwards no WR is outstanding and completions not yet polled are
+    /// discarded: the caller owns again every receive buffer it had posted and
+    /// every send it had not seen complete, and must post receives anew.
+    fn recover(&mut self) -> Result<(), FabricError>;
+
     /// A file descriptor that becomes readable when [`UdQueuePair::arm`] alone
     /// cannot wake the caller: the UDP socket of `soft`, the completion channel of
     /// `verbs`. Async adapters wait on it (e.g. with tokio's `AsyncFd`) and then

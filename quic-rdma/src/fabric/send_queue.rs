@@ -10,7 +10,10 @@
 //! - a send above the active MTU is dropped and still completes as success —
 //!   what hardware does, and why the socket enforces the MTU itself;
 //! - address handles count the sends in flight that use them, so destroying one
-//!   under an in-flight send is refused (undefined behaviour on hardware).
+//!   under an in-flight send is refused (undefined behaviour on hardware);
+//! - a WR that completes in error moves the QP to the error state (IBA 10.8.3):
+//!   every later WR completes with `WrFlushErr` and sends nothing, until
+//!   [`SendQueue::reset`] (the provider's `recover`).
 
 use std::collections::VecDeque;
 
@@ -34,6 +37,8 @@ pub(crate) struct SendQueue<A> {
     max_inline: u32,
     mtu: usize,
     oversize_sent: u64,
+    /// In the error state: WRs are flushed, not sent.
+    error: bool,
 }
 
 impl<A> SendQueue<A> {
@@ -47,6 +52,7 @@ impl<A> SendQueue<A> {
             max_inline: attr.max_inline,
             mtu: attr.active_mtu.bytes(),
             oversize_sent: 0,
+            error: false,
         }
     }
 
@@ -108,7 +114,11 @@ impl<A> SendQueue<A> {
                 .filter(|_| self.lkeys.contains(&wr.sge.lkey))
         };
         let status = match data {
-            None => WcStatus::LocProtErr,
+            _ if self.error => WcStatus::WrFlushErr,
+            None => {
+                self.error = true;
+                WcStatus::LocProtErr
+            }
             Some(d) if d.len() > self.mtu => {
                 self.oversize_sent += 1;
                 WcStatus::Success
@@ -131,6 +141,28 @@ impl<A> SendQueue<A> {
             });
         }
         Ok(())
+    }
+
+    /// Enter the error state (a fatal event, or the receive side failed).
+    pub(crate) fn set_error(&mut self) {
+        self.error = true;
+    }
+
+    /// Whether the QP is in the error state.
+    pub(crate) fn in_error(&self) -> bool {
+        self.error
+    }
+
+    /// Leave the error state with nothing outstanding: the send queue and
+    /// unpolled completions are discarded; address handles stay (they belong
+    /// to the protection domain, not the QP) with no sends counted against them.
+    pub(crate) fn reset(&mut self) {
+        self.sq.clear();
+        self.cq.clear();
+        for (_, (_, inflight)) in self.ahs.iter_mut() {
+            *inflight = 0;
+        }
+        self.error = false;
     }
 
     /// Poll send completions, retiring the sends each one covers.

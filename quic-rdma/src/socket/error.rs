@@ -21,6 +21,10 @@ pub enum SocketError {
     /// A misconfiguration of the socket.
     #[error("invalid socket configuration: {0}")]
     Config(String),
+    /// The queue pair entered the error state and could not be brought back;
+    /// the socket can neither send nor receive. Open a new queue pair.
+    #[error("queue pair failed and could not be recovered ({0}); open a new queue pair")]
+    QpFailed(String),
     /// The provider failed.
     #[error(transparent)]
     Fabric(#[from] FabricError),
@@ -32,6 +36,7 @@ impl From<SocketError> for std::io::Error {
         let kind = match &e {
             SocketError::WouldBlock => ErrorKind::WouldBlock,
             SocketError::Oversize { .. } | SocketError::Config(_) => ErrorKind::InvalidInput,
+            SocketError::QpFailed(_) => ErrorKind::BrokenPipe,
             SocketError::Fabric(FabricError::Io(io)) => io.kind(),
             SocketError::Fabric(_) => ErrorKind::Other,
         };

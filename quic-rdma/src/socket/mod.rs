@@ -9,7 +9,10 @@
 //!   and ECN, the immediate data checked against the CID's routing key, receives
 //!   reposted in batches;
 //! - address handles cached, rebuilt on migration, destroyed only after their
-//!   sends completed; counters for everything ([`SocketStats`]).
+//!   sends completed; counters for everything ([`SocketStats`]);
+//! - a queue pair that enters the error state (a fatal event, or a work request
+//!   completed in error) is recovered with its QPN: every buffer it held comes
+//!   back and the receive queue is filled again.
 //!
 //! The socket allocates nothing per packet: slots come from registered regions.
 
@@ -121,6 +124,8 @@ pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     local: UdAddr,
     cfg: SocketConfig,
     stats: SocketStats,
+    /// Set when recovering the QP failed: every send is refused with it.
+    failed: Option<String>,
 }
 
 impl<Q: UdQueuePair> UdSocket<Q> {
@@ -187,6 +192,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             local: UdAddr::new(attr.gid, attr.qpn, attr.qkey),
             cfg: SocketConfig { recv_depth, ..cfg },
             stats: SocketStats::default(),
+            failed: None,
             qp,
         };
         s.fill_recv_queue()?;
@@ -271,8 +277,45 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                     self.layout = GrhLayout::for_gid(new);
                     self.ahs.retire_all(&mut self.qp, &mut self.stats);
                 }
+                AsyncEvent::QpFatal => self.recover_qp(),
                 other => tracing::warn!(event = ?other, "asynchronous event"),
             }
+        }
+    }
+
+    /// The QP is in the error state: bring it back (same QPN, so peers and AHs
+    /// stay valid) and take back everything it held. Sends that had not
+    /// completed are lost, as on any lossy path; QUIC retransmits them.
+    pub(super) fn recover_qp(&mut self) {
+        if self.failed.is_some() {
+            return;
+        }
+        if let Err(e) = self.qp.recover() {
+            tracing::error!(%e, qpn = self.local.qpn, "queue pair could not be recovered");
+            self.stats.qp_recovery_failures += 1;
+            self.failed = Some(e.to_string());
+            return;
+        }
+        self.stats.qp_recoveries += 1;
+        tracing::warn!(
+            qpn = self.local.qpn,
+            lost_sends = self.inflight.len(),
+            "queue pair was in the error state; recovered"
+        );
+        for s in std::mem::take(&mut self.inflight) {
+            if let Some(slot) = s.slot {
+                self.send_pool.release(slot);
+            }
+            self.ahs.completed(&mut self.qp, s.ah, &mut self.stats);
+        }
+        self.since_signal = 0;
+        // Every receive slot is free again (posted ones were discarded with the
+        // WRs; those awaiting repost are simply posted anew).
+        self.reposts.clear();
+        self.recv_pool.release_all();
+        self.recv_posted = 0;
+        if let Err(e) = self.fill_recv_queue() {
+            tracing::error!(%e, "posting receives after recovery failed");
         }
     }
 }
@@ -334,6 +377,9 @@ impl<T: UdQueuePair + ?Sized> UdQueuePair for Box<T> {
     }
     fn poll_event(&mut self) -> Option<AsyncEvent> {
         (**self).poll_event()
+    }
+    fn recover(&mut self) -> Result<(), crate::fabric::FabricError> {
+        (**self).recover()
     }
     fn drops(&self) -> crate::fabric::ProviderDrops {
         (**self).drops()

@@ -60,6 +60,12 @@ impl SlotPool {
         self.free.push(slot);
     }
 
+    /// Every slot free again (their owner, e.g. a recovered QP, holds none).
+    pub(crate) fn release_all(&mut self) {
+        self.free.clear();
+        self.free.extend((0..self.total as SlotId).rev());
+    }
+
     pub(crate) fn total(&self) -> usize {
         self.total
     }

@@ -33,7 +33,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     }
 
     fn post_reposts(&mut self) -> Result<(), SocketError> {
-        if self.reposts.is_empty() {
+        if self.reposts.is_empty() || self.failed.is_some() {
             return Ok(());
         }
         let r = self.qp.post_recv(&self.mem, &self.reposts);
@@ -55,6 +55,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         self.handle_events();
         let mut wcs = [Completion::send(0); RECV_POLL_BATCH];
         let mut delivered = 0;
+        let mut qp_failed = false;
         while delivered < max {
             let want = (max - delivered).min(RECV_POLL_BATCH);
             let n = self.qp.poll_recv_cq(&mut self.mem, &mut wcs[..want]);
@@ -94,6 +95,13 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                     }
                 } else {
                     self.stats.recv_errors += 1;
+                    if wc.status == WcStatus::WrFlushErr {
+                        // The QP is in the error state: its slots come back
+                        // when it is recovered, below; reposting now would
+                        // only be flushed again.
+                        qp_failed = true;
+                        continue;
+                    }
                 }
                 self.reposts.push(RecvWr {
                     wr_id: u64::from(slot),
@@ -109,9 +117,12 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                     tracing::warn!(%e, "post_recv failed");
                 }
             }
-            if n < want {
+            if n < want || qp_failed {
                 break;
             }
+        }
+        if qp_failed {
+            self.recover_qp();
         }
         delivered
     }

@@ -22,6 +22,9 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         contents: &[u8],
         segment_size: Option<usize>,
     ) -> Result<(), SocketError> {
+        if let Some(why) = &self.failed {
+            return Err(SocketError::QpFailed(why.clone()));
+        }
         let seg = segment_size.unwrap_or(contents.len()).max(1);
         if seg > self.mtu {
             self.stats.mtu_refusals += 1;
@@ -182,16 +185,23 @@ impl<Q: UdQueuePair> UdSocket<Q> {
 
     /// Poll send completions and retire what they cover: a completion retires every
     /// earlier send (in-order completion, IBA 10.8.3), freeing its slot and AH reference.
+    ///
+    /// A completion in error means the QP entered the error state (IBA 10.8.3):
+    /// it is recovered once the completions are drained.
     pub fn reap_sends(&mut self) -> usize {
         let mut total = 0;
         let mut wcs = [Completion::send(0); SEND_POLL_BATCH];
+        let mut qp_failed = false;
         loop {
             let n = self.qp.poll_send_cq(&mut wcs);
             for wc in &wcs[..n] {
                 self.stats.send_completions += 1;
                 if wc.status != WcStatus::Success {
                     self.stats.send_errors += 1;
-                    tracing::warn!(wr_id = wc.wr_id, status = ?wc.status, "send completed with error");
+                    qp_failed = true;
+                    if wc.status != WcStatus::WrFlushErr {
+                        tracing::warn!(wr_id = wc.wr_id, status = ?wc.status, "send completed with error");
+                    }
                 }
                 while let Some(s) = self.inflight.pop_front() {
                     if let Some(slot) = s.slot {
@@ -205,9 +215,13 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             }
             total += n;
             if n < SEND_POLL_BATCH {
-                return total;
+                break;
             }
         }
+        if qp_failed {
+            self.recover_qp();
+        }
+        total
     }
 }
 

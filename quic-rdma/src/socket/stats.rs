@@ -52,6 +52,11 @@ pub struct SocketStats {
     pub gid_changes: u64,
     /// Asynchronous events seen (port down, QP fatal, ...).
     pub async_events: u64,
+    /// Times the queue pair left the error state again (same QPN): after a
+    /// fatal event or a work request that completed in error.
+    pub qp_recoveries: u64,
+    /// Recoveries that failed: the socket cannot send or receive any more.
+    pub qp_recovery_failures: u64,
     /// The provider's drops (P_Key, Q_Key, unknown QPN, starvation, ...).
     pub provider: ProviderDrops,
 }

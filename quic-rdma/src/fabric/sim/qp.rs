@@ -38,6 +38,8 @@ pub(crate) struct QpRx {
     drops: ProviderDrops,
     waker: Option<Waker>,
     events: VecDeque<AsyncEvent>,
+    /// In the error state: arrivals are dropped, posted receives flushed.
+    error: bool,
 }
 
 impl QpRx {
@@ -51,6 +53,7 @@ impl QpRx {
             drops: ProviderDrops::default(),
             waker: None,
             events: VecDeque::new(),
+            error: false,
         }
     }
 
@@ -58,6 +61,13 @@ impl QpRx {
         if let Some(w) = self.waker.take() {
             w.wake();
         }
+    }
+
+    /// Enter the error state: no receive is usable any more (IBA 10.3.1).
+    fn fail(&mut self) {
+        self.error = true;
+        self.credits = 0;
+        self.wake();
     }
 }
 
@@ -80,6 +90,7 @@ impl State {
         } else if pkt.qkey != qp.qkey {
             qp.drops.bad_qkey += 1;
         } else if qp.credits == 0 || starved {
+            // A QP in the error state has no usable receive either.
             qp.drops.no_recv_posted += 1;
         } else {
             qp.credits -= 1;
@@ -178,6 +189,17 @@ impl SimQpHandle {
         }
     }
 
+    /// Fail the QP as a HCA does on a fatal error: it enters the error state
+    /// (sends and posted receives are flushed, arrivals dropped) and raises
+    /// [`AsyncEvent::QpFatal`]. [`UdQueuePair::recover`] brings it back.
+    pub fn fail(&self) {
+        let mut st = self.shared.lock();
+        if let Some(q) = st.qps.get_mut(&self.qpn) {
+            q.fail();
+            q.events.push_back(AsyncEvent::QpFatal);
+        }
+    }
+
     /// Queue an async event on the QP (port down, QP fatal, ...).
     pub fn inject_event(&self, ev: AsyncEvent) {
         let mut st = self.shared.lock();
@@ -228,6 +250,9 @@ impl UdQueuePair for SimQp {
         let cfg = &shared.cfg;
         let mut st = shared.lock();
         let sgid = st.qps.get(&self.attr.qpn).map_or(self.attr.gid, |q| q.gid);
+        if st.qps.get(&self.attr.qpn).is_some_and(|q| q.error) {
+            self.sq.set_error();
+        }
         let now = Instant::now();
         let mut wake_wire = false;
         let mut result = Ok(());
@@ -253,6 +278,12 @@ impl UdQueuePair for SimQp {
                 break;
             }
         }
+        // A send that completed in error failed the whole QP (IBA 10.8.3).
+        if self.sq.in_error() {
+            if let Some(q) = st.qps.get_mut(&self.attr.qpn) {
+                q.fail();
+            }
+        }
         drop(st);
         if wake_wire {
             shared.wire_cv.notify_one();
@@ -276,7 +307,9 @@ impl UdQueuePair for SimQp {
                 ));
             }
             self.posted.push_back(*wr);
-            rx.credits += 1;
+            if !rx.error {
+                rx.credits += 1;
+            }
         }
         Ok(())
     }
@@ -294,7 +327,23 @@ impl UdQueuePair for SimQp {
                 break;
             };
             let Some(a) = rx.arrived.pop_front() else {
-                break;
+                // In the error state every receive still posted completes flushed.
+                if !rx.error {
+                    break;
+                }
+                let Some(wr) = self.posted.pop_front() else {
+                    break;
+                };
+                out[n] = Completion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm: None,
+                    src_qp: 0,
+                };
+                n += 1;
+                continue;
             };
             let wr = self
                 .posted
@@ -337,7 +386,10 @@ impl UdQueuePair for SimQp {
             Some(w) if w.will_wake(waker) => {}
             _ => rx.waker = Some(waker.clone()),
         }
-        !rx.arrived.is_empty() || !rx.events.is_empty() || self.sq.has_completions()
+        !rx.arrived.is_empty()
+            || !rx.events.is_empty()
+            || self.sq.has_completions()
+            || (rx.error && !self.posted.is_empty())
     }
 
     fn poll_event(&mut self) -> Option<AsyncEvent> {
@@ -351,6 +403,23 @@ impl UdQueuePair for SimQp {
             self.attr.gid = new;
         }
         ev
+    }
+
+    fn recover(&mut self) -> Result<(), FabricError> {
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
+        let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
+            return Err(FabricError::QpError("QP destroyed".into()));
+        };
+        rx.error = false;
+        rx.credits = 0;
+        let stale: Vec<Vec<u8>> = rx.arrived.drain(..).map(|a| a.data).collect();
+        for data in stale {
+            st.recycle(data);
+        }
+        self.posted.clear();
+        self.sq.reset();
+        Ok(())
     }
 
     fn drops(&self) -> ProviderDrops {

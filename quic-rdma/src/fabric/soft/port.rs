@@ -125,6 +125,8 @@ pub(crate) struct RxSlot {
     pub(crate) inbox: VecDeque<Arrival>,
     pub(crate) drops: ProviderDrops,
     pub(crate) waker: Option<Waker>,
+    /// The QP is in the error state: arrivals are dropped, posted receives flushed.
+    pub(crate) error: bool,
 }
 
 /// Everything the receive path mutates, behind the port's mutex.
@@ -272,6 +274,7 @@ impl SoftPort {
                 inbox: VecDeque::with_capacity(cfg.max_recv_wr as usize),
                 drops: ProviderDrops::default(),
                 waker: None,
+                error: false,
             },
         );
         drop(d);
@@ -446,7 +449,8 @@ impl Table {
             slot.drops.bad_qkey += 1;
             return;
         }
-        let Some(wr) = slot.rq.pop_front() else {
+        // A QP in the error state has no usable receive (IBA 10.3.1).
+        let Some(wr) = slot.rq.pop_front().filter(|_| !slot.error) else {
             slot.drops.no_recv_posted += 1;
             return;
         };

@@ -273,11 +273,17 @@ impl UdQueuePair for SoftQp {
             } else {
                 wr.remote_qkey
             };
-            self.sq
-                .post(mem, wr, |ah, d| {
-                    tx.transmit(ah.dest, ah.traffic_class, qkey, wr, d)
-                })
-                .map_err(|e| (i, e))?;
+            let posted = self.sq.post(mem, wr, |ah, d| {
+                tx.transmit(ah.dest, ah.traffic_class, qkey, wr, d)
+            });
+            if self.sq.in_error() {
+                // A send that completed in error failed the whole QP (IBA 10.8.3).
+                let mut d = self.port.shared.lock();
+                if let Some(slot) = d.table.qps.get_mut(&self.attr.qpn) {
+                    slot.error = true;
+                }
+            }
+            posted.map_err(|e| (i, e))?;
         }
         Ok(())
     }
@@ -324,7 +330,25 @@ impl UdQueuePair for SoftQp {
                 .get_mut(&self.attr.qpn)
                 .and_then(|s| s.inbox.pop_front())
             else {
-                break;
+                // In the error state every receive still posted completes flushed.
+                let Some(wr) = t
+                    .qps
+                    .get_mut(&self.attr.qpn)
+                    .filter(|s| s.error)
+                    .and_then(|s| s.rq.pop_front())
+                else {
+                    break;
+                };
+                out[n] = Completion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm: None,
+                    src_qp: 0,
+                };
+                n += 1;
+                continue;
             };
             let mut status = a.status;
             if let Some(data) = a.data {
@@ -363,7 +387,10 @@ impl UdQueuePair for SoftQp {
             Some(w) if w.will_wake(waker) => {}
             _ => slot.waker = Some(waker.clone()),
         }
-        if !slot.inbox.is_empty() || self.sq.has_completions() {
+        if !slot.inbox.is_empty()
+            || self.sq.has_completions()
+            || (slot.error && !slot.rq.is_empty())
+        {
             return true;
         }
         let mut probe = [0u8; 1];
@@ -377,6 +404,23 @@ impl UdQueuePair for SoftQp {
     /// GID-change or port events.
     fn poll_event(&mut self) -> Option<AsyncEvent> {
         None
+    }
+
+    fn recover(&mut self) -> Result<(), FabricError> {
+        let shared = self.port.shared.clone();
+        let mut d = shared.lock();
+        let t = &mut d.table;
+        let Some(slot) = t.qps.get_mut(&self.attr.qpn) else {
+            return Err(FabricError::QpError("QP destroyed".into()));
+        };
+        slot.error = false;
+        slot.rq.clear();
+        let stale: Vec<Box<[u8]>> = slot.inbox.drain(..).filter_map(|a| a.data).collect();
+        for b in stale {
+            t.recycle(b);
+        }
+        self.sq.reset();
+        Ok(())
     }
 
     /// This QP's drops plus the port-wide `unknown_qpn` and `malformed` counters

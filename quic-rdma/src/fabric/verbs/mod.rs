@@ -103,6 +103,8 @@ pub struct VerbsQp {
     notify: Arc<NotifyShared>,
     qp: *mut ibv_qp,
     port: u8,
+    /// P_Key index the QP was brought up with (again on `recover`).
+    pkey_index: u16,
     gid_index: u32,
     attr: QpAttr,
     /// Registered MRs; the region's lkey maps back to its MR for deregistration.
@@ -211,6 +213,7 @@ impl VerbsQp {
             notify,
             qp,
             port: opts.port,
+            pkey_index: opts.pkey_index,
             gid_index: entry.index,
             attr: QpAttr {
                 // SAFETY: `qp` is valid.
@@ -363,6 +366,19 @@ impl VerbsQp {
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_ERR;
         self.modify(&mut a, ibv_qp_attr_mask::IBV_QP_STATE, "modify_qp(ERR)")
+    }
+
+    /// Discard every completion waiting in the stashes and on both CQs (the
+    /// CQs are this QP's alone: each `VerbsQp` opens its own device context).
+    fn discard_completions(&mut self) {
+        self.send_stash.clear();
+        self.recv_stash.clear();
+        let mut scratch = VecDeque::new();
+        for cq in [self.dev.send_cq, self.dev.recv_cq] {
+            while self.poll_raw(cq, false, &mut scratch, POLL_BATCH) > 0 {
+                scratch.clear();
+            }
+        }
     }
 
     /// Poll one CQ into `out`, converting completions.
@@ -800,6 +816,27 @@ impl UdQueuePair for VerbsQp {
                 return mapped;
             }
         }
+    }
+
+    /// Error → Reset (the device forgets every outstanding WR) → Init → RTR →
+    /// RTS with the original P_Key index, port and Q_Key; the QPN is unchanged.
+    fn recover(&mut self) -> Result<(), FabricError> {
+        // SAFETY: plain data; zero is valid.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RESET;
+        self.modify(&mut a, ibv_qp_attr_mask::IBV_QP_STATE, "modify_qp(RESET)")?;
+        self.discard_completions();
+        for (_, (_, inflight)) in self.ahs.iter_mut() {
+            *inflight = 0;
+        }
+        self.sq.clear();
+        self.recv_posted = 0;
+        self.bring_up(self.pkey_index)?;
+        tracing::info!(
+            qpn = self.attr.qpn,
+            "verbs UD QP recovered from the error state"
+        );
+        Ok(())
     }
 
     fn drops(&self) -> ProviderDrops {
