@@ -426,7 +426,7 @@ typedef struct {
 } qr_conn_stats;
 
 /**
- * The engine's UD socket counters. Version 1.
+ * The engine's UD socket counters. Version 2 (version 1 ended at `drop_malformed`).
  */
 typedef struct {
   /**
@@ -473,6 +473,11 @@ typedef struct {
    * Packets dropped for a bad GRH or a routing-key mismatch.
    */
   uint64_t drop_malformed;
+  /**
+   * Times the queue pair was recovered from the error state (same QPN).
+   * Added in version 2 of the struct: older callers' smaller size omits it.
+   */
+  uint64_t qp_recoveries;
 } qr_socket_stats;
 
 #ifdef __cplusplus

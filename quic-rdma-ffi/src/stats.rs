@@ -36,7 +36,7 @@ pub struct qr_conn_stats {
 // SAFETY: repr(C), first field u32 struct_size, integers only.
 unsafe impl Versioned for qr_conn_stats {}
 
-/// The engine's UD socket counters. Version 1.
+/// The engine's UD socket counters. Version 2 (version 1 ended at `drop_malformed`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct qr_socket_stats {
@@ -62,6 +62,9 @@ pub struct qr_socket_stats {
     pub drop_no_recv: u64,
     /// Packets dropped for a bad GRH or a routing-key mismatch.
     pub drop_malformed: u64,
+    /// Times the queue pair was recovered from the error state (same QPN).
+    /// Added in version 2 of the struct: older callers' smaller size omits it.
+    pub qp_recoveries: u64,
 }
 
 // SAFETY: repr(C), first field u32 struct_size, integers only.
@@ -124,6 +127,7 @@ pub unsafe extern "C" fn qr_socket_stats_get(e: *mut qr_engine, out: *mut qr_soc
             would_block: s.would_block,
             drop_no_recv: s.provider.no_recv_posted,
             drop_malformed: s.drop_bad_grh + s.drop_imm_mismatch,
+            qp_recoveries: s.qp_recoveries,
         };
         // SAFETY: the caller's contract above.
         unsafe { write_versioned(out, &v) }?;
