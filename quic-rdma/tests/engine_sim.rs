@@ -6,9 +6,10 @@ mod engine_common;
 
 use std::time::Instant;
 
-use engine_common::{moved_gid, transfer, EnginePair};
+use engine_common::{moved_gid, transfer, EnginePair, MAX_ITERS};
 use quic_rdma::engine::{AcceptPolicy, CloseReason, EngineError, Event};
 use quic_rdma::fabric::sim::{Faults, SimConfig};
+use sha2::{Digest, Sha256};
 
 fn cfg(faults: Faults, seed: u64) -> SimConfig {
     SimConfig {
@@ -126,6 +127,83 @@ fn failed_queue_pairs_recover_mid_transfer() {
         assert_eq!(st.qp_recoveries, 1, "{st:?}");
         assert_eq!(st.qp_recovery_failures, 0, "{st:?}");
     }
+}
+
+#[test]
+fn write_chunk_hands_over_a_buffer_without_copying_it() {
+    // One 40 MiB buffer, more than the 16 MiB stream window: quinn-proto takes
+    // it in parts, each time advancing the caller's `Bytes` past what it took.
+    let mut p = EnginePair::new(SimConfig::default());
+    let (c, s) = p.connect();
+    let stream = p.client.open_bi(c).unwrap();
+    let data = bytes::Bytes::from(
+        (0..40u32 << 20)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    let sent_digest: [u8; 32] = Sha256::digest(&data).into();
+    let mut rest = data.clone();
+    let (mut takes, mut finished) = (0, false);
+    let mut server_stream = None;
+    let mut got = Sha256::new();
+    let (mut received, mut fin) = (0usize, false);
+    let mut buf = vec![0u8; 1 << 20];
+    for _ in 0..MAX_ITERS {
+        if !rest.is_empty() {
+            let before = rest.len();
+            match p.client.write_chunk(c, stream, &mut rest) {
+                Ok(n) => {
+                    assert_eq!(rest.len(), before - n, "advanced past what was taken");
+                    takes += 1;
+                }
+                Err(EngineError::WouldBlock) => {}
+                Err(e) => panic!("write_chunk: {e}"),
+            }
+        } else if !finished {
+            p.client.finish(c, stream).unwrap();
+            finished = true;
+        }
+        p.step();
+        for ev in &p.sev {
+            if let Event::StreamOpened { conn, stream } = *ev {
+                assert_eq!(conn, s);
+                server_stream = Some(stream);
+            }
+        }
+        if let Some(ss) = server_stream {
+            loop {
+                match p.server.read(s, ss, &mut buf) {
+                    Ok(r) => {
+                        got.update(&buf[..r.len]);
+                        received += r.len;
+                        if r.fin {
+                            fin = true;
+                            break;
+                        }
+                        if r.len == 0 {
+                            break;
+                        }
+                    }
+                    Err(EngineError::WouldBlock) => break,
+                    Err(e) => panic!("read: {e}"),
+                }
+            }
+        }
+        if fin {
+            break;
+        }
+    }
+    assert!(fin, "transfer did not finish");
+    assert!(
+        takes > 1,
+        "a buffer above the window is taken in parts ({takes})"
+    );
+    assert_eq!(received, data.len());
+    let got: [u8; 32] = got.finalize().into();
+    assert_eq!(
+        got, sent_digest,
+        "sha256 of what arrived equals what was sent"
+    );
 }
 
 #[test]

@@ -4,6 +4,8 @@ use quinn_proto::{
     ClosedStream, Dir, FinishError, ReadError, ReadableError, StreamId, VarInt, WriteError,
 };
 
+use bytes::Bytes;
+
 use super::connection::Conn;
 use super::{ConnHandle, Engine, EngineError};
 use crate::fabric::UdQueuePair;
@@ -23,6 +25,14 @@ fn code(c: u64) -> Result<VarInt, EngineError> {
 
 fn closed(_: ClosedStream) -> EngineError {
     EngineError::ClosedStream
+}
+
+fn write_error(e: WriteError) -> EngineError {
+    match e {
+        WriteError::Blocked => EngineError::WouldBlock,
+        WriteError::Stopped(code) => EngineError::StreamStopped(code.into_inner()),
+        WriteError::ClosedStream => EngineError::ClosedStream,
+    }
 }
 
 /// The open connection `conn`, if `stream` has a side we may use: quinn-proto
@@ -72,12 +82,27 @@ impl<Q: UdQueuePair> Engine<Q> {
     ) -> Result<usize, EngineError> {
         let c = usable(self, conn, stream, true)?;
         c.check_open()?;
-        match c.inner.send_stream(stream).write(data) {
-            Ok(n) => Ok(n),
-            Err(WriteError::Blocked) => Err(EngineError::WouldBlock),
-            Err(WriteError::Stopped(code)) => Err(EngineError::StreamStopped(code.into_inner())),
-            Err(WriteError::ClosedStream) => Err(EngineError::ClosedStream),
-        }
+        c.inner.send_stream(stream).write(data).map_err(write_error)
+    }
+
+    /// Like [`Engine::write`] without the copy: quinn-proto keeps a reference
+    /// to `data`'s buffer (until the bytes are acknowledged) instead of copying
+    /// them. `data` is advanced past what was taken; returns how many bytes that was.
+    pub fn write_chunk(
+        &mut self,
+        conn: ConnHandle,
+        stream: StreamId,
+        data: &mut Bytes,
+    ) -> Result<usize, EngineError> {
+        let c = usable(self, conn, stream, true)?;
+        c.check_open()?;
+        // quinn-proto leaves a partly written chunk advanced in place and a fully
+        // written one empty.
+        let mut chunks = [std::mem::take(data)];
+        let r = c.inner.send_stream(stream).write_chunks(&mut chunks);
+        let [rest] = chunks;
+        *data = rest;
+        r.map(|w| w.bytes).map_err(write_error)
     }
 
     /// Mark the end of what we send on `stream`;
