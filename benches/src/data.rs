@@ -26,6 +26,17 @@ pub fn slice_at(pattern: &[u8], offset: u64, max: usize) -> &[u8] {
     &pattern[start..end]
 }
 
+/// [`slice_at`] without the copy: a shared slice of `pattern`, at most `max`
+/// bytes and no further than `limit` (the transfer's end) from `offset`.
+pub fn bytes_at(pattern: &bytes::Bytes, offset: u64, max: usize, limit: u64) -> bytes::Bytes {
+    let start = (offset % pattern.len() as u64) as usize;
+    let end = pattern
+        .len()
+        .min(start + max)
+        .min(start + (limit - offset).min(usize::MAX as u64) as usize);
+    pattern.slice(start..end)
+}
+
 /// sha256 of the first `len` bytes of the repeated pattern.
 pub fn expected_digest(pattern: &[u8], len: u64) -> [u8; 32] {
     let mut h = Sha256::new();

@@ -1,12 +1,16 @@
 //! Rows: quic-rdma's poll-mode engine, busy-polled, over any UD provider.
 //!
 //! Each side owns one [`Engine`] on its own pinned thread and polls it in a
-//! loop: spinning when the sides have a core each, yielding the CPU after an
-//! idle poll when they share one (otherwise each side would burn its whole
-//! time slice before the other could answer). A provider is a [`QpPairs`]: it
-//! makes the client's and the server's queue pair.
+//! loop: spinning when the sides have a core each; when they share one, giving
+//! the core away after an idle poll (otherwise each side would burn its whole
+//! time slice before the other could answer): sleeping until the engine's
+//! waker fires where the provider wakes it (`sim`), yielding where new packets
+//! show only on a descriptor (`soft`). A provider is a [`QpPairs`]: it makes
+//! the client's and the server's queue pair.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
 use quic_rdma::engine::{ConnHandle, Engine, EngineConfig, EngineError, Event, StreamId};
@@ -22,6 +26,9 @@ use crate::cpu::{CpuSpan, CpuUsed};
 use crate::data::{self, SinkBuf};
 use crate::side::{run_pair, HANG_GUARD};
 use crate::tls::{Tls, SERVER_NAME};
+
+/// Longest sleep of an idle side sharing its core (a bound, in case a wake-up is missed).
+const IDLE_PARK_MAX: Duration = Duration::from_millis(1);
 
 /// A UD provider for the engine rows: makes (client, server) queue pairs.
 pub trait QpPairs: Send + Sync {
@@ -122,6 +129,17 @@ struct Side<Q: UdQueuePair> {
     ev: Vec<Event>,
     spin: bool,
     deadline: Instant,
+    /// Unparks this side's thread (what the engine wakes when it has work).
+    waker: Waker,
+}
+
+/// Wakes a parked thread.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
 }
 
 impl<Q: UdQueuePair> Side<Q> {
@@ -131,7 +149,29 @@ impl<Q: UdQueuePair> Side<Q> {
             ev: Vec::with_capacity(256),
             spin: place == Placement::SeparateCores,
             deadline: Instant::now() + HANG_GUARD,
+            waker: Waker::from(Arc::new(Unpark(std::thread::current()))),
         }
+    }
+
+    /// Nothing to do on a shared core: give the core away until there is.
+    /// Where the provider wakes the armed waker itself (`sim`) the thread
+    /// sleeps until then (or the next timer); where new packets only show on a
+    /// descriptor (`soft`) it yields instead.
+    fn idle(&mut self) {
+        if self.e.readiness_fd().is_some() {
+            std::thread::yield_now();
+            return;
+        }
+        if self.e.arm(&self.waker) {
+            return;
+        }
+        let now = Instant::now();
+        let until = self
+            .e
+            .next_deadline()
+            .map_or(IDLE_PARK_MAX, |d| d.saturating_duration_since(now))
+            .min(IDLE_PARK_MAX);
+        std::thread::park_timeout(until);
     }
 
     /// One poll; the events are in `self.ev`. Fails past the hang guard.
@@ -143,7 +183,7 @@ impl<Q: UdQueuePair> Side<Q> {
             if self.spin {
                 std::hint::spin_loop();
             } else {
-                std::thread::yield_now();
+                self.idle();
             }
         }
         anyhow::ensure!(
@@ -266,7 +306,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
     }
 
     fn bulk(&self, p: BulkParams, place: Placement) -> anyhow::Result<BulkOutcome> {
-        let pattern = data::pattern();
+        let pattern = bytes::Bytes::from(data::pattern());
         let expected = p.verify.then(|| data::expected_digest(&pattern, p.bytes));
         let mut sink = SinkBuf::new(p.bytes, p.verify);
         let (ce, se) = self.engines()?;
@@ -289,9 +329,8 @@ impl<P: QpPairs> Row for EngineRow<P> {
                 let mut acked: Option<(f64, CpuUsed)> = None;
                 loop {
                     while off < p.bytes {
-                        let chunk = data::slice_at(pattern, off, WRITE_CHUNK);
-                        let chunk = &chunk[..chunk.len().min((p.bytes - off) as usize)];
-                        match side.e.write(c, s, chunk) {
+                        let mut chunk = data::bytes_at(pattern, off, WRITE_CHUNK, p.bytes);
+                        match side.e.write_chunk(c, s, &mut chunk) {
                             Ok(n) => off += n as u64,
                             Err(EngineError::WouldBlock) => break,
                             Err(err) => return Err(err.into()),

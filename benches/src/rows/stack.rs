@@ -22,7 +22,28 @@ pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = anyhow::Result<T>> + 'a>>;
 /// The receiving half of a stream.
 pub type Reader = Box<dyn AsyncRead + Unpin>;
 /// The sending half of a stream.
-pub type Writer = Box<dyn AsyncWrite + Unpin>;
+pub type Writer = Box<dyn StreamWrite>;
+
+/// What the workloads need of a sending half: `AsyncWrite`, and handing over a
+/// whole buffer. A stack that can take the buffer without copying it does
+/// (quinn's `write_chunk`); a byte-stream socket copies it (`write_all`), as
+/// its API requires.
+pub trait StreamWrite: AsyncWrite + Unpin {
+    /// Send all of `data`.
+    fn write_bytes(&mut self, data: bytes::Bytes) -> BoxFut<'_, ()>;
+}
+
+impl StreamWrite for quinn::SendStream {
+    fn write_bytes(&mut self, data: bytes::Bytes) -> BoxFut<'_, ()> {
+        Box::pin(async move { Ok(self.write_chunk(data).await?) })
+    }
+}
+
+impl<S: AsyncWrite> StreamWrite for tokio::io::WriteHalf<S> {
+    fn write_bytes(&mut self, data: bytes::Bytes) -> BoxFut<'_, ()> {
+        Box::pin(async move { Ok(self.write_all(&data).await?) })
+    }
+}
 
 /// An async transport: what a row must provide.
 pub trait AsyncStack: Send + Sync {
@@ -125,8 +146,9 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
             None
         };
         let mut sink = SinkBuf::new(p.bytes, p.verify);
-        // Owned by the futures (their lifetime is tied to the dialer/listener borrow).
-        let pattern = std::sync::Arc::new(pattern);
+        // Owned by the futures (their lifetime is tied to the dialer/listener
+        // borrow); shared slices of it are handed to the stream.
+        let pattern = bytes::Bytes::from(pattern);
         let ((secs, ccpu, got), (scpu, sink)) = two_sides(
             &self.0,
             place,
@@ -138,10 +160,9 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
                     let cpu = CpuSpan::start();
                     let mut off = 0u64;
                     while off < p.bytes {
-                        let s = data::slice_at(&pattern, off, WRITE_CHUNK);
-                        let s = &s[..s.len().min((p.bytes - off) as usize)];
-                        w.write_all(s).await?;
+                        let s = data::bytes_at(&pattern, off, WRITE_CHUNK, p.bytes);
                         off += s.len() as u64;
+                        w.write_bytes(s).await?;
                     }
                     w.shutdown().await?;
                     let mut ack = [0u8; 1];

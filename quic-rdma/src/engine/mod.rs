@@ -271,6 +271,21 @@ impl<Q: UdQueuePair> Engine<Q> {
         next
     }
 
+    /// For callers that sleep instead of spinning: ask to be woken through
+    /// `waker` when a completion or event arrives. `true` if something may
+    /// already be waiting: poll again before sleeping. Sleep no later than
+    /// [`next_deadline`](Self::next_deadline). Providers with a
+    /// [`readiness_fd`](Self::readiness_fd) (`soft`, `verbs`) signal new
+    /// packets through that descriptor, so wait on it as well.
+    pub fn arm(&mut self, waker: &std::task::Waker) -> bool {
+        self.socket.arm(waker)
+    }
+
+    /// The provider's readiness descriptor, if it has one (see [`arm`](Self::arm)).
+    pub fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.socket.readiness_fd()
+    }
+
     /// Drive everything (see the [module docs](self)) and append what happened
     /// to `events`; returns how many were appended. `events` is the caller's and
     /// is only pushed to, so a buffer cleared and reused across calls allocates
