@@ -427,7 +427,10 @@ fn convert_wc(wc: &ibv_wc, recv: bool) -> Completion {
         ibv_wc_status::IBV_WC_LOC_LEN_ERR => WcStatus::LocLenErr,
         ibv_wc_status::IBV_WC_LOC_PROT_ERR => WcStatus::LocProtErr,
         ibv_wc_status::IBV_WC_WR_FLUSH_ERR => WcStatus::WrFlushErr,
-        _ => WcStatus::GeneralErr,
+        other => {
+            tracing::debug!(status = ?other, vendor_err = wc.vendor_err, recv, "work completion error");
+            WcStatus::GeneralErr
+        }
     };
     let with_imm = (wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0) != 0;
     Completion {
