@@ -9,8 +9,8 @@
 # instructions (Ir: user space only, deterministic). Each row runs twice, with
 # BYTES and with 0 bytes; the difference divided by BYTES is the per-byte cost
 # with connection setup, certificates and runtime start-up cancelled out.
-# Sides run on one core and the busy-polled engine yields after an idle poll
-# (valgrind serialises threads anyway), so spinning does not inflate counts.
+# Sides run on one core and an idle engine side sleeps on its waker (--idle
+# sleep; valgrind serialises threads anyway), so idle polls are not counted.
 # The receiver copies into a scratch buffer and does not hash (no --verify).
 # Top self-cost functions of each side go to OUT/<row>.<side>.top.txt.
 set -euo pipefail
@@ -35,7 +35,7 @@ for row in "${ROWS[@]}"; do
     rm -f "$OUT/$tag.$b".cg*
     valgrind --tool=callgrind --separate-threads=yes --dump-instr=no \
       --callgrind-out-file="$OUT/$tag.$b.cg" \
-      "$BIN" --peer "$row" --bytes "$b" --placement same-core >"$OUT/$tag.$b.log" 2>&1 \
+      "$BIN" --peer "$row" --bytes "$b" --placement same-core --idle sleep >"$OUT/$tag.$b.log" 2>&1 \
       || { echo "$row ($b bytes) failed: see $OUT/$tag.$b.log" >&2; continue 2; }
   done
   # Thread files: -01 main (setup), -02 server, -03 client.

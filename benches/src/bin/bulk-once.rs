@@ -1,7 +1,7 @@
 //! `bulk-once`: one bulk transfer over one row, for instruction counting.
 //!
 //! ```text
-//! bulk-once --peer ROW [--bytes 64M] [--verify] [--placement same-core|separate-cores]
+//! bulk-once --peer ROW [--bytes 64M] [--verify] [--placement same-core|separate-cores] [--idle yield|sleep]
 //! ```
 //! The server side runs in the process's second thread and the client in its
 //! third (the first only sets up), so `valgrind --tool=callgrind
@@ -27,6 +27,11 @@ fn main() -> anyhow::Result<()> {
             "--peer" => peer = Some(val()?),
             "--bytes" => bytes = parse_size(&val()?)?,
             "--verify" => verify = true,
+            "--idle" => match val()?.as_str() {
+                "sleep" => quic_rdma_benches::rows::engine::set_idle_sleep(true),
+                "yield" => quic_rdma_benches::rows::engine::set_idle_sleep(false),
+                other => anyhow::bail!("unknown idle mode {other} (sleep or yield)"),
+            },
             "--placement" => {
                 place = match val()?.as_str() {
                     "same-core" => Placement::SameCore,

@@ -1,11 +1,11 @@
 //! Rows: quic-rdma's poll-mode engine, busy-polled, over any UD provider.
 //!
 //! Each side owns one [`Engine`] on its own pinned thread and polls it in a
-//! loop: spinning when the sides have a core each; when they share one, giving
-//! the core away after an idle poll (otherwise each side would burn its whole
-//! time slice before the other could answer): sleeping until the engine's
-//! waker fires where the provider wakes it (`sim`), yielding where new packets
-//! show only on a descriptor (`soft`). A provider is a [`QpPairs`]: it makes
+//! loop: spinning when the sides have a core each, yielding the CPU after an
+//! idle poll when they share one (otherwise each side would burn its whole
+//! time slice before the other could answer). For instruction counts
+//! ([`set_idle_sleep`]) an idle side sleeps on the engine's waker instead, so
+//! idle polls are not counted as work. A provider is a [`QpPairs`]: it makes
 //! the client's and the server's queue pair.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,8 +27,21 @@ use crate::data::{self, SinkBuf};
 use crate::side::{run_pair, HANG_GUARD};
 use crate::tls::{Tls, SERVER_NAME};
 
-/// Longest sleep of an idle side sharing its core (a bound, in case a wake-up is missed).
+/// Longest sleep of an idle side (a bound, in case a wake-up is missed).
 const IDLE_PARK_MAX: Duration = Duration::from_millis(1);
+
+/// See [`set_idle_sleep`].
+static IDLE_SLEEP: AtomicBool = AtomicBool::new(false);
+
+/// Make idle engine sides that share a core sleep until the engine's waker
+/// fires (or its next timer) instead of yielding. Yielding answers fastest on
+/// a shared core (the timed runs use it); sleeping keeps idle polls out of
+/// instruction counts (`bulk-once --idle sleep`, used by `callgrind.sh`),
+/// where `sched_yield` loops would otherwise add a timing-dependent amount.
+/// Providers that signal packets only on a descriptor (`soft`) still yield.
+pub fn set_idle_sleep(on: bool) {
+    IDLE_SLEEP.store(on, Ordering::Relaxed);
+}
 
 /// A UD provider for the engine rows: makes (client, server) queue pairs.
 pub trait QpPairs: Send + Sync {
@@ -153,12 +166,9 @@ impl<Q: UdQueuePair> Side<Q> {
         }
     }
 
-    /// Nothing to do on a shared core: give the core away until there is.
-    /// Where the provider wakes the armed waker itself (`sim`) the thread
-    /// sleeps until then (or the next timer); where new packets only show on a
-    /// descriptor (`soft`) it yields instead.
+    /// Nothing to do on a shared core: give the core away (see [`set_idle_sleep`]).
     fn idle(&mut self) {
-        if self.e.readiness_fd().is_some() {
+        if !IDLE_SLEEP.load(Ordering::Relaxed) || self.e.readiness_fd().is_some() {
             std::thread::yield_now();
             return;
         }
