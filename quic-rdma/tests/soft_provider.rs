@@ -479,3 +479,92 @@ fn a_send_completing_in_error_fails_the_qp_until_recovered() {
     let b = pb.create_qp(DEFAULT_QKEY).unwrap();
     qp_error::error_state_and_recovery(a, b, Duration::from_millis(300));
 }
+
+/// Post `sizes.len()` sends to `to` in one `post_send` (one doorbell), payload
+/// `i` filled with `i + 1`, the last one signaled; wait for its completion.
+fn post_chain(ep: &mut Ep, to: (Gid, u32), sizes: &[usize]) {
+    let total: usize = sizes.iter().sum();
+    let slots = ep.mem.region(ep.region).unwrap().len() as u32 / SLOT;
+    assert!(total <= SLOT as usize * 4, "fits the sender's region tail");
+    let base = (slots - 5) * SLOT;
+    let ah = ep.qp.create_ah(&AhAttr::new(to.0, 0)).unwrap();
+    let mut off = base as usize;
+    let mut wrs = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        ep.mem.region_mut(ep.region).unwrap().bytes_mut()[off..off + n].fill(i as u8 + 1);
+        wrs.push(SendWr {
+            wr_id: i as u64,
+            sge: Sge {
+                region: ep.region,
+                offset: off as u32,
+                len: n as u32,
+                lkey: ep.lkey,
+            },
+            ah,
+            remote_qpn: to.1,
+            remote_qkey: DEFAULT_QKEY,
+            imm: None,
+            flags: SendFlags {
+                signaled: i + 1 == sizes.len(),
+                inline: false,
+            },
+        });
+        off += n;
+    }
+    ep.qp.post_send(&ep.mem, &wrs).unwrap();
+    let mut c = [Completion::send(0); 4];
+    assert_eq!(ep.qp.poll_send_cq(&mut c), 1);
+    assert_eq!(c[0].status, WcStatus::Success);
+    ep.qp.destroy_ah(ah).unwrap();
+}
+
+#[test]
+fn one_doorbell_to_one_peer_is_one_gso_send_and_arrives_as_separate_packets() {
+    let (pa, pb) = pair("127.77.0.41", "127.77.0.42");
+    let mut a = Ep::new(&pa, DEFAULT_QKEY, 16);
+    let mut b = Ep::new(&pb, DEFAULT_QKEY, 16);
+    b.post_recvs(0..16, SLOT);
+    let to = (pb.gid(), b.qp.attr().qpn);
+    // Equal segments, then a shorter last one: one GSO batch of 4. A longer one
+    // after a short one cannot join it: a packet of its own.
+    let sizes = [1024, 1024, 1024, 300, 2000];
+    post_chain(&mut a, to, &sizes);
+    let st = pa.stats();
+    assert_eq!(st.tx_packets, 5, "{st:?}");
+    assert_eq!(st.tx_gso_batches, 1, "{st:?}");
+    let c = b.recv(5);
+    assert_eq!(c.len(), 5, "every packet arrives on its own: {c:?}");
+    for (i, (wc, &n)) in c.iter().zip(&sizes).enumerate() {
+        assert_eq!(wc.status, WcStatus::Success);
+        assert_eq!(wc.byte_len as usize, GRH_LEN + n, "packet {i}");
+        assert_eq!(wc.src_qp, a.qp.attr().qpn);
+        let d = b.data(i as u32, GRH_LEN + n);
+        assert!(
+            d[GRH_LEN..].iter().all(|&x| x == i as u8 + 1),
+            "packet {i} intact and in order"
+        );
+    }
+    assert_eq!(b.qp.drops(), Default::default());
+    assert_eq!(pb.stats().rx_bad_icrc, 0);
+}
+
+#[test]
+fn gso_off_sends_each_packet_on_its_own() {
+    let pa = SoftPort::open(
+        SoftConfig {
+            gso_segments: 1,
+            ..SoftConfig::new(ip("127.77.0.43"))
+        }
+        .with_port(0),
+    )
+    .unwrap();
+    let pb = SoftPort::open(SoftConfig::new(ip("127.77.0.44")).with_port(0)).unwrap();
+    pa.set_peer_port(pb.gid(), pb.local_addr().port());
+    let mut a = Ep::new(&pa, DEFAULT_QKEY, 16);
+    let mut b = Ep::new(&pb, DEFAULT_QKEY, 16);
+    b.post_recvs(0..16, SLOT);
+    post_chain(&mut a, (pb.gid(), b.qp.attr().qpn), &[1024, 1024, 1024]);
+    let st = pa.stats();
+    assert_eq!((st.tx_packets, st.tx_gso_batches), (3, 0), "{st:?}");
+    assert_eq!(b.recv(3).len(), 3);
+}

@@ -262,8 +262,26 @@ fn open_verbs(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
     })
 }
 
+/// Environment variable: packets per UDP GSO `sendmsg` of a `soft` port
+/// ([`SoftConfig::gso_segments`]); 1 sends each packet on its own, which a
+/// packet capture on the sending host needs to see every datagram as itself.
+pub(crate) const GSO_ENV: &str = "QR_SOFT_GSO_SEGMENTS";
+
+/// A `soft` port's configuration on `ip`:`udp_port`, with [`GSO_ENV`] applied.
+pub(crate) fn soft_config(ip: std::net::IpAddr, udp_port: u16) -> anyhow::Result<SoftConfig> {
+    let mut cfg = SoftConfig::new(ip).with_port(udp_port);
+    if let Ok(v) = std::env::var(GSO_ENV) {
+        cfg.gso_segments = v
+            .parse()
+            .ok()
+            .filter(|&n: &usize| n >= 1)
+            .ok_or_else(|| anyhow::anyhow!("{GSO_ENV}={v:?}: expected a whole number >= 1"))?;
+    }
+    Ok(cfg)
+}
+
 fn open_soft(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
-    let mut cfg = SoftConfig::new(opts.ip).with_port(opts.udp_port);
+    let mut cfg = soft_config(opts.ip, opts.udp_port)?;
     // Talk at the smaller of the two MTUs, like two ports negotiating.
     cfg.mtu = match opts.peer {
         Some(p) if p.mtu.bytes() < opts.mtu.bytes() => p.mtu,

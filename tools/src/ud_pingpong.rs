@@ -28,7 +28,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
+use quic_rdma::fabric::soft::SoftPort;
 use quic_rdma::fabric::{
     AhAttr, Completion, Gid, Memory, RecvWr, Region, SendFlags, SendWr, Sge, UdQueuePair, WcStatus,
     GRH_LEN,
@@ -227,7 +227,7 @@ fn open_qp(args: &UdPingpongArgs) -> Result<Opened> {
                 (None, None, Some(host)) => route_source(host, args.port)?,
                 (None, None, None) => bail!("a soft server needs --ip (its GID)"),
             };
-            let port = SoftPort::open(SoftConfig::new(ip).with_port(args.udp_port))
+            let port = SoftPort::open(crate::provider::soft_config(ip, args.udp_port)?)
                 .with_context(|| format!("opening a soft RoCEv2 port on {ip}:{}", args.udp_port))?;
             let qp = port.create_qp(PP_QKEY).context("soft QP")?;
             Ok(Opened {

@@ -27,6 +27,11 @@ use serde_json::Value;
 /// Expert-info severity "Error" (epan/proto.h PI_ERROR).
 const PI_ERROR: u64 = 0x0080_0000;
 
+/// Captured on the sending host, a UDP GSO batch is one large datagram (the
+/// kernel cuts it after the capture point): the endpoints send one packet per
+/// datagram here, as a NIC puts them on the wire.
+const GSO_ENV: &str = "QR_SOFT_GSO_SEGMENTS";
+
 /// Capture with `tshark` on `iface` (inside `netns` if given) while `run` runs.
 fn capture(netns: Option<&str>, iface: &str, filter: &str, pcap: &Path, run: impl FnOnce()) {
     let mut cmd = match netns {
@@ -274,6 +279,7 @@ fn tshark_decodes_rocev2_ipv4_loopback() {
         &pcap,
         || {
             let out = qr()
+                .env(GSO_ENV, "1")
                 .args([
                     "demo",
                     "--provider",
@@ -334,7 +340,8 @@ fn tshark_decodes_rocev2_ipv6_netns() {
                     "--cert-out",
                 ],
             )
-            .arg(&cert),
+            .arg(&cert)
+            .env(GSO_ENV, "1"),
         );
         common::wait_for_file(&cert, Duration::from_secs(10));
         let service = format!("[{}]:18515", ns.v6[0]);
@@ -346,6 +353,7 @@ fn tshark_decodes_rocev2_ipv6_netns() {
                 ],
             )
             .arg(&cert)
+            .env(GSO_ENV, "1")
             .output()
             .unwrap();
         report = Some(json_of("qr connect", &out));

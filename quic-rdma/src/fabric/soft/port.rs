@@ -51,6 +51,13 @@ pub struct SoftConfig {
     pub max_recv_wr: u32,
     /// QPN of the first QP created (QPNs 0 and 1 are special in IBA, 10.2.5).
     pub first_qpn: Qpn,
+    /// Most RoCEv2 packets of one `post_send` to one destination handed to the
+    /// kernel in one `sendmsg` with UDP GSO (Linux `UDP_SEGMENT`): the kernel
+    /// (or the NIC) cuts them into separate datagrams, so the wire is the same
+    /// but the per-datagram syscall cost is paid once per batch. 1 sends every
+    /// packet on its own. A capture on the sending host's loopback or veth sees
+    /// a batch as one large datagram (it is cut later); capture with 1.
+    pub gso_segments: usize,
 }
 
 impl SoftConfig {
@@ -67,6 +74,7 @@ impl SoftConfig {
             max_send_wr: 1024,
             max_recv_wr: 1024,
             first_qpn: 0x11,
+            gso_segments: 16,
         }
     }
 
@@ -84,6 +92,8 @@ pub struct SoftStats {
     pub tx_packets: u64,
     /// UDP payload bytes handed to the socket.
     pub tx_bytes: u64,
+    /// `sendmsg` calls that carried a GSO batch of several packets.
+    pub tx_gso_batches: u64,
     /// Sends dropped because the socket buffer stayed full (counted as wire loss).
     pub tx_would_block: u64,
     /// Sends the kernel refused (other than would-block); also wire loss.
@@ -168,6 +178,10 @@ pub(crate) struct Shared {
     pub(crate) next_lkey: AtomicU64,
     pub(crate) tx_packets: AtomicU64,
     pub(crate) tx_bytes: AtomicU64,
+    /// `sendmsg` calls that carried a GSO batch of more than one packet.
+    pub(crate) tx_gso_batches: AtomicU64,
+    /// Cleared when the kernel refuses UDP GSO: packets go one by one from then on.
+    pub(crate) gso_ok: std::sync::atomic::AtomicBool,
     pub(crate) tx_would_block: AtomicU64,
     pub(crate) tx_errors: AtomicU64,
 }
@@ -247,6 +261,8 @@ impl SoftPort {
                 peer_ports: Mutex::new(HashMap::new()),
                 next_lkey: AtomicU64::new(0x100),
                 tx_packets: AtomicU64::new(0),
+                tx_gso_batches: AtomicU64::new(0),
+                gso_ok: std::sync::atomic::AtomicBool::new(true),
                 tx_bytes: AtomicU64::new(0),
                 tx_would_block: AtomicU64::new(0),
                 tx_errors: AtomicU64::new(0),
@@ -314,6 +330,7 @@ impl SoftPort {
         let rx = &d.table.rx;
         SoftStats {
             tx_packets: s.tx_packets.load(Ordering::Relaxed),
+            tx_gso_batches: s.tx_gso_batches.load(Ordering::Relaxed),
             tx_bytes: s.tx_bytes.load(Ordering::Relaxed),
             tx_would_block: s.tx_would_block.load(Ordering::Relaxed),
             tx_errors: s.tx_errors.load(Ordering::Relaxed),

@@ -20,6 +20,9 @@ use crate::fabric::{
 /// a blocking syscall on the caller's busy-poll path.
 const SEND_RETRIES: usize = 64;
 
+/// Largest UDP payload of one GSO `sendmsg` (IPv4: 65535 − 20 − 8).
+const GSO_MAX_BYTES: usize = 65_507;
+
 /// What an address handle resolves to on a UDP socket.
 struct AhEntry {
     dest: SocketAddr,
@@ -36,8 +39,12 @@ pub struct SoftQp {
     attr: QpAttr,
     sq: SendQueue<AhEntry>,
     psn: u32,
-    /// Encoding scratch: one MTU-sized packet, reused for every send.
+    /// Encoding scratch: room for one GSO batch of packets, reused for every send.
     tx_buf: Box<[u8]>,
+    /// Room for one encoded packet.
+    slot: usize,
+    /// Packets per GSO batch (1: no GSO).
+    max_segments: usize,
 }
 
 impl std::fmt::Debug for SoftQp {
@@ -59,12 +66,20 @@ impl SoftQp {
             max_send_wr: cfg.max_send_wr,
             max_recv_wr: cfg.max_recv_wr,
         };
-        let tx_buf = vec![0u8; cfg.mtu.bytes() + MAX_OVERHEAD].into_boxed_slice();
+        let slot = cfg.mtu.bytes() + MAX_OVERHEAD;
+        let max_segments = cfg
+            .gso_segments
+            .clamp(1, 64)
+            .min(GSO_MAX_BYTES / slot)
+            .max(1);
+        let tx_buf = vec![0u8; slot * max_segments].into_boxed_slice();
         SoftQp {
             sq: SendQueue::new(&attr),
             attr,
             psn: 0,
             tx_buf,
+            slot,
+            max_segments,
             port,
         }
     }
@@ -85,12 +100,28 @@ impl SoftQp {
     }
 }
 
-/// What a packet needs from its QP besides the WR: the sender's identity and scratch.
+/// What a packet needs from its QP besides the WR: the sender's identity and
+/// scratch, and the GSO batch being assembled in it.
 struct Sender<'a> {
     port: &'a SoftPort,
     attr: &'a QpAttr,
     psn: &'a mut u32,
     tx_buf: &'a mut [u8],
+    slot: usize,
+    max_segments: usize,
+    batch: Batch,
+}
+
+/// Packets of one `post_send` to one destination waiting in `tx_buf[..len]`:
+/// all `seg` bytes long but the last, which may be shorter (and then closes the
+/// batch) — the layout UDP GSO cuts into datagrams.
+#[derive(Default)]
+struct Batch {
+    dest: Option<(SocketAddr, u8)>,
+    len: usize,
+    count: usize,
+    seg: usize,
+    closed: bool,
 }
 
 impl Sender<'_> {
@@ -125,65 +156,167 @@ impl Sender<'_> {
             imm: wr.imm,
         };
         *self.psn = (*self.psn + 1) & MASK_24;
-        let n = match codec::encode(&header, payload, &ctx, self.tx_buf) {
+        let key = Some((dest, tc));
+        let gso = self.max_segments > 1 && s.gso_ok.load(Ordering::Relaxed);
+        let b = &self.batch;
+        if b.count > 0 && (b.dest != key || b.closed || b.count == self.max_segments || !gso) {
+            self.flush();
+        }
+        let start = self.batch.len;
+        let n = match codec::encode(
+            &header,
+            payload,
+            &ctx,
+            &mut self.tx_buf[start..start + self.slot],
+        ) {
             Ok(n) => n,
             Err(_) => {
                 s.tx_errors.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         };
-        let contents = &self.tx_buf[..n];
-        for attempt in 0..=SEND_RETRIES {
-            match send_datagram(s, dest, tc, contents) {
+        let b = &mut self.batch;
+        if b.count == 0 {
+            *b = Batch {
+                dest: key,
+                len: n,
+                count: 1,
+                seg: n,
+                closed: false,
+            };
+        } else if n <= b.seg {
+            // Equal: one more segment. Shorter: the last one (GSO's rule).
+            b.len += n;
+            b.count += 1;
+            b.closed = n < b.seg;
+        } else {
+            // Longer than the batch's segments: send the batch, start anew with it.
+            let at = b.len;
+            self.flush_bytes(at);
+            self.tx_buf.copy_within(at..at + n, 0);
+            self.batch = Batch {
+                dest: key,
+                len: n,
+                count: 1,
+                seg: n,
+                closed: false,
+            };
+        }
+    }
+
+    /// Send the batch (one `sendmsg`; with GSO when it holds several packets).
+    fn flush(&mut self) {
+        let len = self.batch.len;
+        self.flush_bytes(len);
+    }
+
+    /// Send the batch, whose packets are `tx_buf[..len]`, and empty it.
+    fn flush_bytes(&mut self, len: usize) {
+        let b = std::mem::take(&mut self.batch);
+        let Some((dest, tc)) = b.dest else {
+            return;
+        };
+        let s = &self.port.shared;
+        let contents = &self.tx_buf[..len];
+        if b.count > 1 {
+            match send_retrying(s, dest, tc, contents, Some(b.seg)) {
                 Ok(()) => {
-                    s.tx_packets.fetch_add(1, Ordering::Relaxed);
-                    s.tx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    s.tx_gso_batches.fetch_add(1, Ordering::Relaxed);
+                    s.tx_packets.fetch_add(b.count as u64, Ordering::Relaxed);
+                    s.tx_bytes.fetch_add(len as u64, Ordering::Relaxed);
                     return;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && attempt < SEND_RETRIES => {
-                    std::thread::yield_now();
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    s.tx_would_block
+                        .fetch_add(b.count as u64, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) => {
+                    // The kernel or device refuses UDP GSO: one by one from now on.
+                    tracing::info!(%e, "UDP GSO refused; sending RoCEv2 packets one per sendmsg");
+                    s.gso_ok.store(false, Ordering::Relaxed);
+                }
+            }
+        }
+        for pkt in contents.chunks(b.seg.max(1)) {
+            match send_retrying(s, dest, tc, pkt, None) {
+                Ok(()) => {
+                    s.tx_packets.fetch_add(1, Ordering::Relaxed);
+                    s.tx_bytes.fetch_add(pkt.len() as u64, Ordering::Relaxed);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     s.tx_would_block.fetch_add(1, Ordering::Relaxed);
-                    return;
                 }
                 Err(_) => {
                     s.tx_errors.fetch_add(1, Ordering::Relaxed);
-                    return;
                 }
             }
         }
     }
 }
 
+/// [`send_datagram`], riding out a full socket buffer with a short spin; the
+/// last error otherwise (would-block and refusals alike are wire loss to UD).
+fn send_retrying(
+    s: &super::port::Shared,
+    dest: SocketAddr,
+    tc: u8,
+    contents: &[u8],
+    segment: Option<usize>,
+) -> io::Result<()> {
+    let mut attempt = 0;
+    loop {
+        match send_datagram(s, dest, tc, contents, segment) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && attempt < SEND_RETRIES => {
+                attempt += 1;
+                std::thread::yield_now();
+            }
+            r => return r,
+        }
+    }
+}
+
 /// One `sendmsg` carrying the AH's whole traffic class (DSCP + ECN) as an
-/// `IP_TOS` / `IPV6_TCLASS` control message.
+/// `IP_TOS` / `IPV6_TCLASS` control message and, for a GSO batch, the segment
+/// size as `UDP_SEGMENT` (the kernel cuts `contents` into datagrams of that size).
 ///
-/// The control message is built byte by byte in safe code for Linux's 64-bit
+/// The control messages are built byte by byte in safe code for Linux's 64-bit
 /// `struct cmsghdr` layout (`size_t cmsg_len; int cmsg_level; int cmsg_type;`,
-/// then an `int` padded to 8: `CMSG_SPACE(sizeof(int))` = 24 bytes). The kernel
-/// copies the control buffer before parsing it, so its alignment does not matter.
+/// then the data padded to 8: `CMSG_SPACE` of an `int` or a `u16` is 24 bytes).
+/// The kernel copies the control buffer before parsing it, so its alignment
+/// does not matter.
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 fn send_datagram(
     s: &super::port::Shared,
     dest: SocketAddr,
     tc: u8,
     contents: &[u8],
+    segment: Option<usize>,
 ) -> io::Result<()> {
     use socket2::{MsgHdr, SockAddr, SockRef};
     // <netinet/in.h>: IPPROTO_IP 0 / IP_TOS 1; IPPROTO_IPV6 41 / IPV6_TCLASS 67.
     let (level, kind): (i32, i32) = if dest.is_ipv4() { (0, 1) } else { (41, 67) };
-    let mut cmsg = [0u8; 24];
+    let mut cmsg = [0u8; 48];
     cmsg[0..8].copy_from_slice(&20u64.to_ne_bytes()); // CMSG_LEN(sizeof(int))
     cmsg[8..12].copy_from_slice(&level.to_ne_bytes());
     cmsg[12..16].copy_from_slice(&kind.to_ne_bytes());
     cmsg[16..20].copy_from_slice(&i32::from(tc).to_ne_bytes());
+    let mut control = 24;
+    if let Some(seg) = segment {
+        // <linux/udp.h>: SOL_UDP 17, UDP_SEGMENT 103, a u16 segment size.
+        let seg = u16::try_from(seg).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        cmsg[24..32].copy_from_slice(&18u64.to_ne_bytes()); // CMSG_LEN(sizeof(u16))
+        cmsg[32..36].copy_from_slice(&17i32.to_ne_bytes());
+        cmsg[36..40].copy_from_slice(&103i32.to_ne_bytes());
+        cmsg[40..42].copy_from_slice(&seg.to_ne_bytes());
+        control = 48;
+    }
     let addr = SockAddr::from(dest);
     let bufs = [io::IoSlice::new(contents)];
     let msg = MsgHdr::new()
         .with_addr(&addr)
         .with_buffers(&bufs)
-        .with_control(&cmsg);
+        .with_control(&cmsg[..control]);
     SockRef::from(&s.socket).sendmsg(&msg, 0).map(|_| ())
 }
 
@@ -194,12 +327,13 @@ fn send_datagram(
     dest: SocketAddr,
     tc: u8,
     contents: &[u8],
+    segment: Option<usize>,
 ) -> io::Result<()> {
     let transmit = quinn_udp::Transmit {
         destination: dest,
         ecn: quinn_udp::EcnCodepoint::from_bits(tc & 0b11),
         contents,
-        segment_size: None,
+        segment_size: segment,
         src_ip: None,
     };
     s.udp.try_send((&s.socket).into(), &transmit)
@@ -264,7 +398,11 @@ impl UdQueuePair for SoftQp {
             attr: &self.attr,
             psn: &mut self.psn,
             tx_buf: &mut self.tx_buf,
+            slot: self.slot,
+            max_segments: self.max_segments,
+            batch: Batch::default(),
         };
+        let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             // IBA 10.2.4 / 11.4.1.1: a WR Q_Key with the top bit set means "use the
             // QP's own Q_Key" (the privileged case we never configure).
@@ -283,9 +421,14 @@ impl UdQueuePair for SoftQp {
                     slot.error = true;
                 }
             }
-            posted.map_err(|e| (i, e))?;
+            if let Err(e) = posted {
+                result = Err((i, e));
+                break;
+            }
         }
-        Ok(())
+        // The doorbell: what the batch holds goes out now.
+        tx.flush();
+        result
     }
 
     fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
