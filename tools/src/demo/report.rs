@@ -100,6 +100,9 @@ pub(crate) struct SoftPortReport {
     pub(crate) tx_packets: u64,
     /// UDP payload bytes handed to the socket.
     pub(crate) tx_bytes: u64,
+    /// `sendmsg` calls carrying a UDP GSO batch of several packets.
+    #[serde(default)]
+    pub(crate) tx_gso_batches: u64,
     /// Sends lost because the socket buffer stayed full.
     pub(crate) tx_would_block: u64,
     /// Sends the kernel refused.
@@ -112,7 +115,8 @@ pub(crate) struct SoftPortReport {
     pub(crate) rx_bad_icrc: u64,
     /// Packets above the active MTU.
     pub(crate) rx_oversize: u64,
-    /// Packets whose ICRC matched only with a non-zero IPv4 ID (kernel rxe peers).
+    /// Packets whose ICRC matched only with a non-zero IPv4 ID (kernel rxe
+    /// peers; packets of a soft peer's GSO batch after its first).
     pub(crate) rx_ipv4_id_solved: u64,
     /// Packets placed in a receive buffer.
     pub(crate) rx_delivered: u64,
@@ -123,6 +127,7 @@ impl From<&SoftStats> for SoftPortReport {
         SoftPortReport {
             tx_packets: s.tx_packets,
             tx_bytes: s.tx_bytes,
+            tx_gso_batches: s.tx_gso_batches,
             tx_would_block: s.tx_would_block,
             tx_errors: s.tx_errors,
             rx_datagrams: s.rx_datagrams,
@@ -635,6 +640,12 @@ impl fmt::Display for Report {
             let sp = |g: fn(&SoftPortReport) -> u64| sv.map(g);
             row(f, "tx packets", c.tx_packets, sp(|s| s.tx_packets))?;
             row(f, "tx bytes", c.tx_bytes, sp(|s| s.tx_bytes))?;
+            row(
+                f,
+                "tx GSO batches",
+                c.tx_gso_batches,
+                sp(|s| s.tx_gso_batches),
+            )?;
             row(
                 f,
                 "tx would block",

@@ -277,6 +277,21 @@ pub fn encode(
     ctx: &IcrcContext,
     out: &mut [u8],
 ) -> Result<usize, EncodeError> {
+    encode_with_ipv4_id(header, payload, ctx, 0, out)
+}
+
+/// [`encode`] for a packet whose IPv4 header will carry identification
+/// `ipv4_id` (the ICRC covers it, RoCEv2 Annex A17.3.3). Linux gives the
+/// datagrams it cuts from one UDP GSO send of an unconnected DF socket the
+/// IDs 0, 1, 2, … in order, so packet `i` of a batch is encoded with `i`.
+/// Ignored for IPv6, which has no identification.
+pub fn encode_with_ipv4_id(
+    header: &UdHeader,
+    payload: &[u8],
+    ctx: &IcrcContext,
+    ipv4_id: u16,
+    out: &mut [u8],
+) -> Result<usize, EncodeError> {
     let with_imm = header.imm.is_some();
     let need = encoded_len(payload.len(), with_imm);
     if out.len() < need {
@@ -316,7 +331,7 @@ pub fn encode(
     at += payload.len();
     out[at..at + pad].fill(0);
     at += pad;
-    let crc = icrc(ctx, 0, &out[..at]);
+    let crc = icrc(ctx, ipv4_id, &out[..at]);
     out[at..at + ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
     Ok(need)
 }

@@ -106,7 +106,8 @@ pub struct SoftStats {
     pub rx_bad_icrc: u64,
     /// Packets larger than the active MTU (in `ProviderDrops::malformed`).
     pub rx_oversize: u64,
-    /// Packets whose ICRC matched only with a non-zero IPv4 ID (kernel rxe senders).
+    /// Packets whose ICRC matched only with a non-zero IPv4 ID (kernel rxe
+    /// senders; packets of a `soft` sender's GSO batch after its first).
     pub rx_ipv4_id_solved: u64,
     /// Packets placed in a receive buffer.
     pub rx_delivered: u64,

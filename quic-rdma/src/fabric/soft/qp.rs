@@ -157,24 +157,34 @@ impl Sender<'_> {
         };
         *self.psn = (*self.psn + 1) & MASK_24;
         let key = Some((dest, tc));
+        let n = codec::encoded_len(payload.len(), wr.imm.is_some());
         let gso = self.max_segments > 1 && s.gso_ok.load(Ordering::Relaxed);
         let b = &self.batch;
-        if b.count > 0 && (b.dest != key || b.closed || b.count == self.max_segments || !gso) {
+        // GSO cuts a batch into equal segments, the last possibly shorter.
+        let joins = gso
+            && b.count > 0
+            && b.dest == key
+            && !b.closed
+            && b.count < self.max_segments
+            && n <= b.seg;
+        if b.count > 0 && !joins {
             self.flush();
         }
-        let start = self.batch.len;
-        let n = match codec::encode(
+        let (start, index) = (self.batch.len, self.batch.count);
+        // The kernel numbers the datagrams of a GSO send 0, 1, 2, … (IPv4 ID).
+        match codec::encode_with_ipv4_id(
             &header,
             payload,
             &ctx,
+            index as u16,
             &mut self.tx_buf[start..start + self.slot],
         ) {
-            Ok(n) => n,
+            Ok(_) => {}
             Err(_) => {
                 s.tx_errors.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-        };
+        }
         let b = &mut self.batch;
         if b.count == 0 {
             *b = Batch {
@@ -184,35 +194,18 @@ impl Sender<'_> {
                 seg: n,
                 closed: false,
             };
-        } else if n <= b.seg {
-            // Equal: one more segment. Shorter: the last one (GSO's rule).
+        } else {
             b.len += n;
             b.count += 1;
             b.closed = n < b.seg;
-        } else {
-            // Longer than the batch's segments: send the batch, start anew with it.
-            let at = b.len;
-            self.flush_bytes(at);
-            self.tx_buf.copy_within(at..at + n, 0);
-            self.batch = Batch {
-                dest: key,
-                len: n,
-                count: 1,
-                seg: n,
-                closed: false,
-            };
         }
     }
 
-    /// Send the batch (one `sendmsg`; with GSO when it holds several packets).
+    /// Send the batch (one `sendmsg`; with GSO when it holds several packets)
+    /// and empty it.
     fn flush(&mut self) {
-        let len = self.batch.len;
-        self.flush_bytes(len);
-    }
-
-    /// Send the batch, whose packets are `tx_buf[..len]`, and empty it.
-    fn flush_bytes(&mut self, len: usize) {
         let b = std::mem::take(&mut self.batch);
+        let len = b.len;
         let Some((dest, tc)) = b.dest else {
             return;
         };
