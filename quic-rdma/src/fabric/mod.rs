@@ -133,7 +133,10 @@ pub trait UdQueuePair: Send + 'static {
     ///
     /// Afterwards no WR is outstanding and completions not yet polled are
     /// discarded: the caller owns again every receive buffer it had posted and
-    /// every send it had not seen complete, and must post receives anew.
+    /// every send it had not seen complete, and must post receives anew. A
+    /// [`AsyncEvent::QpFatal`] still queued describes the QP before the reset
+    /// and is dropped (so it cannot reset the recovered QP once more); other
+    /// events are kept.
     fn recover(&mut self) -> Result<(), FabricError>;
 
     /// A file descriptor that becomes readable when [`UdQueuePair::arm`] alone

@@ -413,6 +413,9 @@ impl UdQueuePair for SimQp {
         };
         rx.error = false;
         rx.credits = 0;
+        // A failure reported before the reset was about the QP just reset: drop
+        // it, or it would reset the recovered QP again.
+        rx.events.retain(|e| *e != AsyncEvent::QpFatal);
         let stale: Vec<Vec<u8>> = rx.arrived.drain(..).map(|a| a.data).collect();
         for data in stale {
             st.recycle(data);

@@ -116,6 +116,8 @@ pub struct VerbsQp {
     /// Completions polled by `arm`, handed out by the next `poll_*_cq`.
     send_stash: VecDeque<Completion>,
     recv_stash: VecDeque<Completion>,
+    /// Async events read while recovering, other than the QP's own failure.
+    events: VecDeque<AsyncEvent>,
     /// Scratch for building WR chains (no allocation per post after warm-up).
     send_wrs: Vec<ibv_send_wr>,
     recv_wrs: Vec<ibv_recv_wr>,
@@ -232,6 +234,7 @@ impl VerbsQp {
             recv_posted: 0,
             send_stash: VecDeque::new(),
             recv_stash: VecDeque::new(),
+            events: VecDeque::new(),
             send_wrs: Vec::new(),
             recv_wrs: Vec::new(),
             sges: Vec::new(),
@@ -366,6 +369,55 @@ impl VerbsQp {
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_ERR;
         self.modify(&mut a, ibv_qp_attr_mask::IBV_QP_STATE, "modify_qp(ERR)")
+    }
+
+    /// The next async event of the device that concerns this QP or its port
+    /// (`ibv_get_async_event` on the non-blocking async fd), acknowledged.
+    fn read_async_event(&mut self) -> Option<AsyncEvent> {
+        loop {
+            // SAFETY: plain data; zero is valid.
+            let mut ev: ibv_async_event = unsafe { std::mem::zeroed() };
+            // SAFETY: valid context; its async fd is non-blocking, so this returns -1
+            // (EAGAIN) when no event is pending.
+            let rc = unsafe { ibv_get_async_event(self.dev.ctx, &mut ev) };
+            if rc != 0 {
+                return None;
+            }
+            let ty = ev.event_type;
+            // SAFETY: the union member matches the event type class checked below.
+            let (qp, port) = unsafe { (ev.element.qp, ev.element.port_num) };
+            // SAFETY: each event is acknowledged once.
+            unsafe { ibv_ack_async_event(&mut ev) };
+            use ibv_event_type::*;
+            let mapped = match ty {
+                IBV_EVENT_PORT_ERR if port == i32::from(self.port) => Some(AsyncEvent::PortDown),
+                IBV_EVENT_PORT_ACTIVE if port == i32::from(self.port) => {
+                    Some(AsyncEvent::PortActive)
+                }
+                IBV_EVENT_GID_CHANGE if port == i32::from(self.port) => {
+                    match self.dev.query_gid(self.port, self.gid_index) {
+                        Some(g) if g != self.attr.gid && g != Gid::ZERO => {
+                            self.attr.gid = g;
+                            Some(AsyncEvent::GidChanged { new: g })
+                        }
+                        _ => None,
+                    }
+                }
+                IBV_EVENT_QP_FATAL | IBV_EVENT_QP_REQ_ERR | IBV_EVENT_QP_ACCESS_ERR
+                    if qp == self.qp =>
+                {
+                    Some(AsyncEvent::QpFatal)
+                }
+                IBV_EVENT_CQ_ERR | IBV_EVENT_DEVICE_FATAL => Some(AsyncEvent::QpFatal),
+                other => {
+                    tracing::debug!(event = ?other, "ignored async event");
+                    None
+                }
+            };
+            if mapped.is_some() {
+                return mapped;
+            }
+        }
     }
 
     /// Discard every completion waiting in the stashes and on both CQs (the
@@ -775,50 +827,10 @@ impl UdQueuePair for VerbsQp {
     }
 
     fn poll_event(&mut self) -> Option<AsyncEvent> {
-        loop {
-            // SAFETY: plain data; zero is valid.
-            let mut ev: ibv_async_event = unsafe { std::mem::zeroed() };
-            // SAFETY: valid context; its async fd is non-blocking, so this returns -1
-            // (EAGAIN) when no event is pending.
-            let rc = unsafe { ibv_get_async_event(self.dev.ctx, &mut ev) };
-            if rc != 0 {
-                return None;
-            }
-            let ty = ev.event_type;
-            // SAFETY: the union member matches the event type class checked below.
-            let (qp, port) = unsafe { (ev.element.qp, ev.element.port_num) };
-            // SAFETY: each event is acknowledged once.
-            unsafe { ibv_ack_async_event(&mut ev) };
-            use ibv_event_type::*;
-            let mapped = match ty {
-                IBV_EVENT_PORT_ERR if port == i32::from(self.port) => Some(AsyncEvent::PortDown),
-                IBV_EVENT_PORT_ACTIVE if port == i32::from(self.port) => {
-                    Some(AsyncEvent::PortActive)
-                }
-                IBV_EVENT_GID_CHANGE if port == i32::from(self.port) => {
-                    match self.dev.query_gid(self.port, self.gid_index) {
-                        Some(g) if g != self.attr.gid && g != Gid::ZERO => {
-                            self.attr.gid = g;
-                            Some(AsyncEvent::GidChanged { new: g })
-                        }
-                        _ => None,
-                    }
-                }
-                IBV_EVENT_QP_FATAL | IBV_EVENT_QP_REQ_ERR | IBV_EVENT_QP_ACCESS_ERR
-                    if qp == self.qp =>
-                {
-                    Some(AsyncEvent::QpFatal)
-                }
-                IBV_EVENT_CQ_ERR | IBV_EVENT_DEVICE_FATAL => Some(AsyncEvent::QpFatal),
-                other => {
-                    tracing::debug!(event = ?other, "ignored async event");
-                    None
-                }
-            };
-            if mapped.is_some() {
-                return mapped;
-            }
+        if let Some(ev) = self.events.pop_front() {
+            return Some(ev);
         }
+        self.read_async_event()
     }
 
     /// Error → Reset (the device forgets every outstanding WR) → Init → RTR →
@@ -834,6 +846,13 @@ impl UdQueuePair for VerbsQp {
         }
         self.sq.clear();
         self.recv_posted = 0;
+        // A failure reported before the reset was about the QP just reset: drop
+        // it, or it would reset the recovered QP again. Keep every other event.
+        while let Some(ev) = self.read_async_event() {
+            if ev != AsyncEvent::QpFatal {
+                self.events.push_back(ev);
+            }
+        }
         self.bring_up(self.pkey_index)?;
         tracing::info!(
             qpn = self.attr.qpn,
