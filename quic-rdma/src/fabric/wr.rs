@@ -95,4 +95,13 @@ impl Completion {
             src_qp: 0,
         }
     }
+
+    /// A posted receive flushed because its QP is in the error state.
+    pub fn recv_flushed(wr_id: u64) -> Self {
+        Completion {
+            status: WcStatus::WrFlushErr,
+            opcode: WcOpcode::Recv,
+            ..Completion::send(wr_id)
+        }
+    }
 }

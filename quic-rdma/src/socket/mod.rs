@@ -302,11 +302,8 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             lost_sends = self.inflight.len(),
             "queue pair was in the error state; recovered"
         );
-        for s in std::mem::take(&mut self.inflight) {
-            if let Some(slot) = s.slot {
-                self.send_pool.release(slot);
-            }
-            self.ahs.completed(&mut self.qp, s.ah, &mut self.stats);
+        while let Some(s) = self.inflight.pop_front() {
+            self.retire_send(s);
         }
         self.since_signal = 0;
         // Every receive slot is free again (posted ones were discarded with the

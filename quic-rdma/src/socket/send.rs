@@ -183,6 +183,14 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         self.wrs.clear();
     }
 
+    /// Give back what a send held: its slot and its AH reference.
+    pub(super) fn retire_send(&mut self, s: InflightSend) {
+        if let Some(slot) = s.slot {
+            self.send_pool.release(slot);
+        }
+        self.ahs.completed(&mut self.qp, s.ah, &mut self.stats);
+    }
+
     /// Poll send completions and retire what they cover: a completion retires every
     /// earlier send (in-order completion, IBA 10.8.3), freeing its slot and AH reference.
     ///
@@ -204,11 +212,9 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                     }
                 }
                 while let Some(s) = self.inflight.pop_front() {
-                    if let Some(slot) = s.slot {
-                        self.send_pool.release(slot);
-                    }
-                    self.ahs.completed(&mut self.qp, s.ah, &mut self.stats);
-                    if s.wr_id == wc.wr_id {
+                    let last = s.wr_id == wc.wr_id;
+                    self.retire_send(s);
+                    if last {
                         break;
                     }
                 }

@@ -334,14 +334,7 @@ impl UdQueuePair for SimQp {
                 let Some(wr) = self.posted.pop_front() else {
                     break;
                 };
-                out[n] = Completion {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::WrFlushErr,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    imm: None,
-                    src_qp: 0,
-                };
+                out[n] = Completion::recv_flushed(wr.wr_id);
                 n += 1;
                 continue;
             };

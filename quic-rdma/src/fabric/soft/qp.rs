@@ -121,7 +121,13 @@ struct Batch {
     len: usize,
     count: usize,
     seg: usize,
-    closed: bool,
+}
+
+impl Batch {
+    /// The last packet is shorter than the segments: nothing may follow it.
+    fn closed(&self) -> bool {
+        self.len < self.count * self.seg
+    }
 }
 
 impl Sender<'_> {
@@ -164,7 +170,7 @@ impl Sender<'_> {
         let joins = gso
             && b.count > 0
             && b.dest == key
-            && !b.closed
+            && !b.closed()
             && b.count < self.max_segments
             && n <= b.seg;
         if b.count > 0 && !joins {
@@ -192,12 +198,10 @@ impl Sender<'_> {
                 len: n,
                 count: 1,
                 seg: n,
-                closed: false,
             };
         } else {
             b.len += n;
             b.count += 1;
-            b.closed = n < b.seg;
         }
     }
 
@@ -212,19 +216,13 @@ impl Sender<'_> {
         let s = &self.port.shared;
         let contents = &self.tx_buf[..len];
         if b.count > 1 {
-            match send_retrying(s, dest, tc, contents, Some(b.seg)) {
-                Ok(()) => {
-                    s.tx_gso_batches.fetch_add(1, Ordering::Relaxed);
-                    s.tx_packets.fetch_add(b.count as u64, Ordering::Relaxed);
-                    s.tx_bytes.fetch_add(len as u64, Ordering::Relaxed);
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    s.tx_would_block
-                        .fetch_add(b.count as u64, Ordering::Relaxed);
-                    return;
-                }
-                Err(e) => {
+            let sent = send_retrying(s, dest, tc, contents, Some(b.seg));
+            if sent.is_ok() {
+                s.tx_gso_batches.fetch_add(1, Ordering::Relaxed);
+            }
+            match count_send(s, sent, b.count, len) {
+                None => return,
+                Some(e) => {
                     // The kernel or device refuses UDP GSO: one by one from now on.
                     tracing::info!(%e, "UDP GSO refused; sending RoCEv2 packets one per sendmsg");
                     s.gso_ok.store(false, Ordering::Relaxed);
@@ -232,19 +230,35 @@ impl Sender<'_> {
             }
         }
         for pkt in contents.chunks(b.seg.max(1)) {
-            match send_retrying(s, dest, tc, pkt, None) {
-                Ok(()) => {
-                    s.tx_packets.fetch_add(1, Ordering::Relaxed);
-                    s.tx_bytes.fetch_add(pkt.len() as u64, Ordering::Relaxed);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    s.tx_would_block.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(_) => {
-                    s.tx_errors.fetch_add(1, Ordering::Relaxed);
-                }
+            let sent = send_retrying(s, dest, tc, pkt, None);
+            if count_send(s, sent, 1, pkt.len()).is_some() {
+                s.tx_errors.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+/// Count one `sendmsg` of `packets` packets and `bytes` bytes by its outcome:
+/// sent, or lost to a full socket buffer. Any other error is handed back
+/// uncounted, for the caller to decide.
+fn count_send(
+    s: &super::port::Shared,
+    sent: io::Result<()>,
+    packets: usize,
+    bytes: usize,
+) -> Option<io::Error> {
+    match sent {
+        Ok(()) => {
+            s.tx_packets.fetch_add(packets as u64, Ordering::Relaxed);
+            s.tx_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+            None
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            s.tx_would_block
+                .fetch_add(packets as u64, Ordering::Relaxed);
+            None
+        }
+        Err(e) => Some(e),
     }
 }
 
@@ -475,14 +489,7 @@ impl UdQueuePair for SoftQp {
                 else {
                     break;
                 };
-                out[n] = Completion {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::WrFlushErr,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    imm: None,
-                    src_qp: 0,
-                };
+                out[n] = Completion::recv_flushed(wr.wr_id);
                 n += 1;
                 continue;
             };
