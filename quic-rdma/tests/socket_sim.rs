@@ -343,9 +343,13 @@ fn selective_signaling_retires_earlier_sends() {
 }
 
 #[test]
-fn migrated_peer_gets_a_new_ah_and_the_old_one_dies_after_its_sends() {
+fn migrated_peer_gets_its_new_gids_ah_and_an_evicted_one_dies_after_its_sends() {
     let f = SimFabric::new(SimConfig::default());
-    let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
+    let cfg = SocketConfig {
+        ah_capacity: 1,
+        ..SocketConfig::default()
+    };
+    let mut a = sock(&f, g6(1), SimQpOptions::default(), cfg);
     let b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
     let old = b.local_addr();
     // Three unsignaled sends reference the old AH.
@@ -353,12 +357,13 @@ fn migrated_peer_gets_a_new_ah_and_the_old_one_dies_after_its_sends() {
         a.send(old, 0, &datagram(2000, i), None).unwrap();
     }
     assert_eq!(a.sends_in_flight(), 3);
-    // The peer moves to a new GID (same QPN, Q_Key).
+    // The peer moves to a new GID (same QPN, Q_Key): the new GID's AH is built,
+    // and (capacity 1) the old one is evicted — but alive while its sends are.
     b.queue_pair().handle().set_gid(g6(9));
     let new = UdAddr { gid: g6(9), ..old };
     a.send(new, 0, &datagram(2000, 9), None).unwrap();
     let st = a.stats();
-    assert_eq!((st.ah_created, st.ah_rebuilt, st.ah_destroyed), (2, 1, 0));
+    assert_eq!((st.ah_created, st.ah_rebuilt, st.ah_destroyed), (2, 0, 0));
     assert_eq!(
         a.ah_counts(),
         (1, 1),
@@ -409,23 +414,38 @@ fn scarce_slots_and_a_short_send_queue_never_deadlock() {
     };
     let mut a = sock(&f, g6(1), SimQpOptions::default(), small);
     let mut b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
-    // One at a time, and as GSO batches larger than the slot pool.
+    // One at a time, and as GSO batches as large as the slot pool, back to back.
     for i in 0..64u8 {
         a.send(b.local_addr(), 0, &datagram(2000, i), None).unwrap();
     }
-    let mut batch = Vec::new();
-    for i in 0..20u8 {
-        batch.extend_from_slice(&datagram(2000, i));
+    assert_eq!(a.max_segments(), 8, "the slot pool bounds one send");
+    for round in 0..3u8 {
+        let mut batch = Vec::new();
+        for i in 0..8u8 {
+            batch.extend_from_slice(&datagram(2000, round * 8 + i));
+        }
+        a.send(b.local_addr(), 0, &batch, Some(2000)).unwrap();
     }
-    a.send(b.local_addr(), 0, &batch, Some(2000)).unwrap();
     assert_eq!(a.stats().would_block, 0);
+    a.reap_sends();
     assert!(
         a.sends_in_flight() < 8,
         "signaled early when slots ran short"
     );
+    // A send larger than the pool could never be posted whole: refused, nothing posted.
+    let too_big = datagram(2000, 0).repeat(20);
+    let before = a.stats().sent_wrs;
+    assert!(matches!(
+        a.send(b.local_addr(), 0, &too_big, Some(2000)),
+        Err(SocketError::TooManySegments {
+            segments: 20,
+            max: 8
+        })
+    ));
+    assert_eq!(a.stats().sent_wrs, before);
     let got = drain(&mut b);
-    assert_eq!(got.len(), 84);
-    assert_eq!(got[83].2, datagram(2000, 19));
+    assert_eq!(got.len(), 88);
+    assert_eq!(got[87].2, datagram(2000, 23));
 }
 
 #[test]

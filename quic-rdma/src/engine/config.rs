@@ -6,6 +6,7 @@ use quinn_proto::{ClientConfig, ServerConfig};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::EngineError;
+use crate::peers::PeerLimits;
 use crate::quinn_adapter::transport;
 use crate::socket::SocketConfig;
 
@@ -45,6 +46,8 @@ pub struct EngineConfig {
     pub recv_batch: usize,
     /// Seed of quinn-proto's endpoint RNG (tests want determinism); `None` seeds from the OS.
     pub rng_seed: Option<[u8; 32]>,
+    /// Bounds of the peer table (see [`crate::peers`]).
+    pub peers: PeerLimits,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +60,7 @@ impl Default for EngineConfig {
             socket: SocketConfig::default(),
             recv_batch: 256,
             rng_seed: None,
+            peers: PeerLimits::default(),
         }
     }
 }
@@ -70,6 +74,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("routing_key", &self.routing_key)
             .field("socket", &self.socket)
             .field("recv_batch", &self.recv_batch)
+            .field("peers", &self.peers)
             .finish()
     }
 }

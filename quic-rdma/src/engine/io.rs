@@ -6,7 +6,11 @@ use quinn_proto::{DatagramEvent, EcnCodepoint};
 
 use super::Engine;
 use crate::fabric::{UdAddr, UdQueuePair};
-use crate::socket::{SocketError, MAX_SEND_BATCH};
+use crate::socket::SocketError;
+
+/// Endpoint-level responses queued while the send queue is full, at most;
+/// further ones are dropped (and counted) like lost packets.
+const MAX_QUEUED_RESPONSES: usize = 1024;
 
 /// A transmit the socket refused with `WouldBlock`; its bytes wait in `pending_buf`.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +37,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             rx_buf,
             tx_buf,
             responses,
+            responses_dropped,
             peers,
             ..
         } = self;
@@ -47,7 +52,14 @@ impl<Q: UdQueuePair> Engine<Q> {
             let data = rx_buf.split();
             tx_buf.clear();
             let ecn = EcnCodepoint::from_bits(r.ecn);
-            match endpoint.handle(now, peers.proto_addr(r.src), local_ip, ecn, data, tx_buf) {
+            match endpoint.handle(
+                now,
+                peers.on_receive(r.src, now),
+                local_ip,
+                ecn,
+                data,
+                tx_buf,
+            ) {
                 Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                     if let Some(c) = conns.by_proto(ch) {
                         c.inner.handle_event(ev);
@@ -55,6 +67,11 @@ impl<Q: UdQueuePair> Engine<Q> {
                 }
                 Some(DatagramEvent::NewConnection(inc)) => {
                     new_incoming.get_or_insert_with(Vec::new).push(inc);
+                }
+                // Stateless answers to whoever sent a packet: bounded, since
+                // anyone can make us owe them one.
+                Some(DatagramEvent::Response(_)) if responses.len() >= MAX_QUEUED_RESPONSES => {
+                    *responses_dropped += 1;
                 }
                 Some(DatagramEvent::Response(t)) => {
                     responses.push((r.src, tx_buf[..t.size].to_vec()));
@@ -106,14 +123,19 @@ impl<Q: UdQueuePair> Engine<Q> {
         if !self.retry_pending() {
             return;
         }
+        let max_segments = self.socket.max_segments();
         for i in 0..self.conns.capacity() {
             while let Some(c) = self.conns.slot_mut(i) {
                 self.tx_buf.clear();
-                let Some(t) = c.inner.poll_transmit(now, MAX_SEND_BATCH, &mut self.tx_buf) else {
+                let Some(t) = c.inner.poll_transmit(now, max_segments, &mut self.tx_buf) else {
                     break;
                 };
-                let Some(dest) = self.peers.ud_addr(t.destination) else {
-                    tracing::warn!(dest = %t.destination, "transmit to a non-UD address dropped");
+                let Some(dest) = self
+                    .peers
+                    .on_send(t.destination, &self.tx_buf[..t.size], now)
+                else {
+                    // Counted in the peer table; like a lost packet to QUIC.
+                    tracing::debug!(dest = %t.destination, "transmit to an unknown UD peer dropped");
                     continue;
                 };
                 let ecn = t.ecn.map_or(0, |e| e as u8);

@@ -59,7 +59,7 @@ pub use quinn_proto::StreamId;
 pub use streams::StreamRead;
 
 use crate::fabric::{UdAddr, UdQueuePair};
-use crate::peers::PeerTable;
+use crate::peers::{PeerStats, PeerTable};
 use crate::quinn_adapter::endpoint_config;
 use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
 use connection::{Conn, ConnTable};
@@ -91,6 +91,8 @@ pub struct Engine<Q: UdQueuePair> {
     /// Endpoint-level responses (stateless reset, version negotiation, refusals,
     /// retries) produced while the socket was busy receiving: rare, so owned.
     responses: Vec<(UdAddr, Vec<u8>)>,
+    /// Responses dropped because too many were queued.
+    responses_dropped: u64,
     /// Events produced inside the receive path, moved to the caller's buffer.
     staged: Vec<Event>,
 }
@@ -117,7 +119,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             socket,
             endpoint,
             conns: ConnTable::default(),
-            peers: PeerTable::default(),
+            peers: PeerTable::new(cfg.peers),
             incoming: Slab::new(),
             next_incoming_gen: 0,
             client: cfg.client,
@@ -131,6 +133,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             pending: None,
             pending_buf: Vec::with_capacity(mtu * MAX_SEND_BATCH),
             responses: Vec::new(),
+            responses_dropped: 0,
             staged: Vec::with_capacity(64),
         })
     }
@@ -148,6 +151,17 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// The UD socket's counters (sends, receives, drops by cause, AHs, ...).
     pub fn socket_stats(&self) -> SocketStats {
         self.socket.stats()
+    }
+
+    /// The peer table's counters and bounds (see [`crate::peers`]).
+    pub fn peer_stats(&self) -> PeerStats {
+        self.peers.stats()
+    }
+
+    /// Stateless responses (resets, version negotiation) dropped because the send
+    /// queue stayed full while more were owed.
+    pub fn responses_dropped(&self) -> u64 {
+        self.responses_dropped
     }
 
     /// quinn-proto's statistics of one connection (RTT, congestion, losses, frames).
@@ -188,7 +202,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         server_name: &str,
     ) -> Result<ConnHandle, EngineError> {
         let cfg = self.client.clone().ok_or(EngineError::NoClientConfig)?;
-        let addr = self.peers.proto_addr(remote);
+        let addr = self.peers.admit(remote, now);
         let (ch, conn) = self.endpoint.connect(now, cfg, addr, server_name)?;
         Ok(self.conns.insert(ch, Conn::new(conn)))
     }

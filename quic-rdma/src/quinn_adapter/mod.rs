@@ -36,6 +36,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
@@ -43,8 +44,8 @@ use quinn::{AsyncUdpSocket, UdpPoller};
 pub use config::{endpoint_config, transport, transport_config};
 
 use crate::fabric::{UdAddr, UdQueuePair};
-use crate::peers::PeerTable;
-use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
+use crate::peers::{PeerLimits, PeerStats, PeerTable};
+use crate::socket::{SocketError, SocketStats, UdSocket};
 use wake::WakeHub;
 
 /// A [`UdSocket`] as a `quinn::AsyncUdpSocket`.
@@ -59,21 +60,29 @@ pub struct RdmaUdpSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     hub: Arc<WakeHub>,
     hub_waker: Waker,
     mtu: usize,
+    /// Segments per transmit the socket can always post whole.
+    max_segments: usize,
     /// The addresses quinn sees for UD peers (see [`RdmaUdpSocket::peer_addr`]).
     peers: Mutex<PeerTable>,
     inner: Mutex<UdSocket<Q>>,
 }
 
 impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
-    /// Wrap a socket.
+    /// Wrap a socket, with the default [`PeerLimits`].
     pub fn new(socket: UdSocket<Q>) -> Self {
+        Self::with_peer_limits(socket, PeerLimits::default())
+    }
+
+    /// Wrap a socket; its peer table is bounded by `limits` (see [`crate::peers`]).
+    pub fn with_peer_limits(socket: UdSocket<Q>, limits: PeerLimits) -> Self {
         let hub = Arc::new(WakeHub::default());
         RdmaUdpSocket {
             watcher: OnceLock::new(),
             hub_waker: Waker::from(hub.clone()),
             hub,
             mtu: socket.mtu(),
-            peers: Mutex::new(PeerTable::default()),
+            max_segments: socket.max_segments(),
+            peers: Mutex::new(PeerTable::new(limits)),
             inner: Mutex::new(socket),
         }
     }
@@ -95,13 +104,20 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     /// quinn-proto's Retry tokens keep only IP and port, so an address that put the
     /// QPN and Q_Key elsewhere (like [`UdAddr::to_socket_addr`]) would fail every
     /// Retry. Stable per peer, so a peer that moves is a path change.
+    ///
+    /// Naming a peer admits it to the peer table (see [`crate::peers`]).
     pub fn peer_addr(&self, ud: UdAddr) -> SocketAddr {
-        lock(&self.peers).proto_addr(ud)
+        lock(&self.peers).admit(ud, Instant::now())
     }
 
     /// The UD peer behind an address quinn reported (the inverse of [`Self::peer_addr`]).
     pub fn ud_addr_of(&self, addr: SocketAddr) -> Option<UdAddr> {
         lock(&self.peers).ud_addr(addr)
+    }
+
+    /// The peer table's counters and bounds.
+    pub fn peer_stats(&self) -> PeerStats {
+        lock(&self.peers).stats()
     }
 
     /// The socket's counters.
@@ -163,19 +179,20 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
     }
 
     fn try_send(&self, t: &Transmit) -> io::Result<()> {
-        let dest = lock(&self.peers).resolve(t.destination).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "{} is not a UD peer; address peers with RdmaUdpSocket::peer_addr or UdAddr::to_socket_addr",
-                    t.destination
-                ),
-            )
-        })?;
+        // An unknown destination (never seen, or refused by a full table) is a
+        // counted drop like a lost packet: an error here would be fatal to the
+        // connection in quinn.
+        let Some(dest) = lock(&self.peers).on_send(t.destination, t.contents, Instant::now())
+        else {
+            tracing::debug!(dest = %t.destination, "transmit to an unknown UD peer dropped");
+            return Ok(());
+        };
         let ecn = t.ecn.map_or(0, |e| e as u8);
-        self.lock()
-            .send(dest, ecn, t.contents, t.segment_size)
-            .map_err(io::Error::from)
+        match self.lock().send(dest, ecn, t.contents, t.segment_size) {
+            // Counted by the socket; the unposted segments are lost packets to QUIC.
+            Ok(()) | Err(SocketError::PartiallyPosted { .. }) => Ok(()),
+            Err(e) => Err(io::Error::from(e)),
+        }
     }
 
     fn poll_recv(
@@ -188,6 +205,7 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
         let mut s = self.lock();
         let mut peers = lock(&self.peers);
         let dst_ip = Some(s.local_addr().gid.to_ipv6().into());
+        let now = Instant::now();
         loop {
             // Send completions also wake the QP: retire them here so an armed QP
             // with only send completions pending does not spin this loop.
@@ -197,7 +215,7 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
                 let len = r.data.len().min(bufs[i].len());
                 bufs[i][..len].copy_from_slice(&r.data[..len]);
                 meta[i] = RecvMeta {
-                    addr: peers.proto_addr(r.src),
+                    addr: peers.on_receive(r.src, now),
                     len,
                     stride: len,
                     ecn: EcnCodepoint::from_bits(r.ecn),
@@ -219,7 +237,7 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
     }
 
     fn max_transmit_segments(&self) -> usize {
-        MAX_SEND_BATCH
+        self.max_segments
     }
 
     fn may_fragment(&self) -> bool {

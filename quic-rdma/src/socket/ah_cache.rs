@@ -1,16 +1,26 @@
 //! The address-handle cache (DESIGN.md §3).
 //!
-//! Keyed per (GID, flow label, traffic class, hop limit). Each entry counts the
-//! sends in flight that reference it; a retired entry (peer migrated, our GID
-//! changed, evicted) is destroyed only when its last send completes — destroying
-//! an AH under an in-flight WR is undefined behaviour on hardware.
+//! Keyed per (GID, flow label, traffic class, hop limit) — everything an AH
+//! holds, and nothing else: an AH names a path to a GID, not a peer, so every
+//! peer at one GID shares it whatever its QPN. A peer that moves to a new GID
+//! simply needs the AH of that GID; the old path's AH ages out of the bounded
+//! LRU like any other. (Tracking "where was QPN q last seen" confused two
+//! clients on different hosts with the same QPN — every soft endpoint's
+//! default is 0x11 — and rebuilt AHs on every alternation; its map also grew
+//! with every spoofed QPN.) Each entry counts the sends in flight that
+//! reference it; a retired entry (evicted, or our own GID changed) is
+//! destroyed only when its last send completes — destroying an AH under an
+//! in-flight WR is undefined behaviour on hardware.
+//!
+//! Bounded: at most `capacity` live entries, plus retired ones still
+//! referenced by sends in flight (at most the send queue's depth).
 
 use std::collections::HashMap;
 
 use slab::Slab;
 
 use super::stats::SocketStats;
-use crate::fabric::{AhAttr, AhId, FabricError, Gid, Qpn, UdQueuePair};
+use crate::fabric::{AhAttr, AhId, FabricError, UdQueuePair};
 
 /// Index of a cache entry (stable while sends reference it).
 pub(crate) type AhRef = usize;
@@ -19,7 +29,6 @@ pub(crate) type AhRef = usize;
 struct Entry {
     ah: AhId,
     attr: AhAttr,
-    peer: (Qpn, u32),
     inflight: u32,
     retired: bool,
     last_use: u64,
@@ -30,8 +39,6 @@ struct Entry {
 pub(crate) struct AhCache {
     by_attr: HashMap<AhAttr, AhRef>,
     entries: Slab<Entry>,
-    /// Where each peer (QPN, Q_Key) was last seen, to tell a migration.
-    peer_gid: HashMap<(Qpn, u32), Gid>,
     capacity: usize,
     clock: u64,
 }
@@ -41,19 +48,17 @@ impl AhCache {
         AhCache {
             by_attr: HashMap::new(),
             entries: Slab::new(),
-            peer_gid: HashMap::new(),
             capacity: capacity.max(1),
             clock: 0,
         }
     }
 
-    /// The AH for `attr` towards peer (QPN, Q_Key), created on a miss. The caller
-    /// must follow with [`AhCache::sent`] for each WR posted with it.
+    /// The AH for `attr`, created on a miss. The caller must follow with
+    /// [`AhCache::sent`] for each WR posted with it.
     pub(crate) fn get<Q: UdQueuePair + ?Sized>(
         &mut self,
         qp: &mut Q,
         attr: &AhAttr,
-        peer: (Qpn, u32),
         stats: &mut SocketStats,
     ) -> Result<(AhRef, AhId), FabricError> {
         self.clock += 1;
@@ -62,22 +67,6 @@ impl AhCache {
             e.last_use = self.clock;
             stats.ah_hits += 1;
             return Ok((r, e.ah));
-        }
-        // A peer seen at another GID has migrated: retire the AHs of the old path.
-        match self.peer_gid.insert(peer, attr.dgid) {
-            Some(old) if old != attr.dgid => {
-                stats.ah_rebuilt += 1;
-                let stale: Vec<AhRef> = self
-                    .entries
-                    .iter()
-                    .filter(|(_, e)| !e.retired && e.peer == peer && e.attr.dgid == old)
-                    .map(|(r, _)| r)
-                    .collect();
-                for r in stale {
-                    self.retire(qp, r, stats);
-                }
-            }
-            _ => {}
         }
         if self.by_attr.len() >= self.capacity {
             if let Some(lru) = self
@@ -94,7 +83,6 @@ impl AhCache {
         let r = self.entries.insert(Entry {
             ah,
             attr: *attr,
-            peer,
             inflight: 0,
             retired: false,
             last_use: self.clock,

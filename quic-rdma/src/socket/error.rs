@@ -15,9 +15,31 @@ pub enum SocketError {
         /// The active MTU.
         mtu: usize,
     },
-    /// No send-queue room or free send slot right now; retry after completions.
+    /// No send-queue room or free send slot right now; nothing was posted.
+    /// Retry after completions.
     #[error("send queue full; retry after completions")]
     WouldBlock,
+    /// A datagram of more segments than the send queue or slot pool can ever
+    /// hold at once: it could never be posted whole. Send fewer segments per call.
+    #[error("{segments} segments in one send exceed the {max} the send queue can hold; send fewer per call")]
+    TooManySegments {
+        /// Segments in the datagram.
+        segments: usize,
+        /// The most one send can post.
+        max: usize,
+    },
+    /// The provider refused a post part way: the first `posted` segments are on
+    /// the wire, the rest are not (and must not be sent again as a whole, or the
+    /// first ones would be duplicated). To QUIC the rest is lost packets.
+    #[error("provider posted {posted} of {segments} segments: {source}")]
+    PartiallyPosted {
+        /// Segments posted.
+        posted: usize,
+        /// Segments in the datagram.
+        segments: usize,
+        /// Why the provider refused the rest.
+        source: FabricError,
+    },
     /// A misconfiguration of the socket.
     #[error("invalid socket configuration: {0}")]
     Config(String),
@@ -35,7 +57,10 @@ impl From<SocketError> for std::io::Error {
         use std::io::ErrorKind;
         let kind = match &e {
             SocketError::WouldBlock => ErrorKind::WouldBlock,
-            SocketError::Oversize { .. } | SocketError::Config(_) => ErrorKind::InvalidInput,
+            SocketError::Oversize { .. }
+            | SocketError::Config(_)
+            | SocketError::TooManySegments { .. } => ErrorKind::InvalidInput,
+            SocketError::PartiallyPosted { .. } => ErrorKind::Other,
             SocketError::QpFailed(_) => ErrorKind::BrokenPipe,
             SocketError::Fabric(FabricError::Io(io)) => io.kind(),
             SocketError::Fabric(_) => ErrorKind::Other,

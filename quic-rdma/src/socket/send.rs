@@ -12,9 +12,13 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     /// `segment_size` bytes (the last may be shorter), all in one `post_send`.
     ///
     /// `ecn` is the ECN codepoint for the GRH traffic class (RFC 3168, 0..=3).
-    /// Either every segment is posted or none: `WouldBlock` when the send queue
-    /// or the slot pool lacks room (poll completions — [`UdSocket::reap_sends`]
-    /// does — and retry), `Oversize` when a segment exceeds the active MTU.
+    /// Either every segment is posted or none: room for all of them is checked
+    /// before the first is posted. `WouldBlock` (nothing posted) when the send
+    /// queue or the slot pool lacks room now (poll completions —
+    /// [`UdSocket::reap_sends`] does — and retry), `TooManySegments` when they
+    /// never could hold them all, `Oversize` when a segment exceeds the active
+    /// MTU. Only a provider failing part way through a post (the queue pair
+    /// broke) leaves some posted: `PartiallyPosted` says how many.
     pub fn send(
         &mut self,
         dest: UdAddr,
@@ -33,36 +37,65 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                 mtu: self.mtu,
             });
         }
-        // One post per batch; a batch never needs more slots or SQ entries than exist
-        // (a GSO transmit larger than that is posted in several batches).
-        let batch = MAX_SEND_BATCH
-            .min(self.send_pool.total())
-            .min(self.qp.attr().max_send_wr as usize)
-            .max(1);
-        for chunk in contents.chunks(seg * batch) {
-            self.send_batch(dest, ecn, chunk, seg)?;
+        let segments = contents.len().div_ceil(seg).max(1);
+        let big = self.big_segments(contents.len(), seg);
+        let sq_depth = self.qp.attr().max_send_wr as usize;
+        if segments > sq_depth || big > self.send_pool.total() {
+            return Err(SocketError::TooManySegments {
+                segments,
+                max: sq_depth.min(self.send_pool.total()),
+            });
+        }
+        self.reap_sends();
+        let sq_room = sq_depth.saturating_sub(self.inflight.len());
+        if sq_room < segments || self.send_pool.available() < big {
+            self.stats.would_block += 1;
+            return Err(SocketError::WouldBlock);
+        }
+        // One post per batch of at most MAX_SEND_BATCH WRs (the staging area's
+        // size); room for every batch was checked above, and only grows.
+        let mut posted = 0;
+        for chunk in contents.chunks(seg * MAX_SEND_BATCH) {
+            match self.send_batch(dest, ecn, chunk, seg) {
+                Ok(n) => posted += n,
+                // Nothing of this send reached the wire: a plain failure.
+                Err((0, source)) if posted == 0 => return Err(source.into()),
+                Err((n, source)) => {
+                    self.stats.partial_posts += 1;
+                    self.stats.unposted_segments += (segments - posted - n) as u64;
+                    return Err(SocketError::PartiallyPosted {
+                        posted: posted + n,
+                        segments,
+                        source,
+                    });
+                }
+            }
         }
         Ok(())
     }
 
+    /// Segments of a `len`-byte datagram cut at `seg` that need a slot (not inline).
+    fn big_segments(&self, len: usize, seg: usize) -> usize {
+        if seg <= self.inline_max {
+            return 0;
+        }
+        let last = len % seg;
+        len / seg + usize::from(last > self.inline_max)
+    }
+
+    /// Post one batch (room checked by the caller). `Err((posted, why))` when the
+    /// provider took only part of it.
     fn send_batch(
         &mut self,
         dest: UdAddr,
         ecn: u8,
         contents: &[u8],
         seg: usize,
-    ) -> Result<(), SocketError> {
-        self.reap_sends();
+    ) -> Result<usize, (usize, crate::fabric::FabricError)> {
         let n = contents.len().div_ceil(seg).max(1);
         let sq_room = (self.qp.attr().max_send_wr as usize).saturating_sub(self.inflight.len());
-        let big = contents
-            .chunks(seg)
-            .filter(|c| c.len() > self.inline_max)
-            .count();
-        if sq_room < n || self.send_pool.available() < big {
-            self.stats.would_block += 1;
-            return Err(SocketError::WouldBlock);
-        }
+        let big = self.big_segments(contents.len(), seg);
+        debug_assert!(sq_room >= n && self.send_pool.available() >= big);
         self.wrs.clear();
         self.wr_ahs.clear();
         self.wr_slots.clear();
@@ -84,17 +117,13 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                 traffic_class: (base.traffic_class & !0b11) | (ecn & 0b11),
                 ..base
             };
-            let (ah_ref, ah) =
-                match self
-                    .ahs
-                    .get(&mut self.qp, &attr, (dest.qpn, dest.qkey), &mut self.stats)
-                {
-                    Ok(x) => x,
-                    Err(e) => {
-                        self.unwind_batch();
-                        return Err(e.into());
-                    }
-                };
+            let (ah_ref, ah) = match self.ahs.get(&mut self.qp, &attr, &mut self.stats) {
+                Ok(x) => x,
+                Err(e) => {
+                    self.unwind_batch();
+                    return Err((0, e));
+                }
+            };
             let inline = d.len() <= self.inline_max;
             let (sge, slot) = if inline {
                 (self.stage(i, d), None)
@@ -126,11 +155,11 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                 flags: SendFlags { signaled, inline },
             });
         }
-        let posted = match self.qp.post_send(&self.mem, &self.wrs) {
-            Ok(()) => self.wrs.len(),
+        let (posted, failure) = match self.qp.post_send(&self.mem, &self.wrs) {
+            Ok(()) => (self.wrs.len(), None),
             Err((k, e)) => {
                 tracing::warn!(posted = k, err = %e, "post_send failed");
-                k
+                (k, Some(e))
             }
         };
         for i in 0..posted {
@@ -147,15 +176,15 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         }
         self.next_wr_id += self.wrs.len() as u64;
         self.stats.send_posts += 1;
-        if posted < self.wrs.len() {
+        if let Some(e) = failure {
             // Release what the provider did not take, then report.
             self.wrs.drain(..posted);
             self.wr_ahs.drain(..posted);
             self.wr_slots.drain(..posted);
             self.unwind_batch();
-            return Err(SocketError::WouldBlock);
+            return Err((posted, e));
         }
-        Ok(())
+        Ok(posted)
     }
 
     /// Copy a small datagram into the inline staging area for WR `i` of a batch.
@@ -232,6 +261,15 @@ impl<Q: UdQueuePair> UdSocket<Q> {
 }
 
 impl<Q: UdQueuePair> UdSocket<Q> {
+    /// The most segments one [`send`](Self::send) can take (the send queue's depth
+    /// and the slot pool bound it): give quinn this as its GSO segment limit.
+    pub fn max_segments(&self) -> usize {
+        MAX_SEND_BATCH
+            .min(self.qp.attr().max_send_wr as usize)
+            .min(self.send_pool.total())
+            .max(1)
+    }
+
     /// Whether a full-MTU datagram could be posted now (send-queue room and a slot).
     pub fn can_send(&self) -> bool {
         self.inflight.len() < self.qp.attr().max_send_wr as usize && self.send_pool.available() > 0

@@ -25,6 +25,10 @@ pub struct SocketStats {
     pub mtu_refusals: u64,
     /// Sends refused for lack of send-queue room or slots (caller retries).
     pub would_block: u64,
+    /// Sends the provider took only part of (its queue pair broke mid-post).
+    pub partial_posts: u64,
+    /// Segments of those sends that were not posted (lost, never resent).
+    pub unposted_segments: u64,
     /// Packets received and handed up.
     pub recv_packets: u64,
     /// Payload bytes received and handed up.
@@ -43,8 +47,8 @@ pub struct SocketStats {
     pub ah_created: u64,
     /// Address handles destroyed (after their last send completed).
     pub ah_destroyed: u64,
-    /// Address handles built again because a peer (QPN, Q_Key) moved to a new GID,
-    /// or our own GID changed.
+    /// Address handles built again because our own GID changed (a peer that
+    /// moves to a new GID needs that GID's AH: counted in `ah_created`).
     pub ah_rebuilt: u64,
     /// Sends that found their AH in the cache.
     pub ah_hits: u64,

@@ -1,0 +1,245 @@
+//! The socket's send contract and address-handle keying (issue 9, defects 3 and 6),
+//! over `sim` with a queue-pair wrapper that can withhold completions and break
+//! part way through a post.
+
+use std::net::Ipv6Addr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::Waker;
+
+use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpOptions};
+use quic_rdma::fabric::{
+    AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, Memory, ProviderDrops, QpAttr, RecvWr,
+    Region, SendWr, UdAddr, UdQueuePair,
+};
+use quic_rdma::socket::{SocketConfig, SocketError, UdSocket};
+
+fn g6(n: u16) -> Gid {
+    Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0x91, n).into()
+}
+
+/// A sim queue pair whose send completions can be withheld (so the send queue
+/// fills) and whose `post_send` can fail after taking a number of WRs (a queue
+/// pair that breaks mid-post).
+struct Flaky {
+    qp: SimQp,
+    attr: QpAttr,
+    ctl: Arc<Ctl>,
+}
+
+/// The test's controls of a [`Flaky`] (the socket owns the queue pair).
+struct Ctl {
+    withhold_completions: AtomicBool,
+    /// `post_send` takes this many WRs, then fails (`usize::MAX`: never).
+    fail_after: AtomicUsize,
+}
+
+impl Flaky {
+    fn new(qp: SimQp, max_send_wr: u32) -> (Self, Arc<Ctl>) {
+        let attr = QpAttr {
+            max_send_wr,
+            ..qp.attr().clone()
+        };
+        let ctl = Arc::new(Ctl {
+            withhold_completions: AtomicBool::new(true),
+            fail_after: AtomicUsize::new(usize::MAX),
+        });
+        (
+            Flaky {
+                qp,
+                attr,
+                ctl: ctl.clone(),
+            },
+            ctl,
+        )
+    }
+}
+
+impl UdQueuePair for Flaky {
+    fn attr(&self) -> &QpAttr {
+        &self.attr
+    }
+    fn register(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        self.qp.register(region)
+    }
+    fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError> {
+        self.qp.create_ah(attr)
+    }
+    fn destroy_ah(&mut self, ah: AhId) -> Result<(), FabricError> {
+        self.qp.destroy_ah(ah)
+    }
+    fn post_send(&mut self, mem: &Memory, wrs: &[SendWr]) -> Result<(), (usize, FabricError)> {
+        let k = self.ctl.fail_after.load(Ordering::Relaxed);
+        if k < wrs.len() {
+            self.qp.post_send(mem, &wrs[..k])?;
+            return Err((k, FabricError::QpError("broken by the test".into())));
+        }
+        self.qp.post_send(mem, wrs)
+    }
+    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
+        self.qp.post_recv(mem, wrs)
+    }
+    fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize {
+        if self.ctl.withhold_completions.load(Ordering::Relaxed) {
+            0
+        } else {
+            self.qp.poll_send_cq(out)
+        }
+    }
+    fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
+        self.qp.poll_recv_cq(mem, out)
+    }
+    fn arm(&mut self, waker: &Waker) -> bool {
+        self.qp.arm(waker)
+    }
+    fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.qp.poll_event()
+    }
+    fn recover(&mut self) -> Result<(), FabricError> {
+        self.qp.recover()
+    }
+    fn drops(&self) -> ProviderDrops {
+        self.qp.drops()
+    }
+}
+
+fn setup(max_send_wr: u32) -> (SimFabric, UdSocket<Flaky>, UdSocket<SimQp>, Arc<Ctl>) {
+    let f = SimFabric::new(SimConfig::default());
+    let a = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
+    let b = f.create_qp(g6(2), SimQpOptions::default()).unwrap();
+    let cfg = SocketConfig {
+        signal_every: 1 << 20,
+        ..SocketConfig::default()
+    };
+    let (a, ctl) = Flaky::new(a, max_send_wr);
+    let a = UdSocket::new(a, cfg).unwrap();
+    let b = UdSocket::new(b, SocketConfig::default()).unwrap();
+    (f, a, b, ctl)
+}
+
+fn received(f: &SimFabric, b: &mut UdSocket<SimQp>) -> usize {
+    f.settle(std::time::Duration::from_secs(2));
+    let mut n = 0;
+    while b.recv(usize::MAX, |_| n += 1) > 0 {}
+    n
+}
+
+const SEG: usize = 2000;
+
+/// Before: a transmit of more than one batch (64 WRs) posted its first batch,
+/// then found no room for the second and returned `WouldBlock` — and the caller
+/// sent the whole transmit again, duplicating the first 64 packets.
+#[test]
+fn a_send_that_does_not_fit_posts_nothing() {
+    let (f, mut a, mut b, ctl) = setup(128);
+    let dest = b.local_addr();
+    for i in 0..40u8 {
+        a.send(dest, 0, &[i; SEG], None).unwrap();
+    }
+    let before = a.stats();
+    assert_eq!(a.sends_in_flight(), 40, "completions are withheld");
+    // 100 segments: the first batch of 64 fits in the 88 free entries, all 100 do not.
+    let big = vec![7u8; 100 * SEG];
+    match a.send(dest, 0, &big, Some(SEG)) {
+        Err(SocketError::WouldBlock) => {}
+        other => panic!("expected WouldBlock, got {other:?}"),
+    }
+    let after = a.stats();
+    assert_eq!(after.sent_wrs, before.sent_wrs, "nothing posted");
+    assert_eq!(a.sends_in_flight(), 40);
+    assert_eq!(received(&f, &mut b), 40);
+    // Once completions come back the same send goes out whole, exactly once.
+    ctl.withhold_completions.store(false, Ordering::Relaxed);
+    a.send(dest, 0, &big, Some(SEG)).unwrap();
+    assert_eq!(received(&f, &mut b), 100);
+    assert_eq!(a.stats().sent_wrs, before.sent_wrs + 100);
+}
+
+#[test]
+fn a_send_larger_than_the_queue_is_refused_with_the_fix() {
+    let (_f, mut a, b, _ctl) = setup(32);
+    let e = a
+        .send(b.local_addr(), 0, &vec![1u8; 40 * SEG], Some(SEG))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SocketError::TooManySegments {
+                segments: 40,
+                max: 32
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("send fewer"), "{e}");
+    assert_eq!(a.max_segments(), 32);
+    assert_eq!(a.stats().sent_wrs, 0);
+}
+
+#[test]
+fn a_post_broken_part_way_reports_what_went_out() {
+    let (f, mut a, mut b, ctl) = setup(256);
+    ctl.fail_after.store(3, Ordering::Relaxed);
+    let e = a
+        .send(b.local_addr(), 0, &vec![3u8; 10 * SEG], Some(SEG))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SocketError::PartiallyPosted {
+                posted: 3,
+                segments: 10,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let s = a.stats();
+    assert_eq!(
+        (s.sent_wrs, s.partial_posts, s.unposted_segments),
+        (3, 1, 7)
+    );
+    assert_eq!(a.sends_in_flight(), 3, "the unposted WRs' slots came back");
+    assert_eq!(received(&f, &mut b), 3);
+}
+
+/// Before: the AH cache tracked "where was (QPN, Q_Key) last seen", so two
+/// peers on different hosts with the same QPN rebuilt AHs on every alternation.
+#[test]
+fn peers_with_one_qpn_on_two_gids_do_not_rebuild_address_handles() {
+    let f = SimFabric::new(SimConfig::default());
+    let mut a = UdSocket::new(
+        f.create_qp(g6(1), SimQpOptions::default()).unwrap(),
+        SocketConfig::default(),
+    )
+    .unwrap();
+    let qpn = 0x11;
+    let (p, q) = (UdAddr::new(g6(5), qpn, 7), UdAddr::new(g6(6), qpn, 7));
+    for i in 0..100u8 {
+        let to = if i % 2 == 0 { p } else { q };
+        a.send(to, 0, &[0x40, 0x11, 0x22, 0x33, i], None).unwrap();
+    }
+    let s = a.stats();
+    assert_eq!((s.ah_created, s.ah_rebuilt, s.ah_hits), (2, 0, 98), "{s:?}");
+    assert_eq!(a.ah_counts(), (2, 0));
+}
+
+/// Before: every new (QPN, Q_Key) added a map entry that was never removed.
+/// Now everything per destination is bounded by the AH capacity.
+#[test]
+fn many_destinations_keep_the_cache_bounded() {
+    let f = SimFabric::new(SimConfig::default());
+    let cfg = SocketConfig {
+        ah_capacity: 8,
+        ..SocketConfig::default()
+    };
+    let mut a = UdSocket::new(f.create_qp(g6(1), SimQpOptions::default()).unwrap(), cfg).unwrap();
+    for i in 0..5000u32 {
+        let to = UdAddr::new(g6(100 + (i % 64) as u16), 0x100 + i, 7);
+        a.send(to, 0, &[0x40, 0x11, 0x22, 0x33], None).unwrap();
+        a.reap_sends();
+    }
+    let (live, retired) = a.ah_counts();
+    assert!(live <= 8, "{live}");
+    assert!(retired <= a.sends_in_flight(), "{retired}");
+}
