@@ -280,3 +280,86 @@ async fn an_initial_flood_is_answered_within_the_amplification_limit() {
     assert!(p.peers <= p.max_peers, "{p:?}");
     conn.close(0u32.into(), b"done");
 }
+
+/// Address validation over UD (RFC 9000 §8.1.2): a server that answers every
+/// unvalidated Initial with a Retry. The client's retried Initial carries a
+/// token bound to the synthetic address the peer table gave it, so it is
+/// accepted; the forged Initials get a Retry each — stateless, so none of
+/// their sources is admitted to the peer table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_validates_real_clients_and_admits_no_forged_source() {
+    let (ssock, _sport) = soft_socket(Ipv4Addr::new(127, 91, 0, 7));
+    let (csock, _cport) = soft_socket(Ipv4Addr::new(127, 91, 0, 8));
+    let c = certs(ssock.mtu());
+    let server = endpoint(&ssock, Some(c.server), 0x97);
+    let client = endpoint(&csock, None, 0x98);
+    let srv = server.clone();
+    let retries = Arc::new(AtomicU64::new(0));
+    let (conn_tx, conn_rx) = tokio::sync::oneshot::channel();
+    {
+        let retries = retries.clone();
+        tokio::spawn(async move {
+            let mut conn_tx = Some(conn_tx);
+            while let Some(inc) = srv.accept().await {
+                if !inc.remote_address_validated() {
+                    retries.fetch_add(1, Ordering::Relaxed);
+                    inc.retry().unwrap();
+                    continue;
+                }
+                let conn = inc.await.unwrap();
+                if let Some(tx) = conn_tx.take() {
+                    let _ = tx.send(conn);
+                }
+            }
+        });
+    }
+    let server_ud = ssock.ud_addr();
+    let client_cfg = c.client.clone();
+    let mtu = ssock.mtu();
+    let flood = std::thread::spawn(move || {
+        let mut a = Attacker::new(Ipv4Addr::new(127, 91, 0, 9), server_ud);
+        let mut ep = quinn_proto::Endpoint::new(
+            Arc::new(quinn_adapter::endpoint_config(mtu, 0x99)),
+            None,
+            false,
+            None,
+        );
+        let now = Instant::now();
+        let mut buf = Vec::with_capacity(mtu);
+        let remote: SocketAddr = "[fd00::1]:4791".parse().unwrap();
+        for i in 0..300u32 {
+            let (_, mut conn) = ep
+                .connect(now, client_cfg.clone(), remote, "localhost")
+                .unwrap();
+            buf.clear();
+            let t = conn.poll_transmit(now, 1, &mut buf).expect("an Initial");
+            a.send(0x3000 + i, &buf[..t.size]);
+        }
+    });
+    let addr = csock.peer_addr(ssock.ud_addr());
+    let conn = client
+        .connect_with(c.client.clone(), addr, "localhost")
+        .unwrap()
+        .await
+        .unwrap();
+    let sconn = conn_rx.await.unwrap();
+    transfer(&conn, &sconn, 8 << 20, 5).await;
+    flood.join().unwrap();
+    // Let the server work through the flood before reading its table.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while retries.load(Ordering::Relaxed) < 250 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let p = ssock.peer_stats();
+    eprintln!("retries {}; peers {p:?}", retries.load(Ordering::Relaxed));
+    assert!(
+        retries.load(Ordering::Relaxed) >= 250,
+        "the forged Initials reached the server and were answered with Retry"
+    );
+    assert_eq!(
+        (p.peers, p.admitted),
+        (1, 1),
+        "only the validated client was admitted: {p:?}"
+    );
+    conn.close(0u32.into(), b"done");
+}
