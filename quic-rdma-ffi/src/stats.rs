@@ -126,7 +126,7 @@ pub unsafe extern "C" fn qr_socket_stats_get(e: *mut qr_engine, out: *mut qr_soc
             recv_bytes: s.recv_bytes,
             would_block: s.would_block,
             drop_no_recv: s.provider.no_recv_posted,
-            drop_malformed: s.drop_bad_grh + s.drop_imm_mismatch,
+            drop_malformed: s.drop_bad_grh + e.engine.routing_stats().imm_mismatch,
             qp_recoveries: s.qp_recoveries,
         };
         // SAFETY: the caller's contract above.

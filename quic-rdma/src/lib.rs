@@ -7,6 +7,7 @@
 //! - [`fabric`]: the provider-neutral UD queue-pair model and its providers;
 //! - [`socket`]: the UDP-socket replacement over one UD queue pair;
 //! - [`cid`]: connection IDs carrying a 20-bit routing key;
+//! - [`routing`]: the routing key in the immediate data, both ways;
 //! - [`peers`]: the bounded table of UD peers ↔ the addresses QUIC sees;
 //! - [`quinn_adapter`]: `quinn::AsyncUdpSocket` over the socket — the drop-in;
 //! - [`engine`]: a poll-mode, single-threaded driver straight over quinn-proto.
@@ -16,4 +17,5 @@ pub mod engine;
 pub mod fabric;
 pub mod peers;
 pub mod quinn_adapter;
+pub mod routing;
 pub mod socket;

@@ -262,7 +262,7 @@ async fn client(
         },
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
-            client: (&ep.socket.stats()).into(),
+            client: demo::SocketReport::of(&ep.socket),
             server: None,
         },
         fabric: None,

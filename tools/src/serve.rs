@@ -268,7 +268,7 @@ async fn connection(incoming: quinn::Incoming, ep: Arc<EndpointSocket>) -> Serve
         sha256_received: received.map_or_else(String::new, |r| hex(&r.sha256)),
         ping_bytes_echoed: echoed,
         server_name,
-        socket: (&ep.socket.stats()).into(),
+        socket: SocketReport::of(&ep.socket),
         soft: ep.soft.as_ref().map(|p| SoftPortReport::from(&p.stats())),
     }
 }

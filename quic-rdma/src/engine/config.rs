@@ -7,6 +7,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::EngineError;
 use crate::peers::PeerLimits;
+use crate::routing::RoutingCheck;
 use crate::quinn_adapter::transport;
 use crate::socket::SocketConfig;
 
@@ -48,6 +49,8 @@ pub struct EngineConfig {
     pub rng_seed: Option<[u8; 32]>,
     /// Bounds of the peer table (see [`crate::peers`]).
     pub peers: PeerLimits,
+    /// What the receive path does with immediate data (see [`crate::routing`]).
+    pub routing: RoutingCheck,
 }
 
 impl Default for EngineConfig {
@@ -61,6 +64,7 @@ impl Default for EngineConfig {
             recv_batch: 256,
             rng_seed: None,
             peers: PeerLimits::default(),
+            routing: RoutingCheck::default(),
         }
     }
 }

@@ -6,6 +6,7 @@ use quinn_proto::{DatagramEvent, EcnCodepoint};
 
 use super::Engine;
 use crate::fabric::{UdAddr, UdQueuePair};
+use crate::routing;
 use crate::socket::SocketError;
 
 /// Endpoint-level responses queued while the send queue is full, at most;
@@ -39,10 +40,15 @@ impl<Q: UdQueuePair> Engine<Q> {
             responses,
             responses_dropped,
             peers,
+            routing,
+            routing_stats,
             ..
         } = self;
         let mut new_incoming = None::<Vec<quinn_proto::Incoming>>;
         socket.recv(batch, |r| {
+            if !routing.accept(r.imm, r.data, routing_stats) {
+                return;
+            }
             // Reclaim the staging buffer (no allocation when every earlier piece was
             // dropped) or, if some piece is still held, let `bytes` allocate anew.
             if rx_buf.capacity() < r.data.len() {
@@ -87,7 +93,8 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// Send the endpoint-level responses queued by the receive path and decisions.
     pub(super) fn send_responses(&mut self) {
         while let Some((dest, buf)) = self.responses.pop() {
-            if let Err(e) = self.socket.send(dest, 0, &buf, None) {
+            let imm = routing::imm_for(&buf);
+            if let Err(e) = self.socket.send_with_imm(dest, 0, imm, &buf, None) {
                 if matches!(e, SocketError::WouldBlock) {
                     // Keep it for the next flush.
                     self.responses.push((dest, buf));
@@ -103,9 +110,10 @@ impl<Q: UdQueuePair> Engine<Q> {
         let Some(p) = self.pending else {
             return true;
         };
+        let data = &self.pending_buf[..p.len];
         match self
             .socket
-            .send(p.dest, p.ecn, &self.pending_buf[..p.len], p.segment_size)
+            .send_with_imm(p.dest, p.ecn, routing::imm_for(data), data, p.segment_size)
         {
             Err(SocketError::WouldBlock) => false,
             r => {
@@ -139,10 +147,14 @@ impl<Q: UdQueuePair> Engine<Q> {
                     continue;
                 };
                 let ecn = t.ecn.map_or(0, |e| e as u8);
-                match self
-                    .socket
-                    .send(dest, ecn, &self.tx_buf[..t.size], t.segment_size)
-                {
+                let data = &self.tx_buf[..t.size];
+                match self.socket.send_with_imm(
+                    dest,
+                    ecn,
+                    routing::imm_for(data),
+                    data,
+                    t.segment_size,
+                ) {
                     Ok(()) => {}
                     Err(SocketError::WouldBlock) => {
                         // Keep the bytes (swap buffers: no copy, no allocation) and

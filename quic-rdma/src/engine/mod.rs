@@ -60,6 +60,7 @@ pub use streams::StreamRead;
 
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::peers::{PeerStats, PeerTable};
+use crate::routing::{RoutingCheck, RoutingStats};
 use crate::quinn_adapter::endpoint_config;
 use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
 use connection::{Conn, ConnTable};
@@ -79,6 +80,9 @@ pub struct Engine<Q: UdQueuePair> {
     mtu: usize,
     /// UD addresses ↔ the addresses quinn-proto sees (see [`crate::peers`]).
     peers: PeerTable,
+    /// What the receive path does with immediate data, and its counters.
+    routing: RoutingCheck,
+    routing_stats: RoutingStats,
     /// Our address as last seen (a change means our GID moved: tell the connections).
     local: UdAddr,
     /// Receive staging: one allocation split per datagram, reclaimed when unique.
@@ -120,6 +124,8 @@ impl<Q: UdQueuePair> Engine<Q> {
             endpoint,
             conns: ConnTable::default(),
             peers: PeerTable::new(cfg.peers),
+            routing: cfg.routing,
+            routing_stats: RoutingStats::default(),
             incoming: Slab::new(),
             next_incoming_gen: 0,
             client: cfg.client,
@@ -156,6 +162,11 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// The peer table's counters and bounds (see [`crate::peers`]).
     pub fn peer_stats(&self) -> PeerStats {
         self.peers.stats()
+    }
+
+    /// The routing check's counters (plain SENDs accepted, mismatches dropped).
+    pub fn routing_stats(&self) -> RoutingStats {
+        self.routing_stats
     }
 
     /// Stateless responses (resets, version negotiation) dropped because the send

@@ -45,6 +45,7 @@ pub use config::{endpoint_config, transport, transport_config};
 
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::peers::{PeerLimits, PeerStats, PeerTable};
+use crate::routing::{self, RoutingCheck, RoutingStats};
 use crate::socket::{SocketError, SocketStats, UdSocket};
 use wake::WakeHub;
 
@@ -62,19 +63,22 @@ pub struct RdmaUdpSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     mtu: usize,
     /// Segments per transmit the socket can always post whole.
     max_segments: usize,
-    /// The addresses quinn sees for UD peers (see [`RdmaUdpSocket::peer_addr`]).
-    peers: Mutex<PeerTable>,
+    /// The addresses quinn sees for UD peers (see [`RdmaUdpSocket::peer_addr`]),
+    /// and the routing check's counters (both touched on every receive).
+    peers: Mutex<(PeerTable, RoutingStats)>,
+    routing: RoutingCheck,
     inner: Mutex<UdSocket<Q>>,
 }
 
 impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
-    /// Wrap a socket, with the default [`PeerLimits`].
+    /// Wrap a socket, with the default [`PeerLimits`] and [`RoutingCheck`].
     pub fn new(socket: UdSocket<Q>) -> Self {
-        Self::with_peer_limits(socket, PeerLimits::default())
+        Self::with_options(socket, PeerLimits::default(), RoutingCheck::default())
     }
 
-    /// Wrap a socket; its peer table is bounded by `limits` (see [`crate::peers`]).
-    pub fn with_peer_limits(socket: UdSocket<Q>, limits: PeerLimits) -> Self {
+    /// Wrap a socket; its peer table is bounded by `limits` (see [`crate::peers`]),
+    /// and received immediate data is checked as `routing` says.
+    pub fn with_options(socket: UdSocket<Q>, limits: PeerLimits, routing: RoutingCheck) -> Self {
         let hub = Arc::new(WakeHub::default());
         RdmaUdpSocket {
             watcher: OnceLock::new(),
@@ -82,7 +86,8 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
             hub,
             mtu: socket.mtu(),
             max_segments: socket.max_segments(),
-            peers: Mutex::new(PeerTable::new(limits)),
+            peers: Mutex::new((PeerTable::new(limits), RoutingStats::default())),
+            routing,
             inner: Mutex::new(socket),
         }
     }
@@ -107,17 +112,22 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     ///
     /// Naming a peer admits it to the peer table (see [`crate::peers`]).
     pub fn peer_addr(&self, ud: UdAddr) -> SocketAddr {
-        lock(&self.peers).admit(ud, Instant::now())
+        lock(&self.peers).0.admit(ud, Instant::now())
     }
 
     /// The UD peer behind an address quinn reported (the inverse of [`Self::peer_addr`]).
     pub fn ud_addr_of(&self, addr: SocketAddr) -> Option<UdAddr> {
-        lock(&self.peers).ud_addr(addr)
+        lock(&self.peers).0.ud_addr(addr)
     }
 
     /// The peer table's counters and bounds.
     pub fn peer_stats(&self) -> PeerStats {
-        lock(&self.peers).stats()
+        lock(&self.peers).0.stats()
+    }
+
+    /// The routing check's counters (plain SENDs accepted, mismatches dropped).
+    pub fn routing_stats(&self) -> RoutingStats {
+        lock(&self.peers).1
     }
 
     /// The socket's counters.
@@ -182,13 +192,19 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
         // An unknown destination (never seen, or refused by a full table) is a
         // counted drop like a lost packet: an error here would be fatal to the
         // connection in quinn.
-        let Some(dest) = lock(&self.peers).on_send(t.destination, t.contents, Instant::now())
+        let Some(dest) = lock(&self.peers)
+            .0
+            .on_send(t.destination, t.contents, Instant::now())
         else {
             tracing::debug!(dest = %t.destination, "transmit to an unknown UD peer dropped");
             return Ok(());
         };
         let ecn = t.ecn.map_or(0, |e| e as u8);
-        match self.lock().send(dest, ecn, t.contents, t.segment_size) {
+        let imm = routing::imm_for(t.contents);
+        match self
+            .lock()
+            .send_with_imm(dest, ecn, imm, t.contents, t.segment_size)
+        {
             // Counted by the socket; the unposted segments are lost packets to QUIC.
             Ok(()) | Err(SocketError::PartiallyPosted { .. }) => Ok(()),
             Err(e) => Err(io::Error::from(e)),
@@ -203,7 +219,9 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
     ) -> Poll<io::Result<usize>> {
         let max = bufs.len().min(meta.len());
         let mut s = self.lock();
-        let mut peers = lock(&self.peers);
+        let mut guard = lock(&self.peers);
+        let (peers, routing_stats) = &mut *guard;
+        let check = self.routing;
         let dst_ip = Some(s.local_addr().gid.to_ipv6().into());
         let now = Instant::now();
         loop {
@@ -212,6 +230,9 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
             s.reap_sends();
             let mut i = 0;
             s.recv(max, |r| {
+                if !check.accept(r.imm, r.data, routing_stats) {
+                    return;
+                }
                 let len = r.data.len().min(bufs[i].len());
                 bufs[i][..len].copy_from_slice(&r.data[..len]);
                 meta[i] = RecvMeta {

@@ -6,8 +6,11 @@
 //!   signaling; inline for packets at or under min(threshold, granted max_inline);
 //!   the MTU enforced with an error (hardware would drop silently);
 //! - receive: completions polled in batches, the GRH parsed for the source GID
-//!   and ECN, the immediate data checked against the CID's routing key, receives
-//!   reposted in batches;
+//!   and ECN, the immediate data handed up as it came, receives reposted in
+//!   batches;
+//!
+//! The socket knows nothing of QUIC: what the immediate data means is its
+//! caller's business ([`crate::routing`]).
 //! - address handles cached, rebuilt on migration, destroyed only after their
 //!   sends completed; counters for everything ([`SocketStats`]);
 //! - a queue pair that enters the error state (a fatal event, or a work request
@@ -58,8 +61,6 @@ pub struct SocketConfig {
     pub region_bytes: usize,
     /// Address handles kept live before the least recently used is retired.
     pub ah_capacity: usize,
-    /// Check the immediate data against the CID's routing key and drop mismatches.
-    pub check_routing_key: bool,
 }
 
 impl SocketConfig {
@@ -85,7 +86,6 @@ impl Default for SocketConfig {
             send_slots: 1024,
             region_bytes: 2 << 20,
             ah_capacity: 1024,
-            check_routing_key: true,
         }
     }
 }

@@ -1,7 +1,6 @@
 //! The receive path: batched completion polling, GRH parsing, batched reposting.
 
 use super::{SocketError, UdSocket, RECV_POLL_BATCH};
-use crate::cid;
 use crate::fabric::grh::Grh;
 use crate::fabric::{Completion, RecvWr, UdAddr, UdQueuePair, WcStatus, GRH_LEN};
 
@@ -13,7 +12,7 @@ pub struct Received<'a> {
     pub src: UdAddr,
     /// ECN codepoint from the GRH traffic class.
     pub ecn: u8,
-    /// The immediate data (the destination CID's routing key).
+    /// The immediate data, if the sender used SEND with immediate.
     pub imm: Option<u32>,
     /// The payload (after the 40-byte GRH area).
     pub data: &'a [u8],
@@ -49,8 +48,8 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     }
 
     /// Receive up to `max` datagrams, handing each to `deliver`. Returns how many
-    /// were delivered. Malformed packets (bad GRH, routing key not matching the
-    /// CID, error completions) are dropped and counted, never delivered.
+    /// were delivered. Malformed packets (bad GRH, error completions) are dropped
+    /// and counted, never delivered.
     pub fn recv(&mut self, max: usize, mut deliver: impl FnMut(Received<'_>)) -> usize {
         self.handle_events();
         let mut wcs = [Completion::send(0); RECV_POLL_BATCH];
@@ -76,21 +75,15 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                         }
                         Ok(grh) => {
                             let data = &buf[GRH_LEN..len];
-                            let key_ok = !self.cfg.check_routing_key
-                                || cid::key_of_datagram(data).is_some_and(|k| wc.imm == Some(k));
-                            if key_ok {
-                                self.stats.recv_packets += 1;
-                                self.stats.recv_bytes += data.len() as u64;
-                                delivered += 1;
-                                deliver(Received {
-                                    src: UdAddr::new(grh.sgid, wc.src_qp, self.local.qkey),
-                                    ecn: grh.ecn(),
-                                    imm: wc.imm,
-                                    data,
-                                });
-                            } else {
-                                self.stats.drop_imm_mismatch += 1;
-                            }
+                            self.stats.recv_packets += 1;
+                            self.stats.recv_bytes += data.len() as u64;
+                            delivered += 1;
+                            deliver(Received {
+                                src: UdAddr::new(grh.sgid, wc.src_qp, self.local.qkey),
+                                ecn: grh.ecn(),
+                                imm: wc.imm,
+                                data,
+                            });
                         }
                     }
                 } else {

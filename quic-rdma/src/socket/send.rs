@@ -1,7 +1,6 @@
 //! The send path: datagrams → chained UD send WRs, one doorbell per batch.
 
 use super::{InflightSend, SocketError, UdSocket, MAX_SEND_BATCH};
-use crate::cid;
 use crate::fabric::{AhAttr, Completion, SendFlags, SendWr, Sge, UdAddr, UdQueuePair, WcStatus};
 
 /// Send completions polled per `poll_cq` call.
@@ -19,10 +18,28 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     /// never could hold them all, `Oversize` when a segment exceeds the active
     /// MTU. Only a provider failing part way through a post (the queue pair
     /// broke) leaves some posted: `PartiallyPosted` says how many.
+    ///
+    /// Sent as plain SENDs (no immediate data, flow label 0); see
+    /// [`send_with_imm`](Self::send_with_imm).
     pub fn send(
         &mut self,
         dest: UdAddr,
         ecn: u8,
+        contents: &[u8],
+        segment_size: Option<usize>,
+    ) -> Result<(), SocketError> {
+        self.send_with_imm(dest, ecn, None, contents, segment_size)
+    }
+
+    /// [`send`](Self::send), every segment carrying immediate data `imm` (SEND
+    /// with immediate); `imm` is also the address handle's flow label (ECMP
+    /// entropy). What the value means is the caller's business: the QUIC
+    /// drivers put the destination CID's routing key there ([`crate::routing`]).
+    pub fn send_with_imm(
+        &mut self,
+        dest: UdAddr,
+        ecn: u8,
+        imm: Option<u32>,
         contents: &[u8],
         segment_size: Option<usize>,
     ) -> Result<(), SocketError> {
@@ -56,7 +73,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         // size); room for every batch was checked above, and only grows.
         let mut posted = 0;
         for chunk in contents.chunks(seg * MAX_SEND_BATCH) {
-            match self.send_batch(dest, ecn, chunk, seg) {
+            match self.send_batch(dest, ecn, imm, chunk, seg) {
                 Ok(n) => posted += n,
                 // Nothing of this send reached the wire: a plain failure.
                 Err((0, source)) if posted == 0 => return Err(source.into()),
@@ -89,6 +106,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         &mut self,
         dest: UdAddr,
         ecn: u8,
+        imm: Option<u32>,
         contents: &[u8],
         seg: usize,
     ) -> Result<usize, (usize, crate::fabric::FabricError)> {
@@ -108,15 +126,13 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             // An empty datagram is still one (zero-length) UD message.
             std::iter::once(&contents[..0]).filter(|_| contents.is_empty()),
         );
+        // One AH attribute set for the whole batch: same destination, ECN and key.
+        let base = AhAttr::new(dest.gid, imm.unwrap_or(0));
+        let attr = AhAttr {
+            traffic_class: (base.traffic_class & !0b11) | (ecn & 0b11),
+            ..base
+        };
         for (i, d) in segments.enumerate() {
-            // The destination CID's routing key goes in the flow label and the
-            // immediate data (DESIGN.md §3).
-            let key = cid::key_of_datagram(d).unwrap_or(0);
-            let base = AhAttr::new(dest.gid, key);
-            let attr = AhAttr {
-                traffic_class: (base.traffic_class & !0b11) | (ecn & 0b11),
-                ..base
-            };
             let (ah_ref, ah) = match self.ahs.get(&mut self.qp, &attr, &mut self.stats) {
                 Ok(x) => x,
                 Err(e) => {
@@ -151,7 +167,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                 ah,
                 remote_qpn: dest.qpn,
                 remote_qkey: dest.qkey,
-                imm: Some(key),
+                imm,
                 flags: SendFlags { signaled, inline },
             });
         }

@@ -41,8 +41,6 @@ pub struct SocketStats {
     pub recv_errors: u64,
     /// Packets dropped because the GRH area did not parse.
     pub drop_bad_grh: u64,
-    /// Packets dropped because the immediate data did not match the CID's routing key.
-    pub drop_imm_mismatch: u64,
     /// Address handles created.
     pub ah_created: u64,
     /// Address handles destroyed (after their last send completed).

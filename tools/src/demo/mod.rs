@@ -241,8 +241,8 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
         },
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
-            client: (&pair.client.stats()).into(),
-            server: Some((&pair.server.stats()).into()),
+            client: SocketReport::of(&pair.client),
+            server: Some(SocketReport::of(&pair.server)),
         },
         fabric: pair.wire_stats().as_ref().map(FabricReport::from),
         endpoints: EndpointsReport {

@@ -375,8 +375,15 @@ impl DropsReport {
     }
 }
 
-impl From<&SocketStats> for SocketReport {
-    fn from(s: &SocketStats) -> Self {
+impl SocketReport {
+    /// The counters of an adapter socket: the UD socket's and the routing check's.
+    pub(crate) fn of<Q: quic_rdma::fabric::UdQueuePair>(
+        sock: &quic_rdma::quinn_adapter::RdmaUdpSocket<Q>,
+    ) -> Self {
+        Self::new(&sock.stats(), &sock.routing_stats())
+    }
+
+    fn new(s: &SocketStats, routing: &quic_rdma::routing::RoutingStats) -> Self {
         SocketReport {
             sent_wrs: s.sent_wrs,
             sent_bytes: s.sent_bytes,
@@ -397,7 +404,7 @@ impl From<&SocketStats> for SocketReport {
             ah_hits: s.ah_hits,
             drops: DropsReport {
                 bad_grh: s.drop_bad_grh,
-                imm_mismatch: s.drop_imm_mismatch,
+                imm_mismatch: routing.imm_mismatch,
                 bad_pkey: s.provider.bad_pkey,
                 bad_qkey: s.provider.bad_qkey,
                 unknown_qpn: s.provider.unknown_qpn,
