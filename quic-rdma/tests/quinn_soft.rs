@@ -44,7 +44,11 @@ async fn soft_transfer(server_ip: IpAddr, client_ip: IpAddr, bytes: u64) {
     assert!(cs.tx_packets >= bytes / 4096);
     assert_eq!(ss.rx_bad_icrc + ss.rx_decode_errors, 0);
     assert_eq!(ssock.routing_stats().imm_mismatch, 0);
-    assert_eq!(ssock.routing_stats().without_imm, 0, "our own sender always sets it");
+    assert_eq!(
+        ssock.routing_stats().without_imm,
+        0,
+        "our own sender always sets it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,7 @@ use std::task::Waker;
 use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpOptions};
 use quic_rdma::fabric::{
     AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, Memory, ProviderDrops, QpAttr, RecvWr,
-    Region, SendWr, UdAddr, UdQueuePair,
+    Region, SendWr, UdAddr, UdQueuePair, WcOpcode, WcStatus,
 };
 use quic_rdma::socket::{SocketConfig, SocketError, UdSocket};
 
@@ -29,6 +29,8 @@ struct Flaky {
 
 /// The test's controls of a [`Flaky`] (the socket owns the queue pair).
 struct Ctl {
+    /// Receive completions returned before the real ones (a buggy provider).
+    inject: std::sync::Mutex<Vec<Completion>>,
     withhold_completions: AtomicBool,
     /// `post_send` takes this many WRs, then fails (`usize::MAX`: never).
     fail_after: AtomicUsize,
@@ -41,6 +43,7 @@ impl Flaky {
             ..qp.attr().clone()
         };
         let ctl = Arc::new(Ctl {
+            inject: std::sync::Mutex::new(Vec::new()),
             withhold_completions: AtomicBool::new(true),
             fail_after: AtomicUsize::new(usize::MAX),
         });
@@ -87,6 +90,13 @@ impl UdQueuePair for Flaky {
         }
     }
     fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
+        let mut inject = self.ctl.inject.lock().unwrap();
+        if !inject.is_empty() {
+            let n = inject.len().min(out.len());
+            out[..n].copy_from_slice(&inject[..n]);
+            inject.drain(..n);
+            return n;
+        }
         self.qp.poll_recv_cq(mem, out)
     }
     fn arm(&mut self, waker: &Waker) -> bool {
@@ -242,4 +252,83 @@ fn many_destinations_keep_the_cache_bounded() {
     let (live, retired) = a.ah_counts();
     assert!(live <= 8, "{live}");
     assert!(retired <= a.sends_in_flight(), "{retired}");
+}
+
+/// Found by the `socket_recv` fuzz target: with a receive queue of depth 1 and
+/// a repost batch above 1, the only receive was never reposted (the low-water
+/// test was `posted < depth / 2`, i.e. `0 < 0`), and the socket went deaf.
+#[test]
+fn a_one_deep_receive_queue_keeps_receiving() {
+    let f = SimFabric::new(SimConfig::default());
+    let mut a = UdSocket::new(
+        f.create_qp(g6(1), SimQpOptions::default()).unwrap(),
+        SocketConfig::default(),
+    )
+    .unwrap();
+    let tiny = SocketConfig {
+        recv_depth: 1,
+        repost_batch: 4,
+        ..SocketConfig::default()
+    };
+    let mut b = UdSocket::new(f.create_qp(g6(2), SimQpOptions::default()).unwrap(), tiny).unwrap();
+    for i in 0..5u8 {
+        a.send(b.local_addr(), 0, &[i; 100], None).unwrap();
+        assert_eq!(received(&f, &mut b), 1, "datagram {i}");
+    }
+    assert_eq!(b.stats().provider.no_recv_posted, 0);
+}
+
+/// Found by the `socket_recv` fuzz target: completions for wr_ids the provider
+/// never held (or twice for one), lengths outside the buffer and source QPNs
+/// over 24 bits panicked (index out of range, counter underflow) or posted one
+/// buffer twice. No conforming provider produces them; they are now dropped
+/// and counted.
+#[test]
+fn bogus_receive_completions_are_dropped_and_counted() {
+    let f = SimFabric::new(SimConfig::default());
+    let (a, ctl) = Flaky::new(f.create_qp(g6(1), SimQpOptions::default()).unwrap(), 1024);
+    let cfg = SocketConfig {
+        recv_depth: 16,
+        ..SocketConfig::default()
+    };
+    let mut a = UdSocket::new(a, cfg).unwrap();
+    let mut b = UdSocket::new(
+        f.create_qp(g6(2), SimQpOptions::default()).unwrap(),
+        SocketConfig::default(),
+    )
+    .unwrap();
+    let wc = |wr_id, byte_len, src_qp| Completion {
+        wr_id,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Recv,
+        byte_len,
+        imm: None,
+        src_qp,
+    };
+    // Slot 0 is posted (the socket posts every slot); slot 3 is too.
+    *ctl.inject.lock().unwrap() = vec![
+        wc(16_789_419_410_837_209_141, 100, 1), // not a slot at all
+        wc(2560, 100, 1),                       // past the pool
+        wc(0, 2, 1),                            // shorter than the GRH area
+        wc(0, 100, 1),                          // slot 0 again: already returned
+        wc(3, 1 << 20, 1),                      // longer than the buffer
+        wc(4, 100, 1 << 24),                    // a 25-bit source QPN
+    ];
+    let mut got = 0;
+    a.recv(usize::MAX, |_| got += 1);
+    assert_eq!(got, 0);
+    assert_eq!(a.stats().recv_bogus_completions, 6);
+    // Still receiving. The three fake completions named slots the provider
+    // really holds (0, 3, 4), so the socket took them back early: the real
+    // completions of those slots are bogus to it now, and dropped. Nothing
+    // else is lost, and nothing panics.
+    let mut data = Vec::new();
+    for i in 0..20u8 {
+        b.send(a.local_addr(), 0, &[i; 300], None).unwrap();
+        f.settle(std::time::Duration::from_secs(2));
+        while a.recv(usize::MAX, |r| data.push(r.data[0])) > 0 {}
+    }
+    let bogus = a.stats().recv_bogus_completions - 6;
+    assert!(bogus <= 3, "{bogus}");
+    assert_eq!(data.len() as u64 + bogus, 20);
 }

@@ -7,8 +7,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::EngineError;
 use crate::peers::PeerLimits;
-use crate::routing::RoutingCheck;
 use crate::quinn_adapter::transport;
+use crate::routing::RoutingCheck;
 use crate::socket::SocketConfig;
 
 /// What the engine does with a new incoming connection attempt.

@@ -60,8 +60,8 @@ pub use streams::StreamRead;
 
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::peers::{PeerStats, PeerTable};
-use crate::routing::{RoutingCheck, RoutingStats};
 use crate::quinn_adapter::endpoint_config;
+use crate::routing::{RoutingCheck, RoutingStats};
 use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
 use connection::{Conn, ConnTable};
 use io::PendingTransmit;

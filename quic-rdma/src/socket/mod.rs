@@ -116,6 +116,9 @@ pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     wr_slots: Vec<Option<SlotId>>,
     reposts: Vec<RecvWr>,
     recv_posted: usize,
+    /// Which receive slots the provider holds: a completion for any other
+    /// wr_id (never posted, or already returned) is bogus and dropped.
+    recv_slot_posted: Vec<bool>,
     next_wr_id: u64,
     since_signal: u32,
     inline_max: usize,
@@ -184,13 +187,18 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             wr_slots: Vec::with_capacity(MAX_SEND_BATCH),
             reposts: Vec::with_capacity(recv_depth),
             recv_posted: 0,
+            recv_slot_posted: vec![false; recv_depth],
             next_wr_id: 0,
             since_signal: 0,
             inline_max,
             mtu,
             layout: GrhLayout::for_gid(attr.gid),
             local: UdAddr::new(attr.gid, attr.qpn, attr.qkey),
-            cfg: SocketConfig { recv_depth, ..cfg },
+            cfg: SocketConfig {
+                recv_depth,
+                repost_batch: cfg.repost_batch.min(recv_depth),
+                ..cfg
+            },
             stats: SocketStats::default(),
             failed: None,
             qp,
@@ -311,6 +319,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         self.reposts.clear();
         self.recv_pool.release_all();
         self.recv_posted = 0;
+        self.recv_slot_posted.fill(false);
         if let Err(e) = self.fill_recv_queue() {
             tracing::error!(%e, "posting receives after recovery failed");
         }

@@ -1,6 +1,7 @@
 //! The receive path: batched completion polling, GRH parsing, batched reposting.
 
 use super::{SocketError, UdSocket, RECV_POLL_BATCH};
+use crate::fabric::addr::MAX_QPN;
 use crate::fabric::grh::Grh;
 use crate::fabric::{Completion, RecvWr, UdAddr, UdQueuePair, WcStatus, GRH_LEN};
 
@@ -43,7 +44,9 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         self.stats.recv_posts += 1;
         self.stats.recv_wrs_posted += posted as u64;
         self.recv_posted += posted;
-        self.reposts.drain(..posted);
+        for wr in self.reposts.drain(..posted) {
+            self.recv_slot_posted[wr.wr_id as usize] = true;
+        }
         r.map_err(|(_, e)| e.into())
     }
 
@@ -59,31 +62,40 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             let want = (max - delivered).min(RECV_POLL_BATCH);
             let n = self.qp.poll_recv_cq(&mut self.mem, &mut wcs[..want]);
             for wc in &wcs[..n] {
+                let Some(slot) = self.take_posted(wc.wr_id) else {
+                    self.stats.recv_bogus_completions += 1;
+                    continue;
+                };
                 self.recv_posted -= 1;
-                let slot = wc.wr_id as u32;
                 let sge = self.recv_pool.recv_sge(&self.mem, slot);
                 if wc.status == WcStatus::Success {
                     let buf = self
                         .mem
                         .resolve(&sge)
                         .expect("pool slots lie in registered regions");
-                    let len = (wc.byte_len as usize).clamp(GRH_LEN, buf.len());
-                    match Grh::parse(&buf[..GRH_LEN], self.layout) {
-                        Err(e) => {
-                            self.stats.drop_bad_grh += 1;
-                            tracing::debug!(%e, "dropping packet with bad GRH");
-                        }
-                        Ok(grh) => {
-                            let data = &buf[GRH_LEN..len];
-                            self.stats.recv_packets += 1;
-                            self.stats.recv_bytes += data.len() as u64;
-                            delivered += 1;
-                            deliver(Received {
-                                src: UdAddr::new(grh.sgid, wc.src_qp, self.local.qkey),
-                                ecn: grh.ecn(),
-                                imm: wc.imm,
-                                data,
-                            });
+                    let len = wc.byte_len as usize;
+                    if !(GRH_LEN..=buf.len()).contains(&len) || wc.src_qp > MAX_QPN {
+                        // Hardware reports an overlong message as LocLenErr and
+                        // always writes the GRH area: this completion is not real.
+                        self.stats.recv_bogus_completions += 1;
+                    } else {
+                        match Grh::parse(&buf[..GRH_LEN], self.layout) {
+                            Err(e) => {
+                                self.stats.drop_bad_grh += 1;
+                                tracing::debug!(%e, "dropping packet with bad GRH");
+                            }
+                            Ok(grh) => {
+                                let data = &buf[GRH_LEN..len];
+                                self.stats.recv_packets += 1;
+                                self.stats.recv_bytes += data.len() as u64;
+                                delivered += 1;
+                                deliver(Received {
+                                    src: UdAddr::new(grh.sgid, wc.src_qp, self.local.qkey),
+                                    ecn: grh.ecn(),
+                                    imm: wc.imm,
+                                    data,
+                                });
+                            }
                         }
                     }
                 } else {
@@ -104,7 +116,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             // Repost in batches, and at once if the queue runs low (a UD packet that
             // finds no posted receive is lost).
             if self.reposts.len() >= self.cfg.repost_batch
-                || self.recv_posted < self.cfg.recv_depth / 2
+                || self.recv_posted <= self.cfg.recv_depth / 2
             {
                 if let Err(e) = self.post_reposts() {
                     tracing::warn!(%e, "post_recv failed");
@@ -118,5 +130,13 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             self.recover_qp();
         }
         delivered
+    }
+
+    /// The receive slot a completion's wr_id names, if the provider holds it
+    /// (and from now on it does not).
+    fn take_posted(&mut self, wr_id: u64) -> Option<u32> {
+        let slot = u32::try_from(wr_id).ok()?;
+        let held = self.recv_slot_posted.get_mut(slot as usize)?;
+        std::mem::replace(held, false).then_some(slot)
     }
 }

@@ -39,6 +39,10 @@ pub struct SocketStats {
     pub recv_wrs_posted: u64,
     /// Receive completions with an error status.
     pub recv_errors: u64,
+    /// Receive completions no conforming provider produces, dropped: a wr_id
+    /// the provider does not hold (never posted, or already completed), a
+    /// length outside the GRH area and buffer, a source QPN over 24 bits.
+    pub recv_bogus_completions: u64,
     /// Packets dropped because the GRH area did not parse.
     pub drop_bad_grh: u64,
     /// Address handles created.
