@@ -20,15 +20,24 @@ pub struct Certs {
 }
 
 pub fn certs(mtu: usize) -> Certs {
+    certs_with(mtu, |_| {})
+}
+
+/// Like [`certs`], with `tweak` applied to the fabric-tuned transport of both
+/// sides (e.g. an explicit idle timeout a test depends on).
+pub fn certs_with(mtu: usize, tweak: impl Fn(&mut quinn::TransportConfig)) -> Certs {
+    let mut transport = quinn_adapter::transport_config(mtu);
+    tweak(&mut transport);
+    let transport = Arc::new(transport);
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
     let cert = ck.cert.der().clone();
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.key_pair.serialize_der().into());
     let mut server = quinn::ServerConfig::with_single_cert(vec![cert.clone()], key).unwrap();
-    server.transport_config(quinn_adapter::transport(mtu));
+    server.transport_config(transport.clone());
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
     let mut client = quinn::ClientConfig::with_root_certificates(Arc::new(roots)).unwrap();
-    client.transport_config(quinn_adapter::transport(mtu));
+    client.transport_config(transport);
     Certs { server, client }
 }
 
@@ -71,6 +80,7 @@ pub struct Pair {
     pub server_sock: SimSocket,
     pub client_sock: SimSocket,
     pub client_qp: SimQpHandle,
+    pub server_qp: SimQpHandle,
     pub server_addr: SocketAddr,
     pub client_cfg: quinn::ClientConfig,
 }
@@ -86,10 +96,21 @@ impl Pair {
         client_sc: SocketConfig,
         server_sc: SocketConfig,
     ) -> Pair {
+        Self::with_certs(cfg, ipv4, client_sc, server_sc, certs)
+    }
+
+    /// Like [`Pair::with`], with the certificates (and transport) from `make_certs(mtu)`.
+    pub fn with_certs(
+        cfg: SimConfig,
+        ipv4: bool,
+        client_sc: SocketConfig,
+        server_sc: SocketConfig,
+        make_certs: impl FnOnce(usize) -> Certs,
+    ) -> Pair {
         let fabric = SimFabric::new(cfg);
-        let (server_sock, _) = socket_on(&fabric, gid(1, ipv4), server_sc);
+        let (server_sock, server_qp) = socket_on(&fabric, gid(1, ipv4), server_sc);
         let (client_sock, client_qp) = socket_on(&fabric, gid(2, ipv4), client_sc);
-        let certs = certs(server_sock.mtu());
+        let certs = make_certs(server_sock.mtu());
         let server = endpoint(&server_sock, Some(certs.server), 0x5e);
         let client = endpoint(&client_sock, None, 0xc1);
         let server_addr = client_sock.peer_addr(server_sock.ud_addr());
@@ -100,6 +121,7 @@ impl Pair {
             server_sock,
             client_sock,
             client_qp,
+            server_qp,
             server_addr,
             client_cfg: certs.client,
         }
@@ -186,4 +208,143 @@ pub async fn transfer(client: &quinn::Connection, server: &quinn::Connection, le
         &sent[..],
         "sha256 of what arrived equals what was sent"
     );
+}
+
+/// A third party on the fabric that sends packets whose RoCE headers are wrong,
+/// as a corrupted BTH/DETH would arrive: the `sim` fabric flips bytes of the
+/// payload only, so header faults are forged here, each kind a known number of
+/// times, and the receiver's drop counters must match exactly.
+pub struct HeaderForger {
+    /// Default P_Key and Q_Key.
+    good: quic_rdma::fabric::sim::SimQp,
+    /// A QP in another partition: its packets carry the wrong P_Key.
+    foreign: quic_rdma::fabric::sim::SimQp,
+    mem: quic_rdma::fabric::Memory,
+    /// (region index, lkey) registered on `good` and on `foreign`.
+    good_region: (u32, u32),
+    foreign_region: (u32, u32),
+}
+
+/// How many packets of each header fault [`HeaderForger::inject`] sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Forged {
+    /// P_Key of another partition (IBA 9.6.1.1: dropped, counted as bad P_Key).
+    pub bad_pkey: u64,
+    /// Wrong Q_Key in the DETH (IBA 9.6.1.2: dropped, counted as bad Q_Key).
+    pub bad_qkey: u64,
+    /// Destination QPN no QP has (dropped by the port, counted as unknown QPN).
+    pub unknown_qpn: u64,
+    /// Immediate data not matching the QUIC packet's routing key (dropped by the socket).
+    pub imm_mismatch: u64,
+}
+
+impl HeaderForger {
+    /// A forger with its QPs on `gid`.
+    pub fn new(fabric: &SimFabric, gid: Gid) -> Self {
+        use quic_rdma::fabric::{Memory, Region, UdQueuePair};
+        let mut good = fabric.create_qp(gid, SimQpOptions::default()).unwrap();
+        let mut foreign = fabric
+            .create_qp(
+                gid,
+                SimQpOptions {
+                    pkey: 0x7F01,
+                    ..SimQpOptions::default()
+                },
+            )
+            .unwrap();
+        let mut mem = Memory::new();
+        let mut reg = |qp: &mut SimQp| {
+            let mut r = Region::new(4096);
+            qp.register(&mut r).unwrap();
+            let lkey = r.lkey().unwrap();
+            (mem.push(r), lkey)
+        };
+        let good_region = reg(&mut good);
+        let foreign_region = reg(&mut foreign);
+        HeaderForger {
+            good,
+            foreign,
+            mem,
+            good_region,
+            foreign_region,
+        }
+    }
+
+    /// Send `n` packets of each header fault to `to`, whose CIDs carry `key`.
+    /// Each is a short-header-shaped QUIC packet (RFC 9000 §17.3) naming `key`.
+    pub fn inject(&mut self, to: quic_rdma::fabric::UdAddr, key: u32, n: u64) -> Forged {
+        let mut pkt = [0u8; 64];
+        fill_chunk(&mut pkt, u64::from(key), 7);
+        pkt[0] = 0x40; // short header, fixed bit set
+        pkt[1] = (key >> 12) as u8;
+        pkt[2] = (key >> 4) as u8;
+        pkt[3] = ((key & 0xF) as u8) << 4;
+        for r in [self.good_region.0, self.foreign_region.0] {
+            self.mem.region_mut(r).unwrap().bytes_mut()[..64].copy_from_slice(&pkt);
+        }
+        let mut f = Forged::default();
+        for _ in 0..n {
+            send(
+                &mut self.foreign,
+                &self.mem,
+                self.foreign_region,
+                to,
+                to.qpn,
+                to.qkey,
+                key,
+            );
+            f.bad_pkey += 1;
+            let (g, r) = (&mut self.good, self.good_region);
+            send(g, &self.mem, r, to, to.qpn, to.qkey ^ 0x0101, key);
+            f.bad_qkey += 1;
+            send(g, &self.mem, r, to, 0xFF_FFF0, to.qkey, key);
+            f.unknown_qpn += 1;
+            send(g, &self.mem, r, to, to.qpn, to.qkey, key ^ 0x5);
+            f.imm_mismatch += 1;
+        }
+        f
+    }
+}
+
+/// One signaled 64-byte send from `region`; waits for (and checks) its completion.
+fn send(
+    qp: &mut SimQp,
+    mem: &quic_rdma::fabric::Memory,
+    (region, lkey): (u32, u32),
+    to: quic_rdma::fabric::UdAddr,
+    qpn: u32,
+    qkey: u32,
+    imm: u32,
+) {
+    use quic_rdma::fabric::{AhAttr, Completion, SendFlags, SendWr, Sge, UdQueuePair, WcStatus};
+    let ah = qp.create_ah(&AhAttr::new(to.gid, imm)).unwrap();
+    let wr = SendWr {
+        wr_id: 1,
+        sge: Sge {
+            region,
+            offset: 0,
+            len: 64,
+            lkey,
+        },
+        ah,
+        remote_qpn: qpn,
+        remote_qkey: qkey,
+        imm: Some(imm),
+        flags: SendFlags {
+            signaled: true,
+            inline: false,
+        },
+    };
+    qp.post_send(mem, &[wr]).unwrap();
+    let mut c = [Completion::send(0); 1];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while qp.poll_send_cq(&mut c) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "forged send never completed"
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(c[0].status, WcStatus::Success);
+    qp.destroy_ah(ah).unwrap();
 }

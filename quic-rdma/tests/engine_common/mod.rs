@@ -36,7 +36,17 @@ pub struct EnginePair {
 
 /// Engine configs (client, server) trusting one fresh self-signed "localhost" cert.
 pub fn configs(mtu: usize, accept: AcceptPolicy) -> (EngineConfig, EngineConfig) {
-    let certs = common::certs(mtu);
+    configs_with(mtu, accept, |_| {})
+}
+
+/// Like [`configs`], with `tweak` applied to both sides' transport (e.g. an
+/// explicit idle timeout a test depends on).
+pub fn configs_with(
+    mtu: usize,
+    accept: AcceptPolicy,
+    tweak: impl Fn(&mut quinn_proto::TransportConfig),
+) -> (EngineConfig, EngineConfig) {
+    let certs = common::certs_with(mtu, tweak);
     let client = EngineConfig {
         client: Some(certs.client),
         routing_key: 0xc1,
