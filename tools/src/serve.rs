@@ -187,6 +187,7 @@ fn watch_parent(cert: &Path) -> Result<()> {
 /// Serve; `Ok(ok)` of the single connection with `--once`, else runs until killed.
 fn serve(args: &ServeArgs) -> Result<bool> {
     let started = Instant::now();
+    provider::ensure_built_in(args.provider)?;
     if args.exit_with_parent {
         watch_parent(&args.cert_out)?;
     }
