@@ -11,6 +11,7 @@
 //! ping-pong) until it ends. One summary per connection goes to stdout (a JSON
 //! line with `--json`).
 
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::path::PathBuf;
@@ -177,7 +178,13 @@ fn watch_parent(cert: &Path) -> Result<()> {
                 // Only if empty: never take anything but our own file with us.
                 let _ = std::fs::remove_dir(dir);
             }
-            eprintln!("qr serve: the parent process is gone (stdin closed); exiting");
+            // Not eprintln!: stderr is most likely a pipe to the dead parent,
+            // and eprintln! panics on EPIPE, which would end this thread and
+            // never the process.
+            let _ = writeln!(
+                std::io::stderr(),
+                "qr serve: the parent process is gone (stdin closed); exiting"
+            );
             std::process::exit(1);
         })
         .context("starting the parent watcher")?;
