@@ -87,15 +87,20 @@ pub(crate) struct ConnectArgs {
 }
 
 /// Ask `server` (host:port) for its peer record, retrying connection failures
-/// until `wait` has passed (protocol errors and refusals fail at once).
+/// and `ERR busy` (a server at its connection cap) until `wait` has passed;
+/// protocol errors and other refusals fail at once.
 pub(crate) fn query_bootstrap(server: &str, wait: Duration) -> Result<PeerInfo> {
     let deadline = Instant::now() + wait;
     loop {
         match bootstrap::query(server, Duration::from_secs(2)) {
             Ok(info) => return Ok(info),
-            Err(BootstrapError::Io(e)) if Instant::now() < deadline => {
+            Err(e @ BootstrapError::Io(_)) if Instant::now() < deadline => {
                 tracing::debug!("bootstrap {server}: {e}; retrying");
                 std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(BootstrapError::Refused(r)) if r == "busy" && Instant::now() < deadline => {
+                tracing::debug!("bootstrap {server}: busy; retrying");
+                std::thread::sleep(Duration::from_millis(200));
             }
             Err(e) => {
                 return Err(anyhow!(e)).with_context(|| format!("bootstrap query to {server}"))
@@ -169,6 +174,8 @@ impl ClientRun {
 
 /// Find the server, connect, run the workload, report (server counters unknown).
 pub(crate) fn run(c: &ClientRun) -> Result<Report, DemoError> {
+    // Before the bootstrap query, which may wait --wait seconds for a server.
+    provider::ensure_built_in(c.provider).map_err(DemoError::Provider)?;
     let run = |e: anyhow::Error| DemoError::Run(e);
     let peer = query_bootstrap(&c.server, c.wait).map_err(run)?;
     let peer_ip = peer.addr.gid.to_ip();

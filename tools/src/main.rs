@@ -54,7 +54,8 @@ enum Command {
     /// its TCP address exchange (port 18515), Q_Key and message loop. Server
     /// without HOST, client with it.
     ///
-    /// Exit codes: 0 all iterations done; 1 failure; 2 bad usage.
+    /// Exit codes: 0 all iterations done; 1 failure; 2 bad usage or a provider
+    /// not built in.
     UdPingpong(ud_pingpong::UdPingpongArgs),
 }
 

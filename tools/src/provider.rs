@@ -2,6 +2,7 @@
 //! connected pair of UD sockets. New providers plug in here (see [`open_pair`]).
 
 use std::fmt;
+use std::io;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use anyhow::Context;
 use quic_rdma::fabric::sim::{FabricStats, Faults, SimConfig, SimFabric, SimQpOptions};
 use quic_rdma::fabric::soft::bootstrap::PeerInfo;
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
-use quic_rdma::fabric::{Mtu, UdQueuePair, DEFAULT_QKEY};
+use quic_rdma::fabric::{FabricError, Mtu, UdQueuePair, DEFAULT_QKEY};
 use quic_rdma::quinn_adapter::RdmaUdpSocket;
 use quic_rdma::socket::{SocketConfig, UdSocket};
 
@@ -280,6 +281,41 @@ pub(crate) fn soft_config(ip: std::net::IpAddr, udp_port: u16) -> anyhow::Result
     Ok(cfg)
 }
 
+/// Open a `soft` port; a failure names the address and, for the causes we
+/// can tell apart, the fix.
+pub(crate) fn open_soft_port(cfg: SoftConfig) -> anyhow::Result<SoftPort> {
+    let at = cfg.bind;
+    SoftPort::open(cfg).map_err(|e| {
+        let hint = match &e {
+            FabricError::Io(io) => match io.kind() {
+                io::ErrorKind::AddrInUse => Some(format!(
+                    "{at} is taken: is another endpoint already bound there? each endpoint \
+                     needs its own IP, or its own --udp-port"
+                )),
+                io::ErrorKind::AddrNotAvailable => Some(format!(
+                    "{} is not an address of this host: use one of its own IPs (`ip addr`)",
+                    at.ip()
+                )),
+                _ => None,
+            },
+            _ => None,
+        };
+        let what = format!("opening a soft RoCEv2 port on {at}");
+        match hint {
+            Some(h) => anyhow::Error::new(e).context(format!("{what} ({h})")),
+            None => anyhow::Error::new(e).context(what),
+        }
+    })
+}
+
+/// Fail at once, before any network traffic, when `kind` is not compiled in.
+pub(crate) fn ensure_built_in(kind: ProviderKind) -> Result<(), OpenError> {
+    if kind == ProviderKind::Verbs && !cfg!(feature = "verbs") {
+        return Err(OpenError::NotBuiltIn(kind));
+    }
+    Ok(())
+}
+
 fn open_soft(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
     let mut cfg = soft_config(opts.ip, opts.udp_port)?;
     // Talk at the smaller of the two MTUs, like two ports negotiating.
@@ -290,13 +326,7 @@ fn open_soft(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
     if let Some(qpn) = opts.qpn {
         cfg.first_qpn = qpn;
     }
-    let port = SoftPort::open(cfg).with_context(|| {
-        format!(
-            "opening a soft RoCEv2 port on {} (is another endpoint already bound there? \
-             each endpoint needs its own IP, or its own --udp-port)",
-            std::net::SocketAddr::new(opts.ip, opts.udp_port)
-        )
-    })?;
+    let port = open_soft_port(cfg)?;
     if let Some(peer) = &opts.peer {
         // Before any address handle exists: AHs resolve the peer's UDP port.
         peer.apply(&port);

@@ -11,11 +11,13 @@
 //! ping-pong) until it ends. One summary per connection goes to stdout (a JSON
 //! line with `--json`).
 
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
@@ -70,9 +72,17 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) once: bool,
 
-    /// Give up (exit 1) if --once has not finished after this many seconds.
+    /// With --once: give up (exit 1) unless the whole run — waiting for the
+    /// client included — has finished after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub(crate) timeout: u64,
+
+    /// For `qr demo`, which spawns `qr serve` with its stdin a pipe it holds:
+    /// exit as soon as stdin reaches end of file — the parent is gone, however it
+    /// died (the kernel closes its end even on SIGKILL) — removing the
+    /// --cert-out file, and its directory if that leaves it empty.
+    #[arg(long, hide = true)]
+    pub(crate) exit_with_parent: bool,
 
     /// Print each connection's summary as one JSON line instead of text.
     #[arg(long)]
@@ -138,8 +148,56 @@ pub(crate) fn main(args: &ServeArgs) -> ExitCode {
     }
 }
 
+/// Held while the certificate is written, and by the parent watcher from the
+/// moment it decides to exit: so it never removes the directory while a
+/// certificate is half-written into it.
+static CERT_FILES: Mutex<()> = Mutex::new(());
+
+/// `--exit-with-parent`: a thread that waits for end of file on stdin, then
+/// removes the certificate (and its directory, if then empty) and exits.
+///
+/// Why stdin and not `PR_SET_PDEATHSIG`: that needs `prctl` (unsafe, or another
+/// crate), fires when the parent's *thread* that forked exits rather than the
+/// parent, and races with a parent that dies before the child sets it. A pipe
+/// needs only std, and its end of file arrives however and whenever the parent
+/// went, even before this thread started reading. It also lets this process
+/// clean up the parent's temporary directory, which a killed parent cannot.
+fn watch_parent(cert: &Path) -> Result<()> {
+    let cert = cert.to_path_buf();
+    std::thread::Builder::new()
+        .name("qr-serve-parent".into())
+        .spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+            // Keep the lock to the end: the main thread must not write anew.
+            let _guard = CERT_FILES.lock();
+            let mut tmp = cert.as_os_str().to_owned();
+            tmp.push(".tmp");
+            let _ = std::fs::remove_file(&cert);
+            let _ = std::fs::remove_file(tmp);
+            if let Some(dir) = cert.parent().filter(|d| !d.as_os_str().is_empty()) {
+                // Only if empty: never take anything but our own file with us.
+                let _ = std::fs::remove_dir(dir);
+            }
+            // Not eprintln!: stderr is most likely a pipe to the dead parent,
+            // and eprintln! panics on EPIPE, which would end this thread and
+            // never the process.
+            let _ = writeln!(
+                std::io::stderr(),
+                "qr serve: the parent process is gone (stdin closed); exiting"
+            );
+            std::process::exit(1);
+        })
+        .context("starting the parent watcher")?;
+    Ok(())
+}
+
 /// Serve; `Ok(ok)` of the single connection with `--once`, else runs until killed.
 fn serve(args: &ServeArgs) -> Result<bool> {
+    let started = Instant::now();
+    provider::ensure_built_in(args.provider)?;
+    if args.exit_with_parent {
+        watch_parent(&args.cert_out)?;
+    }
     let mut opts = EndpointOptions::new(args.ip);
     opts.udp_port = args.udp_port;
     opts.qpn = args.qpn;
@@ -154,7 +212,10 @@ fn serve(args: &ServeArgs) -> Result<bool> {
     let mut names = vec![args.ip.to_string()];
     names.extend(args.names.iter().cloned());
     let id = ServerIdentity::generate(&names)?;
-    id.write_cert(&args.cert_out)?;
+    {
+        let _files = CERT_FILES.lock().unwrap_or_else(|e| e.into_inner());
+        id.write_cert(&args.cert_out)?;
+    }
     let server_cfg = tls::server_config(&id, quinn_adapter::transport(ep.socket.mtu()))?;
 
     let result = rt.block_on(async {
@@ -182,16 +243,28 @@ fn serve(args: &ServeArgs) -> Result<bool> {
         );
         let ep = Arc::new(ep);
         if args.once {
-            let incoming = endpoint
-                .accept()
+            // One deadline for the whole run, from start-up: a client that never
+            // comes must not keep the process (its IP:port, its service port).
+            // Clamped so that adding it to `started` cannot overflow.
+            let budget = Duration::from_secs(args.timeout.min(u64::from(u32::MAX)));
+            let deadline = tokio::time::Instant::from_std(started + budget);
+            let incoming = tokio::time::timeout_at(deadline, endpoint.accept())
                 .await
+                .map_err(|_| {
+                    anyhow!(
+                        "no client connected within {} s (--timeout); giving up",
+                        args.timeout
+                    )
+                })?
                 .ok_or_else(|| anyhow!("endpoint closed"))?;
-            let s = tokio::time::timeout(
-                Duration::from_secs(args.timeout),
-                connection(incoming, ep.clone()),
-            )
-            .await
-            .map_err(|_| anyhow!("the connection did not finish within {} s", args.timeout))?;
+            let s = tokio::time::timeout_at(deadline, connection(incoming, ep.clone()))
+                .await
+                .map_err(|_| {
+                    anyhow!(
+                        "the connection did not finish within {} s of start-up (--timeout)",
+                        args.timeout
+                    )
+                })?;
             print_summary(&s, args.json);
             endpoint.close(0u32.into(), b"bye");
             let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;

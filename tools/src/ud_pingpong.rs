@@ -34,7 +34,7 @@ use quic_rdma::fabric::{
     GRH_LEN,
 };
 
-use crate::provider::ProviderKind;
+use crate::provider::{self, OpenError, ProviderKind};
 
 /// Q_Key of `ibv_ud_pingpong` (both QPs, every send).
 pub(crate) const PP_QKEY: u32 = 0x1111_1111;
@@ -147,14 +147,63 @@ impl Dest {
     }
 }
 
-/// Run `qr ud-pingpong`.
+/// An argument (or combination) `qr ud-pingpong` cannot run with: exit code 2.
+#[derive(Debug)]
+pub(crate) struct UsageError(String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Fail with a [`UsageError`].
+fn usage<T>(why: impl Into<String>) -> Result<T> {
+    Err(UsageError(why.into()).into())
+}
+
+/// Run `qr ud-pingpong`: exit 0 when done, 2 on bad usage (or a provider not
+/// built in), 1 on any other failure.
 pub(crate) fn main(args: &UdPingpongArgs) -> ExitCode {
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("qr ud-pingpong: {e:#}");
-            ExitCode::FAILURE
+            let bad_usage = e.chain().any(|c| {
+                c.is::<UsageError>()
+                    || matches!(
+                        c.downcast_ref::<OpenError>(),
+                        Some(OpenError::NotBuiltIn(_) | OpenError::Unsupported(_))
+                    )
+            });
+            if bad_usage {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
+    }
+}
+
+/// What can be told wrong from the arguments alone, before anything is
+/// opened or any address exchanged.
+fn check_usage(args: &UdPingpongArgs) -> Result<()> {
+    if args.size == 0 || args.iters == 0 || args.rx_depth == 0 {
+        return usage("-s, -n and -r must be at least 1");
+    }
+    provider::ensure_built_in(args.provider)?;
+    match args.provider {
+        ProviderKind::Sim => usage(
+            "provider `sim` is in-process: ud-pingpong needs `--provider soft` or `--provider verbs`",
+        ),
+        ProviderKind::Soft => match (&args.ip, &args.gid, &args.host) {
+            (None, Some(g), _) => parse_gid(g).map(drop),
+            (None, None, None) => usage("a soft server needs --ip (its GID)"),
+            _ => Ok(()),
+        },
+        ProviderKind::Verbs => Ok(()),
     }
 }
 
@@ -163,9 +212,12 @@ fn parse_gid(s: &str) -> Result<Gid> {
     if let Ok(v6) = s.parse::<Ipv6Addr>() {
         return Ok(v6.into());
     }
-    s.parse::<IpAddr>()
-        .map(Gid::from)
-        .map_err(|_| anyhow!("`{s}` is neither a GID index nor an IPv4/IPv6 address"))
+    match s.parse::<IpAddr>() {
+        Ok(ip) => Ok(Gid::from(ip)),
+        Err(_) => usage(format!(
+            "`{s}` is neither a GID index nor an IPv4/IPv6 address"
+        )),
+    }
 }
 
 /// The first address of `host:port`, retried until `wait`.
@@ -225,10 +277,9 @@ fn open_qp(args: &UdPingpongArgs) -> Result<Opened> {
                 (Some(ip), _, _) => *ip,
                 (None, Some(g), _) => parse_gid(g)?.to_ip(),
                 (None, None, Some(host)) => route_source(host, args.port)?,
-                (None, None, None) => bail!("a soft server needs --ip (its GID)"),
+                (None, None, None) => return usage("a soft server needs --ip (its GID)"),
             };
-            let port = SoftPort::open(crate::provider::soft_config(ip, args.udp_port)?)
-                .with_context(|| format!("opening a soft RoCEv2 port on {ip}:{}", args.udp_port))?;
+            let port = provider::open_soft_port(provider::soft_config(ip, args.udp_port)?)?;
             let qp = port.create_qp(PP_QKEY).context("soft QP")?;
             Ok(Opened {
                 qp: Box::new(qp),
@@ -236,8 +287,8 @@ fn open_qp(args: &UdPingpongArgs) -> Result<Opened> {
             })
         }
         ProviderKind::Verbs => open_verbs(args),
-        ProviderKind::Sim => bail!(
-            "provider `sim` is in-process: ud-pingpong needs `--provider soft` or `--provider verbs`"
+        ProviderKind::Sim => usage(
+            "provider `sim` is in-process: ud-pingpong needs `--provider soft` or `--provider verbs`",
         ),
     }
 }
@@ -278,17 +329,15 @@ fn open_verbs(args: &UdPingpongArgs) -> Result<Opened> {
 
 #[cfg(not(feature = "verbs"))]
 fn open_verbs(_: &UdPingpongArgs) -> Result<Opened> {
-    bail!("provider `verbs` is not built into this qr: rebuild with `--features verbs`")
+    Err(OpenError::NotBuiltIn(ProviderKind::Verbs).into())
 }
 
 fn run(args: &UdPingpongArgs) -> Result<()> {
-    if args.size == 0 || args.iters == 0 || args.rx_depth == 0 {
-        bail!("-s, -n and -r must be at least 1");
-    }
+    check_usage(args)?;
     let Opened { mut qp, _soft } = open_qp(args)?;
     let mtu = qp.attr().active_mtu.bytes();
     if args.size > mtu {
-        bail!("requested size larger than port MTU ({mtu})");
+        return usage(format!("requested size larger than port MTU ({mtu})"));
     }
 
     // Registered memory: rx_depth receive slots of size + 40, then the send buffer.

@@ -1,10 +1,21 @@
 //! `qr demo --provider soft`: the server is a separate process (`qr serve
 //! --once`, this same executable) on one IP, the client runs here on another,
 //! each its own GID; real RoCEv2 packets go over UDP between them.
+//!
+//! The server must not outlive this process, however it ends: it is started
+//! with `--exit-with-parent` and its stdin a pipe only we hold, so when we
+//! exit — even by SIGKILL — the kernel closes our end, the child reads end of
+//! file, removes the certificate and our temporary directory, and exits (see
+//! `serve::watch_parent` for why a pipe rather than `PR_SET_PDEATHSIG`). It
+//! runs in its own process group, so a Ctrl-C at the terminal stops only us
+//! and the child still goes through that clean-up rather than dying on the
+//! signal with the directory left behind. When we end normally, dropping
+//! `ServerChild` kills and reaps it, then `TempDir` removes the directory.
 
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -21,6 +32,9 @@ const READY_WITHIN: Duration = Duration::from_secs(20);
 /// The server child: killed and reaped if still running when dropped.
 struct ServerChild {
     child: Child,
+    /// The write end of its stdin: it reads end of file once this is closed,
+    /// by our exit or by dropping it.
+    _stdin: Option<ChildStdin>,
     stdout: Option<JoinHandle<String>>,
     stderr: Option<JoinHandle<String>>,
 }
@@ -111,26 +125,36 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
         .context("finding the qr executable")
         .map_err(DemoError::Run)?;
     let mut cmd = Command::new(exe);
-    cmd.args(["serve", "--once", "--json", "--provider", "soft"])
-        .arg("--ip")
-        .arg(args.server_ip.to_string())
-        .arg("--service-port")
-        .arg(args.service_port.to_string())
-        .arg("--cert-out")
-        .arg(&cert)
-        .arg("--timeout")
-        .arg(args.timeout.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "serve",
+        "--once",
+        "--json",
+        "--provider",
+        "soft",
+        "--exit-with-parent",
+    ])
+    .arg("--ip")
+    .arg(args.server_ip.to_string())
+    .arg("--service-port")
+    .arg(args.service_port.to_string())
+    .arg("--cert-out")
+    .arg(&cert)
+    .arg("--timeout")
+    .arg(args.timeout.to_string())
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .process_group(0);
     let mut child = cmd
         .spawn()
         .context("starting the server process (qr serve)")
         .map_err(DemoError::Run)?;
+    let stdin = child.stdin.take();
     let stdout = child.stdout.take().map(drain);
     let stderr = child.stderr.take().map(drain);
     let mut server = ServerChild {
         child,
+        _stdin: stdin,
         stdout,
         stderr,
     };

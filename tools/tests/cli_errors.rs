@@ -1,0 +1,169 @@
+//! What `qr` says, and with which exit code, when it cannot do what it was
+//! asked (issue 9 #10). Addresses 127.0.93.5..9 and TEST-NET-1's 192.0.2.1
+//! (never a local address); TCP ports 19305..19309, never listened on.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::process::Output;
+use std::time::Duration;
+
+use common::{qr, Guard, TempDir};
+
+/// Run `qr args` (at most 60 s) and return its output and stderr.
+fn run(args: &[&str]) -> (Output, String) {
+    let out = Guard::spawn(qr().args(args)).wait(Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stderr)
+}
+
+/// A bind that fails for another reason than "address in use" (here: not an
+/// address of this host) must not ask whether another endpoint is bound there.
+#[test]
+fn bind_errors_name_their_cause() {
+    let dir = TempDir::new("bind-errors");
+    let cert = dir.path("cert.der");
+    let cert = cert.to_str().unwrap();
+    let (out, err) = run(&[
+        "serve",
+        "--ip",
+        "192.0.2.1",
+        "--service-port",
+        "19305",
+        "--cert-out",
+        cert,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("already bound"), "{err}");
+    assert!(
+        err.contains("192.0.2.1 is not an address of this host"),
+        "{err}"
+    );
+
+    // EADDRINUSE still gets the hint.
+    let _taken = UdpSocket::bind("127.0.93.5:4791").unwrap();
+    let (out, err) = run(&[
+        "serve",
+        "--ip",
+        "127.0.93.5",
+        "--service-port",
+        "19305",
+        "--cert-out",
+        cert,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("127.0.93.5:4791 is taken: is another endpoint already bound there?"),
+        "{err}"
+    );
+}
+
+/// `qr connect` to a port nobody listens on: the OS error once, not twice
+/// ("Connection refused (os error 111): Connection refused (os error 111)").
+#[test]
+fn connect_refused_is_said_once() {
+    let (out, err) = run(&[
+        "connect",
+        "127.0.93.6:19306",
+        "--cert",
+        "/nonexistent/cert.der",
+        "--wait",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("bootstrap query to 127.0.93.6:19306"), "{err}");
+    assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
+}
+
+/// Without the `verbs` feature, `--provider verbs` fails at once naming the
+/// fix, instead of first waiting --wait seconds for a bootstrap answer.
+#[cfg(not(feature = "verbs"))]
+#[test]
+fn connect_verbs_not_built_in_fails_at_once() {
+    let started = std::time::Instant::now();
+    let (out, err) = run(&[
+        "connect",
+        "127.0.93.7:19307",
+        "--cert",
+        "/nonexistent/cert.der",
+        "--provider",
+        "verbs",
+        "--wait",
+        "30",
+    ]);
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--features verbs"), "{err}");
+    assert!(!err.contains("bootstrap"), "{err}");
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+}
+
+/// `qr ud-pingpong` exits 2 on bad usage, as its help says.
+#[test]
+fn ud_pingpong_bad_usage_exits_2() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["-s", "0", "--ip", "127.0.93.8"],
+            "-s, -n and -r must be at least 1",
+        ),
+        (
+            &["-n", "0", "--ip", "127.0.93.8"],
+            "-s, -n and -r must be at least 1",
+        ),
+        (
+            &["--provider", "sim", "--ip", "127.0.93.8"],
+            "provider `sim` is in-process",
+        ),
+        (&[], "a soft server needs --ip"),
+        (
+            &["-g", "nonsense"],
+            "neither a GID index nor an IPv4/IPv6 address",
+        ),
+        (
+            &["-s", "8192", "--ip", "127.0.93.8", "-p", "19308"],
+            "requested size larger than port MTU (4096)",
+        ),
+    ];
+    for (args, said) in cases {
+        let mut all = vec!["ud-pingpong"];
+        all.extend_from_slice(args);
+        let (out, err) = run(&all);
+        assert_eq!(out.status.code(), Some(2), "{all:?}: {err}");
+        assert!(err.contains(said), "{all:?}: {err}");
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let (out, err) = run(&["ud-pingpong", "--provider", "verbs", "127.0.93.9"]);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("--features verbs"), "{err}");
+    }
+}
+
+/// Byte sizes are never rounded: `--bytes 1.5` is refused (it ran, moving 2
+/// bytes), a fraction of a unit that is whole is taken exactly.
+#[test]
+fn byte_sizes_are_not_rounded() {
+    for cmd in [
+        &["demo", "--bytes", "1.5", "--pings", "1"][..],
+        &["demo", "--bytes", "1.1K", "--pings", "1"][..],
+        &[
+            "connect",
+            "127.0.93.9:19309",
+            "--cert",
+            "/nonexistent/cert.der",
+            "--bytes",
+            "1.5",
+        ][..],
+    ] {
+        let (out, err) = run(cmd);
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}: {err}");
+        assert!(
+            err.contains("is not a whole number of bytes"),
+            "{cmd:?}: {err}"
+        );
+    }
+    let (out, err) = run(&["demo", "--bytes", "1.5K", "--pings", "1", "--json"]);
+    let r = common::json_of("demo --bytes 1.5K", &out);
+    assert_eq!(r["transfer"]["bytes"], 1536, "{err}");
+    assert_eq!(r["transfer"]["bytes_received"], 1536, "{err}");
+}
