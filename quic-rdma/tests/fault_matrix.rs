@@ -25,7 +25,7 @@ use engine_common::{configs_with, moved_gid, transfer as engine_transfer, Engine
 use quic_rdma::engine::{AcceptPolicy, CloseReason, Engine, EngineConfig, Event};
 use quic_rdma::fabric::sim::{FabricStats, Faults, SimConfig, SimFabric, SimQpOptions};
 use quic_rdma::quinn_adapter;
-use quic_rdma::socket::{SocketConfig, SocketStats};
+use quic_rdma::socket::{SocketConfig, SocketStats, UdSocket};
 use quinn::{ConnectionError, TransportConfig};
 use sha2::{Digest, Sha256};
 
@@ -304,7 +304,14 @@ async fn quinn_transfer_cell(fault: Fault) -> Measures {
         Fault::MigrationQpn => {
             // A new queue pair on the same port: the client's QPN changes.
             until(&xfer, || sent() >= LEN / 2).await;
-            let (sock, _) = socket_on(&p.fabric, gid(2, false), SocketConfig::default());
+            let qp = p
+                .fabric
+                .create_qp(gid(2, false), SimQpOptions::default())
+                .unwrap();
+            let sock = Arc::new(
+                p.client_sock
+                    .rebind(UdSocket::new(qp, SocketConfig::default()).unwrap()),
+            );
             p.client.rebind_abstract(sock.clone()).unwrap();
             rebound = Some(sock);
         }
@@ -987,7 +994,6 @@ fn fault_matrix() {
 /// the client's transfer neither completes nor fails within the time bound.
 /// Run with `--ignored`; remove the `#[ignore]` with the fix.
 #[test]
-#[ignore = "known defect: the quinn adapter's peer table does not survive Endpoint::rebind_abstract"]
 fn quinn_rebind_to_new_qpn() {
     let m = run_cell("quinn", Fault::MigrationQpn, quinn_cell).unwrap_or_else(|e| panic!("{e}"));
     println!(

@@ -64,8 +64,9 @@ pub struct RdmaUdpSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     /// Segments per transmit the socket can always post whole.
     max_segments: usize,
     /// The addresses quinn sees for UD peers (see [`RdmaUdpSocket::peer_addr`]),
-    /// and the routing check's counters (both touched on every receive).
-    peers: Mutex<(PeerTable, RoutingStats)>,
+    /// and the routing check's counters (both touched on every receive). Shared
+    /// with the sockets [`rebind`](Self::rebind) makes.
+    peers: Arc<Mutex<(PeerTable, RoutingStats)>>,
     routing: RoutingCheck,
     inner: Mutex<UdSocket<Q>>,
 }
@@ -86,10 +87,24 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
             hub,
             mtu: socket.mtu(),
             max_segments: socket.max_segments(),
-            peers: Mutex::new((PeerTable::new(limits), RoutingStats::default())),
+            peers: Arc::new(Mutex::new((
+                PeerTable::new(limits),
+                RoutingStats::default(),
+            ))),
             routing,
             inner: Mutex::new(socket),
         }
+    }
+
+    /// A socket over `socket` (a new queue pair: a new QPN, or another port)
+    /// that shares this one's peer table, for `quinn::Endpoint::rebind_abstract`:
+    /// quinn keeps addressing its peers by the addresses this table gave them,
+    /// and the new socket must know them. Our own address change is a path
+    /// change to the peers (RFC 9000 §9); their addresses stay as they were.
+    pub fn rebind(&self, socket: UdSocket<Q>) -> Self {
+        let mut s = Self::with_options(socket, PeerLimits::default(), self.routing);
+        s.peers = self.peers.clone();
+        s
     }
 
     /// The fabric MTU: use it for [`endpoint_config`] and [`transport_config`].
