@@ -55,7 +55,9 @@ pub enum EngineError {
     #[error("the engine has no client configuration")]
     NoClientConfig,
     /// quinn-proto refused to start the connection (bad address, CIDs exhausted, ...).
-    #[error("connect failed: {0}")]
+    /// The reason is the error's source (not repeated in its message, so a
+    /// report that prints the chain says it once).
+    #[error("connect failed")]
     Connect(#[from] ConnectError),
     /// An argument is out of range (error code above 2^62, non-UD address, ...).
     #[error("invalid argument: {0}")]
@@ -66,4 +68,18 @@ pub enum EngineError {
     /// The UD socket failed (creation, or a provider error on the data path).
     #[error(transparent)]
     Socket(#[from] SocketError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_is_not_repeated_in_the_message() {
+        let e = EngineError::from(ConnectError::InvalidRemoteAddress(
+            "[::1]:0".parse().unwrap(),
+        ));
+        let source = std::error::Error::source(&e).unwrap().to_string();
+        assert!(!e.to_string().contains(&source), "{e}: {source}");
+    }
 }
