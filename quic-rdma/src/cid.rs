@@ -1,4 +1,4 @@
-//! Connection IDs that carry a 20-bit routing key (DESIGN.md §3).
+//! Connection IDs that carry a 20-bit routing key (docs/architecture.md §3).
 //!
 //! The key is the top 20 bits of every CID an endpoint issues. The sender of a
 //! datagram reads the key of the *destination* CID and puts it both in the

@@ -1,4 +1,4 @@
-//! The UD socket over `sim`: the hardware semantics of DESIGN.md §2 held one by one.
+//! The UD socket over `sim`: the hardware semantics of docs/architecture.md §2 held one by one.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 

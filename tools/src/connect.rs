@@ -1,7 +1,7 @@
 //! `qr connect`: the client side of the demo's workload against a `qr serve` in
 //! another process or on another host, found by host and service port.
 //!
-//! 1. Ask the server's bootstrap service (`host:service_port`, DESIGN.md §3) for
+//! 1. Ask the server's bootstrap service (`host:service_port`, docs/architecture.md §3) for
 //!    its GID, QPN, Q_Key, UDP port and MTU.
 //! 2. Open a local endpoint (by default on the IP the kernel would use to reach
 //!    the server's GID), TLS 1.3 trusting exactly the certificate given by

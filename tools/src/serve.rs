@@ -4,7 +4,7 @@
 //! Start-up order, so that "the bootstrap service answers" means "ready":
 //! open the RoCEv2 port and QP, write the self-signed certificate to
 //! `--cert-out`, create the quinn endpoint, then start the bootstrap service
-//! (TCP, DESIGN.md §3) that publishes GID, QPN, Q_Key, UDP port and MTU.
+//! (TCP, docs/architecture.md §3) that publishes GID, QPN, Q_Key, UDP port and MTU.
 //!
 //! Each accepted connection gets the demo's server side: read the first stream
 //! to its end and answer with byte count + sha256; echo the second stream (the

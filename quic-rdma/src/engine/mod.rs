@@ -1,5 +1,5 @@
 //! The poll-mode engine: QUIC straight over quinn-proto and the UD socket
-//! (DESIGN.md §5), for callers that own one thread and busy-poll it.
+//! (docs/architecture.md §5), for callers that own one thread and busy-poll it.
 //!
 //! No runtime, no threads, no locks: the caller drives everything with
 //! [`Engine::poll`], passing the current time, and may sleep until

@@ -3,7 +3,7 @@
 use super::Gid;
 
 /// What an address handle is built from; also the key of the socket's AH cache
-/// (DESIGN.md §3: GID, flow label, traffic class, hop limit).
+/// (docs/architecture.md §3: GID, flow label, traffic class, hop limit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AhAttr {
     /// Destination GID (the GRH's DGID).

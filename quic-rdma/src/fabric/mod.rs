@@ -1,4 +1,4 @@
-//! The provider-neutral UD model (DESIGN.md §2) and its providers.
+//! The provider-neutral UD model (docs/architecture.md §2) and its providers.
 //!
 //! A [`UdQueuePair`] is one UD queue pair with its send and receive completion
 //! queues, as a verbs application sees it. Every provider — the in-process

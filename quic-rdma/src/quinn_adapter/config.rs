@@ -1,4 +1,4 @@
-//! quinn configuration for a UD fabric (DESIGN.md §5).
+//! quinn configuration for a UD fabric (docs/architecture.md §5).
 
 use std::sync::Arc;
 use std::time::Duration;

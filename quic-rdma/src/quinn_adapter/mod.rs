@@ -1,4 +1,4 @@
-//! The quinn drop-in: `quinn::AsyncUdpSocket` over a [`UdSocket`] (DESIGN.md §5).
+//! The quinn drop-in: `quinn::AsyncUdpSocket` over a [`UdSocket`] (docs/architecture.md §5).
 //!
 //! A quinn application switches from UDP to RDMA UD in a handful of lines:
 //!

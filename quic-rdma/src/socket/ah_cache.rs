@@ -1,4 +1,4 @@
-//! The address-handle cache (DESIGN.md §3).
+//! The address-handle cache (docs/architecture.md §3).
 //!
 //! Keyed per (GID, flow label, traffic class, hop limit) — everything an AH
 //! holds, and nothing else: an AH names a path to a GID, not a peer, so every

@@ -1,4 +1,4 @@
-//! The UD socket: what replaces a UDP socket under QUIC (DESIGN.md §4).
+//! The UD socket: what replaces a UDP socket under QUIC (docs/architecture.md §4).
 //!
 //! One [`UdSocket`] drives one UD queue pair of any provider:
 //! - send: one `post_send` per batch (chained WRs, one doorbell); a GSO-style

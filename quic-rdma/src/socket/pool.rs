@@ -3,7 +3,7 @@
 //! A few large regions (1–4 MiB each, registered once) are cut into 64-byte
 //! aligned slots of MTU + 64 bytes. A receive slot's 40-byte GRH area sits at
 //! offset 24 so the payload starts 64-byte aligned; a send slot's payload starts
-//! at offset 64 (DESIGN.md §4).
+//! at offset 64 (docs/architecture.md §4).
 
 use crate::fabric::memory::REGION_ALIGN;
 use crate::fabric::{FabricError, Memory, Region, Sge, UdQueuePair, GRH_LEN};

@@ -1,4 +1,4 @@
-//! Socket counters: cheap, always on (DESIGN.md §4).
+//! Socket counters: cheap, always on (docs/architecture.md §4).
 
 use crate::fabric::ProviderDrops;
 

@@ -1,6 +1,6 @@
 //! `sim`: an in-process UD fabric between endpoints on threads.
 //!
-//! It honours every hardware semantic of DESIGN.md §2 (MTU with silent drop of
+//! It honours every hardware semantic of docs/architecture.md §2 (MTU with silent drop of
 //! oversized sends, GRH in receive buffers in IPv4 and IPv6 layouts, silent drop
 //! with no posted receive, P_Key/Q_Key/QPN checks, in-order send completions)
 //! and injects faults deterministically from a seed: loss, duplication,

@@ -1,4 +1,4 @@
-//! Finding a `soft` peer from a host name/IP and a service port (DESIGN.md §3).
+//! Finding a `soft` peer from a host name/IP and a service port (docs/architecture.md §3).
 //!
 //! A UD peer is (GID, QPN, Q_Key), plus — for `soft` — the UDP port its socket is
 //! bound to. A server publishes those on a TCP *service port*; a client that knows

@@ -1,4 +1,4 @@
-//! `soft`: userspace RoCEv2 UD over ordinary UDP sockets (DESIGN.md §2).
+//! `soft`: userspace RoCEv2 UD over ordinary UDP sockets (docs/architecture.md §2, §6).
 //!
 //! Runs on any Linux host without RDMA hardware or the `rdma_rxe` module, between
 //! processes and hosts, and speaks the RoCEv2 wire format of [`codec`] exactly, so

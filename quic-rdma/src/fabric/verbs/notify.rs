@@ -1,4 +1,4 @@
-//! Wake-ups for async callers: the completion channel (DESIGN.md §5).
+//! Wake-ups for async callers: the completion channel (docs/architecture.md §5).
 //!
 //! `VerbsQp::arm` asks both CQs for an event on their next completion
 //! (`ibv_req_notify_cq`), stores the waker, and polls once (returning `true` if
