@@ -141,7 +141,7 @@ impl SimFabric {
             wire_cv: Condvar::new(),
             cfg,
         });
-        if shared.cfg.faults.needs_wire_thread() {
+        if shared.cfg.faults.holds_packets() {
             wire::spawn(Arc::downgrade(&shared));
         }
         SimFabric { shared }
