@@ -13,8 +13,8 @@ use quinn_udp::{RecvMeta, UdpSocketState};
 use super::codec::{self, IcrcContext, IcrcPolicy, IcrcVerdict, IpPair};
 use super::qp::SoftQp;
 use crate::fabric::{
-    check_qkey, FabricError, Gid, Grh, GrhLayout, Mtu, ProviderDrops, Qpn, RecvWr, WcStatus,
-    DEFAULT_PKEY, GRH_LEN, ROCEV2_UDP_PORT,
+    check_keys, check_pkey, check_qkey, FabricError, Gid, Grh, GrhLayout, KeyDrop, Mtu, PacketKeys,
+    ProviderDrops, QpKeys, Qpn, RecvWr, WcStatus, DEFAULT_PKEY, GRH_LEN, ROCEV2_UDP_PORT,
 };
 
 /// Datagram buffers handed to one `recvmmsg` (quinn-udp's batch).
@@ -41,7 +41,7 @@ pub struct SoftConfig {
     pub mtu: Mtu,
     /// How received ICRCs are checked.
     pub icrc: IcrcPolicy,
-    /// P_Key of QPs created on this port.
+    /// P_Key of QPs created on this port (0x0000 and 0x8000 are refused).
     pub pkey: u16,
     /// `max_inline_data` granted to QPs.
     pub max_inline: u32,
@@ -234,6 +234,7 @@ impl SoftPort {
                 ),
             )));
         }
+        check_pkey(cfg.pkey)?;
         let socket = UdpSocket::bind(cfg.bind)?;
         let udp = UdpSocketState::new((&socket).into())?;
         // Best effort: a deep kernel queue absorbs bursts between polls.
@@ -455,18 +456,28 @@ impl Table {
             return;
         }
         let h = decoded.header;
-        let Some(slot) = self.qps.get_mut(&h.dest_qp) else {
-            self.drops.unknown_qpn += 1;
-            return;
+        let keys = PacketKeys {
+            pkey: h.pkey,
+            dest_qp: h.dest_qp,
+            qkey: h.qkey,
         };
-        if !pkey_matches(h.pkey, slot.pkey) {
-            slot.drops.bad_pkey += 1;
-            return;
-        }
-        if h.qkey != slot.qkey {
-            slot.drops.bad_qkey += 1;
-            return;
-        }
+        let slot = self.qps.get_mut(&h.dest_qp);
+        let ours = slot.as_ref().map(|s| QpKeys {
+            pkey: s.pkey,
+            qkey: s.qkey,
+        });
+        // The key checks every provider shares; unknown QPN belongs to the port.
+        let slot = match (check_keys(keys, ours), slot) {
+            (Ok(()), Some(slot)) => slot,
+            (Err(cause), Some(slot)) if cause != KeyDrop::UnknownQpn => {
+                slot.drops.count(cause);
+                return;
+            }
+            _ => {
+                self.drops.count(KeyDrop::UnknownQpn);
+                return;
+            }
+        };
         // A QP in the error state has no usable receive (IBA 10.3.1).
         let Some(wr) = slot.rq.pop_front().filter(|_| !slot.error) else {
             slot.drops.no_recv_posted += 1;
@@ -516,25 +527,9 @@ impl Table {
     }
 }
 
-/// IBA 10.9.3: P_Keys match when their low 15 bits are equal and at least one of
-/// them is a full member (top bit set); 0x0000/0x8000 are invalid.
-pub(crate) fn pkey_matches(pkt: u16, ours: u16) -> bool {
-    let base = pkt & 0x7FFF;
-    base != 0 && base == ours & 0x7FFF && (pkt | ours) & 0x8000 != 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pkey_membership_rules() {
-        assert!(pkey_matches(0xFFFF, 0xFFFF));
-        assert!(pkey_matches(0x7FFF, 0xFFFF)); // limited sender, full receiver
-        assert!(!pkey_matches(0x7FFF, 0x7FFF)); // two limited members
-        assert!(!pkey_matches(0x8001, 0xFFFF));
-        assert!(!pkey_matches(0x8000, 0x8000));
-    }
 
     #[test]
     fn refuses_wildcard_bind() {

@@ -8,11 +8,10 @@ use std::task::Waker;
 
 use super::codec::{self, IcrcContext, IpPair, UdHeader, MASK_24, MAX_OVERHEAD};
 use super::port::{SoftPort, SoftStats};
-use crate::fabric::addr::QKEY_PRIVILEGED_BIT;
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
-    AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory, ProviderDrops, QpAttr, Qpn, RecvWr,
-    Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
+    send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory, ProviderDrops, QpAttr,
+    Qpn, RecvWr, Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
 };
 
 /// Retries of a send the socket refused with "would block" before it counts as
@@ -411,13 +410,7 @@ impl UdQueuePair for SoftQp {
         };
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            // IBA 10.2.4 / 11.4.1.1: a WR Q_Key with the top bit set means "use the
-            // QP's own Q_Key" (the privileged case we never configure).
-            let qkey = if wr.remote_qkey & QKEY_PRIVILEGED_BIT != 0 {
-                tx.attr.qkey
-            } else {
-                wr.remote_qkey
-            };
+            let qkey = send_qkey(wr.remote_qkey, tx.attr.qkey);
             let posted = self.sq.post(mem, wr, |ah, d| {
                 tx.transmit(ah.dest, ah.traffic_class, qkey, wr, d)
             });
