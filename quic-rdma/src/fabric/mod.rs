@@ -63,6 +63,15 @@ pub struct ProviderDrops {
     pub too_long: u64,
     /// Malformed on the wire (bad header, truncated, bad padding): `soft` only.
     pub malformed: u64,
+    /// Datagrams too short to hold a BTH (12 bytes), zero-length ones included:
+    /// `soft` only (a UDP socket delivers what any host sends to the port).
+    pub runt: u64,
+    /// Datagrams the kernel dropped for the `soft` port's UDP socket before they
+    /// could be read, mostly because its receive buffer (`SO_RCVBUF`) was full:
+    /// the socket's drop counter (`sk_drops`, what `SO_RXQ_OVFL` reports), read
+    /// from `/proc/net/udp` or `/proc/net/udp6`. The kernel counts datagrams, so
+    /// a dropped GSO super-datagram counts once however many packets it held.
+    pub kernel_rx_dropped: u64,
     /// The ICRC did not verify (RoCEv2 Annex A17.3.3): `soft` only; hardware
     /// drops these before software sees them.
     pub bad_icrc: u64,

@@ -11,6 +11,7 @@ use std::task::Waker;
 use quinn_udp::{RecvMeta, UdpSocketState};
 
 use super::codec::{self, IcrcContext, IcrcPolicy, IcrcVerdict, IpPair};
+use super::kernel_drops::KernelDrops;
 use super::qp::SoftQp;
 use crate::fabric::{
     check_keys, check_pkey, check_qkey, FabricError, Gid, Grh, GrhLayout, KeyDrop, Mtu, PacketKeys,
@@ -58,6 +59,11 @@ pub struct SoftConfig {
     /// packet on its own. A capture on the sending host's loopback or veth sees
     /// a batch as one large datagram (it is cut later); capture with 1.
     pub gso_segments: usize,
+    /// Receive buffer (`SO_RCVBUF`) asked of the kernel, in bytes (it doubles the
+    /// figure for bookkeeping and caps it at `net.core.rmem_max`). Datagrams that
+    /// find it full are dropped by the kernel and counted in
+    /// [`ProviderDrops::kernel_rx_dropped`].
+    pub recv_buffer: usize,
 }
 
 impl SoftConfig {
@@ -75,6 +81,7 @@ impl SoftConfig {
             max_recv_wr: 1024,
             first_qpn: 0x11,
             gso_segments: 16,
+            recv_buffer: 4 << 20,
         }
     }
 
@@ -146,7 +153,7 @@ pub(crate) struct Table {
     next_qpn: Qpn,
     /// Recycled packet buffers (GRH area + MTU), so steady state allocates nothing.
     pub(crate) pool: Vec<Box<[u8]>>,
-    /// Port-level drops: unknown QPN, malformed and bad ICRC.
+    /// Port-level drops: unknown QPN, runts, malformed and bad ICRC.
     pub(crate) drops: ProviderDrops,
     rx: RxCounters,
 }
@@ -185,6 +192,9 @@ pub(crate) struct Shared {
     pub(crate) gso_ok: std::sync::atomic::AtomicBool,
     pub(crate) tx_would_block: AtomicU64,
     pub(crate) tx_errors: AtomicU64,
+    /// Where the kernel counts datagrams it dropped for the socket (`None`
+    /// without `/proc`: the count reads 0).
+    pub(crate) kernel_drops: Option<KernelDrops>,
 }
 
 /// A `soft` RoCEv2 port: one UDP socket bound to a local IP, shared by any number
@@ -238,9 +248,10 @@ impl SoftPort {
         let socket = UdpSocket::bind(cfg.bind)?;
         let udp = UdpSocketState::new((&socket).into())?;
         // Best effort: a deep kernel queue absorbs bursts between polls.
-        let _ = udp.set_recv_buffer_size((&socket).into(), 4 << 20);
+        let _ = udp.set_recv_buffer_size((&socket).into(), cfg.recv_buffer);
         let _ = udp.set_send_buffer_size((&socket).into(), 4 << 20);
         let local = socket.local_addr()?;
+        let kernel_drops = KernelDrops::locate(&socket);
         let demux = Demux {
             buf: vec![0u8; RX_BATCH * RX_SLOT].into_boxed_slice(),
             meta: [RecvMeta::default(); RX_BATCH],
@@ -268,6 +279,7 @@ impl SoftPort {
                 tx_bytes: AtomicU64::new(0),
                 tx_would_block: AtomicU64::new(0),
                 tx_errors: AtomicU64::new(0),
+                kernel_drops,
             }),
         })
     }
@@ -404,6 +416,12 @@ impl Shared {
             for (i, m) in meta.iter().enumerate().take(n) {
                 let start = i * RX_SLOT;
                 let data = &buf[start..start + m.len.min(RX_SLOT)];
+                if data.is_empty() {
+                    // A zero-length datagram: `chunks` would yield nothing, and
+                    // it must still be counted (as a runt).
+                    table.accept(self, m, data);
+                    continue;
+                }
                 let stride = if m.stride == 0 { data.len() } else { m.stride };
                 for pkt in data.chunks(stride.max(1)) {
                     table.accept(self, m, pkt);
@@ -418,6 +436,12 @@ impl Table {
     /// match to a posted receive. Every drop is counted by cause.
     fn accept(&mut self, port: &Shared, m: &RecvMeta, pkt: &[u8]) {
         self.rx.datagrams += 1;
+        if pkt.len() < codec::BTH_LEN {
+            // Not even a base transport header: not RoCE at all (a probe, a
+            // stray zero-length datagram), counted apart from damaged RoCE.
+            self.drops.runt += 1;
+            return;
+        }
         let decoded = match codec::decode(pkt) {
             Ok(d) => d,
             Err(_) => {

@@ -559,13 +559,22 @@ impl UdQueuePair for SoftQp {
         Ok(())
     }
 
-    /// This QP's drops plus the port-wide `unknown_qpn` and `malformed` counters
-    /// (a packet for no QP, or unparseable, belongs to no QP).
     fn readiness_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.as_fd())
     }
 
+    /// This QP's drops plus the port-wide `unknown_qpn`, `runt`, `malformed`,
+    /// `bad_icrc` and `kernel_rx_dropped` counters (a packet for no QP, or
+    /// unparseable, belongs to no QP). Reading the kernel's counter scans
+    /// `/proc/net/udp`: call this for statistics, not per packet.
     fn drops(&self) -> ProviderDrops {
+        // Read before taking the port's lock: it scans a /proc file.
+        let kernel = self
+            .port
+            .shared
+            .kernel_drops
+            .as_ref()
+            .map_or(0, |k| k.read());
         let d = self.port.shared.lock();
         let mut out = d
             .table
@@ -575,6 +584,8 @@ impl UdQueuePair for SoftQp {
             .unwrap_or_default();
         out.unknown_qpn = d.table.drops.unknown_qpn;
         out.malformed = d.table.drops.malformed;
+        out.runt = d.table.drops.runt;
+        out.kernel_rx_dropped = kernel;
         out.bad_icrc = d.table.drops.bad_icrc;
         out.oversize_sent = self.sq.oversize_sent();
         out
