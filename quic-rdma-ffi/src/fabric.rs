@@ -119,6 +119,9 @@ fn sim_fabric(c: &qr_fabric_config, mtu: Mtu) -> Result<SimFabric, i32> {
             loss: p(c.loss)?,
             duplicate: p(c.duplicate)?,
             reorder: p(c.reorder)?,
+            // The config has no hold time: reordered packets are held back by
+            // the sim's default, and the sim's wire thread delivers them.
+            reorder_delay: Faults::DEFAULT_REORDER_DELAY,
             ..Faults::default()
         };
         Ok(SimFabric::new(SimConfig {

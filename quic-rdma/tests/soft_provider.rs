@@ -266,7 +266,12 @@ fn every_drop_cause_is_counted() {
     // Raw datagrams: truncated, and a bad ICRC.
     let raw = UdpSocket::bind("127.80.0.4:0").unwrap();
     let to = pb.local_addr();
-    raw.send_to(&[0x64, 0, 0xff, 0xff, 0, 0, 0], to).unwrap();
+    // A BTH and the start of a DETH: truncated RoCE (shorter is a runt).
+    raw.send_to(
+        &[0x64, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0, 0, 0, 0, 0x11, 0x01],
+        to,
+    )
+    .unwrap();
     let mut pkt = [0u8; 64];
     let ctx = IcrcContext {
         ip: IpPair::V4 {
@@ -572,4 +577,73 @@ fn gso_off_sends_each_packet_on_its_own() {
     let st = pa.stats();
     assert_eq!((st.tx_packets, st.tx_gso_batches), (3, 0), "{st:?}");
     assert_eq!(b.recv(3).len(), 3);
+}
+
+/// Datagrams that cannot even hold a BTH, zero-length ones included, are their
+/// own drop cause (a zero-length datagram used to vanish uncounted).
+#[test]
+fn zero_length_and_sub_bth_datagrams_are_counted_as_runts() {
+    let pb = SoftPort::open(SoftConfig::new(ip("127.92.0.2")).with_port(0)).unwrap();
+    let mut b = Ep::new(&pb, DEFAULT_QKEY, 2);
+    b.post_recvs(0..2, SLOT);
+    let raw = UdpSocket::bind("127.92.0.1:0").unwrap();
+    raw.send_to(&[], pb.local_addr()).unwrap();
+    raw.send_to(&[0x64; codec::BTH_LEN - 1], pb.local_addr())
+        .unwrap();
+    assert_eq!(b.settle(), 0);
+    let d = b.qp.drops();
+    assert_eq!((d.runt, d.malformed), (2, 0), "{d:?}");
+    assert_eq!(pb.stats().rx_datagrams, 2);
+}
+
+/// A receiver that does not poll while a burst arrives overflows its socket's
+/// receive buffer; the kernel's drops are counted, and every packet sent is
+/// either received or counted as dropped.
+#[test]
+fn kernel_receive_buffer_overflow_is_counted_and_reconciles() {
+    const N: u32 = 600;
+    let receiver = SoftConfig {
+        // The kernel's minimum: a handful of datagrams.
+        recv_buffer: 1,
+        max_recv_wr: N,
+        ..SoftConfig::new(ip("127.92.0.4")).with_port(0)
+    };
+    let pb = SoftPort::open(receiver).unwrap();
+    // One datagram per packet: the kernel counts dropped datagrams.
+    let sender = SoftConfig {
+        gso_segments: 1,
+        ..SoftConfig::new(ip("127.92.0.3")).with_port(0)
+    };
+    let pa = SoftPort::open(sender).unwrap();
+    pa.set_peer_port(pb.gid(), pb.local_addr().port());
+    let mut a = Ep::new(&pa, DEFAULT_QKEY, 1);
+    let mut b = Ep::new(&pb, DEFAULT_QKEY, N);
+    b.post_recvs(0..N, SLOT);
+    let bqpn = b.qp.attr().qpn;
+    for i in 0..N {
+        a.send(pb.gid(), bqpn, DEFAULT_QKEY, &[i as u8; 1000], None);
+    }
+    let received = b.settle() as u64;
+    let tx = pa.stats();
+    assert_eq!(
+        (tx.tx_packets, tx.tx_would_block, tx.tx_errors),
+        (u64::from(N), 0, 0)
+    );
+    let d = b.qp.drops();
+    assert!(d.kernel_rx_dropped > 0, "{d:?}");
+    let counted = d.bad_pkey
+        + d.bad_qkey
+        + d.unknown_qpn
+        + d.no_recv_posted
+        + d.too_long
+        + d.malformed
+        + d.runt
+        + d.bad_icrc
+        + d.kernel_rx_dropped;
+    assert_eq!(
+        tx.tx_packets,
+        received + counted,
+        "sent = received {received} + dropped {counted}: {d:?}"
+    );
+    assert_eq!(pb.stats().rx_delivered, received);
 }

@@ -23,6 +23,9 @@ pub enum FabricError {
         "Q_Key {0:#010x} is privileged (top bit set, IBA 10.2.4); choose a Q_Key below 0x80000000"
     )]
     PrivilegedQkey(u32),
+    /// A P_Key with partition number 0 was configured (invalid, IBA 10.9.1).
+    #[error("P_Key {0:#06x} is invalid (partition number 0, IBA 10.9.1); use the default partition 0xffff or a P_Key whose low 15 bits are not zero")]
+    InvalidPkey(u16),
     /// The send or receive queue has no room for the work request.
     #[error("work queue full ({0} outstanding); poll completions first")]
     QueueFull(usize),

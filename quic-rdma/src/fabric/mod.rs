@@ -9,7 +9,8 @@
 //!   and completed as success*, so the socket enforces the MTU itself;
 //! - receive buffers start with a 40-byte GRH area ([`grh`]); `byte_len` includes it;
 //! - a packet arriving with no posted receive is dropped silently (no RNR for UD);
-//! - wrong P_Key, wrong Q_Key and unknown destination QPN are dropped and counted;
+//! - wrong P_Key (IBA 10.9.3 membership rules), wrong Q_Key and unknown destination
+//!   QPN are dropped and counted, by one rule for every provider ([`keys`]);
 //! - send completions are in order: a signaled completion retires every earlier send;
 //! - work requests reference registered [`memory`], checked by lkey; inline sends
 //!   are copied at post time.
@@ -19,6 +20,7 @@ pub mod ah;
 pub mod error;
 pub mod gid;
 pub mod grh;
+pub mod keys;
 pub mod memory;
 pub mod port;
 mod send_queue;
@@ -35,6 +37,7 @@ pub use ah::{AhAttr, AhId};
 pub use error::FabricError;
 pub use gid::Gid;
 pub use grh::{Grh, GrhLayout};
+pub use keys::{check_keys, check_pkey, pkey_matches, send_qkey, KeyDrop, PacketKeys, QpKeys};
 pub use memory::{Memory, Region, Sge};
 pub use port::{Mtu, QpAttr, GRH_LEN};
 pub use wr::{Completion, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus};
@@ -48,9 +51,9 @@ pub const DEFAULT_PKEY: u16 = 0xFFFF;
 /// a packet finding no posted receive is discarded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProviderDrops {
-    /// P_Key did not match the QP's partition.
+    /// P_Key not in the QP's partition ([`keys::pkey_matches`], IBA 10.9.3).
     pub bad_pkey: u64,
-    /// Q_Key did not match the QP's Q_Key.
+    /// Q_Key did not match the QP's Q_Key, or was privileged (IBA 10.2.4).
     pub bad_qkey: u64,
     /// No QP with the destination QPN exists on the port.
     pub unknown_qpn: u64,
@@ -60,6 +63,15 @@ pub struct ProviderDrops {
     pub too_long: u64,
     /// Malformed on the wire (bad header, truncated, bad padding): `soft` only.
     pub malformed: u64,
+    /// Datagrams too short to hold a BTH (12 bytes), zero-length ones included:
+    /// `soft` only (a UDP socket delivers what any host sends to the port).
+    pub runt: u64,
+    /// Datagrams the kernel dropped for the `soft` port's UDP socket before they
+    /// could be read, mostly because its receive buffer (`SO_RCVBUF`) was full:
+    /// the socket's drop counter (`sk_drops`, what `SO_RXQ_OVFL` reports), read
+    /// from `/proc/net/udp` or `/proc/net/udp6`. The kernel counts datagrams, so
+    /// a dropped GSO super-datagram counts once however many packets it held.
+    pub kernel_rx_dropped: u64,
     /// The ICRC did not verify (RoCEv2 Annex A17.3.3): `soft` only; hardware
     /// drops these before software sees them.
     pub bad_icrc: u64,

@@ -353,6 +353,12 @@ pub(crate) struct DropsReport {
     pub(crate) too_long: u64,
     /// Provider: malformed on the wire.
     pub(crate) malformed: u64,
+    /// Provider: datagrams shorter than a BTH, zero-length included (`soft`).
+    #[serde(default)]
+    pub(crate) runt: u64,
+    /// Provider: dropped by the kernel, receive buffer full (`soft`).
+    #[serde(default)]
+    pub(crate) kernel_rx_dropped: u64,
     /// Provider: ICRC did not verify (`soft`).
     pub(crate) bad_icrc: u64,
     /// Provider: sent above the path MTU (silently dropped by "hardware").
@@ -370,6 +376,8 @@ impl DropsReport {
             + self.no_recv_posted
             + self.too_long
             + self.malformed
+            + self.runt
+            + self.kernel_rx_dropped
             + self.bad_icrc
             + self.oversize_sent
     }
@@ -411,6 +419,8 @@ impl SocketReport {
                 no_recv_posted: s.provider.no_recv_posted,
                 too_long: s.provider.too_long,
                 malformed: s.provider.malformed,
+                runt: s.provider.runt,
+                kernel_rx_dropped: s.provider.kernel_rx_dropped,
                 bad_icrc: s.provider.bad_icrc,
                 oversize_sent: s.provider.oversize_sent,
             },
@@ -632,6 +642,13 @@ impl fmt::Display for Report {
         )?;
         row(f, "  provider too long", cd.too_long, sd(|d| d.too_long))?;
         row(f, "  provider malformed", cd.malformed, sd(|d| d.malformed))?;
+        row(f, "  provider runt", cd.runt, sd(|d| d.runt))?;
+        row(
+            f,
+            "  kernel rcvbuf full",
+            cd.kernel_rx_dropped,
+            sd(|d| d.kernel_rx_dropped),
+        )?;
         row(f, "  provider bad ICRC", cd.bad_icrc, sd(|d| d.bad_icrc))?;
         row(
             f,

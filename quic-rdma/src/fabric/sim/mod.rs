@@ -21,7 +21,7 @@ use rand::SeedableRng;
 pub use faults::Faults;
 pub use qp::{SimQp, SimQpHandle};
 
-use super::{check_qkey, FabricError, Gid, Mtu, Qpn, DEFAULT_PKEY, DEFAULT_QKEY};
+use super::{check_pkey, check_qkey, FabricError, Gid, Mtu, Qpn, DEFAULT_PKEY, DEFAULT_QKEY};
 use qp::QpRx;
 use wire::Wire;
 
@@ -60,7 +60,7 @@ impl Default for SimConfig {
 pub struct SimQpOptions {
     /// The Q_Key the QP accepts (must not be privileged).
     pub qkey: u32,
-    /// The P_Key of the QP's partition.
+    /// The P_Key of the QP's partition (0x0000 and 0x8000 are refused).
     pub pkey: u16,
     /// Override of the fabric's receive queue depth.
     pub max_recv_wr: Option<u32>,
@@ -141,7 +141,7 @@ impl SimFabric {
             wire_cv: Condvar::new(),
             cfg,
         });
-        if shared.cfg.faults.needs_wire_thread() {
+        if shared.cfg.faults.holds_packets() {
             wire::spawn(Arc::downgrade(&shared));
         }
         SimFabric { shared }
@@ -155,6 +155,7 @@ impl SimFabric {
     /// Create a UD QP on the port with GID `gid` (the port exists once a QP uses it).
     pub fn create_qp(&self, gid: Gid, opts: SimQpOptions) -> Result<SimQp, FabricError> {
         check_qkey(opts.qkey)?;
+        check_pkey(opts.pkey)?;
         let mut st = self.shared.lock();
         let qpn = st.next_qpn;
         st.next_qpn += 1;

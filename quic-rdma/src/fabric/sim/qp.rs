@@ -12,8 +12,9 @@ use super::{Shared, SimQpOptions, State};
 use crate::fabric::grh::{Grh, GrhLayout};
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
-    AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, Memory, ProviderDrops, QpAttr, Qpn,
-    RecvWr, Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
+    check_keys, send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, KeyDrop, Memory,
+    PacketKeys, ProviderDrops, QpAttr, QpKeys, Qpn, RecvWr, Region, SendWr, UdQueuePair, WcOpcode,
+    WcStatus, GRH_LEN,
 };
 
 /// RoCEv2 bytes around a UD payload in the IP payload: UDP 8 + BTH 12 + DETH 8 + ICRC 4.
@@ -72,24 +73,38 @@ impl QpRx {
 }
 
 impl State {
-    /// The receiver's checks, in the order a HCA applies them (IBA 9.6.1: QPN,
-    /// then P_Key, then Q_Key), then the UD rule: no posted receive, no packet.
+    /// The receiver's key checks ([`check_keys`], shared with every provider),
+    /// then the UD rule: no posted receive, no packet.
     pub(crate) fn deliver(&mut self, pkt: Packet) {
         let starve = self.faults_starve;
         let starved = starve > 0.0 && self.rng.gen_bool(starve);
-        let Some(qp) = self.qps.get_mut(&pkt.dqpn).filter(|q| q.gid == pkt.dgid) else {
-            match self.port_unknown_qpn.get_mut(&pkt.dgid) {
-                Some(n) => *n += 1,
-                None => self.stats.unreachable += 1,
-            }
-            self.recycle(pkt.data);
-            return;
+        let keys = PacketKeys {
+            pkey: pkt.pkey,
+            dest_qp: pkt.dqpn,
+            qkey: pkt.qkey,
         };
-        if pkt.pkey != qp.pkey {
-            qp.drops.bad_pkey += 1;
-        } else if pkt.qkey != qp.qkey {
-            qp.drops.bad_qkey += 1;
-        } else if qp.credits == 0 || starved {
+        let qp = self.qps.get_mut(&pkt.dqpn).filter(|q| q.gid == pkt.dgid);
+        let ours = qp.as_ref().map(|q| QpKeys {
+            pkey: q.pkey,
+            qkey: q.qkey,
+        });
+        let qp = match (check_keys(keys, ours), qp) {
+            (Ok(()), Some(qp)) => qp,
+            (Err(cause), Some(qp)) if cause != KeyDrop::UnknownQpn => {
+                qp.drops.count(cause);
+                self.recycle(pkt.data);
+                return;
+            }
+            _ => {
+                match self.port_unknown_qpn.get_mut(&pkt.dgid) {
+                    Some(n) => *n += 1,
+                    None => self.stats.unreachable += 1,
+                }
+                self.recycle(pkt.data);
+                return;
+            }
+        };
+        if qp.credits == 0 || starved {
             // A QP in the error state has no usable receive either.
             qp.drops.no_recv_posted += 1;
         } else {
@@ -264,7 +279,7 @@ impl UdQueuePair for SimQp {
                     sgid,
                     src_qp: self.attr.qpn,
                     pkey: self.attr.pkey,
-                    qkey: wr.remote_qkey,
+                    qkey: send_qkey(wr.remote_qkey, self.attr.qkey),
                     imm: wr.imm,
                     traffic_class: ah.traffic_class,
                     flow_label: ah.flow_label,

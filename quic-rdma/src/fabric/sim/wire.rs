@@ -110,7 +110,7 @@ impl State {
         let f = &cfg.faults;
         let mut delay = f.delay;
         if f.reorder > 0.0 && self.rng.gen_bool(f.reorder) {
-            delay += f.reorder_delay.max(Duration::from_micros(1));
+            delay += f.reorder_hold();
             self.stats.reordered += 1;
         }
         if delay.is_zero() {

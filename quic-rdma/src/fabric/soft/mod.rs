@@ -40,9 +40,12 @@
 //!   pooled buffer. The owning QP's `poll_recv_cq` writes the 40-byte GRH area
 //!   (rebuilt with [`crate::fabric::Grh::write`]) and the payload into its
 //!   registered memory; `byte_len` includes the 40 bytes. Each drop is counted by
-//!   cause in [`crate::fabric::ProviderDrops`] (`unknown_qpn`, `malformed` and `bad_icrc` are
-//!   per port, the rest per QP). Buffers are recycled, so the steady state
-//!   allocates nothing per packet.
+//!   cause in [`crate::fabric::ProviderDrops`] (`unknown_qpn`, `runt`, `malformed`
+//!   and `bad_icrc` are per port, the rest per QP); the key checks are the rule
+//!   every provider shares ([`crate::fabric::keys`]). Datagrams the kernel
+//!   dropped because the socket's receive buffer was full are read from the
+//!   kernel's per-socket counter into `kernel_rx_dropped` (per port).
+//!   Buffers are recycled, so the steady state allocates nothing per packet.
 //! - **ICRC policy** ([`codec::IcrcPolicy`], default `SolveIpv4Id`): the receiver
 //!   rebuilds the IP/UDP headers from what the socket reports (source address and
 //!   port, destination address via `IP_PKTINFO`, datagram length; DF assumed). The
@@ -73,6 +76,7 @@
 
 pub mod bootstrap;
 pub mod codec;
+mod kernel_drops;
 mod port;
 mod qp;
 

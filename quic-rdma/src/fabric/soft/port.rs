@@ -11,10 +11,11 @@ use std::task::Waker;
 use quinn_udp::{RecvMeta, UdpSocketState};
 
 use super::codec::{self, IcrcContext, IcrcPolicy, IcrcVerdict, IpPair};
+use super::kernel_drops::KernelDrops;
 use super::qp::SoftQp;
 use crate::fabric::{
-    check_qkey, FabricError, Gid, Grh, GrhLayout, Mtu, ProviderDrops, Qpn, RecvWr, WcStatus,
-    DEFAULT_PKEY, GRH_LEN, ROCEV2_UDP_PORT,
+    check_keys, check_pkey, check_qkey, FabricError, Gid, Grh, GrhLayout, KeyDrop, Mtu, PacketKeys,
+    ProviderDrops, QpKeys, Qpn, RecvWr, WcStatus, DEFAULT_PKEY, GRH_LEN, ROCEV2_UDP_PORT,
 };
 
 /// Datagram buffers handed to one `recvmmsg` (quinn-udp's batch).
@@ -41,7 +42,7 @@ pub struct SoftConfig {
     pub mtu: Mtu,
     /// How received ICRCs are checked.
     pub icrc: IcrcPolicy,
-    /// P_Key of QPs created on this port.
+    /// P_Key of QPs created on this port (0x0000 and 0x8000 are refused).
     pub pkey: u16,
     /// `max_inline_data` granted to QPs.
     pub max_inline: u32,
@@ -58,6 +59,11 @@ pub struct SoftConfig {
     /// packet on its own. A capture on the sending host's loopback or veth sees
     /// a batch as one large datagram (it is cut later); capture with 1.
     pub gso_segments: usize,
+    /// Receive buffer (`SO_RCVBUF`) asked of the kernel, in bytes (it doubles the
+    /// figure for bookkeeping and caps it at `net.core.rmem_max`). Datagrams that
+    /// find it full are dropped by the kernel and counted in
+    /// [`ProviderDrops::kernel_rx_dropped`].
+    pub recv_buffer: usize,
 }
 
 impl SoftConfig {
@@ -75,6 +81,7 @@ impl SoftConfig {
             max_recv_wr: 1024,
             first_qpn: 0x11,
             gso_segments: 16,
+            recv_buffer: 4 << 20,
         }
     }
 
@@ -146,7 +153,7 @@ pub(crate) struct Table {
     next_qpn: Qpn,
     /// Recycled packet buffers (GRH area + MTU), so steady state allocates nothing.
     pub(crate) pool: Vec<Box<[u8]>>,
-    /// Port-level drops: unknown QPN, malformed and bad ICRC.
+    /// Port-level drops: unknown QPN, runts, malformed and bad ICRC.
     pub(crate) drops: ProviderDrops,
     rx: RxCounters,
 }
@@ -185,6 +192,9 @@ pub(crate) struct Shared {
     pub(crate) gso_ok: std::sync::atomic::AtomicBool,
     pub(crate) tx_would_block: AtomicU64,
     pub(crate) tx_errors: AtomicU64,
+    /// Where the kernel counts datagrams it dropped for the socket (`None`
+    /// without `/proc`: the count reads 0).
+    pub(crate) kernel_drops: Option<KernelDrops>,
 }
 
 /// A `soft` RoCEv2 port: one UDP socket bound to a local IP, shared by any number
@@ -234,12 +244,14 @@ impl SoftPort {
                 ),
             )));
         }
+        check_pkey(cfg.pkey)?;
         let socket = UdpSocket::bind(cfg.bind)?;
         let udp = UdpSocketState::new((&socket).into())?;
         // Best effort: a deep kernel queue absorbs bursts between polls.
-        let _ = udp.set_recv_buffer_size((&socket).into(), 4 << 20);
+        let _ = udp.set_recv_buffer_size((&socket).into(), cfg.recv_buffer);
         let _ = udp.set_send_buffer_size((&socket).into(), 4 << 20);
         let local = socket.local_addr()?;
+        let kernel_drops = KernelDrops::locate(&socket);
         let demux = Demux {
             buf: vec![0u8; RX_BATCH * RX_SLOT].into_boxed_slice(),
             meta: [RecvMeta::default(); RX_BATCH],
@@ -267,6 +279,7 @@ impl SoftPort {
                 tx_bytes: AtomicU64::new(0),
                 tx_would_block: AtomicU64::new(0),
                 tx_errors: AtomicU64::new(0),
+                kernel_drops,
             }),
         })
     }
@@ -403,6 +416,12 @@ impl Shared {
             for (i, m) in meta.iter().enumerate().take(n) {
                 let start = i * RX_SLOT;
                 let data = &buf[start..start + m.len.min(RX_SLOT)];
+                if data.is_empty() {
+                    // A zero-length datagram: `chunks` would yield nothing, and
+                    // it must still be counted (as a runt).
+                    table.accept(self, m, data);
+                    continue;
+                }
                 let stride = if m.stride == 0 { data.len() } else { m.stride };
                 for pkt in data.chunks(stride.max(1)) {
                     table.accept(self, m, pkt);
@@ -417,6 +436,12 @@ impl Table {
     /// match to a posted receive. Every drop is counted by cause.
     fn accept(&mut self, port: &Shared, m: &RecvMeta, pkt: &[u8]) {
         self.rx.datagrams += 1;
+        if pkt.len() < codec::BTH_LEN {
+            // Not even a base transport header: not RoCE at all (a probe, a
+            // stray zero-length datagram), counted apart from damaged RoCE.
+            self.drops.runt += 1;
+            return;
+        }
         let decoded = match codec::decode(pkt) {
             Ok(d) => d,
             Err(_) => {
@@ -455,18 +480,28 @@ impl Table {
             return;
         }
         let h = decoded.header;
-        let Some(slot) = self.qps.get_mut(&h.dest_qp) else {
-            self.drops.unknown_qpn += 1;
-            return;
+        let keys = PacketKeys {
+            pkey: h.pkey,
+            dest_qp: h.dest_qp,
+            qkey: h.qkey,
         };
-        if !pkey_matches(h.pkey, slot.pkey) {
-            slot.drops.bad_pkey += 1;
-            return;
-        }
-        if h.qkey != slot.qkey {
-            slot.drops.bad_qkey += 1;
-            return;
-        }
+        let slot = self.qps.get_mut(&h.dest_qp);
+        let ours = slot.as_ref().map(|s| QpKeys {
+            pkey: s.pkey,
+            qkey: s.qkey,
+        });
+        // The key checks every provider shares; unknown QPN belongs to the port.
+        let slot = match (check_keys(keys, ours), slot) {
+            (Ok(()), Some(slot)) => slot,
+            (Err(cause), Some(slot)) if cause != KeyDrop::UnknownQpn => {
+                slot.drops.count(cause);
+                return;
+            }
+            _ => {
+                self.drops.count(KeyDrop::UnknownQpn);
+                return;
+            }
+        };
         // A QP in the error state has no usable receive (IBA 10.3.1).
         let Some(wr) = slot.rq.pop_front().filter(|_| !slot.error) else {
             slot.drops.no_recv_posted += 1;
@@ -516,25 +551,9 @@ impl Table {
     }
 }
 
-/// IBA 10.9.3: P_Keys match when their low 15 bits are equal and at least one of
-/// them is a full member (top bit set); 0x0000/0x8000 are invalid.
-pub(crate) fn pkey_matches(pkt: u16, ours: u16) -> bool {
-    let base = pkt & 0x7FFF;
-    base != 0 && base == ours & 0x7FFF && (pkt | ours) & 0x8000 != 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pkey_membership_rules() {
-        assert!(pkey_matches(0xFFFF, 0xFFFF));
-        assert!(pkey_matches(0x7FFF, 0xFFFF)); // limited sender, full receiver
-        assert!(!pkey_matches(0x7FFF, 0x7FFF)); // two limited members
-        assert!(!pkey_matches(0x8001, 0xFFFF));
-        assert!(!pkey_matches(0x8000, 0x8000));
-    }
 
     #[test]
     fn refuses_wildcard_bind() {

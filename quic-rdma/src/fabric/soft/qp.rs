@@ -8,11 +8,10 @@ use std::task::Waker;
 
 use super::codec::{self, IcrcContext, IpPair, UdHeader, MASK_24, MAX_OVERHEAD};
 use super::port::{SoftPort, SoftStats};
-use crate::fabric::addr::QKEY_PRIVILEGED_BIT;
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
-    AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory, ProviderDrops, QpAttr, Qpn, RecvWr,
-    Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
+    send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory, ProviderDrops, QpAttr,
+    Qpn, RecvWr, Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
 };
 
 /// Retries of a send the socket refused with "would block" before it counts as
@@ -411,13 +410,7 @@ impl UdQueuePair for SoftQp {
         };
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            // IBA 10.2.4 / 11.4.1.1: a WR Q_Key with the top bit set means "use the
-            // QP's own Q_Key" (the privileged case we never configure).
-            let qkey = if wr.remote_qkey & QKEY_PRIVILEGED_BIT != 0 {
-                tx.attr.qkey
-            } else {
-                wr.remote_qkey
-            };
+            let qkey = send_qkey(wr.remote_qkey, tx.attr.qkey);
             let posted = self.sq.post(mem, wr, |ah, d| {
                 tx.transmit(ah.dest, ah.traffic_class, qkey, wr, d)
             });
@@ -566,13 +559,22 @@ impl UdQueuePair for SoftQp {
         Ok(())
     }
 
-    /// This QP's drops plus the port-wide `unknown_qpn` and `malformed` counters
-    /// (a packet for no QP, or unparseable, belongs to no QP).
     fn readiness_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.as_fd())
     }
 
+    /// This QP's drops plus the port-wide `unknown_qpn`, `runt`, `malformed`,
+    /// `bad_icrc` and `kernel_rx_dropped` counters (a packet for no QP, or
+    /// unparseable, belongs to no QP). Reading the kernel's counter scans
+    /// `/proc/net/udp`: call this for statistics, not per packet.
     fn drops(&self) -> ProviderDrops {
+        // Read before taking the port's lock: it scans a /proc file.
+        let kernel = self
+            .port
+            .shared
+            .kernel_drops
+            .as_ref()
+            .map_or(0, |k| k.read());
         let d = self.port.shared.lock();
         let mut out = d
             .table
@@ -582,6 +584,8 @@ impl UdQueuePair for SoftQp {
             .unwrap_or_default();
         out.unknown_qpn = d.table.drops.unknown_qpn;
         out.malformed = d.table.drops.malformed;
+        out.runt = d.table.drops.runt;
+        out.kernel_rx_dropped = kernel;
         out.bad_icrc = d.table.drops.bad_icrc;
         out.oversize_sent = self.sq.oversize_sent();
         out
