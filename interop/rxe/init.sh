@@ -13,7 +13,13 @@ R=/newroot
 mount -t proc proc $R/proc
 mount -t sysfs sysfs $R/sys
 mount -t devtmpfs devtmpfs $R/dev
-mount -t tmpfs -o size=1g tmpfs $R/tmp
+# The guest's /tmp is writable and its own, yet shows the host's /tmp beneath it
+# (an overlay: host /tmp read-only below, a tmpfs above), so a checkout, target
+# dir or binary under the host's /tmp runs at the same path in the guest.
+mount -t tmpfs -o size=1g tmpfs /ovl || fail "tmpfs for /tmp failed"
+mkdir -p /ovl/upper /ovl/work
+mount -t overlay -o lowerdir=$R/tmp,upperdir=/ovl/upper,workdir=/ovl/work overlay $R/tmp ||
+  fail "overlay of the host's /tmp failed (is overlay.ko in the initramfs?)"
 mount -t tmpfs tmpfs $R/run
 mkdir -p $R/tmp/xfer
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 xfer $R/tmp/xfer || fail "mount xfer failed"

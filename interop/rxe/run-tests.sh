@@ -2,7 +2,8 @@
 # The verbs provider's test entry point (CI calls this): installs what it needs
 # (apt-get), builds the provider and its tests on the host, runs the host-side
 # tests, then boots the rxe guest: rxe0 on lo (the guest suite), rxe0 on a 1500-MTU
-# dummy netdev (the MTU error), and four times with rxe0 on a virtio NIC linked by a
+# dummy netdev (the MTU error; run from a directory under /tmp, which the guest must
+# see as the host does), and four times with rxe0 on a virtio NIC linked by a
 # tap to the host (in a network namespace run.sh creates): rdma-core's ibv_ud_pingpong
 # <-> qr ud-pingpong --provider soft and QUIC soft <-> verbs, each side in each role.
 # Also builds qr with --features verbs. Exits non-zero on any failure.
@@ -45,8 +46,7 @@ for l in open(sys.argv[1]):
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="qr" and m.get("executable"):
         print(m["executable"])' "${TMPDIR:-/tmp}/qr-verbs-build.json" | tail -1)"
-# A copy of its own: a later default build would overwrite target/debug/qr. Not under
-# /tmp, which is the guest's own tmpfs (the guest sees the host's / otherwise).
+# A copy of its own: a later default build would overwrite target/debug/qr.
 cp "$QR" "$QR-verbs"; QR="$QR-verbs"
 [[ -x "$QR" ]] || { log "qr not built"; exit 1; }
 
@@ -61,9 +61,16 @@ step() { # name, command...
 step "host: verbs unit tests (no RDMA here -> NoDevice)" "$LIB" fabric::verbs
 step "guest (rxe0 on lo): rdma-core tools, raw UD, ibv_ud_pingpong interop (library + qr ud-pingpong --provider verbs), QUIC 64 MiB" \
   "$HERE/run.sh" --timeout 900 "$HERE/guest-suite.sh" "$RAW" "$QUIC" "$PP" "$QR"
-step "guest (rxe0 on a 1500-MTU netdev): MTU 1024 -> MtuTooSmall" \
-  "$HERE/run.sh" --netdev dummy1500 --timeout 300 --env QR_REQUIRE_RDMA=1 --env QR_EXPECT_MTU=1024 \
-  "$RAW" limits_read_from_the_device --nocapture
+# This one runs from a directory under the host's /tmp, with the test binary copied
+# there: the guest's /tmp shows the host's beneath its own writes (init.sh), so a
+# checkout or target dir under /tmp works like any other path.
+UNDER_TMP="$(mktemp -d /tmp/qr-rxe-tmpcheck.XXXXXX)"
+trap 'rm -rf "$UNDER_TMP"' EXIT
+cp "$RAW" "$UNDER_TMP/verbs_raw"
+under_tmp() { (cd "$UNDER_TMP" && "$@"); }
+step "guest (rxe0 on a 1500-MTU netdev), run from $UNDER_TMP: MTU 1024 -> MtuTooSmall" \
+  under_tmp "$HERE/run.sh" --netdev dummy1500 --timeout 300 --env QR_REQUIRE_RDMA=1 --env QR_EXPECT_MTU=1024 \
+  ./verbs_raw limits_read_from_the_device --nocapture
 # Host <-> guest over a tap in a namespace run.sh creates (--netdev tap): the host is
 # `soft` (10.77.0.1), the guest rxe0 on its eth0 (10.77.0.2); run.sh --host runs the
 # host half inside that namespace. Each pair runs both roles.

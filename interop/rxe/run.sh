@@ -7,6 +7,9 @@
 # small busybox initramfs, loads rdma_rxe and its dependencies, mounts the host's `/`
 # read-only over virtio-9p and chroots into it, so host binaries and the host's rdma-core
 # userspace (libibverbs, providers, ibverbs-utils, iproute2's `rdma`) run unchanged.
+# The guest's /tmp is an overlay: the host's /tmp (read-only) beneath a guest tmpfs that
+# takes the guest's writes, so every host path, /tmp/... included, means the same file
+# in the guest (a checkout or target dir under /tmp works).
 # Then `rdma link add rxe0 type rxe netdev lo` (active MTU 4096), `cd $PWD`, and COMMAND.
 # COMMAND's output appears on stdout; the script exits with COMMAND's exit code
 # (124 on timeout, 125 if the guest failed before running it).
@@ -54,7 +57,7 @@ while [[ $# -gt 0 ]]; do
     *) break ;;
   esac
 done
-[[ $# -gt 0 ]] || { sed -n '2,34p' "$0" >&2; exit 2; }
+[[ $# -gt 0 ]] || { sed -n '2,36p' "$0" >&2; exit 2; }
 [[ -z "$HOSTCMD" || "$NETDEV" == tap ]] || { echo "run.sh: --host needs --netdev tap" >&2; exit 2; }
 
 log() { echo "[rxe] $*" >&2; }
@@ -95,12 +98,12 @@ if [[ ! -f "$KDIR/.done" ]]; then
 fi
 VMLINUZ="$KDIR/boot/vmlinuz-$KVER"
 
-MODS=(virtio_pci virtio_net 9pnet_virtio 9p crc32_generic crc32-pclmul rdma_rxe dummy)
+MODS=(virtio_pci virtio_net 9pnet_virtio 9p crc32_generic crc32-pclmul rdma_rxe dummy overlay)
 INITRD="$CACHE/initrd-$KVER.cpio.gz"
 if [[ ! -f "$INITRD" || "$INITRD" -ot "$HERE/init.sh" || "$INITRD" -ot "$0" ]]; then
   log "building initramfs for $KVER"
   IR="$(mktemp -d)"
-  mkdir -p "$IR"/{bin,dev,proc,sys,newroot,lib/modules}
+  mkdir -p "$IR"/{bin,dev,proc,sys,newroot,ovl,lib/modules}
   cp /bin/busybox "$IR/bin/busybox"
   for a in sh mount umount insmod mkdir poweroff sleep cat echo ip chroot ls; do ln -s busybox "$IR/bin/$a"; done
   : >"$IR/modules.order"

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use quinn_proto::{ClientConfig, ServerConfig};
+use quinn_proto::{ClientConfig, ServerConfig, TransportConfig};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::EngineError;
@@ -69,6 +69,33 @@ impl Default for EngineConfig {
     }
 }
 
+impl EngineConfig {
+    /// Give both sides (those already set: `server`, `client`) the transport
+    /// config `transport`, e.g. other liveness timers than the defaults
+    /// ([`Liveness`](crate::quinn_adapter::Liveness): 300 ms keep-alive, 1.5 s
+    /// idle timeout) of [`server_config`] and [`client_config`]:
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use quic_rdma::engine::EngineConfig;
+    /// use quic_rdma::quinn_adapter::{transport_with, Liveness};
+    ///
+    /// let mut cfg = EngineConfig::default(); // with `server` / `client` set
+    /// let slow = Liveness::new(Some(Duration::from_secs(1)), Some(Duration::from_secs(10)))?;
+    /// cfg.set_transport(transport_with(4096, slow));
+    /// # Ok(()) }
+    /// ```
+    pub fn set_transport(&mut self, transport: Arc<TransportConfig>) {
+        if let Some(s) = &mut self.server {
+            Arc::make_mut(s).transport_config(transport.clone());
+        }
+        if let Some(c) = &mut self.client {
+            c.transport_config(transport);
+        }
+    }
+}
+
 impl std::fmt::Debug for EngineConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EngineConfig")
@@ -84,7 +111,10 @@ impl std::fmt::Debug for EngineConfig {
 }
 
 /// A server config with one certificate chain and key, and the fabric-tuned
-/// transport ([`transport_config`](crate::quinn_adapter::transport_config)) for `mtu`.
+/// transport ([`transport_config`](crate::quinn_adapter::transport_config)) for `mtu`,
+/// with the default [`Liveness`](crate::quinn_adapter::Liveness): a dead client is
+/// reported as [`CloseReason::TimedOut`](super::CloseReason::TimedOut) within 1.5–1.8 s
+/// (change it with [`EngineConfig::set_transport`]).
 pub fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
@@ -97,7 +127,8 @@ pub fn server_config(
 }
 
 /// A client config trusting `roots` (certificate verification is always on),
-/// with the fabric-tuned transport for `mtu`.
+/// with the fabric-tuned transport for `mtu` and the default
+/// [`Liveness`](crate::quinn_adapter::Liveness), as [`server_config`].
 pub fn client_config(
     roots: impl IntoIterator<Item = CertificateDer<'static>>,
     mtu: usize,

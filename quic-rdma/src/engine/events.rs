@@ -129,7 +129,12 @@ pub enum CloseReason {
         /// The QUIC transport error code.
         code: u64,
     },
-    /// The idle timeout expired.
+    /// Nothing came from the peer for the idle timeout (RFC 9000 §10.1): it
+    /// died, was killed, or is unreachable. By default that is noticed within
+    /// 1.5–1.8 s (see [`Liveness`](crate::quinn_adapter::Liveness)); a live but
+    /// idle peer is kept by keep-alives. Distinct from every close the peer
+    /// sent: those are [`ApplicationClosed`](Self::ApplicationClosed) and
+    /// [`PeerTransportError`](Self::PeerTransportError).
     TimedOut,
     /// The peer sent a stateless reset.
     Reset,
@@ -159,6 +164,30 @@ impl CloseReason {
             ConnectionError::VersionMismatch => CloseReason::VersionMismatch,
             ConnectionError::LocallyClosed => CloseReason::LocallyClosed,
             ConnectionError::CidsExhausted => CloseReason::CidsExhausted,
+        }
+    }
+}
+
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CloseReason::ApplicationClosed { code } => {
+                write!(f, "closed by the peer's application (code {code})")
+            }
+            CloseReason::PeerTransportError { code } => {
+                write!(f, "closed by the peer with transport error {code:#x}")
+            }
+            CloseReason::LocalTransportError { code } => {
+                write!(f, "closed for a protocol violation by the peer (transport error {code:#x})")
+            }
+            CloseReason::TimedOut => write!(
+                f,
+                "timed out: nothing from the peer within the idle timeout (peer dead or unreachable)"
+            ),
+            CloseReason::Reset => write!(f, "reset by the peer (stateless reset)"),
+            CloseReason::VersionMismatch => write!(f, "no QUIC version in common with the peer"),
+            CloseReason::LocallyClosed => write!(f, "closed by this endpoint"),
+            CloseReason::CidsExhausted => write!(f, "ran out of connection IDs"),
         }
     }
 }

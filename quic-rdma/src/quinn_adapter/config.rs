@@ -1,9 +1,10 @@
 //! quinn configuration for a UD fabric (docs/architecture.md §5).
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quinn::{EndpointConfig, TransportConfig, VarInt};
+use quinn::{EndpointConfig, IdleTimeout, TransportConfig, VarInt};
 
 use crate::cid::{RoutingCidGenerator, DEFAULT_CID_LEN};
 
@@ -17,10 +18,176 @@ pub fn endpoint_config(mtu: usize, routing_key: u32) -> EndpointConfig {
     c
 }
 
+/// How fast a dead peer is noticed: the keep-alive interval and the idle
+/// timeout of a connection (RFC 9000 §10.1).
+///
+/// quinn's own defaults (no keep-alive, 30 s idle timeout) are sized for the
+/// Internet; on a fabric with RTTs of microseconds they leave an application
+/// waiting 30 s to learn that its peer died. The defaults here are
+/// [`DEFAULT_KEEP_ALIVE`](Self::DEFAULT_KEEP_ALIVE) = 300 ms and
+/// [`DEFAULT_IDLE_TIMEOUT`](Self::DEFAULT_IDLE_TIMEOUT) = 1.5 s, so a killed or
+/// unreachable peer is reported within 1.5–1.8 s as
+/// `quinn::ConnectionError::TimedOut` (the engine's
+/// [`CloseReason::TimedOut`](crate::engine::CloseReason::TimedOut)):
+/// - The idle timeout must outlast the loss recovery of a live connection.
+///   One PTO on the fabric is the RTT (µs) + max(4·rttvar, 1 ms) + the peer's
+///   `max_ack_delay` (25 ms): about 26 ms; quinn-proto never arms the idle
+///   timer below 3 PTOs (RFC 9000 §10.1), and 1.5 s covers five backed-off
+///   PTOs (26 + 52 + … + 416 ms ≈ 0.8 s) plus a keep-alive interval, so a
+///   live peer behind a short outage (a QP recovery, a lost burst) survives.
+/// - The keep-alive interval is a fifth of the idle timeout: an idle but
+///   live connection sends a PING every 300 ms (RFC 9000 §10.1.2), so several
+///   may be lost before the peer times out, and the cost is one small packet
+///   per 300 ms of silence. Only one side needs it, but both have it here.
+/// - The idle timer restarts on the first ack-eliciting packet sent after a
+///   receipt, so the worst case to notice a dead peer is idle timeout +
+///   keep-alive interval.
+///
+/// The effective idle timeout is the smaller of both peers' (RFC 9000 §10.1),
+/// so a peer with a shorter one shortens ours; keep the keep-alive below it.
+/// An application that must ride out longer stalls (a debugger, a process
+/// stopped for seconds, an emulated guest) raises both with [`Liveness::new`]
+/// and [`transport_with`]. An [`Engine`](crate::engine::Engine) counts time
+/// only in [`poll`](crate::engine::Engine::poll): a caller that stops polling
+/// for longer than the idle timeout finds its connections timed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    keep_alive: Option<Duration>,
+    idle_timeout: Option<Duration>,
+}
+
+impl Liveness {
+    /// Default keep-alive interval: a PING after 300 ms without sending.
+    pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_millis(300);
+    /// Default idle timeout (`max_idle_timeout`, RFC 9000 §18.2): 1.5 s.
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_millis(1500);
+
+    /// Timers of one's choosing. `keep_alive: None` sends no keep-alives (an
+    /// idle connection then times out unless the peer sends them);
+    /// `idle_timeout: None` never times out (a dead peer is then never noticed
+    /// while the connection is idle). Refused: a zero or sub-millisecond
+    /// timer (the transport parameter counts milliseconds, and 0 means "none"),
+    /// a keep-alive not shorter than the idle timeout (it could not keep the
+    /// connection alive), and an idle timeout above 2^62 ms.
+    pub fn new(
+        keep_alive: Option<Duration>,
+        idle_timeout: Option<Duration>,
+    ) -> Result<Self, LivenessError> {
+        if keep_alive.is_some_and(|k| k.is_zero()) {
+            return Err(LivenessError::ZeroKeepAlive);
+        }
+        if let Some(idle) = idle_timeout {
+            if idle < Duration::from_millis(1) {
+                return Err(LivenessError::IdleTimeoutBelowOneMillisecond(idle));
+            }
+            if IdleTimeout::try_from(idle).is_err() {
+                return Err(LivenessError::IdleTimeoutTooLarge(idle));
+            }
+            if let Some(k) = keep_alive.filter(|&k| k >= idle) {
+                return Err(LivenessError::KeepAliveNotBelowIdleTimeout {
+                    keep_alive: k,
+                    idle_timeout: idle,
+                });
+            }
+        }
+        Ok(Liveness {
+            keep_alive,
+            idle_timeout,
+        })
+    }
+
+    /// The keep-alive interval (`None`: no keep-alives).
+    pub fn keep_alive(&self) -> Option<Duration> {
+        self.keep_alive
+    }
+
+    /// The idle timeout this endpoint advertises (`None`: never times out).
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        self.idle_timeout
+    }
+
+    /// Set both timers on `t`.
+    pub fn apply(&self, t: &mut TransportConfig) {
+        let idle = self
+            .idle_timeout
+            .map(|d| IdleTimeout::try_from(d).expect("checked by Liveness::new"));
+        t.keep_alive_interval(self.keep_alive)
+            .max_idle_timeout(idle);
+    }
+}
+
+impl Default for Liveness {
+    /// [`DEFAULT_KEEP_ALIVE`](Self::DEFAULT_KEEP_ALIVE) and
+    /// [`DEFAULT_IDLE_TIMEOUT`](Self::DEFAULT_IDLE_TIMEOUT).
+    fn default() -> Self {
+        Liveness {
+            keep_alive: Some(Self::DEFAULT_KEEP_ALIVE),
+            idle_timeout: Some(Self::DEFAULT_IDLE_TIMEOUT),
+        }
+    }
+}
+
+/// Why [`Liveness::new`] refused its timers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LivenessError {
+    /// A zero keep-alive interval would send PINGs without pause.
+    ZeroKeepAlive,
+    /// The idle timeout travels in whole milliseconds and 0 means "no timeout".
+    IdleTimeoutBelowOneMillisecond(Duration),
+    /// The idle timeout does not fit the transport parameter (2^62 ms).
+    IdleTimeoutTooLarge(Duration),
+    /// A keep-alive at or after the idle timeout cannot keep the connection alive.
+    KeepAliveNotBelowIdleTimeout {
+        /// The keep-alive interval asked for.
+        keep_alive: Duration,
+        /// The idle timeout asked for.
+        idle_timeout: Duration,
+    },
+}
+
+impl fmt::Display for LivenessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LivenessError::ZeroKeepAlive => {
+                write!(
+                    f,
+                    "keep-alive interval is zero: use None for no keep-alives"
+                )
+            }
+            LivenessError::IdleTimeoutBelowOneMillisecond(d) => write!(
+                f,
+                "idle timeout {d:?} is below 1 ms (it is sent in whole milliseconds): \
+                 use at least 1 ms, or None for no idle timeout"
+            ),
+            LivenessError::IdleTimeoutTooLarge(d) => write!(
+                f,
+                "idle timeout {d:?} exceeds 2^62 ms: use None for no idle timeout"
+            ),
+            LivenessError::KeepAliveNotBelowIdleTimeout {
+                keep_alive,
+                idle_timeout,
+            } => write!(
+                f,
+                "keep-alive interval {keep_alive:?} is not below the idle timeout \
+                 {idle_timeout:?}: pick a keep-alive of at most a third of the idle timeout"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LivenessError {}
+
 /// A `TransportConfig` tuned for a microsecond fabric with a known MTU:
 /// every packet is MTU-sized from the start and no MTU probing goes above it
-/// (the path cannot carry more), small initial RTT, windows for high bandwidth.
+/// (the path cannot carry more), small initial RTT, windows for high bandwidth,
+/// and the default [`Liveness`] (300 ms keep-alive, 1.5 s idle timeout).
 pub fn transport_config(mtu: usize) -> TransportConfig {
+    transport_config_with(mtu, Liveness::default())
+}
+
+/// [`transport_config`] with the keep-alive and idle timeout of `liveness`.
+pub fn transport_config_with(mtu: usize, liveness: Liveness) -> TransportConfig {
     let mtu = mtu.min(u16::MAX as usize) as u16;
     let mut t = TransportConfig::default();
     t.initial_mtu(mtu)
@@ -30,12 +197,73 @@ pub fn transport_config(mtu: usize) -> TransportConfig {
         .stream_receive_window(VarInt::from_u32(16 << 20))
         .receive_window(VarInt::from_u32(64 << 20))
         .send_window(64 << 20)
-        .datagram_receive_buffer_size(Some(4 << 20))
-        .keep_alive_interval(Some(Duration::from_secs(5)));
+        .datagram_receive_buffer_size(Some(4 << 20));
+    liveness.apply(&mut t);
     t
 }
 
 /// [`transport_config`] behind an `Arc`, ready for client and server configs.
 pub fn transport(mtu: usize) -> Arc<TransportConfig> {
     Arc::new(transport_config(mtu))
+}
+
+/// [`transport_config_with`] behind an `Arc`, ready for client and server configs.
+pub fn transport_with(mtu: usize, liveness: Liveness) -> Arc<TransportConfig> {
+    Arc::new(transport_config_with(mtu, liveness))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn liveness_refuses_timers_that_cannot_work() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            Liveness::new(Some(Duration::ZERO), Some(ms(100))),
+            Err(LivenessError::ZeroKeepAlive)
+        );
+        assert_eq!(
+            Liveness::new(None, Some(Duration::from_micros(999))),
+            Err(LivenessError::IdleTimeoutBelowOneMillisecond(
+                Duration::from_micros(999)
+            ))
+        );
+        assert_eq!(
+            Liveness::new(Some(ms(100)), Some(ms(100))),
+            Err(LivenessError::KeepAliveNotBelowIdleTimeout {
+                keep_alive: ms(100),
+                idle_timeout: ms(100)
+            })
+        );
+        let huge = Duration::from_secs(u64::MAX);
+        assert_eq!(
+            Liveness::new(None, Some(huge)),
+            Err(LivenessError::IdleTimeoutTooLarge(huge))
+        );
+        let l = Liveness::new(Some(ms(10)), Some(ms(50))).unwrap();
+        assert_eq!(
+            (l.keep_alive(), l.idle_timeout()),
+            (Some(ms(10)), Some(ms(50)))
+        );
+        // No idle timeout at all: any keep-alive is allowed.
+        assert!(Liveness::new(Some(ms(10)), None).is_ok());
+        let msg = LivenessError::KeepAliveNotBelowIdleTimeout {
+            keep_alive: ms(2),
+            idle_timeout: ms(1),
+        }
+        .to_string();
+        assert!(msg.contains("at most a third"), "{msg}");
+    }
+
+    #[test]
+    fn default_liveness_suits_a_fabric() {
+        let l = Liveness::default();
+        let (k, i) = (l.keep_alive().unwrap(), l.idle_timeout().unwrap());
+        // Accepted by its own checks, several keep-alives per idle period, and a
+        // dead peer noticed (idle + keep-alive) within 2 s.
+        assert_eq!(Liveness::new(Some(k), Some(i)), Ok(l));
+        assert!(k * 3 <= i);
+        assert!(i + k <= Duration::from_secs(2));
+    }
 }

@@ -41,7 +41,10 @@ use std::time::Instant;
 use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 
-pub use config::{endpoint_config, transport, transport_config};
+pub use config::{
+    endpoint_config, transport, transport_config, transport_config_with, transport_with, Liveness,
+    LivenessError,
+};
 
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::peers::{PeerLimits, PeerStats, PeerTable};
