@@ -405,7 +405,7 @@ async fn replayed_packets_change_nothing() {
                 src_port: relay_port,
                 dst_port: 4791,
             };
-            let mut forward = |pkt: &[u8], out: &mut [u8]| -> Option<usize> {
+            let forward = |pkt: &[u8], out: &mut [u8]| -> Option<usize> {
                 // Re-encode for the relay's UDP port (the ICRC covers it).
                 let d = codec::decode(pkt).ok()?;
                 codec::encode(&d.header, d.payload, &ctx, out).ok()
