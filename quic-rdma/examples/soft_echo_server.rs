@@ -153,7 +153,7 @@ fn stats_line(c: &Counters, sock: &RdmaUdpSocket<SoftQp>, port: &SoftPort) -> St
     m.insert("send_errors", s.send_errors);
     m.insert("recv_errors", s.recv_errors);
     m.insert("drop_bad_grh", s.drop_bad_grh);
-    m.insert("drop_imm_mismatch", s.drop_imm_mismatch);
+    m.insert("drop_imm_mismatch", sock.routing_stats().imm_mismatch);
     m.insert("qp_recoveries", s.qp_recoveries);
     m.insert("no_recv_posted", s.provider.no_recv_posted);
     m.insert("malformed", s.provider.malformed);
@@ -202,7 +202,11 @@ async fn main() -> Result<(), Error> {
         max_peers,
         ..PeerLimits::default()
     };
-    let sock = Arc::new(RdmaUdpSocket::with_peer_limits(sock, limits));
+    let sock = Arc::new(RdmaUdpSocket::with_options(
+        sock,
+        limits,
+        Default::default(),
+    ));
     let mtu = sock.mtu();
 
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;

@@ -144,7 +144,7 @@ impl SockSample {
 ///   `Σ(sent_wrs - oversize_sent) - lost + duplicated = delivered + Σ drops + unreachable`;
 /// - receive: every delivered packet was polled by its socket and either
 ///   handed up or dropped and counted:
-///   `delivered = Σ(recv_packets + drop_bad_grh + drop_imm_mismatch + recv_errors)`.
+///   `delivered = Σ(recv_packets + drop_bad_grh + recv_bogus_completions + recv_errors)`.
 ///
 /// Every socket must be on its own GID (`unknown_qpn` is counted per port).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,7 +176,7 @@ impl Ledger {
             let d = s.provider;
             l.posted += s.sent_wrs - d.oversize_sent;
             l.receiver_drops += d.bad_pkey + d.bad_qkey + d.no_recv_posted + d.unknown_qpn;
-            l.handled += s.recv_packets + s.drop_bad_grh + s.drop_imm_mismatch + s.recv_errors;
+            l.handled += s.recv_packets + s.drop_bad_grh + s.recv_bogus_completions + s.recv_errors;
         }
         l
     }
