@@ -6,16 +6,18 @@
 //! Layers, bottom up (the module tree follows them):
 //! - [`fabric`]: the provider-neutral UD queue-pair model and its providers;
 //! - [`socket`]: the UDP-socket replacement over one UD queue pair;
-//! - [`cid`]: connection IDs carrying a 20-bit routing key;
-//! - [`routing`]: the routing key in the immediate data, both ways;
-//! - [`peers`]: the bounded table of UD peers ↔ the addresses QUIC sees;
-//! - [`quinn_adapter`]: `quinn::AsyncUdpSocket` over the socket — the drop-in;
-//! - [`engine`]: a poll-mode, single-threaded driver straight over quinn-proto.
+//! - [`quic`]: what both drivers share — routing-key CIDs, the immediate-data
+//!   convention, the peer table, fabric-tuned quinn-proto configuration;
+//! - [`quinn_adapter`]: `quinn::AsyncUdpSocket` over the socket — the drop-in
+//!   (cargo feature `quinn`, on by default);
+//! - [`engine`]: a poll-mode, single-threaded driver straight over quinn-proto
+//!   (no runtime, no quinn, no tokio: what the C API is built on).
+//!
+//! Dependencies point down only: `fabric` and `socket` know nothing of QUIC.
 
-pub mod cid;
 pub mod engine;
 pub mod fabric;
-pub mod peers;
+pub mod quic;
+#[cfg(feature = "quinn")]
 pub mod quinn_adapter;
-pub mod routing;
 pub mod socket;

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{certs, endpoint, transfer};
-use quic_rdma::cid;
 use quic_rdma::fabric::soft::codec::{self, IcrcContext, IpPair, UdHeader};
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort, SoftQp};
 use quic_rdma::fabric::{UdAddr, DEFAULT_QKEY};
+use quic_rdma::quic::cid;
 use quic_rdma::quinn_adapter::{self, RdmaUdpSocket};
 use quic_rdma::socket::{SocketConfig, UdSocket};
 

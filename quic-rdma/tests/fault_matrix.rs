@@ -171,7 +171,7 @@ struct Measures {
     sim: FabricStats,
     client: SocketStats,
     server: SocketStats,
-    /// Datagrams the routing check dropped (client, server): see `quic_rdma::routing`.
+    /// Datagrams the routing check dropped (client, server): see `quic_rdma::quic::routing`.
     imm_dropped: (u64, u64),
     /// Packets quinn(-proto) declared lost, both sides.
     quic_lost: u64,

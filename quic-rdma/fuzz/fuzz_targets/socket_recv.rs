@@ -35,7 +35,7 @@ use std::task::Waker;
 
 use libfuzzer_sys::arbitrary::{Result as ArbResult, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use quic_rdma::cid::{key_of_datagram, RoutingCidGenerator};
+use quic_rdma::quic::cid::{key_of_datagram, RoutingCidGenerator};
 use quic_rdma::fabric::addr::MAX_QPN;
 use quic_rdma::fabric::{
     AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, Grh, GrhLayout, Memory, Mtu,

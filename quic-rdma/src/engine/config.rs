@@ -6,9 +6,9 @@ use quinn_proto::{ClientConfig, ServerConfig, TransportConfig};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::EngineError;
-use crate::peers::PeerLimits;
-use crate::quinn_adapter::transport;
-use crate::routing::RoutingCheck;
+use crate::quic::config::transport;
+use crate::quic::peers::PeerLimits;
+use crate::quic::routing::RoutingCheck;
 use crate::socket::SocketConfig;
 
 /// What the engine does with a new incoming connection attempt.
@@ -47,9 +47,9 @@ pub struct EngineConfig {
     pub recv_batch: usize,
     /// Seed of quinn-proto's endpoint RNG (tests want determinism); `None` seeds from the OS.
     pub rng_seed: Option<[u8; 32]>,
-    /// Bounds of the peer table (see [`crate::peers`]).
+    /// Bounds of the peer table (see [`crate::quic::peers`]).
     pub peers: PeerLimits,
-    /// What the receive path does with immediate data (see [`crate::routing`]).
+    /// What the receive path does with immediate data (see [`crate::quic::routing`]).
     pub routing: RoutingCheck,
 }
 
@@ -72,14 +72,14 @@ impl Default for EngineConfig {
 impl EngineConfig {
     /// Give both sides (those already set: `server`, `client`) the transport
     /// config `transport`, e.g. other liveness timers than the defaults
-    /// ([`Liveness`](crate::quinn_adapter::Liveness): 300 ms keep-alive, 1.5 s
+    /// ([`Liveness`](crate::quic::config::Liveness): 300 ms keep-alive, 1.5 s
     /// idle timeout) of [`server_config`] and [`client_config`]:
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
     /// use quic_rdma::engine::EngineConfig;
-    /// use quic_rdma::quinn_adapter::{transport_with, Liveness};
+    /// use quic_rdma::quic::config::{transport_with, Liveness};
     ///
     /// let mut cfg = EngineConfig::default(); // with `server` / `client` set
     /// let slow = Liveness::new(Some(Duration::from_secs(1)), Some(Duration::from_secs(10)))?;
@@ -111,8 +111,8 @@ impl std::fmt::Debug for EngineConfig {
 }
 
 /// A server config with one certificate chain and key, and the fabric-tuned
-/// transport ([`transport_config`](crate::quinn_adapter::transport_config)) for `mtu`,
-/// with the default [`Liveness`](crate::quinn_adapter::Liveness): a dead client is
+/// transport ([`transport_config`](crate::quic::config::transport_config)) for `mtu`,
+/// with the default [`Liveness`](crate::quic::config::Liveness): a dead client is
 /// reported as [`CloseReason::TimedOut`](super::CloseReason::TimedOut) within 1.5–1.8 s
 /// (change it with [`EngineConfig::set_transport`]).
 pub fn server_config(
@@ -128,7 +128,7 @@ pub fn server_config(
 
 /// A client config trusting `roots` (certificate verification is always on),
 /// with the fabric-tuned transport for `mtu` and the default
-/// [`Liveness`](crate::quinn_adapter::Liveness), as [`server_config`].
+/// [`Liveness`](crate::quic::config::Liveness), as [`server_config`].
 pub fn client_config(
     roots: impl IntoIterator<Item = CertificateDer<'static>>,
     mtu: usize,

@@ -6,7 +6,7 @@ use quinn_proto::{DatagramEvent, EcnCodepoint};
 
 use super::Engine;
 use crate::fabric::{UdAddr, UdQueuePair};
-use crate::routing;
+use crate::quic::routing;
 use crate::socket::SocketError;
 
 /// Endpoint-level responses queued while the send queue is full, at most;

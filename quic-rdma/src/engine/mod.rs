@@ -59,9 +59,9 @@ pub use quinn_proto::StreamId;
 pub use streams::StreamRead;
 
 use crate::fabric::{UdAddr, UdQueuePair};
-use crate::peers::{PeerStats, PeerTable};
-use crate::quinn_adapter::endpoint_config;
-use crate::routing::{RoutingCheck, RoutingStats};
+use crate::quic::config::endpoint_config;
+use crate::quic::peers::{PeerStats, PeerTable};
+use crate::quic::routing::{RoutingCheck, RoutingStats};
 use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
 use connection::{Conn, ConnTable};
 use io::PendingTransmit;
@@ -78,7 +78,7 @@ pub struct Engine<Q: UdQueuePair> {
     has_server: bool,
     recv_batch: usize,
     mtu: usize,
-    /// UD addresses ↔ the addresses quinn-proto sees (see [`crate::peers`]).
+    /// UD addresses ↔ the addresses quinn-proto sees (see [`crate::quic::peers`]).
     peers: PeerTable,
     /// What the receive path does with immediate data, and its counters.
     routing: RoutingCheck,
@@ -159,7 +159,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         self.socket.stats()
     }
 
-    /// The peer table's counters and bounds (see [`crate::peers`]).
+    /// The peer table's counters and bounds (see [`crate::quic::peers`]).
     pub fn peer_stats(&self) -> PeerStats {
         self.peers.stats()
     }

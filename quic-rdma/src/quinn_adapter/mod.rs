@@ -27,7 +27,6 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 //! ```
 
-mod config;
 mod wake;
 
 use std::fmt;
@@ -41,14 +40,14 @@ use std::time::Instant;
 use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 
-pub use config::{
+pub use crate::quic::config::{
     endpoint_config, transport, transport_config, transport_config_with, transport_with, Liveness,
     LivenessError,
 };
 
 use crate::fabric::{UdAddr, UdQueuePair};
-use crate::peers::{PeerLimits, PeerStats, PeerTable};
-use crate::routing::{self, RoutingCheck, RoutingStats};
+use crate::quic::peers::{PeerLimits, PeerStats, PeerTable};
+use crate::quic::routing::{self, RoutingCheck, RoutingStats};
 use crate::socket::{SocketError, SocketStats, UdSocket};
 use wake::WakeHub;
 
@@ -80,7 +79,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
         Self::with_options(socket, PeerLimits::default(), RoutingCheck::default())
     }
 
-    /// Wrap a socket; its peer table is bounded by `limits` (see [`crate::peers`]),
+    /// Wrap a socket; its peer table is bounded by `limits` (see [`crate::quic::peers`]),
     /// and received immediate data is checked as `routing` says.
     pub fn with_options(socket: UdSocket<Q>, limits: PeerLimits, routing: RoutingCheck) -> Self {
         let hub = Arc::new(WakeHub::default());
@@ -128,7 +127,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     /// QPN and Q_Key elsewhere (like [`UdAddr::to_socket_addr`]) would fail every
     /// Retry. Stable per peer, so a peer that moves is a path change.
     ///
-    /// Naming a peer admits it to the peer table (see [`crate::peers`]).
+    /// Naming a peer admits it to the peer table (see [`crate::quic::peers`]).
     pub fn peer_addr(&self, ud: UdAddr) -> SocketAddr {
         lock(&self.peers).0.admit(ud, Instant::now())
     }

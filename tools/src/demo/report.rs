@@ -391,7 +391,7 @@ impl SocketReport {
         Self::new(&sock.stats(), &sock.routing_stats())
     }
 
-    fn new(s: &SocketStats, routing: &quic_rdma::routing::RoutingStats) -> Self {
+    fn new(s: &SocketStats, routing: &quic_rdma::quic::routing::RoutingStats) -> Self {
         SocketReport {
             sent_wrs: s.sent_wrs,
             sent_bytes: s.sent_bytes,

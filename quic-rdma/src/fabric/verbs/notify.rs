@@ -14,8 +14,11 @@
 //!   [`VerbsNotifier::drain_and_wake`];
 //! - busy-polling callers never arm and need none of it.
 
+#[cfg(feature = "quinn")]
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+#[cfg(feature = "quinn")]
+use std::os::fd::AsRawFd;
+use std::os::fd::RawFd;
 use std::ptr;
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
@@ -27,6 +30,7 @@ use super::device::Device;
 pub(crate) struct NotifyShared {
     pub(crate) dev: Arc<Device>,
     waker: Mutex<Option<Waker>>,
+    #[cfg(feature = "quinn")]
     shutdown: tokio::sync::Notify,
 }
 
@@ -35,6 +39,7 @@ impl NotifyShared {
         NotifyShared {
             dev,
             waker: Mutex::new(None),
+            #[cfg(feature = "quinn")]
             shutdown: tokio::sync::Notify::new(),
         }
     }
@@ -55,6 +60,7 @@ impl NotifyShared {
     }
 
     pub(crate) fn shutdown(&self) {
+        #[cfg(feature = "quinn")]
         self.shutdown.notify_one();
         self.wake();
     }
@@ -75,8 +81,10 @@ impl std::fmt::Debug for VerbsNotifier {
     }
 }
 
+#[cfg(feature = "quinn")]
 struct Fd(RawFd);
 
+#[cfg(feature = "quinn")]
 impl AsRawFd for Fd {
     fn as_raw_fd(&self) -> RawFd {
         self.0
@@ -119,9 +127,10 @@ impl VerbsNotifier {
         n
     }
 
-    /// Wait on the channel and async-event fds with tokio and wake the armed waker
+    /// Wait on the channel and async-event fds with tokio (feature `quinn`) and wake the armed waker
     /// on each event, until the queue pair is dropped. Must run inside a tokio
     /// runtime with IO enabled.
+    #[cfg(feature = "quinn")]
     pub async fn run(self) -> io::Result<()> {
         use tokio::io::unix::AsyncFd;
         use tokio::io::Interest;
@@ -155,6 +164,7 @@ impl VerbsNotifier {
     }
 
     /// Spawn [`VerbsNotifier::run`] on the current tokio runtime.
+    #[cfg(feature = "quinn")]
     pub fn spawn(self) -> tokio::task::JoinHandle<io::Result<()>> {
         tokio::spawn(self.run())
     }

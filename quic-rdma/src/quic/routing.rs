@@ -13,7 +13,7 @@
 //!   not match its packet's CID is dropped when the check is on — it was not
 //!   built by a sender following the convention, or was altered on the way.
 
-use crate::cid;
+use crate::quic::cid;
 
 /// The immediate value to send with `datagram` (its destination CID's routing key).
 pub fn imm_for(datagram: &[u8]) -> Option<u32> {

@@ -1,12 +1,13 @@
-//! quinn configuration for a UD fabric (docs/architecture.md §5).
+//! quinn-proto configuration for a UD fabric, shared by the quinn adapter and
+//! the engine (docs/architecture.md §5).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quinn::{EndpointConfig, IdleTimeout, TransportConfig, VarInt};
+use quinn_proto::{EndpointConfig, IdleTimeout, TransportConfig, VarInt};
 
-use crate::cid::{RoutingCidGenerator, DEFAULT_CID_LEN};
+use crate::quic::cid::{RoutingCidGenerator, DEFAULT_CID_LEN};
 
 /// An `EndpointConfig` whose `max_udp_payload_size` is the fabric MTU (quinn
 /// otherwise caps datagrams at 1472) and whose CIDs carry `routing_key`.

@@ -1,0 +1,15 @@
+//! The QUIC side shared by both drivers (the quinn adapter and the engine):
+//! everything that knows QUIC but not how a driver runs — below it the socket
+//! knows only UD, above it each driver only how it is driven
+//! (docs/architecture.md §1, §3, §5).
+//!
+//! - [`cid`]: connection IDs carrying a 20-bit routing key;
+//! - [`routing`]: the routing key in the immediate data, both ways;
+//! - [`peers`]: the bounded table of UD peers ↔ the addresses quinn-proto sees;
+//! - [`config`]: endpoint and transport configuration for a fabric (MTU,
+//!   timers, windows), in quinn-proto's types, so the engine needs no quinn.
+
+pub mod cid;
+pub mod config;
+pub mod peers;
+pub mod routing;
