@@ -18,11 +18,13 @@ use quic_rdma::fabric::soft::bootstrap::{self, BootstrapError, PeerInfo};
 use quic_rdma::quinn_adapter;
 
 use crate::demo::{
-    self, workload, DemoError, EndpointsReport, PingReport, QuicReport, Report, RttReport,
-    SocketsReport, SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
+    self, DemoError, EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketsReport,
+    SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
 };
+use crate::endpoint::{endpoint, CLIENT_KEY};
 use crate::provider::{self, EndpointOptions, ProviderKind};
 use crate::tls::{self, SuiteProbe, TlsInfo};
+use crate::workload;
 
 /// Options of `qr connect`.
 #[derive(Clone, Debug, clap::Args)]
@@ -218,7 +220,7 @@ async fn client(
     let fabric_mtu = ep.socket.mtu();
     let suite = Arc::new(SuiteProbe::default());
     let cfg = tls::client_config(trusted, quinn_adapter::transport(fabric_mtu), suite.clone())?;
-    let endpoint = demo::endpoint(&ep.socket, None, demo::CLIENT_KEY)?;
+    let endpoint = endpoint(&ep.socket, None, CLIENT_KEY)?;
     let start = Instant::now();
     let conn = endpoint
         .connect_with(cfg, ep.socket.peer_addr(peer.addr), &c.server_name)

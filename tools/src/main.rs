@@ -8,10 +8,12 @@
 
 mod connect;
 mod demo;
+mod endpoint;
 mod provider;
 mod serve;
 mod tls;
 mod ud_pingpong;
+mod workload;
 
 use std::process::ExitCode;
 

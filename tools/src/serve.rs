@@ -24,9 +24,11 @@ use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::quinn_adapter;
 use serde::{Deserialize, Serialize};
 
-use crate::demo::{self, hex, workload, SocketReport, SoftPortReport, UdEndpointReport};
+use crate::demo::{self, hex, SocketReport, SoftPortReport, UdEndpointReport};
+use crate::endpoint::{endpoint, SERVER_KEY};
 use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError, ProviderKind};
 use crate::tls::{self, ServerIdentity};
+use crate::workload;
 
 /// Options of `qr serve`.
 #[derive(Clone, Debug, clap::Args)]
@@ -219,7 +221,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
     let server_cfg = tls::server_config(&id, quinn_adapter::transport(ep.socket.mtu()))?;
 
     let result = rt.block_on(async {
-        let endpoint = demo::endpoint(&ep.socket, Some(server_cfg), demo::SERVER_KEY)?;
+        let endpoint = endpoint(&ep.socket, Some(server_cfg), SERVER_KEY)?;
         let bind = args
             .bootstrap_bind
             .unwrap_or(SocketAddr::new(args.ip, args.service_port));

@@ -3,26 +3,22 @@
 
 mod report;
 mod soft;
-pub(crate) mod workload;
 
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use quic_rdma::quinn_adapter;
 
-use crate::provider::{self, FabricOptions, OpenError, ProviderKind, Socket};
+use crate::endpoint::{endpoint, CLIENT_KEY, SERVER_KEY};
+use crate::provider::{self, FabricOptions, OpenError, ProviderKind};
 use crate::tls::{self, TlsInfo};
+use crate::workload;
 use report::FabricReport;
 pub(crate) use report::{
     hex, EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketReport, SocketsReport,
     SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
 };
-
-/// Routing keys of the two endpoints' connection IDs.
-pub(crate) const SERVER_KEY: u32 = 0x5e;
-pub(crate) const CLIENT_KEY: u32 = 0xc1;
 
 /// TCP service port of `soft` bootstrap servers when none is given: rdma-core's
 /// `ibv_*_pingpong` examples exchange their QP details on the same port.
@@ -182,21 +178,6 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
     // Endpoints and their driver tasks go with the runtime.
     rt.shutdown_timeout(Duration::from_secs(1));
     report.map_err(DemoError::Run)
-}
-
-/// A quinn endpoint over `sock` issuing connection IDs with routing key `key`.
-pub(crate) fn endpoint(
-    sock: &Socket,
-    server: Option<quinn::ServerConfig>,
-    key: u32,
-) -> Result<quinn::Endpoint> {
-    quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(sock.mtu(), key),
-        server,
-        sock.clone(),
-        Arc::new(quinn::TokioRuntime),
-    )
-    .context("creating a quinn endpoint")
 }
 
 async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {

@@ -11,8 +11,8 @@ use quic_rdma::fabric::UdAddr;
 use quic_rdma::socket::SocketStats;
 use serde::{Deserialize, Serialize};
 
-use super::workload::TransferOutcome;
 use crate::tls::TlsInfo;
+use crate::workload::TransferOutcome;
 
 /// Everything `qr demo` measured.
 #[derive(Clone, Debug, Serialize)]
