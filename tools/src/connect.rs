@@ -17,12 +17,13 @@ use anyhow::{anyhow, bail, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::{self, BootstrapError, PeerInfo};
 use quic_rdma::quinn_adapter;
 
-use crate::demo::{
-    self, DemoError, EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketsReport,
-    SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
-};
+use crate::demo::{self, DemoError};
 use crate::endpoint::{endpoint, CLIENT_KEY};
 use crate::provider::{self, EndpointOptions, ProviderKind};
+use crate::report::{
+    EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketReport, SocketsReport,
+    SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
+};
 use crate::tls::{self, SuiteProbe, TlsInfo};
 use crate::workload;
 
@@ -271,7 +272,7 @@ async fn client(
         },
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
-            client: demo::SocketReport::of(&ep.socket),
+            client: SocketReport::of(&ep.socket),
             server: None,
         },
         fabric: None,

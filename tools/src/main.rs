@@ -10,6 +10,7 @@ mod connect;
 mod demo;
 mod endpoint;
 mod provider;
+mod report;
 mod serve;
 mod tls;
 mod ud_pingpong;
@@ -85,7 +86,7 @@ fn main() -> ExitCode {
 }
 
 /// Print a client-side report; the exit code says whether the data arrived intact.
-fn report(cmd: &str, result: Result<demo::Report, demo::DemoError>, json: bool) -> ExitCode {
+fn report(cmd: &str, result: Result<report::Report, demo::DemoError>, json: bool) -> ExitCode {
     match result {
         Ok(report) => {
             if json {

@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::quinn_adapter;
-use serde::{Deserialize, Serialize};
 
-use crate::demo::{self, hex, SocketReport, SoftPortReport, UdEndpointReport};
+use crate::demo;
 use crate::endpoint::{endpoint, SERVER_KEY};
 use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError, ProviderKind};
+use crate::report::{hex, ServeSummary, SocketReport, SoftPortReport, UdEndpointReport};
 use crate::tls::{self, ServerIdentity};
 use crate::workload;
 
@@ -103,33 +103,6 @@ fn parse_qpn(s: &str) -> Result<u32, String> {
     } else {
         Err("a QPN is 2..=0xFFFFFF (24 bits; 0 and 1 are special)".into())
     }
-}
-
-/// What the server saw of one connection (a JSON line with `--json`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct ServeSummary {
-    /// The workload completed without error.
-    pub(crate) ok: bool,
-    /// Why not, if it did not.
-    pub(crate) error: Option<String>,
-    /// Provider name.
-    pub(crate) provider: String,
-    /// Our QP.
-    pub(crate) server: UdEndpointReport,
-    /// The client's QP as we saw it.
-    pub(crate) client: Option<UdEndpointReport>,
-    /// Bytes read on the transfer stream.
-    pub(crate) bytes_received: u64,
-    /// Hex sha256 of them.
-    pub(crate) sha256_received: String,
-    /// Bytes echoed on the ping stream.
-    pub(crate) ping_bytes_echoed: u64,
-    /// Server name the client asked for (SNI).
-    pub(crate) server_name: Option<String>,
-    /// The endpoint's socket counters (cumulative over its connections).
-    pub(crate) socket: SocketReport,
-    /// The `soft` port's counters (cumulative).
-    pub(crate) soft: Option<SoftPortReport>,
 }
 
 /// Run `qr serve`.
@@ -288,22 +261,9 @@ fn serve(args: &ServeArgs) -> Result<bool> {
 
 fn print_summary(s: &ServeSummary, json: bool) {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(s).expect("a summary always serialises")
-        );
+        println!("{}", s.to_json());
     } else {
-        let client = s
-            .client
-            .as_ref()
-            .map_or("?".to_string(), |c| format!("{} QPN {:#x}", c.gid, c.qpn));
-        match &s.error {
-            None => println!(
-                "qr serve: connection from {client}: received {} bytes, sha256 {}; echoed {} ping bytes",
-                s.bytes_received, s.sha256_received, s.ping_bytes_echoed
-            ),
-            Some(e) => println!("qr serve: connection from {client} failed: {e}"),
-        }
+        println!("{s}");
     }
 }
 

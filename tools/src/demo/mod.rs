@@ -1,7 +1,6 @@
 //! `qr demo`: a QUIC server and client over a UD fabric, a verified bulk transfer
 //! and a ping-pong, with a report of what every layer counted.
 
-mod report;
 mod soft;
 
 use std::net::IpAddr;
@@ -12,13 +11,12 @@ use quic_rdma::quinn_adapter;
 
 use crate::endpoint::{endpoint, CLIENT_KEY, SERVER_KEY};
 use crate::provider::{self, FabricOptions, OpenError, ProviderKind};
+use crate::report::{
+    EndpointsReport, FabricReport, PingReport, QuicReport, Report, RttReport, SocketReport,
+    SocketsReport, TransferReport, UdEndpointReport,
+};
 use crate::tls::{self, TlsInfo};
 use crate::workload;
-use report::FabricReport;
-pub(crate) use report::{
-    hex, EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketReport, SocketsReport,
-    SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
-};
 
 /// TCP service port of `soft` bootstrap servers when none is given: rdma-core's
 /// `ibv_*_pingpong` examples exchange their QP details on the same port.

@@ -24,7 +24,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use super::{DemoArgs, DemoError, Report};
 use crate::connect::{self, ClientRun};
 use crate::provider::{OpenError, ProviderKind};
-use crate::serve::ServeSummary;
+use crate::report::ServeSummary;
 
 /// How long the server process may take to start answering.
 const READY_WITHIN: Duration = Duration::from_secs(20);
