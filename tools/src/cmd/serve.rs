@@ -23,7 +23,7 @@ use anyhow::{anyhow, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::quinn_adapter;
 
-use crate::demo;
+use super::args::DEFAULT_SERVICE_PORT;
 use crate::endpoint::{endpoint, SERVER_KEY};
 use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError, ProviderKind};
 use crate::report::{hex, ServeSummary, SocketReport, SoftPortReport, UdEndpointReport};
@@ -54,7 +54,7 @@ pub(crate) struct ServeArgs {
     pub(crate) udp_port: u16,
 
     /// TCP port of the bootstrap service (on --ip unless --bootstrap-bind).
-    #[arg(long, default_value_t = demo::DEFAULT_SERVICE_PORT)]
+    #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
     pub(crate) service_port: u16,
 
     /// Bind the bootstrap service here instead of --ip:--service-port.

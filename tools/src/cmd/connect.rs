@@ -10,6 +10,7 @@
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::{self, BootstrapError, PeerInfo};
 use quic_rdma::quinn_adapter;
 
-use crate::demo::{self, DemoError};
+use super::args::parse_bytes;
+use super::{print_report, RunError};
 use crate::endpoint::{endpoint, CLIENT_KEY};
 use crate::provider::{self, EndpointOptions, ProviderKind};
 use crate::report::{
@@ -60,7 +62,7 @@ pub(crate) struct ConnectArgs {
     pub(crate) udp_port: u16,
 
     /// Bytes to transfer client -> server (suffixes K, M, G, T are binary).
-    #[arg(long, default_value = "64M", value_parser = demo::parse_bytes)]
+    #[arg(long, default_value = "64M", value_parser = parse_bytes)]
     pub(crate) bytes: u64,
 
     /// Round trips of the ping-pong (0 skips it).
@@ -87,6 +89,18 @@ pub(crate) struct ConnectArgs {
     /// Print the report as one JSON object instead of the human summary.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// Run `qr connect`: print the report; the exit code says whether the data
+/// arrived intact (2 for arguments it cannot run with).
+pub(crate) fn main(args: &ConnectArgs) -> ExitCode {
+    match ClientRun::from_args(args) {
+        Ok(run) => print_report("connect", self::run(&run), args.json),
+        Err(e) => {
+            eprintln!("qr connect: {e:#}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// Ask `server` (host:port) for its peer record, retrying connection failures
@@ -176,10 +190,10 @@ impl ClientRun {
 }
 
 /// Find the server, connect, run the workload, report (server counters unknown).
-pub(crate) fn run(c: &ClientRun) -> Result<Report, DemoError> {
+pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
     // Before the bootstrap query, which may wait --wait seconds for a server.
-    provider::ensure_built_in(c.provider).map_err(DemoError::Provider)?;
-    let run = |e: anyhow::Error| DemoError::Run(e);
+    provider::ensure_built_in(c.provider).map_err(RunError::Provider)?;
+    let run = |e: anyhow::Error| RunError::Run(e);
     let peer = query_bootstrap(&c.server, c.wait).map_err(run)?;
     let peer_ip = peer.addr.gid.to_ip();
     let ip = match c.ip {
@@ -196,7 +210,7 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, DemoError> {
         .map_err(run)?;
     let ep = {
         let _rt = rt.enter();
-        provider::open_endpoint(c.provider, &opts).map_err(DemoError::Provider)?
+        provider::open_endpoint(c.provider, &opts).map_err(RunError::Provider)?
     };
     let trusted = tls::load_certs(&c.cert).map_err(run)?;
     let report = rt.block_on(async {
