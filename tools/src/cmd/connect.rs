@@ -119,9 +119,7 @@ pub(crate) fn query_bootstrap(server: &str, wait: Duration) -> Result<PeerInfo> 
                 tracing::debug!("bootstrap {server}: busy; retrying");
                 std::thread::sleep(Duration::from_millis(200));
             }
-            Err(e) => {
-                return Err(anyhow!(e)).with_context(|| format!("bootstrap query to {server}"))
-            }
+            Err(e) => return Err(e).with_context(|| format!("bootstrap query to {server}")),
         }
     }
 }
@@ -132,7 +130,7 @@ fn host_of(server: &str) -> Result<&str> {
         .rsplit_once(':')
         .ok_or_else(|| anyhow!("`{server}` is not HOST:PORT"))?;
     port.parse::<u16>()
-        .map_err(|_| anyhow!("`{server}`: `{port}` is not a port number"))?;
+        .with_context(|| format!("`{server}`: `{port}` is not a port number"))?;
     Ok(host.trim_start_matches('[').trim_end_matches(']'))
 }
 
@@ -315,5 +313,16 @@ mod tests {
         assert_eq!(host_of("example.com:1").unwrap(), "example.com");
         assert!(host_of("example.com").is_err());
         assert!(host_of("example.com:x").is_err());
+    }
+
+    #[test]
+    fn bad_port_keeps_its_source() {
+        let err = host_of("example.com:x").unwrap_err();
+        assert!(
+            err.root_cause()
+                .downcast_ref::<std::num::ParseIntError>()
+                .is_some(),
+            "{err:?}"
+        );
     }
 }
