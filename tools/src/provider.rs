@@ -92,7 +92,6 @@ impl SocketPair {
 #[derive(Debug)]
 pub(crate) enum OpenError {
     /// The provider exists in the design but is not compiled into this binary.
-    #[cfg_attr(feature = "verbs", allow(dead_code))]
     NotBuiltIn(ProviderKind),
     /// The provider cannot do what was asked (e.g. `sim` between processes).
     Unsupported(String),
