@@ -5,6 +5,13 @@
 //! speaking RoCEv2 over UDP), moves data with TLS 1.3, verifies it by sha256 and
 //! reports throughput, latency and every counter of the stack. `qr serve` and
 //! `qr connect` are the two halves of it, for two processes or two hosts.
+//!
+//! Layout: `cmd/` has one module per subcommand (its options, its run, its
+//! exit codes). What they share has its own module and never imports `cmd/`:
+//! `workload/` (transfer and ping-pong on a QUIC connection), `report/` (the
+//! JSON schema and the human text), `endpoint.rs` (the quinn endpoint),
+//! `provider.rs` (`--provider`: sockets on a fabric), `tls.rs` (certificates
+//! and TLS 1.3 configs).
 
 mod cmd;
 mod endpoint;

@@ -1,12 +1,15 @@
-//! `qr connect`: the client side of the demo's workload against a `qr serve` in
-//! another process or on another host, found by host and service port.
+//! `qr connect`: the client side of the workload (`crate::workload`) against a
+//! `qr serve` in another process or on another host, found by host and service
+//! port. Its client run ([`ClientRun`], [`run`]) is also the client half of
+//! `qr demo --provider soft`.
 //!
 //! 1. Ask the server's bootstrap service (`host:service_port`, docs/architecture.md §3) for
 //!    its GID, QPN, Q_Key, UDP port and MTU.
 //! 2. Open a local endpoint (by default on the IP the kernel would use to reach
 //!    the server's GID), TLS 1.3 trusting exactly the certificate given by
 //!    `--cert` (what `qr serve --cert-out` wrote), and connect.
-//! 3. Run the workload (sha256-verified bulk transfer, ping-pong) and report.
+//! 3. Run the workload (sha256-verified bulk transfer, ping-pong) and report
+//!    (`report::Report`, without the server's counters).
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;

@@ -1,15 +1,16 @@
-//! `qr serve`: the server side of the demo's workload on one endpoint of a
-//! multi-process provider (`soft`, or `verbs` when built in), reachable by host and service port.
+//! `qr serve`: the server side of the workload (`crate::workload`) on one
+//! endpoint of a multi-process provider (`soft`, or `verbs` when built in),
+//! reachable by host and service port.
 //!
 //! Start-up order, so that "the bootstrap service answers" means "ready":
 //! open the RoCEv2 port and QP, write the self-signed certificate to
 //! `--cert-out`, create the quinn endpoint, then start the bootstrap service
 //! (TCP, docs/architecture.md §3) that publishes GID, QPN, Q_Key, UDP port and MTU.
 //!
-//! Each accepted connection gets the demo's server side: read the first stream
-//! to its end and answer with byte count + sha256; echo the second stream (the
-//! ping-pong) until it ends. One summary per connection goes to stdout (a JSON
-//! line with `--json`).
+//! Each accepted connection gets the workload's server side: read the first
+//! stream to its end and answer with byte count + sha256; echo the second
+//! stream (the ping-pong) until it ends. One summary per connection
+//! (`report::ServeSummary`) goes to stdout (a JSON line with `--json`).
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
