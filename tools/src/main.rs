@@ -5,17 +5,26 @@
 //! speaking RoCEv2 over UDP), moves data with TLS 1.3, verifies it by sha256 and
 //! reports throughput, latency and every counter of the stack. `qr serve` and
 //! `qr connect` are the two halves of it, for two processes or two hosts.
+//!
+//! Layout: `cmd/` has one module per subcommand (its options, its run, its
+//! exit codes). What they share has its own module and never imports `cmd/`:
+//! `workload/` (transfer and ping-pong on a QUIC connection), `report/` (the
+//! JSON schema and the human text), `endpoint.rs` (the quinn endpoint),
+//! `provider.rs` (`--provider`: sockets on a fabric), `tls.rs` (certificates
+//! and TLS 1.3 configs).
 
-mod connect;
-mod demo;
+mod cmd;
+mod endpoint;
 mod provider;
-mod serve;
+mod report;
 mod tls;
-mod ud_pingpong;
+mod workload;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use cmd::{connect, demo, serve, ud_pingpong};
 
 /// QUIC over RDMA Unreliable Datagram.
 #[derive(Debug, Parser)]
@@ -69,48 +78,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
-        Command::Demo(args) => report("demo", demo::run(&args), args.json),
+        Command::Demo(args) => demo::main(&args),
         Command::Serve(args) => serve::main(&args),
+        Command::Connect(args) => connect::main(&args),
         Command::UdPingpong(args) => ud_pingpong::main(&args),
-        Command::Connect(args) => match connect::ClientRun::from_args(&args) {
-            Ok(run) => report("connect", connect::run(&run), args.json),
-            Err(e) => {
-                eprintln!("qr connect: {e:#}");
-                ExitCode::from(2)
-            }
-        },
-    }
-}
-
-/// Print a client-side report; the exit code says whether the data arrived intact.
-fn report(cmd: &str, result: Result<demo::Report, demo::DemoError>, json: bool) -> ExitCode {
-    match result {
-        Ok(report) => {
-            if json {
-                println!("{}", report.to_json());
-            } else {
-                print!("{report}");
-            }
-            if report.ok {
-                ExitCode::SUCCESS
-            } else {
-                eprintln!("qr {cmd}: sha256 mismatch: the data did not arrive intact");
-                ExitCode::FAILURE
-            }
-        }
-        Err(demo::DemoError::Provider(
-            e @ (provider::OpenError::NotBuiltIn(_) | provider::OpenError::Unsupported(_)),
-        )) => {
-            eprintln!("qr {cmd}: {e}");
-            ExitCode::from(2)
-        }
-        Err(demo::DemoError::Provider(e)) => {
-            eprintln!("qr {cmd}: provider failed: {e}");
-            ExitCode::FAILURE
-        }
-        Err(demo::DemoError::Run(e)) => {
-            eprintln!("qr {cmd}: {e:#}");
-            ExitCode::FAILURE
-        }
     }
 }

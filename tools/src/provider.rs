@@ -1,5 +1,8 @@
-//! Choosing a fabric provider: the one place that turns `--provider` into a
-//! connected pair of UD sockets. New providers plug in here (see [`open_pair`]).
+//! Choosing a fabric provider: the one place that turns `--provider` into
+//! quinn-ready UD sockets — a connected pair in one process ([`open_pair`],
+//! `qr demo`) or one endpoint of a multi-process provider ([`open_endpoint`],
+//! `qr serve` / `qr connect`) — plus the `soft` port helpers `qr ud-pingpong`
+//! opens its bare QP with. New providers plug in here.
 
 use std::fmt;
 use std::io;
@@ -92,7 +95,6 @@ impl SocketPair {
 #[derive(Debug)]
 pub(crate) enum OpenError {
     /// The provider exists in the design but is not compiled into this binary.
-    #[cfg_attr(feature = "verbs", allow(dead_code))]
     NotBuiltIn(ProviderKind),
     /// The provider cannot do what was asked (e.g. `sim` between processes).
     Unsupported(String),
@@ -124,7 +126,8 @@ impl std::error::Error for OpenError {}
 /// Open a server socket and a client socket on provider `kind`.
 ///
 /// This is, with [`open_endpoint`], the only place that knows about individual
-/// providers: add `verbs` here and every `qr` command gets it. `soft` endpoints
+/// providers on QUIC's behalf: a provider added here reaches `qr demo`, `qr
+/// serve` and `qr connect` (`qr ud-pingpong` opens bare QPs). `soft` endpoints
 /// live in separate processes, so `soft` has no in-process pair (`qr demo
 /// --provider soft` spawns `qr serve` instead).
 pub(crate) fn open_pair(kind: ProviderKind, opts: &FabricOptions) -> Result<SocketPair, OpenError> {

@@ -98,7 +98,7 @@ pub(crate) fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     if bytes.trim_ascii_start().starts_with(b"-----BEGIN") {
         let certs = CertificateDer::pem_slice_iter(&bytes)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| anyhow::anyhow!("{}: bad PEM: {e:?}", path.display()))?;
+            .with_context(|| format!("{}: bad PEM", path.display()))?;
         anyhow::ensure!(
             !certs.is_empty(),
             "{}: no CERTIFICATE in the PEM file",
@@ -264,5 +264,27 @@ impl rustls::KeyLog for SuiteProbe {
 
     fn will_log(&self, label: &str) -> bool {
         label == "CLIENT_TRAFFIC_SECRET_0"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PEM file that does not decode names the file and keeps the decoder's
+    /// error as the source (it was formatted into a string before).
+    #[test]
+    fn bad_pem_keeps_its_source() {
+        let path = std::env::temp_dir().join(format!("qr-tls-bad-pem-{}.pem", std::process::id()));
+        std::fs::write(&path, "-----BEGIN CERTIFICATE-----\n!!!\n").unwrap();
+        let err = load_certs(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(err.to_string().ends_with("bad PEM"), "{err:#}");
+        assert!(
+            err.root_cause()
+                .downcast_ref::<rustls::pki_types::pem::Error>()
+                .is_some(),
+            "{err:?}"
+        );
     }
 }

@@ -1,15 +1,16 @@
-//! `qr serve`: the server side of the demo's workload on one endpoint of a
-//! multi-process provider (`soft`, or `verbs` when built in), reachable by host and service port.
+//! `qr serve`: the server side of the workload (`crate::workload`) on one
+//! endpoint of a multi-process provider (`soft`, or `verbs` when built in),
+//! reachable by host and service port.
 //!
 //! Start-up order, so that "the bootstrap service answers" means "ready":
 //! open the RoCEv2 port and QP, write the self-signed certificate to
 //! `--cert-out`, create the quinn endpoint, then start the bootstrap service
 //! (TCP, docs/architecture.md §3) that publishes GID, QPN, Q_Key, UDP port and MTU.
 //!
-//! Each accepted connection gets the demo's server side: read the first stream
-//! to its end and answer with byte count + sha256; echo the second stream (the
-//! ping-pong) until it ends. One summary per connection goes to stdout (a JSON
-//! line with `--json`).
+//! Each accepted connection gets the workload's server side: read the first
+//! stream to its end and answer with byte count + sha256; echo the second
+//! stream (the ping-pong) until it ends. One summary per connection
+//! (`report::ServeSummary`) goes to stdout (a JSON line with `--json`).
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -22,11 +23,13 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::quinn_adapter;
-use serde::{Deserialize, Serialize};
 
-use crate::demo::{self, hex, workload, SocketReport, SoftPortReport, UdEndpointReport};
+use super::args::DEFAULT_SERVICE_PORT;
+use crate::endpoint::{endpoint, SERVER_KEY};
 use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError, ProviderKind};
+use crate::report::{hex, ServeSummary, SocketReport, SoftPortReport, UdEndpointReport};
 use crate::tls::{self, ServerIdentity};
+use crate::workload;
 
 /// Options of `qr serve`.
 #[derive(Clone, Debug, clap::Args)]
@@ -52,7 +55,7 @@ pub(crate) struct ServeArgs {
     pub(crate) udp_port: u16,
 
     /// TCP port of the bootstrap service (on --ip unless --bootstrap-bind).
-    #[arg(long, default_value_t = demo::DEFAULT_SERVICE_PORT)]
+    #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
     pub(crate) service_port: u16,
 
     /// Bind the bootstrap service here instead of --ip:--service-port.
@@ -101,33 +104,6 @@ fn parse_qpn(s: &str) -> Result<u32, String> {
     } else {
         Err("a QPN is 2..=0xFFFFFF (24 bits; 0 and 1 are special)".into())
     }
-}
-
-/// What the server saw of one connection (a JSON line with `--json`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct ServeSummary {
-    /// The workload completed without error.
-    pub(crate) ok: bool,
-    /// Why not, if it did not.
-    pub(crate) error: Option<String>,
-    /// Provider name.
-    pub(crate) provider: String,
-    /// Our QP.
-    pub(crate) server: UdEndpointReport,
-    /// The client's QP as we saw it.
-    pub(crate) client: Option<UdEndpointReport>,
-    /// Bytes read on the transfer stream.
-    pub(crate) bytes_received: u64,
-    /// Hex sha256 of them.
-    pub(crate) sha256_received: String,
-    /// Bytes echoed on the ping stream.
-    pub(crate) ping_bytes_echoed: u64,
-    /// Server name the client asked for (SNI).
-    pub(crate) server_name: Option<String>,
-    /// The endpoint's socket counters (cumulative over its connections).
-    pub(crate) socket: SocketReport,
-    /// The `soft` port's counters (cumulative).
-    pub(crate) soft: Option<SoftPortReport>,
 }
 
 /// Run `qr serve`.
@@ -219,7 +195,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
     let server_cfg = tls::server_config(&id, quinn_adapter::transport(ep.socket.mtu()))?;
 
     let result = rt.block_on(async {
-        let endpoint = demo::endpoint(&ep.socket, Some(server_cfg), demo::SERVER_KEY)?;
+        let endpoint = endpoint(&ep.socket, Some(server_cfg), SERVER_KEY)?;
         let bind = args
             .bootstrap_bind
             .unwrap_or(SocketAddr::new(args.ip, args.service_port));
@@ -286,22 +262,9 @@ fn serve(args: &ServeArgs) -> Result<bool> {
 
 fn print_summary(s: &ServeSummary, json: bool) {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(s).expect("a summary always serialises")
-        );
+        println!("{}", s.to_json());
     } else {
-        let client = s
-            .client
-            .as_ref()
-            .map_or("?".to_string(), |c| format!("{} QPN {:#x}", c.gid, c.qpn));
-        match &s.error {
-            None => println!(
-                "qr serve: connection from {client}: received {} bytes, sha256 {}; echoed {} ping bytes",
-                s.bytes_received, s.sha256_received, s.ping_bytes_echoed
-            ),
-            Some(e) => println!("qr serve: connection from {client} failed: {e}"),
-        }
+        println!("{s}");
     }
 }
 

@@ -126,7 +126,7 @@ impl Dest {
     /// Parse a record (trailing NULs ignored).
     pub(crate) fn decode(msg: &[u8]) -> Result<Dest> {
         let s = std::str::from_utf8(msg)
-            .map_err(|_| anyhow!("address record is not text"))?
+            .context("address record is not text")?
             .trim_end_matches('\0');
         let parts: Vec<&str> = s.split(':').collect();
         let bad = || anyhow!("bad address record {s:?}");
@@ -360,8 +360,9 @@ fn run(args: &UdPingpongArgs) -> Result<()> {
             sge: sge(s, args.size + GRH_LEN),
         })
         .collect();
-    qp.post_recv(&mem, &recvs)
-        .map_err(|(n, e)| anyhow!("posting receives ({n} posted): {e}"))?;
+    qp.post_recv(&mem, &recvs).map_err(|(n, e)| {
+        anyhow::Error::new(e).context(format!("posting receives ({n} posted)"))
+    })?;
 
     let attr = qp.attr().clone();
     let mine = Dest {
@@ -417,7 +418,7 @@ fn run(args: &UdPingpongArgs) -> Result<()> {
 
     let ah = qp
         .create_ah(&AhAttr::new(peer.gid, 0))
-        .map_err(|e| anyhow!("couldn't create AH to {}: {e}", peer.gid.to_ipv6()))?;
+        .with_context(|| format!("couldn't create AH to {}", peer.gid.to_ipv6()))?;
     let send_slot = args.rx_depth;
     mem.region_mut(0)
         .ok_or_else(|| anyhow!("no region"))?
@@ -443,7 +444,8 @@ fn run(args: &UdPingpongArgs) -> Result<()> {
     let start = Instant::now();
     if client {
         qp.post_send(&mem, &[send])
-            .map_err(|(_, e)| anyhow!("couldn't post send: {e}"))?;
+            .map_err(|(_, e)| e)
+            .context("couldn't post send")?;
         pending |= SEND;
     }
     let (mut rcnt, mut scnt) = (0u32, 0u32);
@@ -489,13 +491,15 @@ fn run(args: &UdPingpongArgs) -> Result<()> {
                         sge: sge(slot, args.size + GRH_LEN),
                     }],
                 )
-                .map_err(|(_, e)| anyhow!("couldn't post receive: {e}"))?;
+                .map_err(|(_, e)| e)
+                .context("couldn't post receive")?;
                 rcnt += 1;
             }
             pending &= !kind;
             if scnt < args.iters && pending == 0 {
                 qp.post_send(&mem, &[send])
-                    .map_err(|(_, e)| anyhow!("couldn't post send: {e}"))?;
+                    .map_err(|(_, e)| e)
+                    .context("couldn't post send")?;
                 pending = RECV | SEND;
             }
         }
@@ -538,5 +542,16 @@ mod tests {
         assert_eq!(m[51], 0);
         assert_eq!(Dest::decode(&m).unwrap(), d);
         assert!(Dest::decode(b"0000:000012:abcdef:00").is_err());
+    }
+
+    #[test]
+    fn record_not_text_keeps_its_source() {
+        let err = Dest::decode(&[0xff; MSG_LEN]).unwrap_err();
+        assert!(
+            err.root_cause()
+                .downcast_ref::<std::str::Utf8Error>()
+                .is_some(),
+            "{err:?}"
+        );
     }
 }

@@ -1,15 +1,19 @@
-//! `qr connect`: the client side of the demo's workload against a `qr serve` in
-//! another process or on another host, found by host and service port.
+//! `qr connect`: the client side of the workload (`crate::workload`) against a
+//! `qr serve` in another process or on another host, found by host and service
+//! port. Its client run ([`ClientRun`], [`run`]) is also the client half of
+//! `qr demo --provider soft`.
 //!
 //! 1. Ask the server's bootstrap service (`host:service_port`, docs/architecture.md §3) for
 //!    its GID, QPN, Q_Key, UDP port and MTU.
 //! 2. Open a local endpoint (by default on the IP the kernel would use to reach
 //!    the server's GID), TLS 1.3 trusting exactly the certificate given by
 //!    `--cert` (what `qr serve --cert-out` wrote), and connect.
-//! 3. Run the workload (sha256-verified bulk transfer, ping-pong) and report.
+//! 3. Run the workload (sha256-verified bulk transfer, ping-pong) and report
+//!    (`report::Report`, without the server's counters).
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,12 +21,16 @@ use anyhow::{anyhow, bail, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::{self, BootstrapError, PeerInfo};
 use quic_rdma::quinn_adapter;
 
-use crate::demo::{
-    self, workload, DemoError, EndpointsReport, PingReport, QuicReport, Report, RttReport,
-    SocketsReport, SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
-};
+use super::args::parse_bytes;
+use super::{print_report, RunError};
+use crate::endpoint::{endpoint, CLIENT_KEY};
 use crate::provider::{self, EndpointOptions, ProviderKind};
+use crate::report::{
+    EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketReport, SocketsReport,
+    SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
+};
 use crate::tls::{self, SuiteProbe, TlsInfo};
+use crate::workload;
 
 /// Options of `qr connect`.
 #[derive(Clone, Debug, clap::Args)]
@@ -57,7 +65,7 @@ pub(crate) struct ConnectArgs {
     pub(crate) udp_port: u16,
 
     /// Bytes to transfer client -> server (suffixes K, M, G, T are binary).
-    #[arg(long, default_value = "64M", value_parser = demo::parse_bytes)]
+    #[arg(long, default_value = "64M", value_parser = parse_bytes)]
     pub(crate) bytes: u64,
 
     /// Round trips of the ping-pong (0 skips it).
@@ -86,6 +94,18 @@ pub(crate) struct ConnectArgs {
     pub(crate) json: bool,
 }
 
+/// Run `qr connect`: print the report; the exit code says whether the data
+/// arrived intact (2 for arguments it cannot run with).
+pub(crate) fn main(args: &ConnectArgs) -> ExitCode {
+    match ClientRun::from_args(args) {
+        Ok(run) => print_report("connect", self::run(&run), args.json),
+        Err(e) => {
+            eprintln!("qr connect: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Ask `server` (host:port) for its peer record, retrying connection failures
 /// and `ERR busy` (a server at its connection cap) until `wait` has passed;
 /// protocol errors and other refusals fail at once.
@@ -102,9 +122,7 @@ pub(crate) fn query_bootstrap(server: &str, wait: Duration) -> Result<PeerInfo> 
                 tracing::debug!("bootstrap {server}: busy; retrying");
                 std::thread::sleep(Duration::from_millis(200));
             }
-            Err(e) => {
-                return Err(anyhow!(e)).with_context(|| format!("bootstrap query to {server}"))
-            }
+            Err(e) => return Err(e).with_context(|| format!("bootstrap query to {server}")),
         }
     }
 }
@@ -115,7 +133,7 @@ fn host_of(server: &str) -> Result<&str> {
         .rsplit_once(':')
         .ok_or_else(|| anyhow!("`{server}` is not HOST:PORT"))?;
     port.parse::<u16>()
-        .map_err(|_| anyhow!("`{server}`: `{port}` is not a port number"))?;
+        .with_context(|| format!("`{server}`: `{port}` is not a port number"))?;
     Ok(host.trim_start_matches('[').trim_end_matches(']'))
 }
 
@@ -173,10 +191,10 @@ impl ClientRun {
 }
 
 /// Find the server, connect, run the workload, report (server counters unknown).
-pub(crate) fn run(c: &ClientRun) -> Result<Report, DemoError> {
+pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
     // Before the bootstrap query, which may wait --wait seconds for a server.
-    provider::ensure_built_in(c.provider).map_err(DemoError::Provider)?;
-    let run = |e: anyhow::Error| DemoError::Run(e);
+    provider::ensure_built_in(c.provider).map_err(RunError::Provider)?;
+    let run = |e: anyhow::Error| RunError::Run(e);
     let peer = query_bootstrap(&c.server, c.wait).map_err(run)?;
     let peer_ip = peer.addr.gid.to_ip();
     let ip = match c.ip {
@@ -193,7 +211,7 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, DemoError> {
         .map_err(run)?;
     let ep = {
         let _rt = rt.enter();
-        provider::open_endpoint(c.provider, &opts).map_err(DemoError::Provider)?
+        provider::open_endpoint(c.provider, &opts).map_err(RunError::Provider)?
     };
     let trusted = tls::load_certs(&c.cert).map_err(run)?;
     let report = rt.block_on(async {
@@ -218,7 +236,7 @@ async fn client(
     let fabric_mtu = ep.socket.mtu();
     let suite = Arc::new(SuiteProbe::default());
     let cfg = tls::client_config(trusted, quinn_adapter::transport(fabric_mtu), suite.clone())?;
-    let endpoint = demo::endpoint(&ep.socket, None, demo::CLIENT_KEY)?;
+    let endpoint = endpoint(&ep.socket, None, CLIENT_KEY)?;
     let start = Instant::now();
     let conn = endpoint
         .connect_with(cfg, ep.socket.peer_addr(peer.addr), &c.server_name)
@@ -269,7 +287,7 @@ async fn client(
         },
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
-            client: demo::SocketReport::of(&ep.socket),
+            client: SocketReport::of(&ep.socket),
             server: None,
         },
         fabric: None,
@@ -298,5 +316,16 @@ mod tests {
         assert_eq!(host_of("example.com:1").unwrap(), "example.com");
         assert!(host_of("example.com").is_err());
         assert!(host_of("example.com:x").is_err());
+    }
+
+    #[test]
+    fn bad_port_keeps_its_source() {
+        let err = host_of("example.com:x").unwrap_err();
+        assert!(
+            err.root_cause()
+                .downcast_ref::<std::num::ParseIntError>()
+                .is_some(),
+            "{err:?}"
+        );
     }
 }

@@ -1,32 +1,29 @@
 //! `qr demo`: a QUIC server and client over a UD fabric, a verified bulk transfer
 //! and a ping-pong, with a report of what every layer counted.
+//!
+//! This file has the options and the in-process run (`sim`: both endpoints in
+//! this process, on one runtime); `soft.rs` the two-process run of
+//! `--provider soft`.
 
-mod report;
 mod soft;
-pub(crate) mod workload;
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use quic_rdma::quinn_adapter;
 
-use crate::provider::{self, FabricOptions, OpenError, ProviderKind, Socket};
-use crate::tls::{self, TlsInfo};
-use report::FabricReport;
-pub(crate) use report::{
-    hex, EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketReport, SocketsReport,
-    SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
+use super::args::{parse_bytes, DEFAULT_SERVICE_PORT};
+use super::{print_report, RunError};
+use crate::endpoint::{endpoint, CLIENT_KEY, SERVER_KEY};
+use crate::provider::{self, FabricOptions, ProviderKind};
+use crate::report::{
+    EndpointsReport, FabricReport, PingReport, QuicReport, Report, RttReport, SocketReport,
+    SocketsReport, TransferReport, UdEndpointReport,
 };
-
-/// Routing keys of the two endpoints' connection IDs.
-pub(crate) const SERVER_KEY: u32 = 0x5e;
-pub(crate) const CLIENT_KEY: u32 = 0xc1;
-
-/// TCP service port of `soft` bootstrap servers when none is given: rdma-core's
-/// `ibv_*_pingpong` examples exchange their QP details on the same port.
-pub(crate) const DEFAULT_SERVICE_PORT: u16 = 18515;
+use crate::tls::{self, TlsInfo};
+use crate::workload;
 
 /// Options of `qr demo`.
 #[derive(Clone, Debug, clap::Args)]
@@ -86,52 +83,6 @@ pub(crate) struct DemoArgs {
     pub(crate) json: bool,
 }
 
-/// Parse a byte count with an optional binary suffix (K, M, G, T; "KiB", "MB"... accepted).
-///
-/// A fraction is taken only when it comes to a whole number of bytes (1.5K is
-/// 1536; 1.5 and 1.1K are errors): a size is never silently rounded.
-pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let num: String = num.chars().filter(|&c| c != '_').collect();
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        other => return Err(format!("unknown size suffix `{other}` (use K, M, G or T)")),
-    };
-    let not_a_count = || format!("`{s}` is not a byte count (e.g. 64M, 1G, 4096)");
-    // Exact decimal arithmetic: `int.frac` is digits / 10^frac.len().
-    let (int, frac) = num.split_once('.').unwrap_or((&num, ""));
-    let all_digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
-    if (int.is_empty() && frac.is_empty()) || !all_digits(int) || !all_digits(frac) {
-        return Err(not_a_count());
-    }
-    let too_big = || format!("`{s}` is more bytes than fit in 64 bits");
-    let digits: u128 = format!("{int}{frac}").parse().map_err(|_| too_big())?;
-    let scale = u32::try_from(frac.len())
-        .ok()
-        .and_then(|n| 10u128.checked_pow(n))
-        .ok_or_else(too_big)?;
-    let scaled = digits.checked_mul(1u128 << shift).ok_or_else(too_big)?;
-    if scaled % scale != 0 {
-        return Err(format!(
-            "`{s}` is not a whole number of bytes: give an integer count, or a \
-             fraction of a unit that comes out whole (e.g. 1.5K = 1536)"
-        ));
-    }
-    let bytes = u64::try_from(scaled / scale).map_err(|_| too_big())?;
-    if bytes == 0 {
-        return Err(format!("`{s}` is not a byte count of at least 1"));
-    }
-    Ok(bytes)
-}
-
 fn parse_percent(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .trim()
@@ -145,17 +96,13 @@ fn parse_percent(s: &str) -> Result<f64, String> {
     }
 }
 
-/// How a demo run ended badly.
-#[derive(Debug)]
-pub(crate) enum DemoError {
-    /// The provider could not be opened (not built in, or failed).
-    Provider(OpenError),
-    /// Anything else (handshake, transfer, timeout).
-    Run(anyhow::Error),
+/// Run `qr demo`: print the report; the exit code says whether the data arrived intact.
+pub(crate) fn main(args: &DemoArgs) -> ExitCode {
+    print_report("demo", run(args), args.json)
 }
 
 /// Run the demo on a fresh tokio multi-thread runtime.
-pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
+pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
     if args.provider == ProviderKind::Soft {
         return soft::run(args);
     }
@@ -163,12 +110,12 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
         loss_percent: args.loss,
         seed: args.seed,
     };
-    let pair = provider::open_pair(args.provider, &opts).map_err(DemoError::Provider)?;
+    let pair = provider::open_pair(args.provider, &opts).map_err(RunError::Provider)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")
-        .map_err(DemoError::Run)?;
+        .map_err(RunError::Run)?;
     let timeout = Duration::from_secs(args.timeout);
     let report = rt.block_on(async {
         match tokio::time::timeout(timeout, demo(args, &pair)).await {
@@ -181,22 +128,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
     });
     // Endpoints and their driver tasks go with the runtime.
     rt.shutdown_timeout(Duration::from_secs(1));
-    report.map_err(DemoError::Run)
-}
-
-/// A quinn endpoint over `sock` issuing connection IDs with routing key `key`.
-pub(crate) fn endpoint(
-    sock: &Socket,
-    server: Option<quinn::ServerConfig>,
-    key: u32,
-) -> Result<quinn::Endpoint> {
-    quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(sock.mtu(), key),
-        server,
-        sock.clone(),
-        Arc::new(quinn::TokioRuntime),
-    )
-    .context("creating a quinn endpoint")
+    report.map_err(RunError::Run)
 }
 
 async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
@@ -276,38 +208,6 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn byte_suffixes() {
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("64M"), Ok(64 << 20));
-        assert_eq!(parse_bytes("256m"), Ok(256 << 20));
-        assert_eq!(parse_bytes("1G"), Ok(1 << 30));
-        assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
-        assert_eq!(parse_bytes("8 MB"), Ok(8 << 20));
-        assert_eq!(parse_bytes("1_000"), Ok(1000));
-        assert!(parse_bytes("0").is_err());
-        assert!(parse_bytes("12X").is_err());
-        assert!(parse_bytes("M").is_err());
-        // Never rounded (issue 9 #10): fractions only where they are exact.
-        assert_eq!(parse_bytes("1.5K"), Ok(1536));
-        assert_eq!(parse_bytes(".5k"), Ok(512));
-        assert_eq!(parse_bytes("2."), Ok(2));
-        for bad in [
-            "1.5",
-            "1.1K",
-            "0.3",
-            "1.2.3",
-            ".",
-            "1e3",
-            "-1",
-            "17179869184G",
-        ] {
-            assert!(parse_bytes(bad).is_err(), "{bad}");
-        }
-        assert!(parse_bytes("1.5").unwrap_err().contains("whole number"));
-        assert_eq!(parse_bytes("16777215T"), Ok(u64::MAX - ((1 << 40) - 1)));
-    }
 
     #[test]
     fn percentages() {

@@ -6,7 +6,7 @@
 //! with `--exit-with-parent` and its stdin a pipe only we hold, so when we
 //! exit — even by SIGKILL — the kernel closes our end, the child reads end of
 //! file, removes the certificate and our temporary directory, and exits (see
-//! `serve::watch_parent` for why a pipe rather than `PR_SET_PDEATHSIG`). It
+//! `watch_parent` in `cmd/serve.rs` for why a pipe rather than `PR_SET_PDEATHSIG`). It
 //! runs in its own process group, so a Ctrl-C at the terminal stops only us
 //! and the child still goes through that clean-up rather than dying on the
 //! signal with the directory left behind. When we end normally, dropping
@@ -21,10 +21,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::{DemoArgs, DemoError, Report};
-use crate::connect::{self, ClientRun};
+use super::DemoArgs;
+use crate::cmd::connect::{self, ClientRun};
+use crate::cmd::RunError;
 use crate::provider::{OpenError, ProviderKind};
-use crate::serve::ServeSummary;
+use crate::report::{Report, ServeSummary};
 
 /// How long the server process may take to start answering.
 const READY_WITHIN: Duration = Duration::from_secs(20);
@@ -106,24 +107,24 @@ impl Drop for TempDir {
 }
 
 /// Run the two-process demo.
-pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
+pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
     if args.loss > 0.0 {
-        return Err(DemoError::Provider(OpenError::Unsupported(
+        return Err(RunError::Provider(OpenError::Unsupported(
             "--loss is fault injection of the sim fabric; `soft` runs on a real network".into(),
         )));
     }
     if args.server_ip == args.client_ip {
-        return Err(DemoError::Run(anyhow!(
+        return Err(RunError::Run(anyhow!(
             "--server-ip and --client-ip must differ (each endpoint is its own GID)"
         )));
     }
-    let dir = TempDir::new().map_err(DemoError::Run)?;
+    let dir = TempDir::new().map_err(RunError::Run)?;
     let cert = dir.0.join("server-cert.der");
     let service = std::net::SocketAddr::new(args.server_ip, args.service_port).to_string();
 
     let exe = std::env::current_exe()
         .context("finding the qr executable")
-        .map_err(DemoError::Run)?;
+        .map_err(RunError::Run)?;
     let mut cmd = Command::new(exe);
     cmd.args([
         "serve",
@@ -148,7 +149,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
     let mut child = cmd
         .spawn()
         .context("starting the server process (qr serve)")
-        .map_err(DemoError::Run)?;
+        .map_err(RunError::Run)?;
     let stdin = child.stdin.take();
     let stdout = child.stdout.take().map(drain);
     let stderr = child.stderr.take().map(drain);
@@ -159,7 +160,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
         stderr,
     };
 
-    wait_ready(&mut server, &service).map_err(DemoError::Run)?;
+    wait_ready(&mut server, &service).map_err(RunError::Run)?;
 
     let client = ClientRun {
         provider: ProviderKind::Soft,
@@ -189,7 +190,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
     };
     let (status, out) = server
         .finish(Duration::from_secs(15))
-        .map_err(DemoError::Run)?;
+        .map_err(RunError::Run)?;
     let summary: ServeSummary = out
         .lines()
         .rev()
@@ -197,7 +198,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, DemoError> {
         .ok_or_else(|| anyhow!("the server process printed no summary ({status})"))
         .and_then(|l| serde_json::from_str(l).context("parsing the server's summary"))
         .map_err(|e| {
-            DemoError::Run(e.context(format!("server stderr: {}", server.stderr().trim_end())))
+            RunError::Run(e.context(format!("server stderr: {}", server.stderr().trim_end())))
         })?;
     report.sockets.server = Some(summary.socket.clone());
     if let Some(soft) = report.soft.as_mut() {
