@@ -342,7 +342,7 @@ fn trace() -> bool {
 /// The receive rules for a completion of a posted receive, as documented by
 /// `UdSocket::recv`, `SocketStats` and `fabric` (byte_len counts the GRH area,
 /// which the hardware always writes, so a Success shorter than it or longer
-/// than the buffer is not real; a QPN has 24 bits, IBA 9.2; the GRH gives
+/// than the buffer is not real; a QPN has 24 bits, IBA 9.2 BTH; the GRH gives
 /// source GID and ECN; the immediate data is handed up as it came), applied to
 /// the buffer as the completion left it.
 fn model(s: &Scripted, byte_len: u32, buf: &[u8], layout: GrhLayout) -> Outcome {
