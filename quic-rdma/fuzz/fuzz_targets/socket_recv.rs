@@ -3,30 +3,27 @@
 //! [`FuzzQp`] is a `UdQueuePair` built on the public API only. Its receive queue
 //! holds what the socket posted; its completion queue returns what the input
 //! scripts: any status, any `byte_len` (below the GRH, past the buffer), any
-//! `src_qp` and immediate data, with fuzzer bytes written into the posted buffer
-//! (a valid GRH or arbitrary bytes; a QUIC-shaped header whose routing key does
-//! or does not match the immediate data, or arbitrary bytes). Events (QP fatal,
-//! GID change), failing `recover` and failing `post_recv` are scripted too.
+//! `src_qp` (also wider than 24 bits) and immediate data, for a receive still
+//! posted or for a wr_id the provider does not hold (one the socket already got
+//! back, or any value at all), with fuzzer bytes written into the posted buffer
+//! (a valid GRH or arbitrary bytes; a QUIC-shaped payload with or without its
+//! routing key as immediate data, or arbitrary bytes: the socket must hand up
+//! either as it came). Events (QP fatal, GID change), failing `recover` and
+//! failing `post_recv` are scripted too.
 //!
 //! Checked after every `recv` call:
 //! - nothing panics;
 //! - what was delivered is, in order, what a model of the receive rules predicts
 //!   from the buffer contents at completion time (source GID and ECN from the
 //!   GRH, QPN and immediate data from the completion, payload bytes
-//!   `GRH_LEN..byte_len` clamped to the buffer), and nothing else;
+//!   `GRH_LEN..byte_len`), and nothing else;
 //! - the counters reconcile: every completion polled is delivered
-//!   (`recv_packets`) or counted as exactly one drop by cause (`recv_errors`,
-//!   `drop_bad_grh`, `drop_imm_mismatch`); `recv_wrs_posted` and `qp_recoveries`
-//!   match what the queue pair saw;
+//!   (`recv_packets`) or counted exactly once by cause (`recv_errors`,
+//!   `drop_bad_grh`, `recv_bogus_completions`); `recv_wrs_posted` and
+//!   `qp_recoveries` match what the queue pair saw;
 //! - the socket never posts a receive buffer twice, never posts one wr_id with
 //!   two different buffers, and keeps its receive queue filled (every slot is
 //!   posted or awaiting a repost that is due).
-//!
-//! With the `unposted-wr-ids` feature the completion queue also returns wr_ids
-//! the socket never posted or had already got back, and `src_qp` values wider
-//! than 24 bits: things no conforming provider produces. `socket/recv.rs` does
-//! not survive them yet (see the fuzz README); the feature is off by default so
-//! the CI fuzz step exercises what providers can really do.
 #![no_main]
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -51,10 +48,8 @@ enum WrPick {
     /// The i-th (mod count) receive still posted; skipped if none is.
     Posted(usize),
     /// A wr_id the socket posted once but holds now (already completed).
-    #[cfg_attr(not(feature = "unposted-wr-ids"), allow(dead_code))]
     Stale(usize),
-    /// Any wr_id at all.
-    #[cfg_attr(not(feature = "unposted-wr-ids"), allow(dead_code))]
+    /// Any wr_id not posted now (past the pool, past `u32`, or held).
     Raw(u64),
 }
 
@@ -104,24 +99,27 @@ enum Outcome {
         imm: Option<u32>,
         data: Vec<u8>,
     },
+    /// An error status for a receive the provider held (`recv_errors`).
     Error,
+    /// Success, but the GRH area does not parse (`drop_bad_grh`).
     BadGrh,
-    ImmMismatch,
-    /// A completion of a wr_id not posted: only with `unposted-wr-ids`; must not be delivered.
-    Unposted,
+    /// What no conforming provider reports (`recv_bogus_completions`): a wr_id
+    /// it does not hold, or Success with `byte_len` outside `GRH_LEN..=` the
+    /// buffer or `src_qp` over 24 bits.
+    Bogus,
 }
 
 /// The queue pair's state, shared between the fake and the harness.
 #[derive(Default)]
 struct State {
     attr: Option<QpAttr>,
-    check_key: bool,
     next_lkey: u32,
     /// Receives posted and not completed, in posting order.
     posted: VecDeque<RecvWr>,
     /// The buffer each wr_id was ever posted with.
     known: HashMap<u64, Sge>,
-    /// wr_ids completed (not flushed) and not posted again: the socket holds them.
+    /// wr_ids completed (not flushed; bogus ones of a posted receive included)
+    /// and not posted again: the socket holds them for reposting.
     held: HashSet<u64>,
     /// The completion queue: scripted completions not yet polled.
     cq: VecDeque<Scripted>,
@@ -249,7 +247,9 @@ impl UdQueuePair for FuzzQp {
             };
             let mut byte_len = (GRH_LEN + s.payload.len()) as u32;
             let outcome = match sge {
-                None => Outcome::Unposted,
+                // The provider does not hold this wr_id: whatever the status,
+                // the socket must not touch (or repost) the slot it names.
+                None => Outcome::Bogus,
                 Some(sge) => {
                     let buf = mem.resolve_mut(&sge).expect("posted buffers resolve");
                     match &s.grh {
@@ -266,11 +266,12 @@ impl UdQueuePair for FuzzQp {
                         LenPick::Over(o) => (buf.len() + 1 + usize::from(o)) as u32,
                         LenPick::Raw(v) => v,
                     };
-                    model(&s, byte_len, buf, layout, st.check_key)
+                    model(&s, byte_len, buf, layout)
                 }
             };
-            // The socket keeps the buffer of every completion to repost it,
-            // except a flushed one: the recovery that follows returns them all.
+            // The socket keeps the buffer of every completion of a posted
+            // receive to repost it (a bogus length or QPN included), except a
+            // flushed one: the recovery that follows returns them all.
             if sge.is_some() && s.status != WcStatus::WrFlushErr {
                 st.held.insert(wr_id);
             }
@@ -338,22 +339,24 @@ fn trace() -> bool {
     *TRACE.get_or_init(|| std::env::var_os("QR_FUZZ_TRACE").is_some())
 }
 
-/// The receive rules, as documented by `UdSocket::recv` and `fabric` (byte_len
-/// counts the GRH area; the GRH gives source GID and ECN; with the routing-key
-/// check, the immediate data must equal the DCID's key), applied to the buffer
-/// as the completion left it.
-fn model(s: &Scripted, byte_len: u32, buf: &[u8], layout: GrhLayout, check_key: bool) -> Outcome {
+/// The receive rules for a completion of a posted receive, as documented by
+/// `UdSocket::recv`, `SocketStats` and `fabric` (byte_len counts the GRH area,
+/// which the hardware always writes, so a Success shorter than it or longer
+/// than the buffer is not real; a QPN has 24 bits, IBA 9.2 BTH; the GRH gives
+/// source GID and ECN; the immediate data is handed up as it came), applied to
+/// the buffer as the completion left it.
+fn model(s: &Scripted, byte_len: u32, buf: &[u8], layout: GrhLayout) -> Outcome {
     if s.status != WcStatus::Success {
         return Outcome::Error;
+    }
+    let end = byte_len as usize;
+    if !(GRH_LEN..=buf.len()).contains(&end) || s.src_qp > MAX_QPN {
+        return Outcome::Bogus;
     }
     let Ok(grh) = Grh::parse(&buf[..GRH_LEN], layout) else {
         return Outcome::BadGrh;
     };
-    let end = (byte_len as usize).clamp(GRH_LEN, buf.len());
     let data = &buf[GRH_LEN..end];
-    if check_key && (key_of_datagram(data).is_none() || key_of_datagram(data) != s.imm) {
-        return Outcome::ImmMismatch;
-    }
     Outcome::Deliver {
         gid: grh.sgid,
         qpn: s.src_qp,
@@ -377,13 +380,7 @@ fn bytes(u: &mut Unstructured<'_>, max: usize) -> ArbResult<Vec<u8>> {
 }
 
 fn scripted(u: &mut Unstructured<'_>, ipv4: bool) -> ArbResult<Scripted> {
-    let wr = match u.int_in_range(
-        0..=if cfg!(feature = "unposted-wr-ids") {
-            9
-        } else {
-            7
-        },
-    )? {
+    let wr = match u.int_in_range(0..=9)? {
         0..=7 => WrPick::Posted(u.arbitrary()?),
         8 => WrPick::Stale(u.arbitrary()?),
         _ => WrPick::Raw(u.arbitrary()?),
@@ -408,7 +405,8 @@ fn scripted(u: &mut Unstructured<'_>, ipv4: bool) -> ArbResult<Scripted> {
         }),
     };
     // A QUIC-shaped payload (long or short header around a routing CID), with
-    // the immediate data carrying its key or not; or arbitrary bytes.
+    // the immediate data carrying its key, another value or none (what the QUIC
+    // drivers above the socket check); or arbitrary bytes.
     let (payload, imm) = if u.ratio(2, 3)? {
         let key: u32 = u.arbitrary()?;
         let cid = RoutingCidGenerator::new(key, u.int_in_range(4..=20)?).generate_cid();
@@ -435,10 +433,13 @@ fn scripted(u: &mut Unstructured<'_>, ipv4: bool) -> ArbResult<Scripted> {
         2 => LenPick::Raw(u.arbitrary()?),
         _ => LenPick::Exact,
     };
-    let src_qp = if cfg!(feature = "unposted-wr-ids") {
-        u.arbitrary()?
+    // One in 16 wider than a QPN's 24 bits; the rest in range, so that most
+    // completions can be delivered.
+    let raw: u32 = u.arbitrary()?;
+    let src_qp = if raw >> 24 & 0xF == 0xF {
+        raw
     } else {
-        u.arbitrary::<u32>()? & MAX_QPN
+        raw & MAX_QPN
     };
     Ok(Scripted {
         wr,
@@ -457,7 +458,7 @@ fn tally(s: &SocketStats) -> [u64; 4] {
         s.recv_packets,
         s.recv_errors,
         s.drop_bad_grh,
-        s.drop_imm_mismatch,
+        s.recv_bogus_completions,
     ]
 }
 
@@ -478,18 +479,18 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
         max_send_wr: 64,
         max_recv_wr: u.int_in_range(1..=48)?,
     };
-    let check_key = u.arbitrary()?;
+    // This byte chose the routing-key check before the socket lost it; still
+    // read so that the committed corpus replays the scenarios it was cut for.
+    let _: bool = u.arbitrary()?;
     let cfg = SocketConfig {
         recv_depth: u.int_in_range(1..=48)?,
         repost_batch: u.int_in_range(1..=16)?,
         send_slots: 1,
         region_bytes: 1 << 20,
-        check_routing_key: check_key,
         ..SocketConfig::default()
     };
     let st = Arc::new(Mutex::new(State {
         attr: Some(attr.clone()),
-        check_key,
         ..State::default()
     }));
     let qp = FuzzQp {
@@ -502,6 +503,10 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
         eprintln!("socket: {:?}, QP {:?}", sock.config(), sock.qp_attr());
     }
     let batch = sock.config().repost_batch;
+    assert!(
+        (1..=depth).contains(&batch),
+        "repost_batch {batch} not capped at recv_depth {depth}"
+    );
     {
         let s = st.lock().unwrap();
         assert_eq!(
@@ -582,27 +587,20 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
             outcomes.len() as u64,
             "every completion delivered or counted once: {delta:?} for {outcomes:?}"
         );
-        // A completion of a wr_id not posted has no cause of its own: it may
-        // be counted under any drop, but never delivered.
         let want = [
             count(|o| matches!(o, Outcome::Deliver { .. })),
             count(|o| matches!(o, Outcome::Error)),
             count(|o| matches!(o, Outcome::BadGrh)),
-            count(|o| matches!(o, Outcome::ImmMismatch)),
+            count(|o| matches!(o, Outcome::Bogus)),
         ];
-        let unposted = count(|o| matches!(o, Outcome::Unposted));
-        assert_eq!(delta[0], want[0], "delivered: {outcomes:?}");
         let causes = [
             "recv_packets",
             "recv_errors",
             "drop_bad_grh",
-            "drop_imm_mismatch",
+            "recv_bogus_completions",
         ];
-        for ((cause, d), w) in causes.iter().zip(&delta).zip(want).skip(1) {
-            assert!(
-                (w..=w + unposted).contains(d),
-                "drops of cause {cause}: {d}, want {w} (+ up to {unposted}) for {outcomes:?}"
-            );
+        for ((cause, d), w) in causes.iter().zip(&delta).zip(want) {
+            assert_eq!(*d, w, "completions counted as {cause}, for {outcomes:?}");
         }
         let bytes: usize = got
             .iter()
@@ -631,8 +629,9 @@ fn run(u: &mut Unstructured<'_>) -> ArbResult<()> {
                 "receive queue left empty ({} held)",
                 s.held.len()
             );
+            // recv.rs reposts when `reposts >= repost_batch || posted <= depth / 2`.
             assert!(
-                s.held.is_empty() || (s.held.len() < batch && s.posted.len() >= depth / 2),
+                s.held.is_empty() || (s.held.len() < batch && s.posted.len() > depth / 2),
                 "repost overdue: {} held (batch {batch}), {} posted of {depth}",
                 s.held.len(),
                 s.posted.len()
