@@ -74,6 +74,13 @@ fn wait_lost(
                     lost = Some((*now - start, reason));
                 }
                 Event::ConnectionClosed { conn: h } if h == conn => {
+                    // The full reason is still there for the caller to read
+                    // after the poll that freed the connection.
+                    let full = e.close_reason(conn).expect("readable until the next poll");
+                    assert!(
+                        matches!(full, Some(quinn_proto::ConnectionError::TimedOut)),
+                        "{full:?}"
+                    );
                     return lost.expect("ConnectionClosed comes after ConnectionLost");
                 }
                 _ => {}

@@ -99,6 +99,9 @@ pub struct Engine<Q: UdQueuePair> {
     responses_dropped: u64,
     /// Events produced inside the receive path, moved to the caller's buffer.
     staged: Vec<Event>,
+    /// Connections freed in the last poll, with why they ended: the caller may
+    /// still ask ([`Engine::close_reason`]) until the next poll.
+    just_closed: Vec<(ConnHandle, Option<ConnectionError>)>,
 }
 
 /// Room for this many receive batches in the staging buffer before it is reclaimed.
@@ -141,6 +144,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             responses: Vec::new(),
             responses_dropped: 0,
             staged: Vec::with_capacity(64),
+            just_closed: Vec::new(),
         })
     }
 
@@ -193,8 +197,13 @@ impl<Q: UdQueuePair> Engine<Q> {
         self.conns.live()
     }
 
-    /// The full reason a connection ended, once it has.
+    /// The full reason a connection ended, once it has. Answers until the
+    /// [`poll`](Self::poll) after the one that reported [`Event::ConnectionClosed`]
+    /// (a connection that times out or is reset is lost and drained in one poll).
     pub fn close_reason(&self, conn: ConnHandle) -> Result<Option<&ConnectionError>, EngineError> {
+        if let Some((_, e)) = self.just_closed.iter().find(|(h, _)| *h == conn) {
+            return Ok(e.as_ref());
+        }
         Ok(self.conns.get_ref(conn)?.error.as_ref())
     }
 
@@ -317,6 +326,7 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// nothing once it has grown to the largest burst.
     pub fn poll(&mut self, now: Instant, events: &mut Vec<Event>) -> usize {
         let before = events.len();
+        self.just_closed.clear();
         self.socket.reap_sends();
         self.receive(now);
         events.append(&mut self.staged);
@@ -460,7 +470,8 @@ impl<Q: UdQueuePair> Engine<Q> {
             translate(h, c, ev, events);
         }
         if c.inner.is_drained() {
-            self.conns.remove(i);
+            let error = self.conns.remove(i).and_then(|c| c.error);
+            self.just_closed.push((h, error));
             events.push(Event::ConnectionClosed { conn: h });
         }
     }
