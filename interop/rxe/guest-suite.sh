@@ -20,6 +20,17 @@ gid_index() { # index of the RoCE v2 GID ::ffff:127.0.0.1 on rxe0 port 1
   done
   return 1
 }
+wait_listen() { # port pid: wait (up to 60 s) until something listens on TCP port;
+  # a fixed sleep raced with a slow start under TCG emulation on a loaded host.
+  # /proc/net/tcp: local address "ADDR:PORT" (hex), state 0A = LISTEN.
+  for _ in $(seq 1 600); do
+    kill -0 "$2" 2>/dev/null || return 1
+    awk '$4 == "0A" { print $2 }' /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+      grep -qi ":$(printf %04X "$1")\$" && return 0
+    sleep 0.1
+  done
+  return 1
+}
 devinfo() {
   out=$(ibv_devinfo -d rxe0) || return 1
   echo "$out" | grep -E "hca_id|state|active_mtu"
@@ -29,8 +40,9 @@ ud_pingpong() { # rdma-core's ibv_ud_pingpong, unmodified, both sides over rxe0
   g=$(gid_index) || { echo "no RoCE v2 GID for 127.0.0.1"; return 1; }
   ibv_ud_pingpong -d rxe0 -g "$g" -n 200 -s 1024 >/tmp/srv.log 2>&1 &
   srv=$!
-  sleep 1
+  wait_listen 18515 $srv || { kill $srv 2>/dev/null; cat /tmp/srv.log; return 1; }
   ibv_ud_pingpong -d rxe0 -g "$g" -n 200 -s 1024 127.0.0.1; crc=$?
+  [ $crc = 0 ] || kill $srv 2>/dev/null
   wait $srv; src=$?
   sed 's/^/  server: /' /tmp/srv.log
   [ $crc = 0 ] && [ $src = 0 ]
@@ -39,14 +51,16 @@ qr_ud_pingpong() { # qr ud-pingpong --provider verbs in both roles against ibv_u
   g=$(gid_index) || { echo "no RoCE v2 GID for 127.0.0.1"; return 1; }
   "$QR" ud-pingpong --provider verbs -g "$g" -p 18601 -n 200 -s 4096 --timeout 60 >/tmp/qs.log 2>&1 &
   qs=$!
-  sleep 1
+  wait_listen 18601 $qs || { kill $qs 2>/dev/null; cat /tmp/qs.log; return 1; }
   ibv_ud_pingpong -d rxe0 -g "$g" -p 18601 -n 200 -s 4096 127.0.0.1; c1=$?
+  [ $c1 = 0 ] || kill $qs 2>/dev/null
   wait $qs; s1=$?
   sed 's/^/  qr server: /' /tmp/qs.log
   ibv_ud_pingpong -d rxe0 -g "$g" -p 18602 -n 200 -s 4096 >/tmp/is.log 2>&1 &
   is=$!
-  sleep 1
+  wait_listen 18602 $is || { kill $is 2>/dev/null; cat /tmp/is.log; return 1; }
   "$QR" ud-pingpong --provider verbs -g "$g" -p 18602 -n 200 -s 4096 --timeout 60 127.0.0.1; c2=$?
+  [ $c2 = 0 ] || kill $is 2>/dev/null
   wait $is; s2=$?
   sed 's/^/  ibv server: /' /tmp/is.log
   [ $c1 = 0 ] && [ $s1 = 0 ] && [ $c2 = 0 ] && [ $s2 = 0 ]
