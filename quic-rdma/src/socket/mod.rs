@@ -10,7 +10,7 @@
 //!   batches;
 //!
 //! The socket knows nothing of QUIC: what the immediate data means is its
-//! caller's business ([`crate::quic::routing`]).
+//! caller's business (the QUIC side's `routing` module decides it).
 //! - address handles cached, rebuilt on migration, destroyed only after their
 //!   sends completed; counters for everything ([`SocketStats`]);
 //! - a queue pair that enters the error state (a fatal event, or a work request

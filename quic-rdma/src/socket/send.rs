@@ -34,7 +34,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     /// [`send`](Self::send), every segment carrying immediate data `imm` (SEND
     /// with immediate); `imm` is also the address handle's flow label (ECMP
     /// entropy). What the value means is the caller's business: the QUIC
-    /// drivers put the destination CID's routing key there ([`crate::quic::routing`]).
+    /// drivers put the destination CID's routing key there (the QUIC side's `routing`).
     pub fn send_with_imm(
         &mut self,
         dest: UdAddr,
