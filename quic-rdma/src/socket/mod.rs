@@ -7,17 +7,18 @@
 //!   the MTU enforced with an error (hardware would drop silently);
 //! - receive: completions polled in batches, the GRH parsed for the source GID
 //!   and ECN, the immediate data handed up as it came, receives reposted in
-//!   batches;
-//!
-//! The socket knows nothing of QUIC: what the immediate data means is its
-//! caller's business (the QUIC side's `routing` module decides it).
-//! - address handles cached, rebuilt on migration, destroyed only after their
-//!   sends completed; counters for everything ([`SocketStats`]);
+//!   batches; completions the provider could not have produced dropped and counted;
+//! - address handles cached per GID path (an LRU), rebuilt when our own GID
+//!   changes, destroyed only after their sends completed; counters for
+//!   everything ([`SocketStats`]);
 //! - a queue pair that enters the error state (a fatal event, or a work request
 //!   completed in error) is recovered with its QPN: every buffer it held comes
 //!   back and the receive queue is filled again.
 //!
 //! The socket allocates nothing per packet: slots come from registered regions.
+//!
+//! The socket knows nothing of QUIC: what the immediate data means is its
+//! caller's business (the QUIC side's `routing` module decides it).
 
 mod ah_cache;
 mod error;
