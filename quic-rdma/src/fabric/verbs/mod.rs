@@ -22,10 +22,94 @@
 //! destroyed, so the QP must be dropped (or [`VerbsQp::quiesce`]d) before the
 //! memory its WRs point into is freed.
 
+mod ah;
+mod cq;
 mod device;
+mod events;
+mod gid;
+mod mr;
 pub mod notify;
+mod post;
 mod qp;
 
+use std::task::Waker;
+
 pub use device::{list_devices, DeviceInfo, GidEntry, GidKind};
+pub use gid::select_gid;
 pub use notify::VerbsNotifier;
-pub use qp::{select_gid, VerbsOptions, VerbsQp};
+pub use qp::{VerbsOptions, VerbsQp};
+
+use super::{
+    AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory, ProviderDrops, QpAttr, RecvWr,
+    Region, SendWr, UdQueuePair,
+};
+
+/// The provider trait, each method implemented in the file of its concept.
+impl UdQueuePair for VerbsQp {
+    fn attr(&self) -> &QpAttr {
+        &self.attr
+    }
+
+    fn register(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        self.register_region(region)
+    }
+
+    fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError> {
+        self.create_address_handle(attr)
+    }
+
+    fn destroy_ah(&mut self, ah: AhId) -> Result<(), FabricError> {
+        self.destroy_address_handle(ah)
+    }
+
+    fn post_send(&mut self, mem: &Memory, wrs: &[SendWr]) -> Result<(), (usize, FabricError)> {
+        self.post_send_chain(mem, wrs)
+    }
+
+    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
+        self.post_recv_chain(mem, wrs)
+    }
+
+    fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize {
+        let n = self.cq.poll_send(&self.dev, out);
+        for c in &out[..n] {
+            self.retire_sends(c.wr_id);
+        }
+        n
+    }
+
+    fn poll_recv_cq(&mut self, _mem: &mut Memory, out: &mut [Completion]) -> usize {
+        let n = self.cq.poll_recv(&self.dev, out);
+        self.recv_posted -= n.min(self.recv_posted);
+        n
+    }
+
+    fn arm(&mut self, waker: &Waker) -> bool {
+        self.notify.store(waker);
+        self.cq.arm(&self.dev)
+    }
+
+    fn poll_event(&mut self) -> Option<AsyncEvent> {
+        if let Some(ev) = self.events.pop_front() {
+            return Some(ev);
+        }
+        self.read_async_event()
+    }
+
+    fn recover(&mut self) -> Result<(), FabricError> {
+        self.recover_from_error()
+    }
+
+    fn drops(&self) -> ProviderDrops {
+        let mut d = ProviderDrops {
+            oversize_sent: self.oversize_sent,
+            ..ProviderDrops::default()
+        };
+        // Port-wide counters (every QP of the port), as deltas since open.
+        if let Ok(p) = self.dev.query_port(self.port) {
+            d.bad_pkey = u64::from(p.bad_pkey_cntr.wrapping_sub(self.baseline.bad_pkey));
+            d.bad_qkey = u64::from(p.qkey_viol_cntr.wrapping_sub(self.baseline.qkey_viol));
+        }
+        d
+    }
+}
