@@ -1,4 +1,4 @@
-//! A UD queue pair of a `soft` port.
+//! A UD queue pair of a `soft` port, and [`SoftPort::create_qp`] that makes one.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -10,8 +10,8 @@ use super::codec::{self, IcrcContext, IpPair, UdHeader, MASK_24, MAX_OVERHEAD};
 use super::port::{SoftPort, SoftStats};
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
-    send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory, ProviderDrops, QpAttr,
-    Qpn, RecvWr, Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
+    check_qkey, send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory,
+    ProviderDrops, QpAttr, Qpn, RecvWr, Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
 };
 
 /// Retries of a send the socket refused with "would block" before it counts as
@@ -52,8 +52,22 @@ impl std::fmt::Debug for SoftQp {
     }
 }
 
+impl SoftPort {
+    /// Create a UD QP on this port accepting `qkey` (must be non-privileged).
+    pub fn create_qp(&self, qkey: u32) -> Result<SoftQp, FabricError> {
+        check_qkey(qkey)?;
+        let cfg = &self.shared.cfg;
+        let qpn = self
+            .shared
+            .lock()
+            .table
+            .add_qp(qkey, cfg.pkey, cfg.max_recv_wr as usize);
+        Ok(SoftQp::new(self.clone(), qpn, qkey))
+    }
+}
+
 impl SoftQp {
-    pub(crate) fn new(port: SoftPort, qpn: Qpn, qkey: u32) -> Self {
+    fn new(port: SoftPort, qpn: Qpn, qkey: u32) -> Self {
         let cfg = &port.shared.cfg;
         let attr = QpAttr {
             qpn,
