@@ -81,6 +81,7 @@ mod demux;
 mod kernel_drops;
 mod port;
 mod qp;
+mod tx;
 
 pub use config::SoftConfig;
 pub use port::{SoftPort, SoftStats};
