@@ -21,6 +21,7 @@ use crate::fabric::{check_pkey, FabricError, Gid, Mtu, Qpn};
 
 /// Counters of a `soft` port beyond [`ProviderDrops`] (shared by all its QPs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SoftStats {
     /// RoCE packets handed to the socket.
     pub tx_packets: u64,
