@@ -37,7 +37,7 @@ const fn mul_mod(a: u32, mut b: u32) -> u32 {
     p
 }
 
-/// X2K[k] = x^(2^k) mod P.
+/// `X2K[k]` = x^(2^k) mod P.
 const X2K: [u32; 32] = {
     let mut t = [0u32; 32];
     t[0] = 0x4000_0000; // x^1
