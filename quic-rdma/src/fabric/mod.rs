@@ -50,6 +50,7 @@ pub const DEFAULT_PKEY: u16 = 0xFFFF;
 /// These are the receiver-side checks of IBA 9.6 / 10.2.4 plus the UD rule that
 /// a packet finding no posted receive is discarded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ProviderDrops {
     /// P_Key not in the QP's partition ([`keys::pkey_matches`], IBA 10.9.3).
     pub bad_pkey: u64,

@@ -138,21 +138,9 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     /// Fails with [`FabricError::MtuTooSmall`](crate::fabric::FabricError::MtuTooSmall)
     /// (naming jumbo frames as the fix) if the active MTU cannot carry QUIC's
     /// 1200-byte datagrams, and with a configuration error for nonsense tuning.
-    pub fn new(qp: Q, cfg: SocketConfig) -> Result<Self, SocketError> {
-        Self::build(qp, cfg, true)
-    }
-
-    /// Like [`UdSocket::new`] but without QUIC's 1200-byte MTU floor: for raw UD
-    /// traffic (e.g. the `ud-pingpong` tool) on small-MTU fabrics.
-    pub fn new_raw(qp: Q, cfg: SocketConfig) -> Result<Self, SocketError> {
-        Self::build(qp, cfg, false)
-    }
-
-    fn build(mut qp: Q, cfg: SocketConfig, quic: bool) -> Result<Self, SocketError> {
+    pub fn new(mut qp: Q, cfg: SocketConfig) -> Result<Self, SocketError> {
         let attr = qp.attr().clone();
-        if quic {
-            attr.active_mtu.check_quic()?;
-        }
+        attr.active_mtu.check_quic()?;
         crate::fabric::check_qkey(attr.qkey)?;
         if cfg.signal_every == 0 || cfg.repost_batch == 0 || cfg.send_slots == 0 {
             return Err(SocketError::Config(

@@ -78,6 +78,7 @@ impl Default for SimQpOptions {
 
 /// What the fabric itself did to packets (the "wire" counters).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FabricStats {
     /// Packets handed to a destination QP's receive queue.
     pub delivered: u64,

@@ -76,9 +76,13 @@
 
 pub mod bootstrap;
 pub mod codec;
+mod config;
+mod demux;
 mod kernel_drops;
 mod port;
 mod qp;
+mod tx;
 
-pub use port::{SoftConfig, SoftPort, SoftStats};
+pub use config::SoftConfig;
+pub use port::{SoftPort, SoftStats};
 pub use qp::SoftQp;

@@ -1,26 +1,19 @@
-//! A UD queue pair of a `soft` port.
+//! A UD queue pair of a `soft` port, and [`SoftPort::create_qp`] that makes one.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::task::Waker;
 
-use super::codec::{self, IcrcContext, IpPair, UdHeader, MASK_24, MAX_OVERHEAD};
+use super::codec::MAX_OVERHEAD;
 use super::port::{SoftPort, SoftStats};
+use super::tx::{Batch, Sender, GSO_MAX_BYTES};
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
-    send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory, ProviderDrops, QpAttr,
-    Qpn, RecvWr, Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
+    check_qkey, send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory,
+    ProviderDrops, QpAttr, Qpn, RecvWr, Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
 };
-
-/// Retries of a send the socket refused with "would block" before it counts as
-/// wire loss. UD is unreliable; a short spin rides out a full socket buffer without
-/// a blocking syscall on the caller's busy-poll path.
-const SEND_RETRIES: usize = 64;
-
-/// Largest UDP payload of one GSO `sendmsg` (IPv4: 65535 − 20 − 8).
-const GSO_MAX_BYTES: usize = 65_507;
 
 /// What an address handle resolves to on a UDP socket.
 struct AhEntry {
@@ -52,8 +45,22 @@ impl std::fmt::Debug for SoftQp {
     }
 }
 
+impl SoftPort {
+    /// Create a UD QP on this port accepting `qkey` (must be non-privileged).
+    pub fn create_qp(&self, qkey: u32) -> Result<SoftQp, FabricError> {
+        check_qkey(qkey)?;
+        let cfg = &self.shared.cfg;
+        let qpn = self
+            .shared
+            .lock()
+            .table
+            .add_qp(qkey, cfg.pkey, cfg.max_recv_wr as usize);
+        Ok(SoftQp::new(self.clone(), qpn, qkey))
+    }
+}
+
 impl SoftQp {
-    pub(crate) fn new(port: SoftPort, qpn: Qpn, qkey: u32) -> Self {
+    fn new(port: SoftPort, qpn: Qpn, qkey: u32) -> Self {
         let cfg = &port.shared.cfg;
         let attr = QpAttr {
             qpn,
@@ -97,252 +104,6 @@ impl SoftQp {
     pub fn sends_outstanding(&self) -> usize {
         self.sq.outstanding()
     }
-}
-
-/// What a packet needs from its QP besides the WR: the sender's identity and
-/// scratch, and the GSO batch being assembled in it.
-struct Sender<'a> {
-    port: &'a SoftPort,
-    attr: &'a QpAttr,
-    psn: &'a mut u32,
-    tx_buf: &'a mut [u8],
-    slot: usize,
-    max_segments: usize,
-    batch: Batch,
-}
-
-/// Packets of one `post_send` to one destination waiting in `tx_buf[..len]`:
-/// all `seg` bytes long but the last, which may be shorter (and then closes the
-/// batch) — the layout UDP GSO cuts into datagrams.
-#[derive(Default)]
-struct Batch {
-    dest: Option<(SocketAddr, u8)>,
-    len: usize,
-    count: usize,
-    seg: usize,
-}
-
-impl Batch {
-    /// The last packet is shorter than the segments: nothing may follow it.
-    fn closed(&self) -> bool {
-        self.len < self.count * self.seg
-    }
-}
-
-impl Sender<'_> {
-    /// Encode and transmit one packet; errors are wire loss (counted), as on a NIC.
-    fn transmit(&mut self, dest: SocketAddr, tc: u8, qkey: u32, wr: &SendWr, payload: &[u8]) {
-        let s = &self.port.shared;
-        let ip = match (s.local.ip(), dest.ip()) {
-            (IpAddr::V4(src), IpAddr::V4(dst)) => IpPair::V4 { src, dst },
-            (IpAddr::V6(src), IpAddr::V6(dst)) => IpPair::V6 { src, dst },
-            // create_ah refuses a family mismatch, so this is unreachable in practice.
-            _ => {
-                s.tx_errors.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        };
-        let ctx = IcrcContext {
-            ip,
-            src_port: s.local.port(),
-            dst_port: dest.port(),
-        };
-        let header = UdHeader {
-            solicited: false,
-            mig_req: false,
-            pkey: self.attr.pkey,
-            fecn: false,
-            becn: false,
-            dest_qp: wr.remote_qpn & MASK_24,
-            ack_req: false,
-            psn: *self.psn,
-            qkey,
-            src_qp: self.attr.qpn,
-            imm: wr.imm,
-        };
-        *self.psn = (*self.psn + 1) & MASK_24;
-        let key = Some((dest, tc));
-        let n = codec::encoded_len(payload.len(), wr.imm.is_some());
-        let gso = self.max_segments > 1 && s.gso_ok.load(Ordering::Relaxed);
-        let b = &self.batch;
-        // GSO cuts a batch into equal segments, the last possibly shorter.
-        let joins = gso
-            && b.count > 0
-            && b.dest == key
-            && !b.closed()
-            && b.count < self.max_segments
-            && n <= b.seg;
-        if b.count > 0 && !joins {
-            self.flush();
-        }
-        let (start, index) = (self.batch.len, self.batch.count);
-        // The kernel numbers the datagrams of a GSO send 0, 1, 2, … (IPv4 ID).
-        match codec::encode_with_ipv4_id(
-            &header,
-            payload,
-            &ctx,
-            index as u16,
-            &mut self.tx_buf[start..start + self.slot],
-        ) {
-            Ok(_) => {}
-            Err(_) => {
-                s.tx_errors.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        }
-        let b = &mut self.batch;
-        if b.count == 0 {
-            *b = Batch {
-                dest: key,
-                len: n,
-                count: 1,
-                seg: n,
-            };
-        } else {
-            b.len += n;
-            b.count += 1;
-        }
-    }
-
-    /// Send the batch (one `sendmsg`; with GSO when it holds several packets)
-    /// and empty it.
-    fn flush(&mut self) {
-        let b = std::mem::take(&mut self.batch);
-        let len = b.len;
-        let Some((dest, tc)) = b.dest else {
-            return;
-        };
-        let s = &self.port.shared;
-        let contents = &self.tx_buf[..len];
-        if b.count > 1 {
-            let sent = send_retrying(s, dest, tc, contents, Some(b.seg));
-            if sent.is_ok() {
-                s.tx_gso_batches.fetch_add(1, Ordering::Relaxed);
-            }
-            match count_send(s, sent, b.count, len) {
-                None => return,
-                Some(e) => {
-                    // The kernel or device refuses UDP GSO: one by one from now on.
-                    tracing::info!(%e, "UDP GSO refused; sending RoCEv2 packets one per sendmsg");
-                    s.gso_ok.store(false, Ordering::Relaxed);
-                }
-            }
-        }
-        for pkt in contents.chunks(b.seg.max(1)) {
-            let sent = send_retrying(s, dest, tc, pkt, None);
-            if count_send(s, sent, 1, pkt.len()).is_some() {
-                s.tx_errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
-/// Count one `sendmsg` of `packets` packets and `bytes` bytes by its outcome:
-/// sent, or lost to a full socket buffer. Any other error is handed back
-/// uncounted, for the caller to decide.
-fn count_send(
-    s: &super::port::Shared,
-    sent: io::Result<()>,
-    packets: usize,
-    bytes: usize,
-) -> Option<io::Error> {
-    match sent {
-        Ok(()) => {
-            s.tx_packets.fetch_add(packets as u64, Ordering::Relaxed);
-            s.tx_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-            None
-        }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            s.tx_would_block
-                .fetch_add(packets as u64, Ordering::Relaxed);
-            None
-        }
-        Err(e) => Some(e),
-    }
-}
-
-/// [`send_datagram`], riding out a full socket buffer with a short spin; the
-/// last error otherwise (would-block and refusals alike are wire loss to UD).
-fn send_retrying(
-    s: &super::port::Shared,
-    dest: SocketAddr,
-    tc: u8,
-    contents: &[u8],
-    segment: Option<usize>,
-) -> io::Result<()> {
-    let mut attempt = 0;
-    loop {
-        match send_datagram(s, dest, tc, contents, segment) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && attempt < SEND_RETRIES => {
-                attempt += 1;
-                std::thread::yield_now();
-            }
-            r => return r,
-        }
-    }
-}
-
-/// One `sendmsg` carrying the AH's whole traffic class (DSCP + ECN) as an
-/// `IP_TOS` / `IPV6_TCLASS` control message and, for a GSO batch, the segment
-/// size as `UDP_SEGMENT` (the kernel cuts `contents` into datagrams of that size).
-///
-/// The control messages are built byte by byte in safe code for Linux's 64-bit
-/// `struct cmsghdr` layout (`size_t cmsg_len; int cmsg_level; int cmsg_type;`,
-/// then the data padded to 8: `CMSG_SPACE` of an `int` or a `u16` is 24 bytes).
-/// The kernel copies the control buffer before parsing it, so its alignment
-/// does not matter.
-#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-fn send_datagram(
-    s: &super::port::Shared,
-    dest: SocketAddr,
-    tc: u8,
-    contents: &[u8],
-    segment: Option<usize>,
-) -> io::Result<()> {
-    use socket2::{MsgHdr, SockAddr, SockRef};
-    // <netinet/in.h>: IPPROTO_IP 0 / IP_TOS 1; IPPROTO_IPV6 41 / IPV6_TCLASS 67.
-    let (level, kind): (i32, i32) = if dest.is_ipv4() { (0, 1) } else { (41, 67) };
-    let mut cmsg = [0u8; 48];
-    cmsg[0..8].copy_from_slice(&20u64.to_ne_bytes()); // CMSG_LEN(sizeof(int))
-    cmsg[8..12].copy_from_slice(&level.to_ne_bytes());
-    cmsg[12..16].copy_from_slice(&kind.to_ne_bytes());
-    cmsg[16..20].copy_from_slice(&i32::from(tc).to_ne_bytes());
-    let mut control = 24;
-    if let Some(seg) = segment {
-        // <linux/udp.h>: SOL_UDP 17, UDP_SEGMENT 103, a u16 segment size.
-        let seg = u16::try_from(seg).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        cmsg[24..32].copy_from_slice(&18u64.to_ne_bytes()); // CMSG_LEN(sizeof(u16))
-        cmsg[32..36].copy_from_slice(&17i32.to_ne_bytes());
-        cmsg[36..40].copy_from_slice(&103i32.to_ne_bytes());
-        cmsg[40..42].copy_from_slice(&seg.to_ne_bytes());
-        control = 48;
-    }
-    let addr = SockAddr::from(dest);
-    let bufs = [io::IoSlice::new(contents)];
-    let msg = MsgHdr::new()
-        .with_addr(&addr)
-        .with_buffers(&bufs)
-        .with_control(&cmsg[..control]);
-    SockRef::from(&s.socket).sendmsg(&msg, 0).map(|_| ())
-}
-
-/// Elsewhere: quinn-udp's portable path, which carries only the ECN bits.
-#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
-fn send_datagram(
-    s: &super::port::Shared,
-    dest: SocketAddr,
-    tc: u8,
-    contents: &[u8],
-    segment: Option<usize>,
-) -> io::Result<()> {
-    let transmit = quinn_udp::Transmit {
-        destination: dest,
-        ecn: quinn_udp::EcnCodepoint::from_bits(tc & 0b11),
-        contents,
-        segment_size: segment,
-        src_ip: None,
-    };
-    s.udp.try_send((&s.socket).into(), &transmit)
 }
 
 impl Drop for SoftQp {

@@ -1,0 +1,162 @@
+//! The invariant CRC of RoCEv2 (IBA §7.8.1, Annex A17.4.5.3): computed over the
+//! masked IP/UDP headers a UDP socket lets the receiver rebuild, and verified under
+//! an [`IcrcPolicy`]. Why and how an unknown IPv4 identification is solved: see
+//! the [`codec`](super) docs and `ipv4_id.rs`.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use super::header::{DecodeError, BTH_LEN, ICRC_LEN, IPV4_HEADER_LEN, UDP_HEADER_LEN};
+use super::ipv4_id::solve_ipv4_id;
+
+/// IP protocol number of UDP (the IP header's protocol field).
+const IPPROTO_UDP: u8 = 17;
+/// IPv4 flags/fragment offset assumed on the wire: DF, offset 0 (rxe sets DF).
+const IPV4_FLAGS_DF: u16 = 0x4000;
+
+/// The IP and UDP header fields a UDP socket knows about a datagram, from which the
+/// ICRC's IP/UDP part is rebuilt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IcrcContext {
+    /// Source and destination IP addresses.
+    pub ip: IpPair,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port (4791 for RoCEv2).
+    pub dst_port: u16,
+}
+
+/// The two addresses of an IP header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpPair {
+    /// RoCEv2 over IPv4.
+    V4 {
+        /// Source address.
+        src: Ipv4Addr,
+        /// Destination address.
+        dst: Ipv4Addr,
+    },
+    /// RoCEv2 over IPv6.
+    V6 {
+        /// Source address.
+        src: Ipv6Addr,
+        /// Destination address.
+        dst: Ipv6Addr,
+    },
+}
+
+/// How a receiver checks the ICRC (see the [`codec`](super) docs for why).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IcrcPolicy {
+    /// Accept if the ICRC matches for IPv4 ID 0 or for some solved ID (kernel rxe
+    /// sends random IDs). IPv6 is checked exactly. The default.
+    #[default]
+    SolveIpv4Id,
+    /// Accept only if the ICRC matches with IPv4 ID 0: full 32-bit strength, but
+    /// rejects kernel rxe and other senders with non-zero IDs.
+    IdZeroOnly,
+    /// Do not check (the QUIC AEAD still authenticates every payload byte).
+    Skip,
+}
+
+/// What [`verify_icrc`] concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IcrcVerdict {
+    /// The ICRC matched; for IPv4 with this identification (0 for IPv6).
+    Verified {
+        /// The IPv4 identification that makes the ICRC match.
+        ipv4_id: u16,
+    },
+    /// Not checked ([`IcrcPolicy::Skip`]).
+    Skipped,
+}
+/// The masked IP + UDP headers that start the ICRC input (after the 8 0xFF bytes).
+/// Returns the buffer and how many bytes of it are used (28 for IPv4, 48 for IPv6).
+/// `udp_payload_len` is the length of the whole RoCE packet including the ICRC.
+fn masked_ip_udp(ctx: &IcrcContext, ipv4_id: u16, udp_payload_len: usize) -> ([u8; 48], usize) {
+    let mut h = [0u8; 48];
+    // Lengths above 16 bits cannot come from a UDP socket; saturate rather than panic.
+    let udp_len = u16::try_from(UDP_HEADER_LEN + udp_payload_len).unwrap_or(u16::MAX);
+    let ip_len = match ctx.ip {
+        IpPair::V4 { src, dst } => {
+            let total = u16::try_from(IPV4_HEADER_LEN + UDP_HEADER_LEN + udp_payload_len)
+                .unwrap_or(u16::MAX);
+            h[0] = 0x45;
+            h[1] = 0xFF; // TOS: variant
+            h[2..4].copy_from_slice(&total.to_be_bytes());
+            h[4..6].copy_from_slice(&ipv4_id.to_be_bytes());
+            h[6..8].copy_from_slice(&IPV4_FLAGS_DF.to_be_bytes());
+            h[8] = 0xFF; // TTL: variant
+            h[9] = IPPROTO_UDP;
+            h[10] = 0xFF; // header checksum: variant
+            h[11] = 0xFF;
+            h[12..16].copy_from_slice(&src.octets());
+            h[16..20].copy_from_slice(&dst.octets());
+            IPV4_HEADER_LEN
+        }
+        IpPair::V6 { src, dst } => {
+            // Version 6; traffic class and flow label variant (all ones).
+            h[0..4].copy_from_slice(&0x6FFF_FFFFu32.to_be_bytes());
+            h[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            h[6] = IPPROTO_UDP;
+            h[7] = 0xFF; // hop limit: variant
+            h[8..24].copy_from_slice(&src.octets());
+            h[24..40].copy_from_slice(&dst.octets());
+            40
+        }
+    };
+    let u = &mut h[ip_len..ip_len + UDP_HEADER_LEN];
+    u[0..2].copy_from_slice(&ctx.src_port.to_be_bytes());
+    u[2..4].copy_from_slice(&ctx.dst_port.to_be_bytes());
+    u[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    u[6..8].fill(0xFF); // UDP checksum: variant
+    (h, ip_len + UDP_HEADER_LEN)
+}
+
+/// The ICRC of a packet whose bytes *before* the ICRC field are `body` (BTH through
+/// pad), as zlib's `crc32` of the masked byte string (IBA §7.8.1, Annex A17.4.5.3).
+/// `ipv4_id` is ignored for IPv6.
+pub fn icrc(ctx: &IcrcContext, ipv4_id: u16, body: &[u8]) -> u32 {
+    let (ipudp, n) = masked_ip_udp(ctx, ipv4_id, body.len() + ICRC_LEN);
+    let mut h = crc32fast::Hasher::new();
+    h.update(&[0xFF; 8]); // stands in for the (absent) LRH
+    h.update(&ipudp[..n]);
+    if body.len() >= BTH_LEN {
+        let mut bth = [0u8; BTH_LEN];
+        bth.copy_from_slice(&body[..BTH_LEN]);
+        bth[4] = 0xFF; // FECN/BECN/resv6: variant
+        h.update(&bth);
+        h.update(&body[BTH_LEN..]);
+    } else {
+        h.update(body);
+    }
+    h.finalize()
+}
+
+/// Check a packet's ICRC under `policy`. `pkt` is the whole UDP payload.
+pub fn verify_icrc(
+    ctx: &IcrcContext,
+    pkt: &[u8],
+    policy: IcrcPolicy,
+) -> Result<IcrcVerdict, DecodeError> {
+    if policy == IcrcPolicy::Skip {
+        return Ok(IcrcVerdict::Skipped);
+    }
+    let Some(body_len) = pkt.len().checked_sub(ICRC_LEN) else {
+        return Err(DecodeError::Truncated {
+            len: pkt.len(),
+            need: ICRC_LEN,
+        });
+    };
+    let (body, tail) = pkt.split_at(body_len);
+    let carried = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+    let with_zero = icrc(ctx, 0, body);
+    if with_zero == carried {
+        return Ok(IcrcVerdict::Verified { ipv4_id: 0 });
+    }
+    if let (IpPair::V4 { .. }, IcrcPolicy::SolveIpv4Id) = (ctx.ip, policy) {
+        if let Some(id) = solve_ipv4_id(with_zero ^ carried, pkt.len()) {
+            return Ok(IcrcVerdict::Verified { ipv4_id: id });
+        }
+    }
+    Err(DecodeError::BadIcrc { carried })
+}

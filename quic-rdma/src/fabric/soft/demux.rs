@@ -1,0 +1,307 @@
+//! The receive demultiplexer of a `soft` port: the port's QPs share one socket,
+//! and whichever QP polls reads a batch of datagrams, checks each packet in
+//! hardware order (structure, ICRC, MTU, QPN, P_Key, Q_Key, posted receive,
+//! length) and parks it, matched to a posted receive, for the QP it is for.
+//!
+//! Both the port (which owns the demultiplexer) and its QPs (which post receives
+//! and collect arrivals) depend on this file; it depends on neither.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::IoSliceMut;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::task::Waker;
+
+use quinn_udp::{RecvMeta, UdpSocketState};
+
+use super::codec::{self, IcrcContext, IcrcPolicy, IcrcVerdict, IpPair};
+use crate::fabric::{
+    check_keys, Gid, Grh, GrhLayout, KeyDrop, Mtu, PacketKeys, ProviderDrops, QpKeys, Qpn, RecvWr,
+    WcStatus, GRH_LEN,
+};
+
+/// Datagram buffers handed to one `recvmmsg` (quinn-udp's batch).
+const RX_BATCH: usize = 4;
+/// Bytes per receive buffer: a whole UDP GRO super-datagram fits (at most 64 KiB).
+const RX_SLOT: usize = 1 << 16;
+/// Socket receive calls per `poll_recv_cq`, so one poll cannot spin forever under load.
+const MAX_RECV_CALLS: usize = 8;
+/// Hop limit written into reconstructed GRHs: a UDP socket does not see the TTL.
+const ASSUMED_HOP_LIMIT: u8 = 64;
+
+/// A received packet already matched to a posted receive, waiting for its QP to
+/// poll (only then can it be written into the QP's registered memory).
+pub(crate) struct Arrival {
+    pub(crate) wr: RecvWr,
+    pub(crate) status: WcStatus,
+    /// GRH area + payload length.
+    pub(crate) byte_len: u32,
+    pub(crate) imm: Option<u32>,
+    pub(crate) src_qp: Qpn,
+    /// Pool buffer holding GRH area + payload (None for error completions).
+    pub(crate) data: Option<Box<[u8]>>,
+}
+
+/// Receive-side state of one QP, owned by the demultiplexer.
+pub(crate) struct RxSlot {
+    pub(crate) qkey: u32,
+    pub(crate) pkey: u16,
+    /// Posted receives, in order.
+    pub(crate) rq: VecDeque<RecvWr>,
+    /// Matched packets not yet polled.
+    pub(crate) inbox: VecDeque<Arrival>,
+    pub(crate) drops: ProviderDrops,
+    pub(crate) waker: Option<Waker>,
+    /// The QP is in the error state: arrivals are dropped, posted receives flushed.
+    pub(crate) error: bool,
+}
+
+/// Everything the receive path mutates, behind the port's mutex.
+pub(crate) struct Table {
+    pub(crate) qps: HashMap<Qpn, RxSlot>,
+    next_qpn: Qpn,
+    /// Recycled packet buffers (GRH area + MTU), so steady state allocates nothing.
+    pub(crate) pool: Vec<Box<[u8]>>,
+    /// Port-level drops: unknown QPN, runts, malformed and bad ICRC.
+    pub(crate) drops: ProviderDrops,
+    pub(crate) rx: RxCounters,
+}
+
+/// Receive-path counters behind the port's [`SoftStats`](super::SoftStats).
+#[derive(Default)]
+pub(crate) struct RxCounters {
+    pub(crate) datagrams: u64,
+    pub(crate) decode_errors: u64,
+    pub(crate) bad_icrc: u64,
+    pub(crate) oversize: u64,
+    pub(crate) id_solved: u64,
+    pub(crate) delivered: u64,
+}
+
+/// The receive buffers of one `recvmmsg` batch and the per-QP receive state.
+pub(crate) struct Demux {
+    buf: Box<[u8]>,
+    meta: [RecvMeta; RX_BATCH],
+    pub(crate) table: Table,
+}
+
+/// What the receive path needs of its port: the socket to read, and the
+/// addresses and settings the checks use.
+pub(crate) struct RxPort<'a> {
+    pub(crate) socket: &'a UdpSocket,
+    pub(crate) udp: &'a UdpSocketState,
+    /// The bound address: destination when the kernel reports none, and the
+    /// UDP destination port the ICRC covers.
+    pub(crate) local: SocketAddr,
+    /// The port's GID (the GRH layout of delivered packets).
+    pub(crate) gid: Gid,
+    pub(crate) icrc: IcrcPolicy,
+    pub(crate) mtu: Mtu,
+}
+
+impl Demux {
+    /// An empty demultiplexer whose first QP gets `first_qpn` (clamped to a
+    /// valid, non-special QPN).
+    pub(crate) fn new(first_qpn: Qpn) -> Demux {
+        Demux {
+            buf: vec![0u8; RX_BATCH * RX_SLOT].into_boxed_slice(),
+            meta: [RecvMeta::default(); RX_BATCH],
+            table: Table {
+                qps: HashMap::new(),
+                next_qpn: first_qpn.clamp(2, crate::fabric::addr::MAX_QPN),
+                pool: Vec::new(),
+                drops: ProviderDrops::default(),
+                rx: RxCounters::default(),
+            },
+        }
+    }
+
+    /// Read datagrams until the socket is empty, `MAX_RECV_CALLS` reads were made,
+    /// or QP `me` has `want` arrivals waiting; match each to its QP.
+    pub(crate) fn drain(&mut self, port: &RxPort<'_>, me: Qpn, want: usize) {
+        for _ in 0..MAX_RECV_CALLS {
+            if self
+                .table
+                .qps
+                .get(&me)
+                .is_some_and(|s| s.inbox.len() >= want)
+            {
+                return;
+            }
+            let Demux { buf, meta, table } = self;
+            let mut chunks = buf.chunks_mut(RX_SLOT);
+            let mut iovs: [IoSliceMut<'_>; RX_BATCH] =
+                std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
+            let n = match port.udp.recv(port.socket.into(), &mut iovs, meta) {
+                Ok(n) => n,
+                // WouldBlock: empty. Anything else (e.g. ICMP errors queued on the
+                // socket) is not about a received packet: stop this round.
+                Err(_) => return,
+            };
+            for (i, m) in meta.iter().enumerate().take(n) {
+                let start = i * RX_SLOT;
+                let data = &buf[start..start + m.len.min(RX_SLOT)];
+                if data.is_empty() {
+                    // A zero-length datagram: `chunks` would yield nothing, and
+                    // it must still be counted (as a runt).
+                    table.accept(port, m, data);
+                    continue;
+                }
+                let stride = if m.stride == 0 { data.len() } else { m.stride };
+                for pkt in data.chunks(stride.max(1)) {
+                    table.accept(port, m, pkt);
+                }
+            }
+        }
+    }
+}
+
+impl Table {
+    /// Add the receive side of a new QP accepting `qkey` and `pkey`, with room for
+    /// `depth` receives; returns its QPN, the next one not in use.
+    pub(crate) fn add_qp(&mut self, qkey: u32, pkey: u16, depth: usize) -> Qpn {
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) {
+            qpn = next_qpn(qpn);
+        }
+        self.next_qpn = next_qpn(qpn);
+        self.qps.insert(
+            qpn,
+            RxSlot {
+                qkey,
+                pkey,
+                rq: VecDeque::with_capacity(depth),
+                inbox: VecDeque::with_capacity(depth),
+                drops: ProviderDrops::default(),
+                waker: None,
+                error: false,
+            },
+        );
+        qpn
+    }
+
+    /// The receive checks of IBA 9.6 / 10.2.4 / 11.4.1 in hardware order, then
+    /// match to a posted receive. Every drop is counted by cause.
+    fn accept(&mut self, port: &RxPort<'_>, m: &RecvMeta, pkt: &[u8]) {
+        self.rx.datagrams += 1;
+        if pkt.len() < codec::BTH_LEN {
+            // Not even a base transport header: not RoCE at all (a probe, a
+            // stray zero-length datagram), counted apart from damaged RoCE.
+            self.drops.runt += 1;
+            return;
+        }
+        let decoded = match codec::decode(pkt) {
+            Ok(d) => d,
+            Err(_) => {
+                self.rx.decode_errors += 1;
+                self.drops.malformed += 1;
+                return;
+            }
+        };
+        let dst_ip = m.dst_ip.unwrap_or(port.local.ip());
+        let ip = match (m.addr.ip(), dst_ip) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => IpPair::V4 { src, dst },
+            (IpAddr::V6(src), IpAddr::V6(dst)) => IpPair::V6 { src, dst },
+            _ => {
+                self.drops.malformed += 1;
+                return;
+            }
+        };
+        let ctx = IcrcContext {
+            ip,
+            src_port: m.addr.port(),
+            dst_port: port.local.port(),
+        };
+        match codec::verify_icrc(&ctx, pkt, port.icrc) {
+            Ok(IcrcVerdict::Verified { ipv4_id }) if ipv4_id != 0 => self.rx.id_solved += 1,
+            Ok(_) => {}
+            Err(_) => {
+                self.rx.bad_icrc += 1;
+                self.drops.bad_icrc += 1;
+                return;
+            }
+        }
+        let mtu = port.mtu.bytes();
+        if decoded.payload.len() > mtu {
+            self.rx.oversize += 1;
+            self.drops.malformed += 1;
+            return;
+        }
+        let h = decoded.header;
+        let keys = PacketKeys {
+            pkey: h.pkey,
+            dest_qp: h.dest_qp,
+            qkey: h.qkey,
+        };
+        let slot = self.qps.get_mut(&h.dest_qp);
+        let ours = slot.as_ref().map(|s| QpKeys {
+            pkey: s.pkey,
+            qkey: s.qkey,
+        });
+        // The key checks every provider shares; unknown QPN belongs to the port.
+        let slot = match (check_keys(keys, ours), slot) {
+            (Ok(()), Some(slot)) => slot,
+            (Err(cause), Some(slot)) if cause != KeyDrop::UnknownQpn => {
+                slot.drops.count(cause);
+                return;
+            }
+            _ => {
+                self.drops.count(KeyDrop::UnknownQpn);
+                return;
+            }
+        };
+        // A QP in the error state has no usable receive (IBA 10.3.1).
+        let Some(wr) = slot.rq.pop_front().filter(|_| !slot.error) else {
+            slot.drops.no_recv_posted += 1;
+            return;
+        };
+        let byte_len = GRH_LEN + decoded.payload.len();
+        let (status, data) = if (wr.sge.len as usize) < byte_len {
+            slot.drops.too_long += 1;
+            (WcStatus::LocLenErr, None)
+        } else {
+            let mut b = self
+                .pool
+                .pop()
+                .unwrap_or_else(|| vec![0u8; GRH_LEN + mtu].into_boxed_slice());
+            let grh = Grh {
+                sgid: Gid::from(m.addr.ip()),
+                dgid: Gid::from(dst_ip),
+                // Only the ECN bits are observable (IP_RECVTOS via quinn-udp reports
+                // ECN); DSCP is not, so it reads as 0.
+                traffic_class: m.ecn.map_or(0, |e| e as u8),
+                // Never reaches a UDP socket (and kernel rxe sends 0 anyway).
+                flow_label: 0,
+                hop_limit: ASSUMED_HOP_LIMIT,
+                ip_payload_len: u16::try_from(8 + pkt.len()).unwrap_or(u16::MAX),
+            };
+            grh.write(&mut b[..GRH_LEN], GrhLayout::for_gid(port.gid));
+            b[GRH_LEN..byte_len].copy_from_slice(decoded.payload);
+            self.rx.delivered += 1;
+            (WcStatus::Success, Some(b))
+        };
+        slot.inbox.push_back(Arrival {
+            wr,
+            status,
+            byte_len: byte_len as u32,
+            imm: h.imm,
+            src_qp: h.src_qp,
+            data,
+        });
+        if let Some(w) = &slot.waker {
+            w.wake_by_ref();
+        }
+    }
+
+    /// Return a packet buffer to the pool.
+    pub(crate) fn recycle(&mut self, b: Box<[u8]>) {
+        self.pool.push(b);
+    }
+}
+
+fn next_qpn(q: Qpn) -> Qpn {
+    if q >= crate::fabric::addr::MAX_QPN {
+        2
+    } else {
+        q + 1
+    }
+}
