@@ -5,24 +5,20 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use quic_rdma::quic::cid::random_routing_key;
 use quic_rdma::quinn_adapter;
 
 use crate::provider::Socket;
 
-/// Routing key of the server's connection IDs.
-pub(crate) const SERVER_KEY: u32 = 0x5e;
-/// Routing key of the client's connection IDs.
-pub(crate) const CLIENT_KEY: u32 = 0xc1;
-
-/// A quinn endpoint over `sock` issuing connection IDs with routing key `key`;
-/// a server when `server` is given.
+/// A quinn endpoint over `sock` issuing connection IDs with a routing key of
+/// its own (random: no two endpoints share one by construction); a server when
+/// `server` is given.
 pub(crate) fn endpoint(
     sock: &Socket,
     server: Option<quinn::ServerConfig>,
-    key: u32,
 ) -> Result<quinn::Endpoint> {
     quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(sock.mtu(), key),
+        quinn_adapter::endpoint_config(sock.mtu(), random_routing_key()),
         server,
         sock.clone(),
         Arc::new(quinn::TokioRuntime),

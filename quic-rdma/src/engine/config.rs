@@ -38,7 +38,8 @@ pub struct EngineConfig {
     pub client: Option<ClientConfig>,
     /// What to do with incoming attempts (when `server` is set).
     pub accept: AcceptPolicy,
-    /// The 20-bit routing key every CID this endpoint issues carries.
+    /// The 20-bit routing key every CID this endpoint issues carries; random
+    /// per endpoint by default ([`random_routing_key`](crate::quic::cid::random_routing_key)).
     pub routing_key: u32,
     /// The UD socket's tuning.
     pub socket: SocketConfig,
@@ -59,7 +60,7 @@ impl Default for EngineConfig {
             server: None,
             client: None,
             accept: AcceptPolicy::AcceptAll,
-            routing_key: 0,
+            routing_key: crate::quic::cid::random_routing_key(),
             socket: SocketConfig::default(),
             recv_batch: 256,
             rng_seed: None,

@@ -22,6 +22,14 @@ pub const MAX_CID_LEN: usize = 20;
 /// Default length of the CIDs quic-rdma issues.
 pub const DEFAULT_CID_LEN: usize = 8;
 
+/// A fresh random routing key: what an endpoint should use unless it routes
+/// by key itself (e.g. one key per core). A constant shared by every endpoint
+/// would make every endpoint's CIDs share 20 bits (RFC 9000 §5.1: CIDs must
+/// not be linkable beyond the issuer's routing needs).
+pub fn random_routing_key() -> u32 {
+    rand::random::<u32>() & ROUTING_KEY_MASK
+}
+
 /// The routing key in the first 20 bits of `cid` (0 for CIDs shorter than 3 bytes).
 pub fn key_of_cid(cid: &[u8]) -> u32 {
     match cid {
@@ -155,5 +163,23 @@ mod tests {
         // Zero-length DCID: key 0.
         assert_eq!(key_of_datagram(&[0xC0, 0, 0, 0, 1, 0]), Some(0));
         assert_eq!(key_of_cid(&[0xAB, 0xCD, 0xEF]), 0xABCDE);
+    }
+}
+
+#[cfg(test)]
+mod random_key_tests {
+    use super::*;
+
+    /// Issue 10: routing keys are per endpoint, not a constant every server or
+    /// client shares. Three draws all equal has probability 2^-40.
+    #[test]
+    fn endpoints_get_their_own_routing_keys() {
+        let keys: Vec<u32> = (0..3).map(|_| random_routing_key()).collect();
+        assert!(keys.iter().all(|k| k & !ROUTING_KEY_MASK == 0), "{keys:x?}");
+        assert!(keys.windows(2).any(|w| w[0] != w[1]), "{keys:x?}");
+        let cfgs: Vec<u32> = (0..3)
+            .map(|_| crate::engine::EngineConfig::default().routing_key)
+            .collect();
+        assert!(cfgs.windows(2).any(|w| w[0] != w[1]), "{cfgs:x?}");
     }
 }

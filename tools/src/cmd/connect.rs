@@ -23,7 +23,7 @@ use quic_rdma::quinn_adapter;
 
 use super::args::parse_bytes;
 use super::{print_report, RunError};
-use crate::endpoint::{endpoint, CLIENT_KEY};
+use crate::endpoint::endpoint;
 use crate::provider::{self, EndpointOptions, ProviderKind};
 use crate::report::{
     EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketReport, SocketsReport,
@@ -236,7 +236,7 @@ async fn client(
     let fabric_mtu = ep.socket.mtu();
     let suite = Arc::new(SuiteProbe::default());
     let cfg = tls::client_config(trusted, quinn_adapter::transport(fabric_mtu), suite.clone())?;
-    let endpoint = endpoint(&ep.socket, None, CLIENT_KEY)?;
+    let endpoint = endpoint(&ep.socket, None)?;
     let start = Instant::now();
     let conn = endpoint
         .connect_with(cfg, ep.socket.peer_addr(peer.addr), &c.server_name)

@@ -25,7 +25,7 @@ use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::quinn_adapter;
 
 use super::args::DEFAULT_SERVICE_PORT;
-use crate::endpoint::{endpoint, SERVER_KEY};
+use crate::endpoint::endpoint;
 use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError, ProviderKind};
 use crate::report::{hex, ServeSummary, SocketReport, SoftPortReport, UdEndpointReport};
 use crate::tls::{self, ServerIdentity};
@@ -195,7 +195,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
     let server_cfg = tls::server_config(&id, quinn_adapter::transport(ep.socket.mtu()))?;
 
     let result = rt.block_on(async {
-        let endpoint = endpoint(&ep.socket, Some(server_cfg), SERVER_KEY)?;
+        let endpoint = endpoint(&ep.socket, Some(server_cfg))?;
         let bind = args
             .bootstrap_bind
             .unwrap_or(SocketAddr::new(args.ip, args.service_port));

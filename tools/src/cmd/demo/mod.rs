@@ -16,7 +16,7 @@ use quic_rdma::quinn_adapter;
 
 use super::args::{parse_bytes, DEFAULT_SERVICE_PORT};
 use super::{print_report, RunError};
-use crate::endpoint::{endpoint, CLIENT_KEY, SERVER_KEY};
+use crate::endpoint::endpoint;
 use crate::provider::{self, FabricOptions, ProviderKind};
 use crate::report::{
     EndpointsReport, FabricReport, PingReport, QuicReport, Report, RttReport, SocketReport,
@@ -134,8 +134,8 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
 async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
     let fabric_mtu = pair.server.mtu();
     let tls = tls::configs(quinn_adapter::transport(fabric_mtu))?;
-    let server = endpoint(&pair.server, Some(tls.server), SERVER_KEY)?;
-    let client = endpoint(&pair.client, None, CLIENT_KEY)?;
+    let server = endpoint(&pair.server, Some(tls.server))?;
+    let client = endpoint(&pair.client, None)?;
     let server_addr = pair.client.peer_addr(pair.server.ud_addr());
     let ping_size = args.ping_size as usize;
     let pings = args.pings;
