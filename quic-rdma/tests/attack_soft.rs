@@ -94,6 +94,98 @@ fn rss_kib() -> u64 {
         .unwrap()
 }
 
+/// A quinn server on `ssock` and a client on `csock`, connected.
+struct Served {
+    /// Kept: dropping an endpoint closes its connections.
+    _endpoints: (quinn::Endpoint, quinn::Endpoint),
+    conn: quinn::Connection,
+    sconn: quinn::Connection,
+    client_cfg: quinn::ClientConfig,
+    /// Attempts the server accepted.
+    accepted: Arc<AtomicU64>,
+    /// Attempts the server answered with a Retry.
+    retries: Arc<AtomicU64>,
+}
+
+/// Start a server on `ssock` (answering unvalidated attempts with a Retry when
+/// `retry` is set, accepting the rest: the client's first, any others left to
+/// time out) and connect a client from `csock` to it.
+async fn serve_and_connect(
+    ssock: &Arc<RdmaUdpSocket<SoftQp>>,
+    csock: &Arc<RdmaUdpSocket<SoftQp>>,
+    retry: bool,
+) -> Served {
+    let c = certs(ssock.mtu());
+    let server = endpoint(ssock, Some(c.server), 0x5e1);
+    let client = endpoint(csock, None, 0xc11);
+    let (accepted, retries) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (conn_tx, conn_rx) = tokio::sync::oneshot::channel();
+    {
+        let (srv, accepted, retries) = (server.clone(), accepted.clone(), retries.clone());
+        tokio::spawn(async move {
+            let mut conn_tx = Some(conn_tx);
+            while let Some(inc) = srv.accept().await {
+                if retry && !inc.remote_address_validated() {
+                    retries.fetch_add(1, Ordering::Relaxed);
+                    inc.retry().unwrap();
+                    continue;
+                }
+                accepted.fetch_add(1, Ordering::Relaxed);
+                match conn_tx.take() {
+                    Some(tx) => {
+                        let _ = tx.send(inc.await.unwrap());
+                    }
+                    None => {
+                        tokio::spawn(async move {
+                            let _ = inc.await;
+                        });
+                    }
+                }
+            }
+        });
+    }
+    let conn = client
+        .connect_with(
+            c.client.clone(),
+            csock.peer_addr(ssock.ud_addr()),
+            "localhost",
+        )
+        .unwrap()
+        .await
+        .unwrap();
+    let sconn = conn_rx.await.unwrap();
+    Served {
+        _endpoints: (server, client),
+        conn,
+        sconn,
+        client_cfg: c.client,
+        accepted,
+        retries,
+    }
+}
+
+/// `n` real QUIC Initials, each of a new connection attempt, as a quinn-proto
+/// client endpoint builds them (padded to the MTU).
+fn initials(n: usize, mtu: usize, cfg: &quinn::ClientConfig) -> Vec<Vec<u8>> {
+    let mut ep = quinn_proto::Endpoint::new(
+        Arc::new(quinn_adapter::endpoint_config(mtu, 0x99)),
+        None,
+        false,
+        None,
+    );
+    let now = Instant::now();
+    let remote: SocketAddr = "[fd00::1]:4791".parse().unwrap();
+    (0..n)
+        .map(|_| {
+            let (_, mut conn) = ep.connect(now, cfg.clone(), remote, "localhost").unwrap();
+            let mut buf = Vec::with_capacity(mtu);
+            let t = conn.poll_transmit(now, 1, &mut buf).expect("an Initial");
+            buf.truncate(t.size);
+            buf
+        })
+        .collect()
+}
+
 /// Issue 9, defect 1: ~66 000 packets from distinct source QPNs used to evict
 /// the live client's peer-table entry; the server's next send then failed as
 /// fatal and the connection died mid-transfer.
@@ -101,29 +193,7 @@ fn rss_kib() -> u64 {
 async fn spoofed_sources_and_initial_floods_do_not_hurt_a_live_transfer() {
     let (ssock, _sport) = soft_socket(SERVER);
     let (csock, _cport) = soft_socket(CLIENT);
-    let c = certs(ssock.mtu());
-    let server = endpoint(&ssock, Some(c.server), 0x91);
-    let client = endpoint(&csock, None, 0x92);
-    let addr = csock.peer_addr(ssock.ud_addr());
-    let srv = server.clone();
-    // Serve the client's connection; every other connection (the attacker's
-    // Initials) is accepted and left to time out.
-    let (conn_tx, conn_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        let first = srv.accept().await.unwrap().await.unwrap();
-        let _ = conn_tx.send(first);
-        while let Some(inc) = srv.accept().await {
-            tokio::spawn(async move {
-                let _ = inc.await;
-            });
-        }
-    });
-    let conn = client
-        .connect_with(c.client.clone(), addr, "localhost")
-        .unwrap()
-        .await
-        .unwrap();
-    let sconn = conn_rx.await.unwrap();
+    let Served { conn, sconn, .. } = serve_and_connect(&ssock, &csock, false).await;
     // Warm up (the peer table and pools are allocated), then measure.
     transfer(&conn, &sconn, 4 << 20, 1).await;
     let rss_before = rss_kib();
@@ -196,55 +266,21 @@ async fn spoofed_sources_and_initial_floods_do_not_hurt_a_live_transfer() {
 async fn an_initial_flood_is_answered_within_the_amplification_limit() {
     let (ssock, _sport) = soft_socket(Ipv4Addr::new(127, 91, 0, 4));
     let (csock, _cport) = soft_socket(Ipv4Addr::new(127, 91, 0, 5));
-    let c = certs(ssock.mtu());
-    let server = endpoint(&ssock, Some(c.server), 0x94);
-    let client = endpoint(&csock, None, 0x95);
-    let addr = csock.peer_addr(ssock.ud_addr());
-    let srv = server.clone();
-    let (conn_tx, conn_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        let first = srv.accept().await.unwrap().await.unwrap();
-        let _ = conn_tx.send(first);
-        while let Some(inc) = srv.accept().await {
-            tokio::spawn(async move {
-                let _ = inc.await;
-            });
-        }
-    });
-    let conn = client
-        .connect_with(c.client.clone(), addr, "localhost")
-        .unwrap()
-        .await
-        .unwrap();
-    let sconn = conn_rx.await.unwrap();
+    let s = serve_and_connect(&ssock, &csock, false).await;
+    let (conn, sconn) = (s.conn.clone(), s.sconn.clone());
 
     let server_ud = ssock.ud_addr();
     let attacker_ip = Ipv4Addr::new(127, 91, 0, 6);
-    let client_cfg = c.client.clone();
-    let mtu = ssock.mtu();
+    let forged = initials(500, ssock.mtu(), &s.client_cfg);
     let flood = std::thread::spawn(move || {
         let mut a = Attacker::new(attacker_ip, server_ud);
         a.sock
             .set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
-        let mut ep = quinn_proto::Endpoint::new(
-            Arc::new(quinn_adapter::endpoint_config(mtu, 0x96)),
-            None,
-            false,
-            None,
-        );
-        let now = Instant::now();
         let mut sent = 0u64;
-        let mut buf = Vec::with_capacity(mtu);
-        let remote: SocketAddr = "[fd00::1]:4791".parse().unwrap();
-        for i in 0..500u32 {
-            let (_, mut conn) = ep
-                .connect(now, client_cfg.clone(), remote, "localhost")
-                .unwrap();
-            buf.clear();
-            let t = conn.poll_transmit(now, 1, &mut buf).expect("an Initial");
-            a.send(0x2000 + i, &buf[..t.size]);
-            sent += t.size as u64;
+        for (i, initial) in (0u32..).zip(&forged) {
+            a.send(0x2000 + i, initial);
+            sent += initial.len() as u64;
         }
         // Everything the server sends to the forged sources lands on our port.
         let mut got = 0u64;
@@ -290,59 +326,16 @@ async fn an_initial_flood_is_answered_within_the_amplification_limit() {
 async fn retry_validates_real_clients_and_admits_no_forged_source() {
     let (ssock, _sport) = soft_socket(Ipv4Addr::new(127, 91, 0, 7));
     let (csock, _cport) = soft_socket(Ipv4Addr::new(127, 91, 0, 8));
-    let c = certs(ssock.mtu());
-    let server = endpoint(&ssock, Some(c.server), 0x97);
-    let client = endpoint(&csock, None, 0x98);
-    let srv = server.clone();
-    let retries = Arc::new(AtomicU64::new(0));
-    let (conn_tx, conn_rx) = tokio::sync::oneshot::channel();
-    {
-        let retries = retries.clone();
-        tokio::spawn(async move {
-            let mut conn_tx = Some(conn_tx);
-            while let Some(inc) = srv.accept().await {
-                if !inc.remote_address_validated() {
-                    retries.fetch_add(1, Ordering::Relaxed);
-                    inc.retry().unwrap();
-                    continue;
-                }
-                let conn = inc.await.unwrap();
-                if let Some(tx) = conn_tx.take() {
-                    let _ = tx.send(conn);
-                }
-            }
-        });
-    }
+    let s = serve_and_connect(&ssock, &csock, true).await;
+    let (conn, sconn, retries) = (s.conn.clone(), s.sconn.clone(), s.retries.clone());
     let server_ud = ssock.ud_addr();
-    let client_cfg = c.client.clone();
-    let mtu = ssock.mtu();
+    let forged = initials(300, ssock.mtu(), &s.client_cfg);
     let flood = std::thread::spawn(move || {
         let mut a = Attacker::new(Ipv4Addr::new(127, 91, 0, 9), server_ud);
-        let mut ep = quinn_proto::Endpoint::new(
-            Arc::new(quinn_adapter::endpoint_config(mtu, 0x99)),
-            None,
-            false,
-            None,
-        );
-        let now = Instant::now();
-        let mut buf = Vec::with_capacity(mtu);
-        let remote: SocketAddr = "[fd00::1]:4791".parse().unwrap();
-        for i in 0..300u32 {
-            let (_, mut conn) = ep
-                .connect(now, client_cfg.clone(), remote, "localhost")
-                .unwrap();
-            buf.clear();
-            let t = conn.poll_transmit(now, 1, &mut buf).expect("an Initial");
-            a.send(0x3000 + i, &buf[..t.size]);
+        for (i, initial) in (0u32..).zip(&forged) {
+            a.send(0x3000 + i, initial);
         }
     });
-    let addr = csock.peer_addr(ssock.ud_addr());
-    let conn = client
-        .connect_with(c.client.clone(), addr, "localhost")
-        .unwrap()
-        .await
-        .unwrap();
-    let sconn = conn_rx.await.unwrap();
     transfer(&conn, &sconn, 8 << 20, 5).await;
     flood.join().unwrap();
     // Let the server work through the flood before reading its table.
@@ -436,33 +429,8 @@ async fn replayed_packets_change_nothing() {
             }
         })
     };
-    let c = certs(ssock.mtu());
-    let server = endpoint(&ssock, Some(c.server), 0x9a);
-    let client = endpoint(&csock, None, 0x9b);
-    let accepted = Arc::new(AtomicU64::new(0));
-    let srv = server.clone();
-    let (conn_tx, conn_rx) = tokio::sync::oneshot::channel();
-    {
-        let accepted = accepted.clone();
-        tokio::spawn(async move {
-            let mut conn_tx = Some(conn_tx);
-            while let Some(inc) = srv.accept().await {
-                accepted.fetch_add(1, Ordering::Relaxed);
-                if let Ok(conn) = inc.await {
-                    if let Some(tx) = conn_tx.take() {
-                        let _ = tx.send(conn);
-                    }
-                }
-            }
-        });
-    }
-    let addr = csock.peer_addr(ssock.ud_addr());
-    let conn = client
-        .connect_with(c.client.clone(), addr, "localhost")
-        .unwrap()
-        .await
-        .unwrap();
-    let sconn = conn_rx.await.unwrap();
+    let s = serve_and_connect(&ssock, &csock, false).await;
+    let (conn, sconn, accepted) = (s.conn.clone(), s.sconn.clone(), s.accepted.clone());
     transfer(&conn, &sconn, 8 << 20, 6).await;
     let before = ssock.stats().recv_packets;
     let rx_before = sconn.stats().udp_rx.datagrams;
