@@ -31,8 +31,8 @@ fn open() -> Option<VerbsQp> {
 }
 
 fn socket(qp: VerbsQp) -> Arc<RdmaUdpSocket<VerbsQp>> {
-    // The notifier task wakes the adapter's armed waker on completion-channel events.
-    qp.notifier().spawn();
+    // No notifier task: the adapter watches the QP's readiness descriptor
+    // (its completion channel) like any provider's.
     Arc::new(RdmaUdpSocket::new(
         UdSocket::new(qp, SocketConfig::default()).unwrap(),
     ))

@@ -194,8 +194,9 @@ pub(crate) struct EndpointSocket {
 
 /// Open one endpoint on provider `kind` (the multi-process counterpart of [`open_pair`]).
 ///
-/// Call it inside a tokio runtime context (`Runtime::enter`): `verbs` spawns the
-/// task that turns completion-channel events into wake-ups.
+/// The endpoint's wake-ups come through its queue pair's readiness descriptor
+/// (the `soft` socket, the `verbs` completion channel), which the quinn adapter
+/// watches itself.
 pub(crate) fn open_endpoint(
     kind: ProviderKind,
     opts: &EndpointOptions,
@@ -246,8 +247,6 @@ fn open_verbs(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
     };
     let qp = VerbsQp::open(&vopts)
         .with_context(|| format!("opening a verbs UD QP on GID {}", opts.ip))?;
-    // The notifier task wakes the socket's armed waker on completion events.
-    qp.notifier().spawn();
     let gid_index = qp.gid_index();
     let device = qp.device_name().to_string();
     let qp: Box<dyn UdQueuePair> = Box::new(qp);

@@ -221,6 +221,27 @@ impl Device {
         unsafe { (*self.channel).fd }
     }
 
+    /// Consume every pending completion-channel event without blocking and
+    /// acknowledge each (an unacknowledged event would block destroying its CQ).
+    /// Returns how many there were. After this the channel's fd is readable
+    /// again only when an armed CQ gets a completion.
+    pub(crate) fn drain_channel(&self) -> usize {
+        let mut n = 0;
+        loop {
+            let mut cq: *mut ibv_cq = ptr::null_mut();
+            let mut ctx: *mut std::ffi::c_void = ptr::null_mut();
+            // SAFETY: the channel is valid while `self` lives; its fd is non-blocking,
+            // so this returns -1 (EAGAIN) when no event is pending.
+            let rc = unsafe { ibv_get_cq_event(self.channel, &mut cq, &mut ctx) };
+            if rc != 0 {
+                return n;
+            }
+            // SAFETY: `cq` is the CQ the event came from (one of ours); ack it once.
+            unsafe { ibv_ack_cq_events(cq, 1) };
+            n += 1;
+        }
+    }
+
     /// The context's asynchronous-event file descriptor (non-blocking).
     pub(crate) fn async_fd(&self) -> RawFd {
         // SAFETY: the context lives as long as `self`.

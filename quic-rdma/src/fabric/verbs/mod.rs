@@ -85,8 +85,18 @@ impl UdQueuePair for VerbsQp {
     }
 
     fn arm(&mut self, waker: &Waker) -> bool {
+        // Consume the events that made the channel readable before re-arming
+        // (IBA's get-event, ack, re-arm, poll order): otherwise the descriptor
+        // stays readable and a watcher of `readiness_fd` spins.
+        self.dev.drain_channel();
         self.notify.store(waker);
         self.cq.arm(&self.dev)
+    }
+
+    fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        // SAFETY: the completion channel (and its fd) belongs to `self.dev`,
+        // which this QP keeps alive at least as long as the borrow of `self`.
+        Some(unsafe { std::os::fd::BorrowedFd::borrow_raw(self.dev.channel_fd()) })
     }
 
     fn poll_event(&mut self) -> Option<AsyncEvent> {

@@ -1,37 +1,31 @@
 //! Wake-ups for async callers: the completion channel (docs/architecture.md §5).
 //!
-//! `VerbsQp::arm` asks both CQs for an event on their next completion
-//! (`ibv_req_notify_cq`), stores the waker, and polls once (returning `true` if
-//! completions were already there, so the caller polls again instead of sleeping).
-//! The event arrives on the completion channel's file descriptor; someone must
-//! read it and wake the stored waker. That is a [`VerbsNotifier`]:
+//! `VerbsQp::arm` consumes the completion channel's pending events, asks both
+//! CQs for an event on their next completion (`ibv_req_notify_cq`), stores the
+//! waker, and polls once (returning `true` if completions were already there, so
+//! the caller polls again instead of sleeping). The next event makes the
+//! channel's descriptor readable:
 //!
-//! - tokio: `qp.notifier().spawn()` starts a task that waits on the channel fd
-//!   (and the device's async-event fd) with `tokio::io::unix::AsyncFd` and wakes
-//!   the armed waker — no extra thread;
-//! - any other event loop: watch [`VerbsNotifier::fd`] (and
-//!   [`VerbsNotifier::async_fd`]) for readability, then call
+//! - every caller that sleeps on a provider's descriptor — the quinn adapter,
+//!   an engine caller — waits on `UdQueuePair::readiness_fd` (the channel's fd)
+//!   like on any provider's, and polls when it turns readable; the next `arm`
+//!   consumes the event;
+//! - an event loop that wants the stored waker woken instead watches
+//!   [`VerbsNotifier::fd`] (and [`VerbsNotifier::async_fd`]) and calls
 //!   [`VerbsNotifier::drain_and_wake`];
 //! - busy-polling callers never arm and need none of it.
+//!
+//! No runtime here: the fabric layer uses no tokio.
 
-#[cfg(feature = "quinn")]
-use std::io;
-#[cfg(feature = "quinn")]
-use std::os::fd::AsRawFd;
 use std::os::fd::RawFd;
-use std::ptr;
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
-
-use rdma_sys::*;
 
 use super::device::Device;
 
 pub(crate) struct NotifyShared {
     pub(crate) dev: Arc<Device>,
     waker: Mutex<Option<Waker>>,
-    #[cfg(feature = "quinn")]
-    shutdown: tokio::sync::Notify,
 }
 
 impl NotifyShared {
@@ -39,8 +33,6 @@ impl NotifyShared {
         NotifyShared {
             dev,
             waker: Mutex::new(None),
-            #[cfg(feature = "quinn")]
-            shutdown: tokio::sync::Notify::new(),
         }
     }
 
@@ -59,9 +51,8 @@ impl NotifyShared {
         }
     }
 
+    /// The queue pair is going away: wake whoever waits, so it notices.
     pub(crate) fn shutdown(&self) {
-        #[cfg(feature = "quinn")]
-        self.shutdown.notify_one();
         self.wake();
     }
 }
@@ -78,16 +69,6 @@ impl std::fmt::Debug for VerbsNotifier {
         f.debug_struct("VerbsNotifier")
             .field("fd", &self.fd())
             .finish()
-    }
-}
-
-#[cfg(feature = "quinn")]
-struct Fd(RawFd);
-
-#[cfg(feature = "quinn")]
-impl AsRawFd for Fd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
     }
 }
 
@@ -108,64 +89,8 @@ impl VerbsNotifier {
     /// acknowledge each, and wake the waker stored by the last `arm`.
     /// Returns the number of events consumed.
     pub fn drain_and_wake(&self) -> usize {
-        let dev = &self.shared.dev;
-        let mut n = 0;
-        loop {
-            let mut cq: *mut ibv_cq = ptr::null_mut();
-            let mut ctx: *mut std::ffi::c_void = ptr::null_mut();
-            // SAFETY: the channel is valid while `dev` lives; its fd is non-blocking,
-            // so this returns -1 (EAGAIN) when no event is pending.
-            let rc = unsafe { ibv_get_cq_event(dev.channel, &mut cq, &mut ctx) };
-            if rc != 0 {
-                break;
-            }
-            // SAFETY: `cq` is the CQ the event came from (one of ours); ack it once.
-            unsafe { ibv_ack_cq_events(cq, 1) };
-            n += 1;
-        }
+        let n = self.shared.dev.drain_channel();
         self.shared.wake();
         n
-    }
-
-    /// Wait on the channel and async-event fds with tokio (feature `quinn`) and wake the armed waker
-    /// on each event, until the queue pair is dropped. Must run inside a tokio
-    /// runtime with IO enabled.
-    #[cfg(feature = "quinn")]
-    pub async fn run(self) -> io::Result<()> {
-        use tokio::io::unix::AsyncFd;
-        use tokio::io::Interest;
-        // SAFETY: both fds belong to the Device, which `self.shared.dev` keeps open
-        // (and unchanged) until after both AsyncFds are dropped at the end of run().
-        let chan = unsafe { AsyncFd::register_with_interest(Fd(self.fd()), Interest::READABLE) }
-            .map_err(io::Error::from)?;
-        // SAFETY: as above.
-        let asy =
-            unsafe { AsyncFd::register_with_interest(Fd(self.async_fd()), Interest::READABLE) }
-                .map_err(io::Error::from)?;
-        loop {
-            tokio::select! {
-                _ = self.shared.shutdown.notified() => return Ok(()),
-                g = chan.readable() => {
-                    let mut g = g?;
-                    self.drain_and_wake();
-                    g.clear_ready();
-                }
-                g = asy.readable() => {
-                    // The events themselves are read by poll_event (the socket
-                    // drains them all on its next recv); waking its tasks makes it
-                    // run. tokio's readiness is edge-triggered, so clearing it waits
-                    // for the next event instead of spinning on an unread one.
-                    let mut g = g?;
-                    g.clear_ready();
-                    self.shared.wake();
-                }
-            }
-        }
-    }
-
-    /// Spawn [`VerbsNotifier::run`] on the current tokio runtime.
-    #[cfg(feature = "quinn")]
-    pub fn spawn(self) -> tokio::task::JoinHandle<io::Result<()>> {
-        tokio::spawn(self.run())
     }
 }
