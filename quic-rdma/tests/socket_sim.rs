@@ -8,7 +8,7 @@ use quic_rdma::fabric::{
 };
 use quic_rdma::socket::{SocketConfig, SocketError, UdSocket};
 
-mod qp_error;
+mod conformance;
 
 fn g6(n: u16) -> Gid {
     Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n).into()
@@ -451,7 +451,7 @@ fn a_send_completing_in_error_fails_the_qp_until_recovered() {
     let f = SimFabric::new(SimConfig::default());
     let a = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
     let b = f.create_qp(g6(2), SimQpOptions::default()).unwrap();
-    qp_error::error_state_and_recovery(a, b, std::time::Duration::from_millis(50));
+    conformance::error_state_and_recovery(a, b, std::time::Duration::from_millis(50));
 }
 
 #[test]
@@ -491,4 +491,37 @@ fn the_socket_recovers_a_failed_qp_with_its_qpn_and_every_buffer() {
     let got = drain(&mut a);
     assert_eq!(got.last().map(|g| g.2.clone()), Some(datagram(1200, 4)));
     assert_eq!(b.stats().qp_recovery_failures, 0);
+}
+
+fn sim_qps() -> (SimQp, SimQp, SimFabric) {
+    let f = SimFabric::new(SimConfig::default());
+    let a = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
+    let b = f.create_qp(g6(2), SimQpOptions::default()).unwrap();
+    (a, b, f)
+}
+
+#[test]
+fn conformance_delivery_semantics() {
+    let (a, b, _f) = sim_qps();
+    conformance::delivery_semantics(a, b, std::time::Duration::from_millis(50));
+}
+
+#[test]
+fn conformance_oversize_send_completes_and_never_arrives() {
+    let (a, b, _f) = sim_qps();
+    conformance::oversize_send_completes_and_never_arrives(
+        a,
+        b,
+        std::time::Duration::from_millis(50),
+    );
+}
+
+#[test]
+fn conformance_one_signaled_send_retires_the_earlier_ones() {
+    let (a, b, _f) = sim_qps();
+    conformance::one_signaled_send_retires_the_earlier_ones(
+        a,
+        b,
+        std::time::Duration::from_millis(50),
+    );
 }

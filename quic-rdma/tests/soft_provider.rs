@@ -11,7 +11,7 @@ use quic_rdma::fabric::{
     UdQueuePair, WcOpcode, WcStatus, DEFAULT_QKEY, GRH_LEN,
 };
 
-mod qp_error;
+mod conformance;
 
 const SLOT: u32 = 4096 + 64;
 
@@ -482,7 +482,7 @@ fn a_send_completing_in_error_fails_the_qp_until_recovered() {
     let (pa, pb) = pair("127.77.0.31", "127.77.0.32");
     let a = pa.create_qp(DEFAULT_QKEY).unwrap();
     let b = pb.create_qp(DEFAULT_QKEY).unwrap();
-    qp_error::error_state_and_recovery(a, b, Duration::from_millis(300));
+    conformance::error_state_and_recovery(a, b, Duration::from_millis(300));
 }
 
 /// Post `sizes.len()` sends to `to` in one `post_send` (one doorbell), payload
@@ -646,4 +646,34 @@ fn kernel_receive_buffer_overflow_is_counted_and_reconciles() {
         "sent = received {received} + dropped {counted}: {d:?}"
     );
     assert_eq!(pb.stats().rx_delivered, received);
+}
+
+#[test]
+fn conformance_delivery_semantics() {
+    let (pa, pb) = pair("127.77.0.51", "127.77.0.52");
+    let (a, b) = (
+        pa.create_qp(DEFAULT_QKEY).unwrap(),
+        pb.create_qp(DEFAULT_QKEY).unwrap(),
+    );
+    conformance::delivery_semantics(a, b, Duration::from_millis(300));
+}
+
+#[test]
+fn conformance_oversize_send_completes_and_never_arrives() {
+    let (pa, pb) = pair("127.77.0.53", "127.77.0.54");
+    let (a, b) = (
+        pa.create_qp(DEFAULT_QKEY).unwrap(),
+        pb.create_qp(DEFAULT_QKEY).unwrap(),
+    );
+    conformance::oversize_send_completes_and_never_arrives(a, b, Duration::from_millis(300));
+}
+
+#[test]
+fn conformance_one_signaled_send_retires_the_earlier_ones() {
+    let (pa, pb) = pair("127.77.0.55", "127.77.0.56");
+    let (a, b) = (
+        pa.create_qp(DEFAULT_QKEY).unwrap(),
+        pb.create_qp(DEFAULT_QKEY).unwrap(),
+    );
+    conformance::one_signaled_send_retires_the_earlier_ones(a, b, Duration::from_millis(300));
 }

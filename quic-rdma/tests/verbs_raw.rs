@@ -17,7 +17,7 @@ use quic_rdma::fabric::{
 };
 use quic_rdma::socket::{SocketConfig, SocketError, UdSocket};
 
-mod qp_error;
+mod conformance;
 
 /// Open a QP, or `None` (skip) when there is no device and none is required.
 fn open(opts: &VerbsOptions) -> Option<VerbsQp> {
@@ -402,5 +402,29 @@ fn a_send_completing_in_error_fails_the_qp_until_recovered() {
         return;
     };
     let b = open(&VerbsOptions::default()).unwrap();
-    qp_error::error_state_and_recovery(a, b, QUIET);
+    conformance::error_state_and_recovery(a, b, QUIET);
+}
+
+/// The conformance suite's checks (tests/conformance) on kernel rxe.
+fn verbs_qps() -> Option<(VerbsQp, VerbsQp)> {
+    let a = open(&VerbsOptions::default())?;
+    Some((a, open(&VerbsOptions::default()).unwrap()))
+}
+
+#[test]
+fn conformance_delivery_semantics() {
+    let Some((a, b)) = verbs_qps() else { return };
+    conformance::delivery_semantics(a, b, QUIET);
+}
+
+#[test]
+fn conformance_oversize_send_completes_and_never_arrives() {
+    let Some((a, b)) = verbs_qps() else { return };
+    conformance::oversize_send_completes_and_never_arrives(a, b, QUIET);
+}
+
+#[test]
+fn conformance_one_signaled_send_retires_the_earlier_ones() {
+    let Some((a, b)) = verbs_qps() else { return };
+    conformance::one_signaled_send_retires_the_earlier_ones(a, b, QUIET);
 }
