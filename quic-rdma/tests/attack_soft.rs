@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{certs, endpoint, transfer};
+use common::{certs, endpoint, rss_kib, transfer};
 use quic_rdma::fabric::soft::codec::{self, IcrcContext, IpPair, UdHeader};
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort, SoftQp};
 use quic_rdma::fabric::{UdAddr, DEFAULT_QKEY};
@@ -84,14 +84,6 @@ impl Attacker {
         // A full socket buffer is the attacker's problem, not the test's.
         let _ = self.sock.send_to(&self.buf[..n], self.target);
     }
-}
-
-fn rss_kib() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap()
 }
 
 /// A quinn server on `ssock` and a client on `csock`, connected.

@@ -11,6 +11,8 @@
 //! The server binary is an example: `cargo test` builds examples, and this test
 //! finds it next to its own executable (target/<profile>/examples).
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr};
@@ -20,6 +22,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::seeded_bytes as payload;
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort, SoftQp};
 use quic_rdma::fabric::{Gid, UdAddr, DEFAULT_QKEY};
 use quic_rdma::quinn_adapter::{self, RdmaUdpSocket};
@@ -231,19 +234,6 @@ fn client_config(cert_der: Vec<u8>, mtu: usize) -> quinn::ClientConfig {
     let mut c = quinn::ClientConfig::with_root_certificates(Arc::new(roots)).unwrap();
     c.transport_config(quinn_adapter::transport(mtu));
     c
-}
-
-/// Deterministic bytes for stream `seed`.
-fn payload(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// One short stream: send `payload(seed)`, read the echo, compare sha256.

@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use engine_common::common::{certs, endpoint, gid, socket_on, SimSocket};
+use engine_common::common::{
+    certs, endpoint, gid, rss_kib, seeded_bytes as payload, socket_on, SimSocket,
+};
 use engine_common::{configs, transfer as engine_transfer, EnginePair};
 use quic_rdma::engine::{AcceptPolicy, Engine};
 use quic_rdma::fabric::sim::{Faults, SimConfig, SimFabric, SimQp};
@@ -70,14 +72,6 @@ fn socket_config() -> SocketConfig {
         ah_capacity: AH_CAPACITY,
         ..SocketConfig::default()
     }
-}
-
-fn rss_kib() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap()
 }
 
 /// One socket at one instant.
@@ -200,19 +194,6 @@ impl Ledger {
             "{who}: every delivered packet polled and handed up or counted: {self:?}"
         );
     }
-}
-
-/// Deterministic bytes for `seed`.
-fn payload(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Stream sizes: mostly short, some up to 1 MiB.

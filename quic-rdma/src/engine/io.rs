@@ -93,8 +93,7 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// Send the endpoint-level responses queued by the receive path and decisions.
     pub(super) fn send_responses(&mut self) {
         while let Some((dest, buf)) = self.responses.pop() {
-            let imm = routing::imm_for(&buf);
-            if let Err(e) = self.socket.send_with_imm(dest, 0, imm, &buf, None) {
+            if let Err(e) = routing::send(&mut self.socket, dest, 0, &buf, None) {
                 if matches!(e, SocketError::WouldBlock) {
                     // Keep it for the next flush.
                     self.responses.push((dest, buf));
@@ -111,10 +110,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             return true;
         };
         let data = &self.pending_buf[..p.len];
-        match self
-            .socket
-            .send_with_imm(p.dest, p.ecn, routing::imm_for(data), data, p.segment_size)
-        {
+        match routing::send(&mut self.socket, p.dest, p.ecn, data, p.segment_size) {
             Err(SocketError::WouldBlock) => false,
             r => {
                 if let Err(e) = r {
@@ -148,13 +144,7 @@ impl<Q: UdQueuePair> Engine<Q> {
                 };
                 let ecn = t.ecn.map_or(0, |e| e as u8);
                 let data = &self.tx_buf[..t.size];
-                match self.socket.send_with_imm(
-                    dest,
-                    ecn,
-                    routing::imm_for(data),
-                    data,
-                    t.segment_size,
-                ) {
+                match routing::send(&mut self.socket, dest, ecn, data, t.segment_size) {
                     Ok(()) => {}
                     Err(SocketError::WouldBlock) => {
                         // Keep the bytes (swap buffers: no copy, no allocation) and

@@ -13,11 +13,26 @@
 //!   not match its packet's CID is dropped when the check is on — it was not
 //!   built by a sender following the convention, or was altered on the way.
 
+use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::cid;
+use crate::socket::{SocketError, UdSocket};
 
 /// The immediate value to send with `datagram` (its destination CID's routing key).
 pub fn imm_for(datagram: &[u8]) -> Option<u32> {
     cid::key_of_datagram(datagram)
+}
+
+/// Send a QUIC datagram (GSO-style when `segment_size` is set) the way both
+/// drivers do: every segment a SEND with immediate carrying the routing key of
+/// the destination CID (segments of one transmit share it, RFC 9000 §12.2).
+pub fn send<Q: UdQueuePair>(
+    socket: &mut UdSocket<Q>,
+    dest: UdAddr,
+    ecn: u8,
+    datagram: &[u8],
+    segment_size: Option<usize>,
+) -> Result<(), SocketError> {
+    socket.send_with_imm(dest, ecn, imm_for(datagram), datagram, segment_size)
 }
 
 /// What the receive path does with the immediate data of a datagram.

@@ -82,6 +82,18 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     /// Wrap a socket; its peer table is bounded by `limits` (see [`crate::quic::peers`]),
     /// and received immediate data is checked as `routing` says.
     pub fn with_options(socket: UdSocket<Q>, limits: PeerLimits, routing: RoutingCheck) -> Self {
+        let peers = Arc::new(Mutex::new((
+            PeerTable::new(limits),
+            RoutingStats::default(),
+        )));
+        Self::over(socket, peers, routing)
+    }
+
+    fn over(
+        socket: UdSocket<Q>,
+        peers: Arc<Mutex<(PeerTable, RoutingStats)>>,
+        routing: RoutingCheck,
+    ) -> Self {
         let hub = Arc::new(WakeHub::default());
         RdmaUdpSocket {
             watcher: OnceLock::new(),
@@ -89,10 +101,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
             hub,
             mtu: socket.mtu(),
             max_segments: socket.max_segments(),
-            peers: Arc::new(Mutex::new((
-                PeerTable::new(limits),
-                RoutingStats::default(),
-            ))),
+            peers,
             routing,
             inner: Mutex::new(socket),
         }
@@ -104,9 +113,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     /// and the new socket must know them. Our own address change is a path
     /// change to the peers (RFC 9000 §9); their addresses stay as they were.
     pub fn rebind(&self, socket: UdSocket<Q>) -> Self {
-        let mut s = Self::with_options(socket, PeerLimits::default(), self.routing);
-        s.peers = self.peers.clone();
-        s
+        Self::over(socket, self.peers.clone(), self.routing)
     }
 
     /// The fabric MTU: use it for [`endpoint_config`] and [`transport_config`].
@@ -217,11 +224,7 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
             return Ok(());
         };
         let ecn = t.ecn.map_or(0, |e| e as u8);
-        let imm = routing::imm_for(t.contents);
-        match self
-            .lock()
-            .send_with_imm(dest, ecn, imm, t.contents, t.segment_size)
-        {
+        match routing::send(&mut self.lock(), dest, ecn, t.contents, t.segment_size) {
             // Counted by the socket; the unposted segments are lost packets to QUIC.
             Ok(()) | Err(SocketError::PartiallyPosted { .. }) => Ok(()),
             Err(e) => Err(io::Error::from(e)),

@@ -153,6 +153,22 @@ pub fn fill_chunk(buf: &mut [u8], seed: u64, i: u64) {
     }
 }
 
+/// `len` bytes of deterministic test data for `seed` (the chunks of [`fill_chunk`]).
+pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    fill_chunk(&mut v, seed, 0);
+    v
+}
+
+/// This process's resident set size, KiB (`/proc/self/status` VmRSS).
+pub fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
 /// Write `len` bytes of seeded data to `send`, finish, and return their sha256.
 pub async fn write_data(send: &mut quinn::SendStream, len: u64, seed: u64) -> [u8; 32] {
     let mut h = Sha256::new();
