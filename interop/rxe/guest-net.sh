@@ -24,10 +24,15 @@ gid_index() { # index of the RoCE v2 GID ::ffff:10.77.0.2 on rxe0 port 1 (waits 
 }
 g=$(gid_index) || { echo "[guest] no RoCE v2 GID for 10.77.0.2 on rxe0"; exit 1; }
 echo "[guest] rxe0 on eth0: RoCE v2 GID ::ffff:10.77.0.2 at index $g, active_mtu $(ibv_devinfo -d rxe0 | awk '/active_mtu/{print $2}')"
+# The guest runs under TCG emulation and can stall for seconds (a CI machine
+# with 2 cores also runs the host side): the fabric defaults (1.5 s idle
+# timeout) would call such a stall a dead peer. Both ends widen the timers.
+QR_LIVENESS="--idle-timeout 30s --keep-alive 1s"
+
 case "$MODE" in
   pp-server) exec ibv_ud_pingpong -d rxe0 -g "$g" -s "$PP_SIZE" -n "$PP_ITERS" ;;
   pp-client) exec ibv_ud_pingpong -d rxe0 -g "$g" -s "$PP_SIZE" -n "$PP_ITERS" 10.77.0.1 ;;
-  quic-server) exec "$QR" serve --provider verbs --ip 10.77.0.2 --cert-out /tmp/xfer/cert.der --once --timeout 900 ;;
-  quic-client) exec "$QR" connect --provider verbs --cert /tmp/xfer/cert.der --bytes "$QUIC_BYTES" --pings 200 --wait 60 --timeout 900 10.77.0.1:18515 ;;
+  quic-server) exec "$QR" serve --provider verbs --ip 10.77.0.2 --cert-out /tmp/xfer/cert.der --once --timeout 900 $QR_LIVENESS ;;
+  quic-client) exec "$QR" connect --provider verbs --cert /tmp/xfer/cert.der --bytes "$QUIC_BYTES" --pings 200 --wait 60 --timeout 900 $QR_LIVENESS 10.77.0.1:18515 ;;
   *) echo "guest-net.sh: unknown mode $MODE"; exit 2 ;;
 esac

@@ -50,6 +50,10 @@ for l in open(sys.argv[1]):
 cp "$QR" "$QR-verbs"; QR="$QR-verbs"
 [[ -x "$QR" ]] || { log "qr not built"; exit 1; }
 
+# The host half of each QUIC step shares the guest half's timers (guest-net.sh):
+# the guest runs emulated and may stall for seconds.
+QR_LIVENESS="--idle-timeout 30s --keep-alive 1s"
+
 pass=0; fail=0
 step() { # name, command...
   local name="$1"; shift
@@ -85,11 +89,11 @@ step "tap: ibv_ud_pingpong client (guest rxe) <-> qr ud-pingpong --provider soft
   "$HERE/guest-net.sh" pp-client
 step "tap: QUIC 16 MiB, qr connect --provider soft (host) -> qr serve --provider verbs (guest rxe)" \
   "${TAP[@]}" \
-  --host "$QR connect --provider soft --ip 10.77.0.1 --cert \$RXE_XFER/cert.der --bytes 16M --pings 200 --wait 300 --timeout 600 10.77.0.2:18515" \
+  --host "$QR connect --provider soft --ip 10.77.0.1 --cert \$RXE_XFER/cert.der --bytes 16M --pings 200 --wait 300 --timeout 600 $QR_LIVENESS 10.77.0.2:18515" \
   "$HERE/guest-net.sh" quic-server "$QR"
 step "tap: QUIC 16 MiB, qr connect --provider verbs (guest rxe) -> qr serve --provider soft (host)" \
   "${TAP[@]}" --env QUIC_BYTES=16M \
-  --host "$QR serve --provider soft --ip 10.77.0.1 --cert-out \$RXE_XFER/cert.der --once --timeout 900" \
+  --host "$QR serve --provider soft --ip 10.77.0.1 --cert-out \$RXE_XFER/cert.der --once --timeout 900 $QR_LIVENESS" \
   "$HERE/guest-net.sh" quic-client "$QR"
 log "total $(( $(date +%s) - t0 )) s"
 echo "verbs: $pass passed, $fail failed"

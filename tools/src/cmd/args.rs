@@ -1,5 +1,9 @@
 //! Option values and defaults that more than one subcommand takes.
 
+use std::time::Duration;
+
+use quic_rdma::quinn_adapter::Liveness;
+
 /// TCP service port of `soft` bootstrap servers when none is given: rdma-core's
 /// `ibv_*_pingpong` examples exchange their QP details on the same port.
 pub(crate) const DEFAULT_SERVICE_PORT: u16 = 18515;
@@ -50,6 +54,57 @@ pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+/// `--idle-timeout` and `--keep-alive`: how fast a dead peer is noticed
+/// (RFC 9000 §10.1). The defaults suit a fabric; a peer that may stall for
+/// seconds (an emulated guest, a debugger) needs a longer idle timeout, and
+/// both ends should set it, since the smaller of the two applies.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub(crate) struct LivenessArgs {
+    /// Close a connection after this long without hearing from the peer
+    /// (e.g. 1.5s, 30s, 500ms; "off" never times out).
+    #[arg(long, value_parser = parse_timer, default_value = "1.5s")]
+    idle_timeout: Timer,
+    /// Send a PING after this long without sending (must be shorter than
+    /// --idle-timeout; "off" sends none).
+    #[arg(long, value_parser = parse_timer, default_value = "300ms")]
+    keep_alive: Timer,
+}
+
+/// A timer option: a duration, or `off`.
+#[derive(Clone, Copy, Debug)]
+struct Timer(Option<Duration>);
+
+fn parse_timer(s: &str) -> Result<Timer, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(Timer(None));
+    }
+    humantime::parse_duration(s)
+        .map(|d| Timer(Some(d)))
+        .map_err(|e| format!("`{s}` is not a duration (e.g. 300ms, 1.5s, 30s, or off): {e}"))
+}
+
+impl LivenessArgs {
+    /// The checked timers (a keep-alive not shorter than the idle timeout is refused).
+    pub(crate) fn liveness(&self) -> anyhow::Result<Liveness> {
+        Liveness::new(self.keep_alive.0, self.idle_timeout.0)
+            .map_err(|e| anyhow::anyhow!("--keep-alive/--idle-timeout: {e}"))
+    }
+
+    /// The same options as command-line arguments, for a child `qr`.
+    pub(crate) fn to_cli(self) -> [String; 4] {
+        let show = |t: Timer| match t.0 {
+            Some(d) => humantime::format_duration(d).to_string(),
+            None => "off".to_string(),
+        };
+        [
+            "--idle-timeout".into(),
+            show(self.idle_timeout),
+            "--keep-alive".into(),
+            show(self.keep_alive),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +139,46 @@ mod tests {
         }
         assert!(parse_bytes("1.5").unwrap_err().contains("whole number"));
         assert_eq!(parse_bytes("16777215T"), Ok(u64::MAX - ((1 << 40) - 1)));
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        liveness: LivenessArgs,
+    }
+
+    #[test]
+    fn liveness_options() {
+        use clap::Parser;
+        let ms = Duration::from_millis;
+        let default = Cli::try_parse_from(["qr"]).unwrap().liveness;
+        assert_eq!(default.liveness().unwrap(), Liveness::default());
+        let wide = Cli::try_parse_from(["qr", "--idle-timeout", "30s", "--keep-alive", "1s"])
+            .unwrap()
+            .liveness;
+        assert_eq!(
+            wide.liveness().unwrap(),
+            Liveness::new(Some(ms(1000)), Some(ms(30_000))).unwrap()
+        );
+        // A child `qr` given to_cli() gets the same timers.
+        let mut argv = vec!["qr".to_string()];
+        argv.extend(wide.to_cli());
+        let again = Cli::try_parse_from(argv).unwrap().liveness;
+        assert_eq!(again.liveness().unwrap(), wide.liveness().unwrap());
+        let off = Cli::try_parse_from(["qr", "--keep-alive", "off"]).unwrap();
+        assert_eq!(
+            off.liveness.liveness().unwrap(),
+            Liveness::new(None, Some(ms(1500))).unwrap()
+        );
+        // A keep-alive that cannot keep the connection alive is refused, by name.
+        let bad =
+            Cli::try_parse_from(["qr", "--idle-timeout", "1s", "--keep-alive", "2s"]).unwrap();
+        assert!(bad
+            .liveness
+            .liveness()
+            .unwrap_err()
+            .to_string()
+            .contains("--keep-alive"));
+        assert!(Cli::try_parse_from(["qr", "--idle-timeout", "soon"]).is_err());
     }
 }

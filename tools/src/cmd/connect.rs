@@ -21,7 +21,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::{self, BootstrapError, PeerInfo};
 use quic_rdma::quinn_adapter;
 
-use super::args::parse_bytes;
+use super::args::{parse_bytes, LivenessArgs};
 use super::{print_report, RunError};
 use crate::endpoint::endpoint;
 use crate::provider::{self, EndpointOptions, ProviderKind};
@@ -31,6 +31,7 @@ use crate::report::{
 };
 use crate::tls::{self, SuiteProbe, TlsInfo};
 use crate::workload;
+use quic_rdma::quinn_adapter::Liveness;
 
 /// Options of `qr connect`.
 #[derive(Clone, Debug, clap::Args)]
@@ -92,6 +93,10 @@ pub(crate) struct ConnectArgs {
     /// Print the report as one JSON object instead of the human summary.
     #[arg(long)]
     pub(crate) json: bool,
+
+    /// Liveness timers of the QUIC connection.
+    #[command(flatten)]
+    pub(crate) liveness: LivenessArgs,
 }
 
 /// Run `qr connect`: print the report; the exit code says whether the data
@@ -164,6 +169,7 @@ pub(crate) struct ClientRun {
     pub(crate) seed: u64,
     pub(crate) wait: Duration,
     pub(crate) timeout: Duration,
+    pub(crate) liveness: Liveness,
 }
 
 impl ClientRun {
@@ -186,6 +192,7 @@ impl ClientRun {
             seed: a.seed,
             wait: Duration::from_secs(a.wait),
             timeout: Duration::from_secs(a.timeout),
+            liveness: a.liveness.liveness()?,
         })
     }
 }
@@ -235,7 +242,11 @@ async fn client(
 ) -> Result<Report> {
     let fabric_mtu = ep.socket.mtu();
     let suite = Arc::new(SuiteProbe::default());
-    let cfg = tls::client_config(trusted, quinn_adapter::transport(fabric_mtu), suite.clone())?;
+    let cfg = tls::client_config(
+        trusted,
+        quinn_adapter::transport_with(fabric_mtu, c.liveness),
+        suite.clone(),
+    )?;
     let endpoint = endpoint(&ep.socket, None)?;
     let start = Instant::now();
     let conn = endpoint

@@ -24,7 +24,7 @@ use anyhow::{anyhow, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::quinn_adapter;
 
-use super::args::DEFAULT_SERVICE_PORT;
+use super::args::{LivenessArgs, DEFAULT_SERVICE_PORT};
 use crate::endpoint::endpoint;
 use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError, ProviderKind};
 use crate::report::{hex, ServeSummary, SocketReport, SoftPortReport, UdEndpointReport};
@@ -90,6 +90,10 @@ pub(crate) struct ServeArgs {
     /// Print each connection's summary as one JSON line instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+
+    /// Liveness timers of the QUIC connection.
+    #[command(flatten)]
+    pub(crate) liveness: LivenessArgs,
 }
 
 /// A QPN in decimal or 0x-hex, 2..=0xFFFFFF (0 and 1 are special in IBA).
@@ -192,7 +196,10 @@ fn serve(args: &ServeArgs) -> Result<bool> {
         let _files = CERT_FILES.lock().unwrap_or_else(|e| e.into_inner());
         id.write_cert(&args.cert_out)?;
     }
-    let server_cfg = tls::server_config(&id, quinn_adapter::transport(ep.socket.mtu()))?;
+    let server_cfg = tls::server_config(
+        &id,
+        quinn_adapter::transport_with(ep.socket.mtu(), args.liveness.liveness()?),
+    )?;
 
     let result = rt.block_on(async {
         let endpoint = endpoint(&ep.socket, Some(server_cfg))?;

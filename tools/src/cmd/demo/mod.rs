@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use quic_rdma::quinn_adapter;
 
-use super::args::{parse_bytes, DEFAULT_SERVICE_PORT};
+use super::args::{parse_bytes, LivenessArgs, DEFAULT_SERVICE_PORT};
 use super::{print_report, RunError};
 use crate::endpoint::endpoint;
 use crate::provider::{self, FabricOptions, ProviderKind};
@@ -81,6 +81,10 @@ pub(crate) struct DemoArgs {
     /// Print the report as one JSON object instead of the human summary.
     #[arg(long)]
     pub(crate) json: bool,
+
+    /// Liveness timers of the QUIC connection.
+    #[command(flatten)]
+    pub(crate) liveness: LivenessArgs,
 }
 
 fn parse_percent(s: &str) -> Result<f64, String> {
@@ -133,7 +137,10 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
 
 async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
     let fabric_mtu = pair.server.mtu();
-    let tls = tls::configs(quinn_adapter::transport(fabric_mtu))?;
+    let tls = tls::configs(quinn_adapter::transport_with(
+        fabric_mtu,
+        args.liveness.liveness()?,
+    ))?;
     let server = endpoint(&pair.server, Some(tls.server))?;
     let client = endpoint(&pair.client, None)?;
     let server_addr = pair.client.peer_addr(pair.server.ud_addr());

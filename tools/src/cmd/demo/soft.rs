@@ -142,6 +142,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
     .arg(&cert)
     .arg("--timeout")
     .arg(args.timeout.to_string())
+    .args(args.liveness.to_cli())
     .stdin(Stdio::piped())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
@@ -175,6 +176,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
         seed: args.seed,
         wait: Duration::from_secs(5),
         timeout: Duration::from_secs(args.timeout),
+        liveness: args.liveness.liveness().map_err(RunError::Run)?,
     };
     let mut report = match connect::run(&client) {
         Ok(r) => r,
