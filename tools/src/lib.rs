@@ -29,7 +29,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cmd::{cert, connect, demo, serve, ud_pingpong};
+use cmd::{cert, connect, demo, devices, serve, ud_pingpong};
 
 /// QUIC over RDMA Unreliable Datagram.
 #[derive(Debug, Parser)]
@@ -77,6 +77,13 @@ enum Command {
     ///
     /// Exit codes: 0 written; 1 failed; 2 bad usage.
     Cert(cert::CertArgs),
+
+    /// List every provider and device: RDMA devices (ports, state, link layer,
+    /// MTUs, GID table with types, limits) and the interfaces `soft` can use,
+    /// naming the fix for each misconfiguration.
+    ///
+    /// Exit codes: 0 listed (even when there is no RDMA device); 2 bad usage.
+    Devices(devices::DevicesArgs),
 }
 
 /// Parse the command line, run the subcommand and return its exit code: the
@@ -96,5 +103,6 @@ pub fn run() -> ExitCode {
         Command::Connect(args) => connect::main(&args),
         Command::UdPingpong(args) => ud_pingpong::main(&args),
         Command::Cert(args) => cert::main(&args),
+        Command::Devices(args) => devices::main(&args),
     }
 }
