@@ -4,8 +4,9 @@
 //! BTH P_Key is in the QP's partition and its DETH Q_Key is the QP's Q_Key
 //! (IBA 9.6.1.2 / 10.9.3 / 10.2.4). Hardware (`verbs`) applies these rules
 //! itself and reports them in its port counters; `sim` and `soft` apply them in
-//! software by calling [`check_keys`], so every provider accepts the same
-//! packets and counts the same drops ([`ProviderDrops::count`]).
+//! software by calling `accept` (which runs [`check_keys`] and counts a drop on
+//! the receiving QP), so every provider accepts the same packets and counts the
+//! same drops ([`ProviderDrops::count`]).
 
 use super::addr::QKEY_PRIVILEGED_BIT;
 use super::recv_queue::RecvQueue;
