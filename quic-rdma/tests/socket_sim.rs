@@ -2,13 +2,18 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpOptions};
+use quic_rdma::fabric::sim::{Faults, SimConfig, SimFabric, SimQp, SimQpOptions};
 use quic_rdma::fabric::{
     AhAttr, FabricError, Gid, Memory, Mtu, Region, SendFlags, SendWr, Sge, UdAddr, UdQueuePair,
 };
 use quic_rdma::socket::{SocketConfig, SocketError, UdSocket};
 
 mod conformance;
+
+/// How long the conformance checks wait for `sim`: nothing. With no delay
+/// fault a send is delivered (or dropped) inside `post_send`, so whatever is
+/// not there when it returns never comes.
+const SYNCHRONOUS: std::time::Duration = std::time::Duration::ZERO;
 
 fn g6(n: u16) -> Gid {
     Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n).into()
@@ -451,7 +456,7 @@ fn a_send_completing_in_error_fails_the_qp_until_recovered() {
     let f = SimFabric::new(SimConfig::default());
     let a = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
     let b = f.create_qp(g6(2), SimQpOptions::default()).unwrap();
-    conformance::error_state_and_recovery(a, b, std::time::Duration::from_millis(50));
+    conformance::error_state_and_recovery(a, b, SYNCHRONOUS);
 }
 
 #[test]
@@ -503,25 +508,47 @@ fn sim_qps() -> (SimQp, SimQp, SimFabric) {
 #[test]
 fn conformance_delivery_semantics() {
     let (a, b, _f) = sim_qps();
-    conformance::delivery_semantics(a, b, std::time::Duration::from_millis(50));
+    conformance::delivery_semantics(a, b, SYNCHRONOUS);
 }
 
 #[test]
 fn conformance_oversize_send_completes_and_never_arrives() {
     let (a, b, _f) = sim_qps();
-    conformance::oversize_send_completes_and_never_arrives(
-        a,
-        b,
-        std::time::Duration::from_millis(50),
-    );
+    conformance::oversize_send_completes_and_never_arrives(a, b, SYNCHRONOUS);
 }
 
 #[test]
 fn conformance_one_signaled_send_retires_the_earlier_ones() {
     let (a, b, _f) = sim_qps();
-    conformance::one_signaled_send_retires_the_earlier_ones(
-        a,
-        b,
-        std::time::Duration::from_millis(50),
-    );
+    conformance::one_signaled_send_retires_the_earlier_ones(a, b, SYNCHRONOUS);
+}
+
+/// Under the caller's clock a delayed packet travels until the caller moves
+/// time past its due instant, and not a moment earlier; time never goes back.
+#[test]
+fn a_manual_clock_delivers_a_delayed_packet_when_time_reaches_it() {
+    let start = std::time::Instant::now();
+    let ms = std::time::Duration::from_millis(1);
+    let cfg = SimConfig {
+        faults: Faults {
+            delay: ms,
+            ..Faults::default()
+        },
+        ..SimConfig::default()
+    };
+    let f = SimFabric::manual(cfg, start);
+    let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
+    let mut b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
+    a.send(b.local_addr(), 0, &datagram(1200, 1), None).unwrap();
+    assert_eq!((f.in_flight(), f.next_due()), (1, Some(start + ms)));
+    assert_eq!(f.advance(start + ms / 2), Some(start + ms));
+    assert!(drain(&mut b).is_empty(), "not due yet");
+    assert_eq!(f.advance(start + ms), None);
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].2, datagram(1200, 1));
+    assert_eq!(f.advance(start), None);
+    assert_eq!(f.now(), start + ms, "time does not go back");
+    let st = f.stats();
+    assert_eq!((st.sent, st.delivered), (1, 1));
 }

@@ -4,10 +4,12 @@
 //! BTH P_Key is in the QP's partition and its DETH Q_Key is the QP's Q_Key
 //! (IBA 9.6.1.2 / 10.9.3 / 10.2.4). Hardware (`verbs`) applies these rules
 //! itself and reports them in its port counters; `sim` and `soft` apply them in
-//! software by calling [`check_keys`], so every provider accepts the same
-//! packets and counts the same drops ([`ProviderDrops::count`]).
+//! software by calling `accept` (which runs [`check_keys`] and counts a drop on
+//! the receiving QP), so every provider accepts the same packets and counts the
+//! same drops ([`ProviderDrops::count`]).
 
 use super::addr::QKEY_PRIVILEGED_BIT;
+use super::recv_queue::RecvQueue;
 use super::{FabricError, ProviderDrops, Qpn};
 
 /// The membership bit of a P_Key: set for a full member, clear for a limited one
@@ -85,6 +87,27 @@ pub fn check_keys(pkt: PacketKeys, qp: Option<QpKeys>) -> Result<(), KeyDrop> {
         return Err(KeyDrop::BadQkey);
     }
     Ok(())
+}
+
+/// The receive-side acceptance of a software provider (`sim`, `soft`): the
+/// checks of [`check_keys`] against the receive queue the port found for the
+/// destination QPN, a P_Key or Q_Key drop counted on that QP's counters.
+/// `Err(KeyDrop::UnknownQpn)` is left to the caller to count on its port: a
+/// packet for no QP belongs to none.
+pub(crate) fn accept<B: AsRef<[u8]>>(
+    pkt: PacketKeys,
+    qp: Option<&mut RecvQueue<B>>,
+) -> Result<&mut RecvQueue<B>, KeyDrop> {
+    let Some(qp) = qp else {
+        return Err(KeyDrop::UnknownQpn);
+    };
+    match check_keys(pkt, Some(qp.keys())) {
+        Ok(()) => Ok(qp),
+        Err(cause) => {
+            qp.drops.count(cause);
+            Err(cause)
+        }
+    }
 }
 
 /// The Q_Key a send puts in its DETH (IBA 10.2.4 / 11.4.1.1): the work

@@ -23,6 +23,7 @@ pub mod grh;
 pub mod keys;
 pub mod memory;
 pub mod port;
+mod recv_queue;
 mod send_queue;
 pub mod sim;
 pub mod soft;

@@ -10,6 +10,10 @@
 //! - the error state (IBA 10.8.3: a work request completing in error moves the
 //!   QP to the error state, where every later WR is flushed; IBA 10.3.1: Error →
 //!   Reset → Init → RTR → RTS brings it back).
+//!
+//! `wait` bounds how long a packet may take to arrive, and how long a check
+//! that something does *not* happen waits; `sim` completes everything inside
+//! the post on a fabric without delay, so it passes `Duration::ZERO`.
 #![allow(dead_code, unreachable_pub)]
 
 use std::time::{Duration, Instant};
@@ -102,19 +106,23 @@ impl<Q: UdQueuePair> Side<Q> {
         c[0]
     }
 
-    /// Receive completions polled within `wait` (stops early at `n`).
+    /// Receive completions polled within `wait` (stops early at `n`). Polls
+    /// at least once, so a provider that completes synchronously (`sim`)
+    /// passes `Duration::ZERO` and nothing sleeps.
     fn recv(&mut self, n: usize, wait: Duration) -> Vec<Completion> {
         let deadline = Instant::now() + wait;
         let mut got = Vec::new();
         let mut c = [Completion::send(0); 16];
-        while got.len() < n && Instant::now() < deadline {
+        loop {
             let k = self.qp.poll_recv_cq(&mut self.mem, &mut c);
             got.extend_from_slice(&c[..k]);
+            if got.len() >= n || Instant::now() >= deadline {
+                return got;
+            }
             if k == 0 {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        got
     }
 }
 
@@ -253,7 +261,10 @@ pub fn one_signaled_send_retires_the_earlier_ones<Q: UdQueuePair>(a: Q, b: Q, wa
         let n = a.qp.poll_send_cq(&mut c);
         got.extend_from_slice(&c[..n]);
     }
-    std::thread::sleep(wait);
+    // Give a late (wrong) extra completion the time to show up.
+    if !wait.is_zero() {
+        std::thread::sleep(wait);
+    }
     let n = a.qp.poll_send_cq(&mut c);
     got.extend_from_slice(&c[..n]);
     assert_eq!(

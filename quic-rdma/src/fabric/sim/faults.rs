@@ -60,7 +60,8 @@ impl Faults {
 
     /// Whether some packets are delivered later than sent (a fixed delay, or
     /// reordering): only the wire thread delivers those, so it must run. The
-    /// same two knobs are what puts a packet on the timed wire in `schedule`.
+    /// same two knobs are what puts a packet on the timed wire in `schedule`
+    /// (under [`super::SimClock::Manual`] the caller delivers them instead).
     pub(crate) fn holds_packets(&self) -> bool {
         !self.delay.is_zero() || self.reorder > 0.0
     }

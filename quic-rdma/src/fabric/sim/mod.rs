@@ -6,97 +6,37 @@
 //! and injects faults deterministically from a seed: loss, duplication,
 //! reordering, corruption, delay, ECN marking and receive-queue starvation.
 //! It is the test bed of every layer above and the "ideal NIC" of the benchmarks.
+//!
+//! Time comes from the wall clock ([`SimClock::RealTime`], a wire thread
+//! delivers delayed packets) or from the caller ([`SimClock::Manual`]: no
+//! thread, [`SimFabric::advance`] delivers what is due), so tests can drive
+//! timers of the layers above in virtual time, reproducibly from the seed.
+//!
+//! Files, each depending only on those listed before it: `faults`, `config`,
+//! `stats`, `packet`, `wire` (the timed queue), `rx` (a QP's receive side),
+//! `state` (the shared state: transmit and deliver), `wire_thread`, `qp`.
 
+mod config;
 mod faults;
+mod packet;
 mod qp;
+mod rx;
+mod state;
+mod stats;
 mod wire;
+mod wire_thread;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use rand::rngs::StdRng;
-use rand::SeedableRng;
-
+pub use config::{SimClock, SimConfig, SimQpOptions};
 pub use faults::Faults;
 pub use qp::{SimQp, SimQpHandle};
+pub use stats::FabricStats;
 
-use super::{check_pkey, check_qkey, FabricError, Gid, Mtu, Qpn, DEFAULT_PKEY, DEFAULT_QKEY};
-use qp::QpRx;
-use wire::Wire;
-
-/// Configuration of a simulated fabric (shared by all its ports).
-#[derive(Clone, Debug)]
-pub struct SimConfig {
-    /// Active MTU of every port.
-    pub mtu: Mtu,
-    /// `max_inline_data` granted to every QP.
-    pub max_inline: u32,
-    /// Send queue depth.
-    pub max_send_wr: u32,
-    /// Receive queue depth.
-    pub max_recv_wr: u32,
-    /// Fault injection.
-    pub faults: Faults,
-    /// Seed of the fault RNG (same seed, same decisions for the same packet order).
-    pub seed: u64,
-}
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        SimConfig {
-            mtu: Mtu::M4096,
-            max_inline: 188,
-            max_send_wr: 1024,
-            max_recv_wr: 4096,
-            faults: Faults::default(),
-            seed: 0x5eed,
-        }
-    }
-}
-
-/// Options of one simulated queue pair.
-#[derive(Clone, Copy, Debug)]
-pub struct SimQpOptions {
-    /// The Q_Key the QP accepts (must not be privileged).
-    pub qkey: u32,
-    /// The P_Key of the QP's partition (0x0000 and 0x8000 are refused).
-    pub pkey: u16,
-    /// Override of the fabric's receive queue depth.
-    pub max_recv_wr: Option<u32>,
-}
-
-impl Default for SimQpOptions {
-    fn default() -> Self {
-        SimQpOptions {
-            qkey: DEFAULT_QKEY,
-            pkey: DEFAULT_PKEY,
-            max_recv_wr: None,
-        }
-    }
-}
-
-/// What the fabric itself did to packets (the "wire" counters).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FabricStats {
-    /// Packets handed to a destination QP's receive queue.
-    pub delivered: u64,
-    /// Packets lost by fault injection.
-    pub lost: u64,
-    /// Extra copies made by fault injection.
-    pub duplicated: u64,
-    /// Packets held back so later ones overtake them.
-    pub reordered: u64,
-    /// Packets with a byte flipped.
-    pub corrupted: u64,
-    /// Packets marked ECN CE.
-    pub ce_marked: u64,
-    /// Packets to a GID no port has.
-    pub unreachable: u64,
-    /// Attempts to destroy an AH with sends still in flight (a bug on hardware).
-    pub ah_destroy_in_use: u64,
-}
+use super::{check_pkey, check_qkey, FabricError, Gid, QpKeys};
+use rx::QpRx;
+use state::Shared;
 
 /// A simulated fabric. Cheap to clone; every clone is the same fabric.
 #[derive(Clone)]
@@ -104,48 +44,25 @@ pub struct SimFabric {
     shared: Arc<Shared>,
 }
 
-pub(crate) struct Shared {
-    cfg: SimConfig,
-    state: Mutex<State>,
-    wire_cv: Condvar,
-}
-
-pub(crate) struct State {
-    /// Receive side of every QP, by (GID, QPN).
-    qps: HashMap<Qpn, QpRx>,
-    /// The fabric's starvation fault probability (copied for the delivery path).
-    faults_starve: f64,
-    /// Per-port drops for packets no QP could take (unknown QPN).
-    port_unknown_qpn: HashMap<Gid, u64>,
-    next_qpn: Qpn,
-    rng: StdRng,
-    stats: FabricStats,
-    wire: Wire,
-    /// Recycled packet buffers: no allocation per packet in steady state.
-    free_bufs: Vec<Vec<u8>>,
-}
-
 impl SimFabric {
-    /// A fabric with `cfg`.
+    /// A fabric with `cfg`. Under [`SimClock::RealTime`] with faults that hold
+    /// packets (delay, reordering) it starts the wire thread that delivers them.
     pub fn new(cfg: SimConfig) -> Self {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                qps: HashMap::new(),
-                faults_starve: cfg.faults.starve,
-                port_unknown_qpn: HashMap::new(),
-                next_qpn: 0x11,
-                rng: StdRng::seed_from_u64(cfg.seed),
-                stats: FabricStats::default(),
-                wire: Wire::default(),
-                free_bufs: Vec::new(),
-            }),
-            wire_cv: Condvar::new(),
-            cfg,
-        });
-        if shared.cfg.faults.holds_packets() {
-            wire::spawn(Arc::downgrade(&shared));
+        let real_time = cfg.clock == SimClock::RealTime;
+        let holds = cfg.faults.holds_packets();
+        let shared = Arc::new(Shared::new(cfg));
+        if real_time && holds {
+            wire_thread::spawn(Arc::downgrade(&shared));
         }
         SimFabric { shared }
+    }
+
+    /// A fabric on the caller's clock, starting at `start` (see [`SimClock::Manual`]).
+    pub fn manual(cfg: SimConfig, start: Instant) -> Self {
+        SimFabric::new(SimConfig {
+            clock: SimClock::Manual { start },
+            ..cfg
+        })
     }
 
     /// The fabric's configuration.
@@ -157,10 +74,15 @@ impl SimFabric {
     pub fn create_qp(&self, gid: Gid, opts: SimQpOptions) -> Result<SimQp, FabricError> {
         check_qkey(opts.qkey)?;
         check_pkey(opts.pkey)?;
+        let depth = opts.max_recv_wr.unwrap_or(self.shared.cfg.max_recv_wr) as usize;
+        let keys = QpKeys {
+            pkey: opts.pkey,
+            qkey: opts.qkey,
+        };
         let mut st = self.shared.lock();
         let qpn = st.next_qpn;
         st.next_qpn += 1;
-        st.qps.insert(qpn, QpRx::new(gid, opts.qkey, opts.pkey));
+        st.qps.insert(qpn, QpRx::new(gid, keys, depth));
         st.port_unknown_qpn.entry(gid).or_default();
         drop(st);
         Ok(SimQp::new(self.shared.clone(), gid, qpn, opts))
@@ -176,20 +98,50 @@ impl SimFabric {
         self.shared.lock().wire.len()
     }
 
-    /// Wait up to `timeout` for delayed packets to land (for tests).
+    /// Lose the next `n` packets put on the wire (counted in
+    /// [`FabricStats::lost`]), before any random fault is drawn: a test's
+    /// way to drop one chosen packet.
+    pub fn lose_next(&self, n: u64) {
+        self.shared.lock().lose_next += n;
+    }
+
+    /// The fabric's time: the caller's under [`SimClock::Manual`], else now.
+    pub fn now(&self) -> Instant {
+        self.shared.lock().now()
+    }
+
+    /// Move time to `now` and deliver every packet due by then, in (due time,
+    /// send order); returns when the next held packet is due. Under
+    /// [`SimClock::Manual`] this is the only way time passes (it never goes
+    /// back: an earlier `now` delivers what is due by the fabric's time);
+    /// under [`SimClock::RealTime`] it delivers early what the wire thread
+    /// would deliver by `now`.
+    pub fn advance(&self, now: Instant) -> Option<Instant> {
+        let mut st = self.shared.lock();
+        st.set_now(now);
+        let now = st.now();
+        st.pump(&self.shared.cfg, now)
+    }
+
+    /// When the next held packet is due (`None`: nothing in flight).
+    pub fn next_due(&self) -> Option<Instant> {
+        self.shared.lock().wire.next_due()
+    }
+
+    /// Let every packet in flight land: under [`SimClock::Manual`] by
+    /// advancing time to the last one's due time (no waiting), under
+    /// [`SimClock::RealTime`] by waiting up to `timeout` for the wire thread.
     pub fn settle(&self, timeout: Duration) {
-        let deadline = std::time::Instant::now() + timeout;
-        while self.in_flight() > 0 && std::time::Instant::now() < deadline {
+        if let SimClock::Manual { .. } = self.shared.cfg.clock {
+            while let Some(t) = self.next_due() {
+                self.advance(t);
+            }
+            return;
+        }
+        let deadline = Instant::now() + timeout;
+        while self.in_flight() > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_micros(200));
         }
-    }
-}
-
-impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock is a bug in the sim; keep the fabric usable
-        // for the other endpoints' diagnostics rather than cascading panics.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

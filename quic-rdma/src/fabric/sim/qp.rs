@@ -1,142 +1,17 @@
-//! A simulated UD queue pair.
+//! A simulated UD queue pair: the send queue (shared with `soft`) on the
+//! owner's side, the receive side ([`QpRx`](super::rx::QpRx)) in the fabric.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::Waker;
-use std::time::Instant;
 
-use rand::Rng;
-
-use super::wire::Packet;
-use super::{Shared, SimQpOptions, State};
-use crate::fabric::grh::{Grh, GrhLayout};
+use super::config::SimQpOptions;
+use super::packet::Packet;
+use super::state::Shared;
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
-    check_keys, send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, KeyDrop, Memory,
-    PacketKeys, ProviderDrops, QpAttr, QpKeys, Qpn, RecvWr, Region, SendWr, UdQueuePair, WcOpcode,
-    WcStatus, GRH_LEN,
+    send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, Memory, ProviderDrops,
+    QpAttr, Qpn, RecvWr, Region, SendWr, UdQueuePair,
 };
-
-/// RoCEv2 bytes around a UD payload in the IP payload: UDP 8 + BTH 12 + DETH 8 + ICRC 4.
-const ROCEV2_UDP_OVERHEAD: usize = 8 + 12 + 8 + 4;
-
-/// One packet waiting in a receive queue for the receiver to poll.
-struct Arrival {
-    data: Vec<u8>,
-    grh: Grh,
-    src_qp: Qpn,
-    imm: Option<u32>,
-}
-
-/// The receive side of a QP, inside the fabric (written by senders' threads).
-pub(crate) struct QpRx {
-    gid: Gid,
-    qkey: u32,
-    pkey: u16,
-    /// Posted receives not yet consumed by an arrival.
-    credits: u32,
-    arrived: VecDeque<Arrival>,
-    drops: ProviderDrops,
-    waker: Option<Waker>,
-    events: VecDeque<AsyncEvent>,
-    /// In the error state: arrivals are dropped, posted receives flushed.
-    error: bool,
-}
-
-impl QpRx {
-    pub(crate) fn new(gid: Gid, qkey: u32, pkey: u16) -> Self {
-        QpRx {
-            gid,
-            qkey,
-            pkey,
-            credits: 0,
-            arrived: VecDeque::new(),
-            drops: ProviderDrops::default(),
-            waker: None,
-            events: VecDeque::new(),
-            error: false,
-        }
-    }
-
-    fn wake(&mut self) {
-        if let Some(w) = self.waker.take() {
-            w.wake();
-        }
-    }
-
-    /// Enter the error state: no receive is usable any more (IBA 10.3.1).
-    fn fail(&mut self) {
-        self.error = true;
-        self.credits = 0;
-        self.wake();
-    }
-}
-
-impl State {
-    /// The receiver's key checks ([`check_keys`], shared with every provider),
-    /// then the UD rule: no posted receive, no packet.
-    pub(crate) fn deliver(&mut self, pkt: Packet) {
-        let starve = self.faults_starve;
-        let starved = starve > 0.0 && self.rng.gen_bool(starve);
-        let keys = PacketKeys {
-            pkey: pkt.pkey,
-            dest_qp: pkt.dqpn,
-            qkey: pkt.qkey,
-        };
-        let qp = self.qps.get_mut(&pkt.dqpn).filter(|q| q.gid == pkt.dgid);
-        let ours = qp.as_ref().map(|q| QpKeys {
-            pkey: q.pkey,
-            qkey: q.qkey,
-        });
-        let qp = match (check_keys(keys, ours), qp) {
-            (Ok(()), Some(qp)) => qp,
-            (Err(cause), Some(qp)) if cause != KeyDrop::UnknownQpn => {
-                qp.drops.count(cause);
-                self.recycle(pkt.data);
-                return;
-            }
-            _ => {
-                match self.port_unknown_qpn.get_mut(&pkt.dgid) {
-                    Some(n) => *n += 1,
-                    None => self.stats.unreachable += 1,
-                }
-                self.recycle(pkt.data);
-                return;
-            }
-        };
-        if qp.credits == 0 || starved {
-            // A QP in the error state has no usable receive either.
-            qp.drops.no_recv_posted += 1;
-        } else {
-            qp.credits -= 1;
-            let layout = GrhLayout::for_gid(qp.gid);
-            let padded = pkt.data.len().next_multiple_of(4);
-            let imm_len = if pkt.imm.is_some() { 4 } else { 0 };
-            let grh = Grh {
-                sgid: pkt.sgid,
-                dgid: pkt.dgid,
-                traffic_class: pkt.traffic_class,
-                flow_label: if layout == GrhLayout::Ipv4 {
-                    0
-                } else {
-                    pkt.flow_label
-                },
-                hop_limit: pkt.hop_limit,
-                ip_payload_len: (ROCEV2_UDP_OVERHEAD + padded + imm_len) as u16,
-            };
-            qp.arrived.push_back(Arrival {
-                data: pkt.data,
-                grh,
-                src_qp: pkt.src_qp,
-                imm: pkt.imm,
-            });
-            qp.wake();
-            self.stats.delivered += 1;
-            return;
-        }
-        self.recycle(pkt.data);
-    }
-}
 
 /// A simulated UD queue pair (see the [module docs](super)).
 pub struct SimQp {
@@ -144,7 +19,6 @@ pub struct SimQp {
     attr: QpAttr,
     next_lkey: u32,
     sq: SendQueue<AhAttr>,
-    posted: VecDeque<RecvWr>,
 }
 
 /// A control handle to a simulated QP, for tests: move it to another GID
@@ -173,7 +47,6 @@ impl SimQp {
             next_lkey: 0x100 + qpn * 0x1000,
             sq: SendQueue::new(&attr),
             attr,
-            posted: VecDeque::new(),
         }
     }
 
@@ -199,8 +72,7 @@ impl SimQpHandle {
         st.port_unknown_qpn.entry(new).or_default();
         if let Some(q) = st.qps.get_mut(&self.qpn) {
             q.gid = new;
-            q.events.push_back(AsyncEvent::GidChanged { new });
-            q.wake();
+            q.raise(AsyncEvent::GidChanged { new });
         }
     }
 
@@ -210,8 +82,8 @@ impl SimQpHandle {
     pub fn fail(&self) {
         let mut st = self.shared.lock();
         if let Some(q) = st.qps.get_mut(&self.qpn) {
-            q.fail();
-            q.events.push_back(AsyncEvent::QpFatal);
+            q.rq.fail();
+            q.raise(AsyncEvent::QpFatal);
         }
     }
 
@@ -219,15 +91,17 @@ impl SimQpHandle {
     pub fn inject_event(&self, ev: AsyncEvent) {
         let mut st = self.shared.lock();
         if let Some(q) = st.qps.get_mut(&self.qpn) {
-            q.events.push_back(ev);
-            q.wake();
+            q.raise(ev);
         }
     }
 }
 
 impl Drop for SimQp {
     fn drop(&mut self) {
-        self.shared.lock().qps.remove(&self.attr.qpn);
+        let mut st = self.shared.lock();
+        if let Some(mut q) = st.qps.remove(&self.attr.qpn) {
+            q.rq.reset(|b| st.bufs.give(b));
+        }
     }
 }
 
@@ -264,12 +138,13 @@ impl UdQueuePair for SimQp {
         let shared = self.shared.clone();
         let cfg = &shared.cfg;
         let mut st = shared.lock();
-        let sgid = st.qps.get(&self.attr.qpn).map_or(self.attr.gid, |q| q.gid);
-        if st.qps.get(&self.attr.qpn).is_some_and(|q| q.error) {
+        let rx = st.qps.get(&self.attr.qpn);
+        let sgid = rx.map_or(self.attr.gid, |q| q.gid);
+        if rx.is_some_and(|q| q.rq.in_error()) {
             self.sq.set_error();
         }
-        let now = Instant::now();
-        let mut wake_wire = false;
+        let now = st.now();
+        let mut held = false;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             let posted = self.sq.post(mem, wr, |ah, d| {
@@ -284,9 +159,9 @@ impl UdQueuePair for SimQp {
                     traffic_class: ah.traffic_class,
                     flow_label: ah.flow_label,
                     hop_limit: ah.hop_limit,
-                    data: st.packet_buf(d),
+                    data: st.bufs.take(d),
                 };
-                wake_wire |= st.transmit(cfg, pkt, now);
+                held |= st.transmit(cfg, pkt, now);
             });
             if let Err(e) = posted {
                 result = Err((i, e));
@@ -296,11 +171,11 @@ impl UdQueuePair for SimQp {
         // A send that completed in error failed the whole QP (IBA 10.8.3).
         if self.sq.in_error() {
             if let Some(q) = st.qps.get_mut(&self.attr.qpn) {
-                q.fail();
+                q.rq.fail();
             }
         }
         drop(st);
-        if wake_wire {
+        if held {
             shared.wire_cv.notify_one();
         }
         result
@@ -311,22 +186,7 @@ impl UdQueuePair for SimQp {
         let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
             return Err((0, FabricError::QpError("QP destroyed".into())));
         };
-        for (i, wr) in wrs.iter().enumerate() {
-            if self.posted.len() >= self.attr.max_recv_wr as usize {
-                return Err((i, FabricError::QueueFull(self.posted.len())));
-            }
-            if mem.resolve(&wr.sge).is_none() || !self.sq.is_registered(wr.sge.lkey) {
-                return Err((
-                    i,
-                    FabricError::QpError(format!("receive buffer {:?} not registered", wr.sge)),
-                ));
-            }
-            self.posted.push_back(*wr);
-            if !rx.error {
-                rx.credits += 1;
-            }
-        }
-        Ok(())
+        rx.rq.post(mem, wrs, |lkey| self.sq.is_registered(lkey))
     }
 
     fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize {
@@ -334,55 +194,12 @@ impl UdQueuePair for SimQp {
     }
 
     fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
-        let shared = self.shared.clone();
-        let mut st = shared.lock();
-        let mut n = 0;
-        while n < out.len() {
-            let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
-                break;
-            };
-            let Some(a) = rx.arrived.pop_front() else {
-                // In the error state every receive still posted completes flushed.
-                if !rx.error {
-                    break;
-                }
-                let Some(wr) = self.posted.pop_front() else {
-                    break;
-                };
-                out[n] = Completion::recv_flushed(wr.wr_id);
-                n += 1;
-                continue;
-            };
-            let wr = self
-                .posted
-                .pop_front()
-                .expect("an arrival always consumed a posted receive");
-            let layout = GrhLayout::for_gid(rx.gid);
-            let buf = mem.resolve_mut(&wr.sge);
-            let status = match buf {
-                Some(buf) if buf.len() >= GRH_LEN + a.data.len() => {
-                    a.grh.write(&mut buf[..GRH_LEN], layout);
-                    buf[GRH_LEN..GRH_LEN + a.data.len()].copy_from_slice(&a.data);
-                    WcStatus::Success
-                }
-                Some(_) => {
-                    rx.drops.too_long += 1;
-                    WcStatus::LocLenErr
-                }
-                None => WcStatus::LocProtErr,
-            };
-            out[n] = Completion {
-                wr_id: wr.wr_id,
-                status,
-                opcode: WcOpcode::Recv,
-                byte_len: (GRH_LEN + a.data.len()) as u32,
-                imm: a.imm,
-                src_qp: a.src_qp,
-            };
-            n += 1;
-            st.recycle(a.data);
-        }
-        n
+        let mut st = self.shared.lock();
+        let st = &mut *st;
+        let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
+            return 0;
+        };
+        rx.rq.poll(mem, out, |b| st.bufs.give(b))
     }
 
     fn arm(&mut self, waker: &Waker) -> bool {
@@ -390,14 +207,8 @@ impl UdQueuePair for SimQp {
         let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
             return true;
         };
-        match &rx.waker {
-            Some(w) if w.will_wake(waker) => {}
-            _ => rx.waker = Some(waker.clone()),
-        }
-        !rx.arrived.is_empty()
-            || !rx.events.is_empty()
-            || self.sq.has_completions()
-            || (rx.error && !self.posted.is_empty())
+        rx.rq.set_waker(waker);
+        rx.rq.ready() || !rx.events.is_empty() || self.sq.has_completions()
     }
 
     fn poll_event(&mut self) -> Option<AsyncEvent> {
@@ -414,21 +225,15 @@ impl UdQueuePair for SimQp {
     }
 
     fn recover(&mut self) -> Result<(), FabricError> {
-        let shared = self.shared.clone();
-        let mut st = shared.lock();
+        let mut st = self.shared.lock();
+        let st = &mut *st;
         let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
             return Err(FabricError::QpError("QP destroyed".into()));
         };
-        rx.error = false;
-        rx.credits = 0;
+        rx.rq.reset(|b| st.bufs.give(b));
         // A failure reported before the reset was about the QP just reset: drop
         // it, or it would reset the recovered QP again.
         rx.events.retain(|e| *e != AsyncEvent::QpFatal);
-        let stale: Vec<Vec<u8>> = rx.arrived.drain(..).map(|a| a.data).collect();
-        for data in stale {
-            st.recycle(data);
-        }
-        self.posted.clear();
         self.sq.reset();
         Ok(())
     }
@@ -436,7 +241,7 @@ impl UdQueuePair for SimQp {
     fn drops(&self) -> ProviderDrops {
         let st = self.shared.lock();
         let rx = st.qps.get(&self.attr.qpn);
-        let mut d = rx.map(|q| q.drops).unwrap_or_default();
+        let mut d = rx.map(|q| q.rq.drops).unwrap_or_default();
         let port = rx.map_or(self.attr.gid, |q| q.gid);
         d.unknown_qpn = st.port_unknown_qpn.get(&port).copied().unwrap_or(0);
         d.oversize_sent = self.sq.oversize_sent();

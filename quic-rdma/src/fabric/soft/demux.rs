@@ -6,18 +6,22 @@
 //! Both the port (which owns the demultiplexer) and its QPs (which post receives
 //! and collect arrivals) depend on this file; it depends on neither.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io::IoSliceMut;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::task::Waker;
 
 use quinn_udp::{RecvMeta, UdpSocketState};
 
 use super::codec::{self, IcrcContext, IcrcPolicy, IcrcVerdict, IpPair};
+use crate::fabric::keys::accept;
+use crate::fabric::recv_queue::RecvQueue;
 use crate::fabric::{
-    check_keys, Gid, Grh, GrhLayout, KeyDrop, Mtu, PacketKeys, ProviderDrops, QpKeys, Qpn, RecvWr,
-    WcStatus, GRH_LEN,
+    Gid, Grh, GrhLayout, KeyDrop, Mtu, PacketKeys, ProviderDrops, QpKeys, Qpn, WcStatus, GRH_LEN,
 };
+
+/// The receive side of one QP of the port: the receive-queue model every
+/// software provider shares, holding pooled packet buffers.
+pub(crate) type RxSlot = RecvQueue<Box<[u8]>>;
 
 /// Datagram buffers handed to one `recvmmsg` (quinn-udp's batch).
 const RX_BATCH: usize = 4;
@@ -27,33 +31,6 @@ const RX_SLOT: usize = 1 << 16;
 const MAX_RECV_CALLS: usize = 8;
 /// Hop limit written into reconstructed GRHs: a UDP socket does not see the TTL.
 const ASSUMED_HOP_LIMIT: u8 = 64;
-
-/// A received packet already matched to a posted receive, waiting for its QP to
-/// poll (only then can it be written into the QP's registered memory).
-pub(crate) struct Arrival {
-    pub(crate) wr: RecvWr,
-    pub(crate) status: WcStatus,
-    /// GRH area + payload length.
-    pub(crate) byte_len: u32,
-    pub(crate) imm: Option<u32>,
-    pub(crate) src_qp: Qpn,
-    /// Pool buffer holding GRH area + payload (None for error completions).
-    pub(crate) data: Option<Box<[u8]>>,
-}
-
-/// Receive-side state of one QP, owned by the demultiplexer.
-pub(crate) struct RxSlot {
-    pub(crate) qkey: u32,
-    pub(crate) pkey: u16,
-    /// Posted receives, in order.
-    pub(crate) rq: VecDeque<RecvWr>,
-    /// Matched packets not yet polled.
-    pub(crate) inbox: VecDeque<Arrival>,
-    pub(crate) drops: ProviderDrops,
-    pub(crate) waker: Option<Waker>,
-    /// The QP is in the error state: arrivals are dropped, posted receives flushed.
-    pub(crate) error: bool,
-}
 
 /// Everything the receive path mutates, behind the port's mutex.
 pub(crate) struct Table {
@@ -119,12 +96,7 @@ impl Demux {
     /// or QP `me` has `want` arrivals waiting; match each to its QP.
     pub(crate) fn drain(&mut self, port: &RxPort<'_>, me: Qpn, want: usize) {
         for _ in 0..MAX_RECV_CALLS {
-            if self
-                .table
-                .qps
-                .get(&me)
-                .is_some_and(|s| s.inbox.len() >= want)
-            {
+            if self.table.qps.get(&me).is_some_and(|s| s.arrived() >= want) {
                 return;
             }
             let Demux { buf, meta, table } = self;
@@ -164,18 +136,8 @@ impl Table {
             qpn = next_qpn(qpn);
         }
         self.next_qpn = next_qpn(qpn);
-        self.qps.insert(
-            qpn,
-            RxSlot {
-                qkey,
-                pkey,
-                rq: VecDeque::with_capacity(depth),
-                inbox: VecDeque::with_capacity(depth),
-                drops: ProviderDrops::default(),
-                waker: None,
-                error: false,
-            },
-        );
+        self.qps
+            .insert(qpn, RecvQueue::new(QpKeys { pkey, qkey }, depth));
         qpn
     }
 
@@ -232,35 +194,19 @@ impl Table {
             dest_qp: h.dest_qp,
             qkey: h.qkey,
         };
-        let slot = self.qps.get_mut(&h.dest_qp);
-        let ours = slot.as_ref().map(|s| QpKeys {
-            pkey: s.pkey,
-            qkey: s.qkey,
-        });
         // The key checks every provider shares; unknown QPN belongs to the port.
-        let slot = match (check_keys(keys, ours), slot) {
-            (Ok(()), Some(slot)) => slot,
-            (Err(cause), Some(slot)) if cause != KeyDrop::UnknownQpn => {
-                slot.drops.count(cause);
-                return;
-            }
-            _ => {
+        let slot = match accept(keys, self.qps.get_mut(&h.dest_qp)) {
+            Ok(slot) => slot,
+            Err(KeyDrop::UnknownQpn) => {
                 self.drops.count(KeyDrop::UnknownQpn);
                 return;
             }
-        };
-        // A QP in the error state has no usable receive (IBA 10.3.1).
-        let Some(wr) = slot.rq.pop_front().filter(|_| !slot.error) else {
-            slot.drops.no_recv_posted += 1;
-            return;
+            Err(_) => return,
         };
         let byte_len = GRH_LEN + decoded.payload.len();
-        let (status, data) = if (wr.sge.len as usize) < byte_len {
-            slot.drops.too_long += 1;
-            (WcStatus::LocLenErr, None)
-        } else {
-            let mut b = self
-                .pool
+        let pool = &mut self.pool;
+        let placed = slot.arrive(byte_len, h.imm, h.src_qp, false, || {
+            let mut b = pool
                 .pop()
                 .unwrap_or_else(|| vec![0u8; GRH_LEN + mtu].into_boxed_slice());
             let grh = Grh {
@@ -276,25 +222,11 @@ impl Table {
             };
             grh.write(&mut b[..GRH_LEN], GrhLayout::for_gid(port.gid));
             b[GRH_LEN..byte_len].copy_from_slice(decoded.payload);
-            self.rx.delivered += 1;
-            (WcStatus::Success, Some(b))
-        };
-        slot.inbox.push_back(Arrival {
-            wr,
-            status,
-            byte_len: byte_len as u32,
-            imm: h.imm,
-            src_qp: h.src_qp,
-            data,
+            b
         });
-        if let Some(w) = &slot.waker {
-            w.wake_by_ref();
+        if placed == Some(WcStatus::Success) {
+            self.rx.delivered += 1;
         }
-    }
-
-    /// Return a packet buffer to the pool.
-    pub(crate) fn recycle(&mut self, b: Box<[u8]>) {
-        self.pool.push(b);
     }
 }
 

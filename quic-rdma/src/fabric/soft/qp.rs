@@ -12,7 +12,7 @@ use super::tx::{Batch, Sender, GSO_MAX_BYTES};
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
     check_qkey, send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory,
-    ProviderDrops, QpAttr, Qpn, RecvWr, Region, SendWr, UdQueuePair, WcOpcode, WcStatus, GRH_LEN,
+    ProviderDrops, QpAttr, Qpn, RecvWr, Region, SendWr, UdQueuePair,
 };
 
 /// What an address handle resolves to on a UDP socket.
@@ -109,12 +109,9 @@ impl SoftQp {
 impl Drop for SoftQp {
     fn drop(&mut self) {
         let mut d = self.port.shared.lock();
-        if let Some(slot) = d.table.qps.remove(&self.attr.qpn) {
-            for a in slot.inbox {
-                if let Some(b) = a.data {
-                    d.table.recycle(b);
-                }
-            }
+        let t = &mut d.table;
+        if let Some(mut slot) = t.qps.remove(&self.attr.qpn) {
+            slot.reset(|b| t.pool.push(b));
         }
     }
 }
@@ -179,7 +176,7 @@ impl UdQueuePair for SoftQp {
                 // A send that completed in error failed the whole QP (IBA 10.8.3).
                 let mut d = self.port.shared.lock();
                 if let Some(slot) = d.table.qps.get_mut(&self.attr.qpn) {
-                    slot.error = true;
+                    slot.fail();
                 }
             }
             if let Err(e) = posted {
@@ -197,25 +194,7 @@ impl UdQueuePair for SoftQp {
         let Some(slot) = d.table.qps.get_mut(&self.attr.qpn) else {
             return Err((0, FabricError::QpError("QP destroyed".into())));
         };
-        for (i, wr) in wrs.iter().enumerate() {
-            if slot.rq.len() >= self.attr.max_recv_wr as usize {
-                return Err((i, FabricError::QueueFull(slot.rq.len())));
-            }
-            if mem.resolve(&wr.sge).is_none()
-                || !self.sq.is_registered(wr.sge.lkey)
-                || (wr.sge.len as usize) < GRH_LEN
-            {
-                return Err((
-                    i,
-                    FabricError::QpError(format!(
-                        "receive buffer {:?} not registered or shorter than the GRH",
-                        wr.sge
-                    )),
-                ));
-            }
-            slot.rq.push_back(*wr);
-        }
-        Ok(())
+        slot.post(mem, wrs, |lkey| self.sq.is_registered(lkey))
     }
 
     fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize {
@@ -227,47 +206,10 @@ impl UdQueuePair for SoftQp {
         let mut d = shared.lock();
         shared.drain(&mut d, self.attr.qpn, out.len());
         let t = &mut d.table;
-        let mut n = 0;
-        while n < out.len() {
-            let Some(a) = t
-                .qps
-                .get_mut(&self.attr.qpn)
-                .and_then(|s| s.inbox.pop_front())
-            else {
-                // In the error state every receive still posted completes flushed.
-                let Some(wr) = t
-                    .qps
-                    .get_mut(&self.attr.qpn)
-                    .filter(|s| s.error)
-                    .and_then(|s| s.rq.pop_front())
-                else {
-                    break;
-                };
-                out[n] = Completion::recv_flushed(wr.wr_id);
-                n += 1;
-                continue;
-            };
-            let mut status = a.status;
-            if let Some(data) = a.data {
-                let len = a.byte_len as usize;
-                match mem.resolve_mut(&a.wr.sge) {
-                    Some(buf) if buf.len() >= len => buf[..len].copy_from_slice(&data[..len]),
-                    // The region was swapped out since post_recv.
-                    _ => status = WcStatus::LocProtErr,
-                }
-                t.recycle(data);
-            }
-            out[n] = Completion {
-                wr_id: a.wr.wr_id,
-                status,
-                opcode: WcOpcode::Recv,
-                byte_len: a.byte_len,
-                imm: a.imm,
-                src_qp: a.src_qp,
-            };
-            n += 1;
-        }
-        n
+        let Some(slot) = t.qps.get_mut(&self.attr.qpn) else {
+            return 0;
+        };
+        slot.poll(mem, out, |b| t.pool.push(b))
     }
 
     /// Stores the waker (woken when another QP of the port matches a packet to this
@@ -280,14 +222,8 @@ impl UdQueuePair for SoftQp {
         let Some(slot) = d.table.qps.get_mut(&self.attr.qpn) else {
             return true;
         };
-        match &slot.waker {
-            Some(w) if w.will_wake(waker) => {}
-            _ => slot.waker = Some(waker.clone()),
-        }
-        if !slot.inbox.is_empty()
-            || self.sq.has_completions()
-            || (slot.error && !slot.rq.is_empty())
-        {
+        slot.set_waker(waker);
+        if slot.ready() || self.sq.has_completions() {
             return true;
         }
         let mut probe = [0u8; 1];
@@ -310,12 +246,7 @@ impl UdQueuePair for SoftQp {
         let Some(slot) = t.qps.get_mut(&self.attr.qpn) else {
             return Err(FabricError::QpError("QP destroyed".into()));
         };
-        slot.error = false;
-        slot.rq.clear();
-        let stale: Vec<Box<[u8]>> = slot.inbox.drain(..).filter_map(|a| a.data).collect();
-        for b in stale {
-            t.recycle(b);
-        }
+        slot.reset(|b| t.pool.push(b));
         self.sq.reset();
         Ok(())
     }
