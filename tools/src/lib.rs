@@ -27,7 +27,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cmd::{cert, connect, demo, serve, ud_pingpong};
+use cmd::{cert, connect, demo, kv_relay, serve, ud_pingpong};
 
 /// QUIC over RDMA Unreliable Datagram.
 #[derive(Debug, Parser)]
@@ -75,6 +75,14 @@ enum Command {
     ///
     /// Exit codes: 0 written; 1 failed; 2 bad usage.
     Cert(cert::CertArgs),
+
+    /// Redis replication across the fabric: `upstream` is a replica of a real
+    /// Redis master and serves downstream relays; `downstream` dials it and
+    /// is a master to real Redis replicas. Mutual TLS between the relays.
+    ///
+    /// Exit codes: runs until killed; 1 it could not start; 2 bad usage or a
+    /// provider not built in.
+    KvRelay(kv_relay::KvRelayArgs),
 }
 
 /// Parse the command line, run the subcommand and return its exit code: the
@@ -94,5 +102,6 @@ pub fn run() -> ExitCode {
         Command::Connect(args) => connect::main(&args),
         Command::UdPingpong(args) => ud_pingpong::main(&args),
         Command::Cert(args) => cert::main(&args),
+        Command::KvRelay(args) => kv_relay::main(&args),
     }
 }
