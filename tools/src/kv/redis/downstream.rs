@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 use super::conn::RedisConn;
 use super::error::RelayError;
 use super::rdb::EOF_MARK_LEN;
-use super::resp::{Command, Parser};
+use super::resp::{Command, Parser, RespError};
 use crate::kv::metrics::{Metrics, ReplicaStatus};
 use crate::kv::replica::{ReplicaConn, SyncStart};
 
@@ -98,21 +98,48 @@ pub async fn serve(listener: TcpListener, upstream: Arc<Upstream>, metrics: Arc<
     }
 }
 
-/// Read the next command from a replica (handshake or ACKs).
-async fn next_command(
-    c: &mut RedisConn,
-    parser: &mut Parser,
-    pending: &mut Vec<Command>,
-) -> Result<Command, RelayError> {
-    loop {
-        if !pending.is_empty() {
-            return Ok(pending.remove(0));
+/// Commands from a replica, in order; a parse error comes after the
+/// commands that preceded it (so a valid `PING` before garbage is answered).
+#[derive(Debug, Default)]
+struct Commands {
+    parser: Parser,
+    pending: std::collections::VecDeque<Command>,
+    error: Option<RespError>,
+}
+
+impl Commands {
+    /// Parse `data`, queueing what it completes.
+    fn feed(&mut self, data: &[u8]) {
+        if self.error.is_some() {
+            return;
         }
-        if c.buf.is_empty() {
-            c.fill().await?;
+        let mut out = Vec::new();
+        if let Err(e) = self.parser.feed(data, &mut out) {
+            self.error = Some(e);
         }
-        let data = c.buf.split();
-        parser.feed(&data, pending)?;
+        self.pending.extend(out);
+    }
+
+    /// The next parsed command, or the error after the last of them.
+    fn pop(&mut self) -> Option<Result<Command, RelayError>> {
+        match self.pending.pop_front() {
+            Some(c) => Some(Ok(c)),
+            None => self.error.take().map(|e| Err(e.into())),
+        }
+    }
+
+    /// The next command, reading from `c` as needed.
+    async fn next(&mut self, c: &mut RedisConn) -> Result<Command, RelayError> {
+        loop {
+            if let Some(r) = self.pop() {
+                return r;
+            }
+            if c.buf.is_empty() {
+                c.fill().await?;
+            }
+            let data = c.buf.split();
+            self.feed(&data);
+        }
     }
 }
 
@@ -134,17 +161,13 @@ async fn replica_link(
     metrics: &Metrics,
     id: u64,
 ) -> Result<(), RelayError> {
-    let mut parser = Parser::new();
-    let mut pending = Vec::new();
+    let mut cmds = Commands::default();
     let mut hello = Hello::default();
     // The handshake, up to PSYNC (bounded: a silent peer is dropped).
     let have = loop {
-        let cmd = tokio::time::timeout(
-            Duration::from_secs(60),
-            next_command(&mut c, &mut parser, &mut pending),
-        )
-        .await
-        .map_err(|_| RelayError::Timeout("the replica's handshake"))??;
+        let cmd = tokio::time::timeout(Duration::from_secs(60), cmds.next(&mut c))
+            .await
+            .map_err(|_| RelayError::Timeout("the replica's handshake"))??;
         match cmd.arg_lower(0).as_deref() {
             None if cmd.argc == 0 => {}
             Some("ping") => reply(&mut c, "+PONG\r\n").await?,
@@ -263,12 +286,9 @@ async fn replica_link(
             // until then nothing may follow the mark (the replica finds the
             // end of the payload by the mark being the last bytes it read).
             loop {
-                let cmd = tokio::time::timeout(
-                    Duration::from_secs(3600),
-                    next_command(&mut c, &mut parser, &mut pending),
-                )
-                .await
-                .map_err(|_| RelayError::Timeout("the replica's first ACK"))??;
+                let cmd = tokio::time::timeout(Duration::from_secs(3600), cmds.next(&mut c))
+                    .await
+                    .map_err(|_| RelayError::Timeout("the replica's first ACK"))??;
                 if cmd.arg_lower(0).as_deref() == Some("replconf")
                     && cmd.arg_lower(1).as_deref() == Some("ack")
                 {
@@ -291,8 +311,8 @@ async fn replica_link(
             }
         }
     };
-    for cmd in pending.drain(..) {
-        on_cmd(&cmd, &session);
+    while let Some(cmd) = cmds.pop() {
+        on_cmd(&cmd?, &session);
     }
     loop {
         tokio::select! {
@@ -307,9 +327,9 @@ async fn replica_link(
                     )));
                 }
                 let data = buf.split();
-                parser.feed(&data, &mut pending)?;
-                for cmd in pending.drain(..) {
-                    on_cmd(&cmd, &session);
+                cmds.feed(&data);
+                while let Some(cmd) = cmds.pop() {
+                    on_cmd(&cmd?, &session);
                 }
                 if buf.capacity() < 4096 {
                     buf.reserve(64 << 10);
