@@ -24,7 +24,7 @@ use anyhow::{Context, Result};
 use quic_rdma::quinn_adapter::Liveness;
 
 use super::args::{parse_bytes, LivenessArgs};
-use super::kv_relay_fabric::{self as fabric, Dialed};
+use crate::channel_endpoint::{self, ChannelClient, DialOptions, ListenOptions};
 use crate::kv::redis::downstream::{self, Dialer, Upstream};
 use crate::kv::redis::upstream::{self, UpstreamConfig};
 use crate::kv::{self, Master, MasterConfig, Metrics};
@@ -225,20 +225,19 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     cfg.backlog = a.backlog;
     cfg.window = a.window;
     let master = Master::new(cfg, metrics.clone());
-    let listening = fabric::listen(
-        c.provider,
-        c.ip,
-        c.udp_port,
-        SocketAddr::new(c.ip, a.service_port),
-        &mtls,
-        kv::ALPN,
-        liveness,
-    )?;
+    let mut lo = ListenOptions::new(c.ip);
+    lo.provider = c.provider;
+    lo.udp_port = c.udp_port;
+    lo.service_port = a.service_port;
+    lo.liveness = liveness;
+    // The transport config is the fabric's (channel_endpoint replaces it).
+    let transport = Arc::new(quinn::TransportConfig::default());
+    let listening = channel_endpoint::listen(&lo, mtls.server_config(kv::ALPN, transport)?)?;
     observe(c, metrics.clone(), "upstream").await?;
     eprintln!(
-        "qr kv-relay upstream: following Redis master {}; serving downstream relays on {} \
-         (bootstrap TCP {}:{})",
-        a.master, c.ip, c.ip, a.service_port
+        "qr kv-relay upstream: following Redis master {}; serving downstream relays: {}",
+        a.master,
+        listening.describe()
     );
     let up = UpstreamConfig {
         master: a.master.clone(),
@@ -290,50 +289,39 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
         .await
         .with_context(|| format!("listening for replicas on TCP {}", a.listen))?;
     observe(c, metrics.clone(), "downstream").await?;
-    // One endpoint at a time: a redial first closes the previous one, whose
-    // RoCEv2 port it reuses.
-    let current: Arc<tokio::sync::Mutex<Option<Dialed>>> = Arc::new(Default::default());
-    let (kind, ip, udp_port, service) = (c.provider, c.ip, c.udp_port, a.upstream.clone());
+    // One client endpoint for the relay's life: the first dial opens it,
+    // later ones reconnect on it (its RoCEv2 port stays ours).
+    let client: Arc<tokio::sync::Mutex<Option<ChannelClient>>> = Arc::default();
+    let mut opts = DialOptions::new();
+    opts.provider = c.provider;
+    opts.ip = Some(c.ip);
+    opts.udp_port = c.udp_port;
+    opts.liveness = liveness;
+    let service = a.upstream.clone();
     let dial: Dialer = Arc::new(move || {
-        let (current, mtls, service, server_name) = (
-            current.clone(),
+        let (client, mtls, service, server_name, opts) = (
+            client.clone(),
             mtls.clone(),
             service.clone(),
             server_name.clone(),
+            opts.clone(),
         );
         Box::pin(async move {
-            let mut cur = current.lock().await;
-            if let Some(old) = cur.take() {
-                old.endpoint.close(0u32.into(), b"redial");
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(1), old.endpoint.wait_idle()).await;
-            }
-            let mut last = String::new();
-            for _ in 0..10 {
-                match fabric::dial(
-                    kind,
-                    ip,
-                    udp_port,
-                    &service,
-                    &mtls,
-                    kv::ALPN,
-                    liveness,
-                    &server_name,
-                )
-                .await
-                {
-                    Ok(d) => {
-                        let conn = d.conn.clone();
-                        *cur = Some(d);
-                        return Ok(conn);
+            let cfg = mtls
+                .client_config(kv::ALPN, Arc::new(quinn::TransportConfig::default()))
+                .map_err(|e| format!("{e:#}"))?;
+            let mut cur = client.lock().await;
+            let r = match cur.as_ref() {
+                Some(cl) => cl.connect(&service, cfg, &server_name).await,
+                None => match channel_endpoint::dial(&service, &opts, cfg, &server_name).await {
+                    Ok((cl, conn)) => {
+                        *cur = Some(cl);
+                        Ok(conn)
                     }
-                    Err(e) => {
-                        last = format!("{e:#}");
-                        tokio::time::sleep(Duration::from_millis(300)).await;
-                    }
-                }
-            }
-            Err(last)
+                    Err(e) => Err(e),
+                },
+            };
+            r.map_err(|e| format!("{e:#}"))
         })
     });
     let upstream = Arc::new(Upstream::new(dial, metrics.clone()));

@@ -13,7 +13,6 @@ pub(crate) mod cert;
 pub(crate) mod connect;
 pub(crate) mod demo;
 pub(crate) mod kv_relay;
-mod kv_relay_fabric;
 pub(crate) mod serve;
 pub(crate) mod ud_pingpong;
 
