@@ -106,7 +106,8 @@ struct UpstreamArgs {
     /// TCP port of the bootstrap service on --ip.
     #[arg(long)]
     service_port: u16,
-    /// Directory for snapshot files (as large as the dataset).
+    /// Directory for snapshot files (as large as the dataset) and the resume
+    /// state (`state`: replication id and offset, so a restarted relay resumes).
     #[arg(long)]
     dir: PathBuf,
     /// Backlog for partial resync (bytes; K, M, G suffixes).
@@ -198,7 +199,9 @@ async fn observe(common: &Common, metrics: Arc<Metrics>, role: &'static str) -> 
 fn progress_line(m: &Metrics, role: &str) -> String {
     use std::sync::atomic::Ordering::Relaxed;
     let mut s = format!(
-        "qr kv-relay {role}: snapshot {} B, log {} B, head {}, backlog {} B, syncs full {} partial {}",
+        "qr kv-relay {role}: snapshot in {} B out {} B, log {} B, head {}, backlog {} B, \
+         syncs full {} partial {}",
+        m.snapshot_source_bytes.load(Relaxed),
         m.snapshot_bytes.load(Relaxed),
         m.log_bytes.load(Relaxed),
         m.head.load(Relaxed),
@@ -220,6 +223,7 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     let mtls = c.mtls.load()?;
     let liveness: Liveness = c.liveness.liveness()?;
     std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
+    kv::snapshot::remove_stale(&a.dir);
     let metrics = Arc::new(Metrics::default());
     let mut cfg = MasterConfig::new(a.dir.clone());
     cfg.backlog = a.backlog;
@@ -245,6 +249,7 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
         password: a.master_password.clone(),
         listening_port: a.listening_port,
         ack_interval: Duration::from_secs(1),
+        state: Some(a.dir.join("state")),
     };
     tokio::spawn(upstream::run(up, master.clone()));
     let endpoint = listening.endpoint.clone();

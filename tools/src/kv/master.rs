@@ -73,6 +73,10 @@ pub enum Decision {
     NeedSnapshot,
     /// The master has no data yet: wait.
     NoData,
+    /// The replica is ahead of this master's head in the same history (the
+    /// master restarted behind it and is catching up): wait a little for the
+    /// head to pass it, then fall back to a full sync.
+    Ahead,
 }
 
 /// The master's current data, as [`decide`] sees it.
@@ -84,6 +88,8 @@ pub struct View<'a> {
     pub backlog: (u64, u64),
     /// The stored snapshot: its replid, position, and whether it failed.
     pub snapshot: Option<(&'a str, u64, bool)>,
+    /// Waiting for a replica ahead of the head is over: decide without it.
+    pub snapshot_only: bool,
 }
 
 /// The resync decision: partial when the replica's replid is ours and the
@@ -94,10 +100,15 @@ pub fn decide(view: View<'_>, hello_replid: Option<&str>, hello_position: u64) -
         return Decision::NoData;
     };
     let held = |p: u64| (view.backlog.0..=view.backlog.1).contains(&p);
-    if hello_replid == Some(replid) && held(hello_position) {
-        return Decision::Continue {
-            position: hello_position,
-        };
+    if hello_replid == Some(replid) {
+        if held(hello_position) {
+            return Decision::Continue {
+                position: hello_position,
+            };
+        }
+        if hello_position > view.backlog.1 && !view.snapshot_only {
+            return Decision::Ahead;
+        }
     }
     match view.snapshot {
         Some((r, p, false)) if r == replid && held(p) => Decision::Full { position: p },
@@ -132,12 +143,16 @@ struct State {
     next_session: u64,
 }
 
+/// How long a replica ahead of the head waits for it (see [`Decision::Ahead`]).
+const AHEAD_WAIT: Duration = Duration::from_secs(10);
+
 /// Samples kept for lag-in-seconds (one per append, at most every 10 ms).
 const TIME_SAMPLES: usize = 4096;
 
 impl State {
-    fn view(&self) -> View<'_> {
+    fn view(&self, snapshot_only: bool) -> View<'_> {
         View {
+            snapshot_only,
             replid: self.replid.as_deref(),
             backlog: (self.backlog.start(), self.backlog.head()),
             snapshot: self
@@ -278,14 +293,21 @@ impl Master {
         (st.replid.clone(), st.backlog.head())
     }
 
-    /// The lowest position any live session has acknowledged, if any session
-    /// is live (what a source that can replay must keep).
-    pub fn min_acked(&self) -> Option<u64> {
+    /// Where every live replica could resume from: the lowest position any
+    /// session's final consumer reports applied (its acked position when it
+    /// reports nothing). `None` when no session is live.
+    pub fn resume_point(&self) -> Option<u64> {
         self.shared
             .metrics
             .replicas()
             .values()
-            .map(|r| r.acked)
+            .map(|r| {
+                if r.applied > 0 {
+                    r.applied.min(r.acked)
+                } else {
+                    r.acked
+                }
+            })
             .min()
     }
 
@@ -390,7 +412,9 @@ impl Master {
                 .await?;
                 (position, true)
             }
-            Decision::NeedSnapshot | Decision::NoData => unreachable!("negotiate waits these out"),
+            Decision::NeedSnapshot | Decision::NoData | Decision::Ahead => {
+                unreachable!("negotiate waits these out")
+            }
         };
         m.set_replica(
             session,
@@ -404,9 +428,12 @@ impl Master {
         let result = tokio::select! {
             r = self.send_log(&conn, session, epoch, start, acks_rx.clone()) => r,
             r = async {
+                // A finished snapshot ends nothing: the log goes on.
                 match snapshot {
-                    Some(s) => self.send_snapshot(&conn, session, s, acks_rx.clone()).await
-                        .and(std::future::pending::<Result<(), ChannelError>>().await),
+                    Some(s) => match self.send_snapshot(&conn, session, s, acks_rx.clone()).await {
+                        Ok(()) => std::future::pending().await,
+                        Err(e) => Err(e),
+                    },
                     None => std::future::pending().await,
                 }
             } => r,
@@ -447,11 +474,15 @@ impl Master {
         position: u64,
     ) -> Result<(Decision, u64, u64, String, Option<Arc<Snapshot>>), ChannelError> {
         let mut rx = self.shared.version.subscribe();
-        let deadline = tokio::time::Instant::now() + self.shared.cfg.snapshot_wait;
+        let now = tokio::time::Instant::now();
+        let deadline = now + self.shared.cfg.snapshot_wait;
+        // A replica ahead of us waits this long for the head to reach it.
+        let ahead_until = now + AHEAD_WAIT;
         loop {
-            {
+            let ahead = {
                 let mut st = self.lock();
-                let d = decide(st.view(), replid, position);
+                let give_up_ahead = tokio::time::Instant::now() >= ahead_until;
+                let d = decide(st.view(give_up_ahead), replid, position);
                 match d {
                     Decision::Continue { .. } | Decision::Full { .. } => {
                         let session = st.next_session;
@@ -468,9 +499,16 @@ impl Master {
                             drop(st);
                             self.bump();
                         }
+                        false
                     }
-                    Decision::NoData => {}
+                    Decision::NoData => false,
+                    Decision::Ahead => true,
                 }
+            };
+            if ahead {
+                // Wake at the give-up time even if nothing is appended.
+                let _ = tokio::time::timeout_at(ahead_until, rx.changed()).await;
+                continue;
             }
             if tokio::time::timeout_at(deadline, rx.changed())
                 .await
@@ -671,6 +709,7 @@ mod tests {
             replid: Some("A"),
             backlog: (100, 200),
             snapshot,
+            snapshot_only: false,
         }
     }
 
@@ -701,8 +740,14 @@ mod tests {
             decide(view(snap), None, 0),
             Decision::Full { position: 150 }
         );
+        // Ahead of the head in our history: wait for it, unless told not to.
+        assert_eq!(decide(view(snap), Some("A"), 201), Decision::Ahead);
+        let impatient = View {
+            snapshot_only: true,
+            ..view(snap)
+        };
         assert_eq!(
-            decide(view(snap), Some("A"), 201),
+            decide(impatient, Some("A"), 201),
             Decision::Full { position: 150 }
         );
         // Too old, another id, or failed: ask for a fresh one.
@@ -723,6 +768,7 @@ mod tests {
             replid: None,
             backlog: (0, 0),
             snapshot: None,
+            snapshot_only: false,
         };
         assert_eq!(decide(empty, None, 0), Decision::NoData);
     }

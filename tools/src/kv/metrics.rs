@@ -39,8 +39,10 @@ pub struct Metrics {
     pub sync_partial_err: AtomicU64,
     /// Connections re-established after a loss.
     pub reconnects: AtomicU64,
-    /// Snapshot bytes moved through this end.
+    /// Snapshot bytes sent (master side) or received (replica side) on the channel.
     pub snapshot_bytes: AtomicU64,
+    /// Snapshot bytes received from the data's source (the Redis master).
+    pub snapshot_source_bytes: AtomicU64,
     /// Log bytes moved through this end.
     pub log_bytes: AtomicU64,
     /// Malformed inputs (frames, RESP, RDB framing) that closed a link.
@@ -211,6 +213,7 @@ impl Metrics {
             "sync_partial_err": self.sync_partial_err.load(Relaxed),
             "reconnects": self.reconnects.load(Relaxed),
             "snapshot_bytes": self.snapshot_bytes.load(Relaxed),
+            "snapshot_source_bytes": self.snapshot_source_bytes.load(Relaxed),
             "log_bytes": self.log_bytes.load(Relaxed),
             "malformed": self.malformed.load(Relaxed),
             "link_errors": self.link_errors.load(Relaxed),

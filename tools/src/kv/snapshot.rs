@@ -43,6 +43,21 @@ pub struct Snapshot {
 
 static SNAPSHOT_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Remove snapshot files a previous process left in `dir` (it was killed
+/// before it could); other files are left alone.
+pub fn remove_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snapshot-") && name.ends_with(".bin") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 impl Snapshot {
     /// A new, empty snapshot file in `dir`, and the writer that fills it.
     pub fn create(

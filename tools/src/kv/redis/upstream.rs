@@ -10,6 +10,7 @@
 //! (`PSYNC ? -1`, the RDB, then it closes); the main link's command stream
 //! continues the snapshot from its offset.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
@@ -37,12 +38,62 @@ pub struct UpstreamConfig {
     pub listening_port: u16,
     /// Interval of `REPLCONF ACK`.
     pub ack_interval: Duration,
+    /// A file keeping the replication id and the position every live replica
+    /// can resume from, so a restarted relay resumes from the master with
+    /// `PSYNC` (and its replicas with `+CONTINUE`) instead of a full sync.
+    pub state: Option<PathBuf>,
+}
+
+/// Read a state file: `<replid> <position>`.
+fn load_state(path: &Path) -> Option<(String, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut w = text.split_whitespace();
+    let replid = w.next()?.to_string();
+    let pos = w.next()?.parse().ok()?;
+    let ok = replid.len() <= crate::kv::frame::MAX_REPLID
+        && replid.bytes().all(|b| b.is_ascii_alphanumeric());
+    ok.then_some((replid, pos))
+}
+
+/// Every second, record where all live replicas could resume (written to a
+/// temporary file and renamed, so a crash leaves the old state or the new).
+async fn save_state(path: PathBuf, master: Master) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut last = None;
+    loop {
+        tick.tick().await;
+        let (Some(replid), Some(pos)) = (master.position().0, master.resume_point()) else {
+            continue;
+        };
+        if last.as_ref() == Some(&(replid.clone(), pos)) {
+            continue;
+        }
+        let tmp = path.with_extension("tmp");
+        let r = std::fs::write(&tmp, format!("{replid} {pos}\n"))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        match r {
+            Ok(()) => last = Some((replid, pos)),
+            Err(e) => tracing::warn!("kv upstream: saving {}: {e}", path.display()),
+        }
+    }
 }
 
 /// Follow the master forever: link, and on any failure log it, count it and
 /// link again after a second (resuming by `PSYNC` from where the backlog ends).
 pub async fn run(cfg: UpstreamConfig, master: Master) {
     let _fetcher = AbortOnDrop(tokio::spawn(fetch_snapshots(cfg.clone(), master.clone())));
+    let _saver = cfg.state.as_ref().map(|p| {
+        if let Some((replid, pos)) = load_state(p) {
+            // Resume where the replicas were: the backlog starts there, and
+            // PSYNC asks the master for exactly what follows.
+            eprintln!(
+                "qr kv-relay upstream: resuming replication id {replid} at offset {pos} ({})",
+                p.display()
+            );
+            master.reset(&replid, pos);
+        }
+        AbortOnDrop(tokio::spawn(save_state(p.clone(), master.clone())))
+    });
     let mut first = true;
     loop {
         if !first {
@@ -131,7 +182,7 @@ async fn receive_rdb(
         writer.write(&out).map_err(RelayError::Channel)?;
         master
             .metrics()
-            .snapshot_bytes
+            .snapshot_source_bytes
             .fetch_add(out.len() as u64, Relaxed);
         if done {
             let marked = framing.is_marked();
