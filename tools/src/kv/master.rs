@@ -425,16 +425,24 @@ impl Master {
             },
         );
         let (acks_tx, acks_rx) = watch::channel((start, 0u64));
+        // The data streams outlive the select below: when a session ends in
+        // error, the reason goes out on the control stream before they close,
+        // so the replica learns why rather than seeing a stream end early.
+        let mut log_uni = conn.open_uni().await?;
+        let mut snap_uni = match &snapshot {
+            Some(_) => Some(conn.open_uni().await?),
+            None => None,
+        };
         let result = tokio::select! {
-            r = self.send_log(&conn, session, epoch, start, acks_rx.clone()) => r,
+            r = self.send_log(&mut log_uni, session, epoch, start, acks_rx.clone()) => r,
             r = async {
                 // A finished snapshot ends nothing: the log goes on.
-                match snapshot {
-                    Some(s) => match self.send_snapshot(&conn, session, s, acks_rx.clone()).await {
+                match (snapshot, snap_uni.as_mut()) {
+                    (Some(s), Some(uni)) => match self.send_snapshot(uni, session, s, acks_rx.clone()).await {
                         Ok(()) => std::future::pending().await,
                         Err(e) => Err(e),
                     },
-                    None => std::future::pending().await,
+                    _ => std::future::pending().await,
                 }
             } => r,
             r = self.read_acks(&mut ctl, session, full, acks_tx) => r,
@@ -523,15 +531,14 @@ impl Master {
 
     async fn send_log(
         &self,
-        conn: &quinn::Connection,
+        uni: &mut quinn::SendStream,
         session: u64,
         epoch: u64,
         start: u64,
         mut acks: watch::Receiver<(u64, u64)>,
     ) -> Result<(), ChannelError> {
-        let mut uni = conn.open_uni().await?;
         write_frame(
-            &mut uni,
+            uni,
             &Frame::StreamOpen {
                 session,
                 kind: StreamKind::Log,
@@ -575,7 +582,7 @@ impl Master {
             match chunk {
                 Some(b) => {
                     let n = b.len() as u64;
-                    write_data(&mut uni, b).await?;
+                    write_data(uni, b).await?;
                     credit.on_send(n, Instant::now());
                 }
                 None => {
@@ -590,14 +597,13 @@ impl Master {
 
     async fn send_snapshot(
         &self,
-        conn: &quinn::Connection,
+        uni: &mut quinn::SendStream,
         session: u64,
         snap: Arc<Snapshot>,
         mut acks: watch::Receiver<(u64, u64)>,
     ) -> Result<(), ChannelError> {
-        let mut uni = conn.open_uni().await?;
         write_frame(
-            &mut uni,
+            uni,
             &Frame::StreamOpen {
                 session,
                 kind: StreamKind::Snapshot,
@@ -626,13 +632,13 @@ impl Master {
             match reader.next(sizer.chunk().min(avail)).await? {
                 Some(b) => {
                     let n = b.len() as u64;
-                    write_data(&mut uni, b).await?;
+                    write_data(uni, b).await?;
                     credit.on_send(n, Instant::now());
                     self.shared.metrics.snapshot_bytes.fetch_add(n, Relaxed);
                 }
                 None => {
                     write_frame(
-                        &mut uni,
+                        uni,
                         &Frame::SnapshotEnd {
                             length: reader.position(),
                         },

@@ -26,6 +26,9 @@ pub mod replica;
 pub mod snapshot;
 pub mod stream;
 
+#[cfg(test)]
+mod tests;
+
 /// ALPN of the channel: protocol `qr-kv`, version 1 (the frames' version byte).
 pub const ALPN: &[u8] = b"qr-kv/1";
 

@@ -92,6 +92,11 @@ impl ReplicaConn {
         }
     }
 
+    /// The counters this connection's sessions update.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// The connection.
     pub fn connection(&self) -> &quinn::Connection {
         &self.conn
@@ -265,7 +270,15 @@ async fn pump(
 ) -> Result<(), ChannelError> {
     let mut got = 0u64;
     loop {
-        match reader.next().await? {
+        let next = match reader.next().await {
+            Ok(f) => f,
+            Err(e) => {
+                // A reset stream: let the control stream's reason arrive first.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return Err(e);
+            }
+        };
+        match next {
             Some(Frame::Data(b)) => {
                 got += b.len() as u64;
                 let counter = if snapshot {
@@ -293,7 +306,12 @@ async fn pump(
                     "unexpected {other:?} on a data stream"
                 )))
             }
-            None => return Err(ChannelError::Eof("a data stream")),
+            None => {
+                // The master closes data streams after saying why on the
+                // control stream; give that reason time to arrive first.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return Err(ChannelError::Eof("a data stream"));
+            }
         }
     }
 }
