@@ -30,7 +30,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cmd::{cert, connect, demo, kv_relay, serve, ud_pingpong};
+use cmd::{cert, connect, demo, devices, kv_relay, serve, ud_pingpong};
 
 /// QUIC over RDMA Unreliable Datagram.
 #[derive(Debug, Parser)]
@@ -86,6 +86,13 @@ enum Command {
     /// Exit codes: runs until killed; 1 it could not start; 2 bad usage or a
     /// provider not built in.
     KvRelay(kv_relay::KvRelayArgs),
+
+    /// List every provider and device: RDMA devices (ports, state, link layer,
+    /// MTUs, GID table with types, limits) and the interfaces `soft` can use,
+    /// naming the fix for each misconfiguration.
+    ///
+    /// Exit codes: 0 listed (even when there is no RDMA device); 2 bad usage.
+    Devices(devices::DevicesArgs),
 }
 
 /// Parse the command line, run the subcommand and return its exit code: the
@@ -106,5 +113,6 @@ pub fn run() -> ExitCode {
         Command::UdPingpong(args) => ud_pingpong::main(&args),
         Command::Cert(args) => cert::main(&args),
         Command::KvRelay(args) => kv_relay::main(&args),
+        Command::Devices(args) => devices::main(&args),
     }
 }
