@@ -17,6 +17,7 @@
 pub mod channel_endpoint;
 mod cmd;
 mod endpoint;
+pub mod kv;
 pub mod pki;
 mod provider;
 mod report;
@@ -29,7 +30,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cmd::{cert, connect, demo, devices, serve, ud_pingpong};
+use cmd::{cert, connect, demo, devices, kv_relay, serve, ud_pingpong};
 
 /// QUIC over RDMA Unreliable Datagram.
 #[derive(Debug, Parser)]
@@ -78,6 +79,14 @@ enum Command {
     /// Exit codes: 0 written; 1 failed; 2 bad usage.
     Cert(cert::CertArgs),
 
+    /// Redis replication across the fabric: `upstream` is a replica of a real
+    /// Redis master and serves downstream relays; `downstream` dials it and
+    /// is a master to real Redis replicas. Mutual TLS between the relays.
+    ///
+    /// Exit codes: runs until killed; 1 it could not start; 2 bad usage or a
+    /// provider not built in.
+    KvRelay(kv_relay::KvRelayArgs),
+
     /// List every provider and device: RDMA devices (ports, state, link layer,
     /// MTUs, GID table with types, limits) and the interfaces `soft` can use,
     /// naming the fix for each misconfiguration.
@@ -103,6 +112,7 @@ pub fn run() -> ExitCode {
         Command::Connect(args) => connect::main(&args),
         Command::UdPingpong(args) => ud_pingpong::main(&args),
         Command::Cert(args) => cert::main(&args),
+        Command::KvRelay(args) => kv_relay::main(&args),
         Command::Devices(args) => devices::main(&args),
     }
 }

@@ -1,0 +1,339 @@
+//! `qr kv-relay upstream|downstream`: Redis replication across the fabric
+//! (`crate::kv`, `crate::kv::redis`).
+//!
+//! - `upstream` is a replica of a real Redis master (`--master`) and the
+//!   channel's master: it listens on the fabric (`--ip`, bootstrap on
+//!   `--service-port`) for downstream relays, with mutual TLS.
+//! - `downstream` dials the upstream relay (`--upstream HOST:PORT`) and is a
+//!   master to real Redis replicas on TCP `--listen` (point `replicaof` there).
+//!
+//! Both print progress every `--progress` (snapshot bytes, log head, each
+//! replica's lag in bytes and seconds; one JSON object per line with
+//! `--json`) and serve Prometheus metrics on `--metrics` (`/metrics`, and
+//! `/status` as JSON). They run until killed; a failing link (to Redis, to a
+//! replica, across the fabric) is logged, counted and re-established without
+//! touching the others.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use quic_rdma::quinn_adapter::Liveness;
+
+use super::args::{parse_bytes, LivenessArgs};
+use crate::channel_endpoint::{self, ChannelClient, DialOptions, ListenOptions};
+use crate::kv::redis::downstream::{self, Dialer, Upstream};
+use crate::kv::redis::upstream::{self, UpstreamConfig};
+use crate::kv::{self, Master, MasterConfig, Metrics};
+use crate::pki::MtlsArgs;
+use crate::provider::{self, ProviderKind};
+
+/// Options of `qr kv-relay`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct KvRelayArgs {
+    #[command(subcommand)]
+    side: Side,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Side {
+    /// Replica of a real Redis master; serves downstream relays over the fabric.
+    Upstream(UpstreamArgs),
+    /// Dials an upstream relay; master to real Redis replicas on TCP.
+    Downstream(DownstreamArgs),
+}
+
+/// Options both sides take.
+#[derive(Debug, clap::Args)]
+struct Common {
+    /// Local IP on the fabric: the endpoint's GID (IPv4-mapped for IPv4).
+    #[arg(long)]
+    ip: IpAddr,
+    /// Fabric provider.
+    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
+    provider: ProviderKind,
+    /// UDP port of the RoCEv2 socket.
+    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
+    udp_port: u16,
+    /// Mutual TLS identity and CA.
+    #[command(flatten)]
+    mtls: MtlsArgs,
+    /// Serve Prometheus metrics (/metrics) and JSON status (/status) here.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
+    /// Progress as one JSON status object per line on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Interval of progress lines ("off" for none).
+    #[arg(long, default_value = "2s", value_parser = parse_interval)]
+    progress: Interval,
+    /// Liveness timers of the QUIC connection.
+    #[command(flatten)]
+    liveness: LivenessArgs,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Interval(Option<Duration>);
+
+fn parse_interval(s: &str) -> Result<Interval, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(Interval(None));
+    }
+    humantime::parse_duration(s)
+        .map(|d| Interval(Some(d)))
+        .map_err(|e| format!("`{s}`: {e}"))
+}
+
+#[derive(Debug, clap::Args)]
+struct UpstreamArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The Redis master: HOST:PORT.
+    #[arg(long)]
+    master: String,
+    /// ACL user to authenticate to the master as (with --master-password).
+    #[arg(long)]
+    master_user: Option<String>,
+    /// The master's password (its `requirepass`, a replica's `masterauth`).
+    #[arg(long, env = "QR_KV_MASTER_PASSWORD", hide_env_values = true)]
+    master_password: Option<String>,
+    /// Port announced to the master (REPLCONF listening-port).
+    #[arg(long, default_value_t = 6379)]
+    listening_port: u16,
+    /// TCP port of the bootstrap service on --ip.
+    #[arg(long)]
+    service_port: u16,
+    /// Directory for snapshot files (as large as the dataset) and the resume
+    /// state (`state`: replication id and offset, so a restarted relay resumes).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Backlog for partial resync (bytes; K, M, G suffixes).
+    #[arg(long, default_value = "64M", value_parser = parse_bytes)]
+    backlog: u64,
+    /// Credit window per stream: bytes sent ahead of a replica's acks.
+    #[arg(long, default_value = "16M", value_parser = parse_bytes)]
+    window: u64,
+}
+
+#[derive(Debug, clap::Args)]
+struct DownstreamArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The upstream relay's bootstrap service: HOST:PORT.
+    #[arg(long)]
+    upstream: String,
+    /// Name the upstream's certificate must carry (default: HOST of --upstream).
+    #[arg(long)]
+    server_name: Option<String>,
+    /// Where real Redis replicas connect (their `replicaof HOST PORT`).
+    #[arg(long)]
+    listen: SocketAddr,
+}
+
+/// Run `qr kv-relay`: runs until killed; exit 1 if it cannot start, 2 for
+/// unusable options.
+pub(crate) fn main(args: &KvRelayArgs) -> ExitCode {
+    let common = match &args.side {
+        Side::Upstream(a) => &a.common,
+        Side::Downstream(a) => &a.common,
+    };
+    if let Err(e) = provider::ensure_built_in(common.provider) {
+        eprintln!("qr kv-relay: {e}");
+        return ExitCode::from(2);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("qr kv-relay: starting the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = rt.block_on(async {
+        match &args.side {
+            Side::Upstream(a) => run_upstream(a).await,
+            Side::Downstream(a) => run_downstream(a).await,
+        }
+    });
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("qr kv-relay: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Metrics endpoint and progress printer, common to both sides.
+async fn observe(common: &Common, metrics: Arc<Metrics>, role: &'static str) -> Result<()> {
+    if let Some(addr) = common.metrics {
+        let (bound, _task) = kv::http::serve(addr, metrics.clone(), role)
+            .await
+            .with_context(|| format!("metrics endpoint on {addr}"))?;
+        eprintln!("qr kv-relay {role}: metrics on http://{bound}/metrics");
+    }
+    if let Some(every) = common.progress.0 {
+        let json = common.json;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if json {
+                    println!("{}", metrics.status(role));
+                } else {
+                    eprintln!("{}", progress_line(&metrics, role));
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+fn progress_line(m: &Metrics, role: &str) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut s = format!(
+        "qr kv-relay {role}: snapshot in {} B out {} B, log {} B, head {}, backlog {} B, \
+         syncs full {} partial {}",
+        m.snapshot_source_bytes.load(Relaxed),
+        m.snapshot_bytes.load(Relaxed),
+        m.log_bytes.load(Relaxed),
+        m.head.load(Relaxed),
+        m.backlog_bytes.load(Relaxed),
+        m.sync_full.load(Relaxed),
+        m.sync_partial_ok.load(Relaxed),
+    );
+    for (id, r) in m.replicas() {
+        s.push_str(&format!(
+            "; replica {id}: lag {} B {:.3} s",
+            r.lag_bytes, r.lag_seconds
+        ));
+    }
+    s
+}
+
+async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
+    let c = &a.common;
+    let mtls = c.mtls.load()?;
+    let liveness: Liveness = c.liveness.liveness()?;
+    std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
+    kv::snapshot::remove_stale(&a.dir);
+    let metrics = Arc::new(Metrics::default());
+    let mut cfg = MasterConfig::new(a.dir.clone());
+    cfg.backlog = a.backlog;
+    cfg.window = a.window;
+    let master = Master::new(cfg, metrics.clone());
+    let mut lo = ListenOptions::new(c.ip);
+    lo.provider = c.provider;
+    lo.udp_port = c.udp_port;
+    lo.service_port = a.service_port;
+    lo.liveness = liveness;
+    // The transport config is the fabric's (channel_endpoint replaces it).
+    let transport = Arc::new(quinn::TransportConfig::default());
+    let listening = channel_endpoint::listen(&lo, mtls.server_config(kv::ALPN, transport)?)?;
+    observe(c, metrics.clone(), "upstream").await?;
+    eprintln!(
+        "qr kv-relay upstream: following Redis master {}; serving downstream relays: {}",
+        a.master,
+        listening.describe()
+    );
+    let up = UpstreamConfig {
+        master: a.master.clone(),
+        user: a.master_user.clone(),
+        password: a.master_password.clone(),
+        listening_port: a.listening_port,
+        ack_interval: Duration::from_secs(1),
+        state: Some(a.dir.join("state")),
+    };
+    tokio::spawn(upstream::run(up, master.clone()));
+    let endpoint = listening.endpoint.clone();
+    while let Some(incoming) = endpoint.accept().await {
+        let master = master.clone();
+        tokio::spawn(async move {
+            match incoming.await {
+                Ok(conn) => {
+                    let peer = conn.remote_address();
+                    if let Err(e) = master.serve(conn).await {
+                        eprintln!("qr kv-relay upstream: downstream {peer}: {e}");
+                    }
+                }
+                Err(e) => {
+                    master
+                        .metrics()
+                        .link_errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    eprintln!("qr kv-relay upstream: handshake: {e}");
+                }
+            }
+        });
+    }
+    drop(listening);
+    Ok(())
+}
+
+async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
+    let c = &a.common;
+    let mtls = Arc::new(c.mtls.load()?);
+    let liveness = c.liveness.liveness()?;
+    let server_name = match &a.server_name {
+        Some(n) => n.clone(),
+        None => a
+            .upstream
+            .rsplit_once(':')
+            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
+            .with_context(|| format!("`{}` is not HOST:PORT", a.upstream))?,
+    };
+    let metrics = Arc::new(Metrics::default());
+    let listener = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .with_context(|| format!("listening for replicas on TCP {}", a.listen))?;
+    observe(c, metrics.clone(), "downstream").await?;
+    // One client endpoint for the relay's life: the first dial opens it,
+    // later ones reconnect on it (its RoCEv2 port stays ours).
+    let client: Arc<tokio::sync::Mutex<Option<ChannelClient>>> = Arc::default();
+    let mut opts = DialOptions::new();
+    opts.provider = c.provider;
+    opts.ip = Some(c.ip);
+    opts.udp_port = c.udp_port;
+    opts.liveness = liveness;
+    let service = a.upstream.clone();
+    let dial: Dialer = Arc::new(move || {
+        let (client, mtls, service, server_name, opts) = (
+            client.clone(),
+            mtls.clone(),
+            service.clone(),
+            server_name.clone(),
+            opts.clone(),
+        );
+        Box::pin(async move {
+            let cfg = mtls
+                .client_config(kv::ALPN, Arc::new(quinn::TransportConfig::default()))
+                .map_err(|e| format!("{e:#}"))?;
+            let mut cur = client.lock().await;
+            let r = match cur.as_ref() {
+                Some(cl) => cl.connect(&service, cfg, &server_name).await,
+                None => match channel_endpoint::dial(&service, &opts, cfg, &server_name).await {
+                    Ok((cl, conn)) => {
+                        *cur = Some(cl);
+                        Ok(conn)
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            r.map_err(|e| format!("{e:#}"))
+        })
+    });
+    let upstream = Arc::new(Upstream::new(dial, metrics.clone()));
+    eprintln!(
+        "qr kv-relay downstream: replicas connect to {}; upstream relay {}",
+        a.listen, a.upstream
+    );
+    downstream::serve(listener, upstream, metrics).await;
+    Ok(())
+}

@@ -1,0 +1,781 @@
+//! The master side of the channel: one log and its backlog, the current
+//! snapshot, and a session per replica, each at its own position.
+//!
+//! The application feeds it ([`Master::reset`] when its data starts anew,
+//! [`Master::begin_snapshot`], [`Master::append`]) and hands it QUIC
+//! connections ([`Master::serve`]). A replica opens a bidirectional control
+//! stream and says what it has ([`Frame::Hello`]); [`decide`] answers with a
+//! partial resync when the backlog still holds its position, else a full sync
+//! from a snapshot whose position the backlog holds — asking the application
+//! for a fresh one ([`Master::snapshot_wanted`]) when the stored one is too
+//! old. The log and the snapshot then travel on two uni streams, each bounded
+//! by the replica's acks ([`super::flow::Credit`]).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use super::backlog::Backlog;
+use super::error::ChannelError;
+use super::flow::{ChunkSizer, Credit};
+use super::frame::{ErrorCode, Frame, StreamKind};
+use super::metrics::{Metrics, ReplicaStatus};
+use super::snapshot::{Snapshot, SnapshotWriter};
+use super::stream::{write_data, write_frame, FrameReader};
+
+/// Settings of a [`Master`].
+#[derive(Clone, Debug)]
+pub struct MasterConfig {
+    /// Backlog capacity in bytes (partial resync reach).
+    pub backlog: u64,
+    /// Credit window per stream: sent-but-unacked bytes allowed.
+    pub window: u64,
+    /// Where snapshot files go.
+    pub snapshot_dir: PathBuf,
+    /// How long a full sync waits for a usable snapshot before giving up.
+    pub snapshot_wait: Duration,
+    /// Interval of heartbeats on the control stream.
+    pub heartbeat: Duration,
+}
+
+impl MasterConfig {
+    /// Defaults: 64 MiB backlog, 16 MiB window, 120 s snapshot wait, 1 s heartbeat.
+    pub fn new(snapshot_dir: PathBuf) -> MasterConfig {
+        MasterConfig {
+            backlog: 64 << 20,
+            window: 16 << 20,
+            snapshot_dir,
+            snapshot_wait: Duration::from_secs(120),
+            heartbeat: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What a master answers a replica's [`Frame::Hello`] (sans-IO: see [`decide`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Partial resync from the replica's own position.
+    Continue {
+        /// Where the log resumes.
+        position: u64,
+    },
+    /// Full sync from the stored snapshot at `position`.
+    Full {
+        /// The snapshot's position.
+        position: u64,
+    },
+    /// A full sync is needed and no usable snapshot exists: ask for one, wait.
+    NeedSnapshot,
+    /// The master has no data yet: wait.
+    NoData,
+    /// The replica is ahead of this master's head in the same history (the
+    /// master restarted behind it and is catching up): wait a little for the
+    /// head to pass it, then fall back to a full sync.
+    Ahead,
+}
+
+/// The master's current data, as [`decide`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct View<'a> {
+    /// Current replication id, `None` before any data.
+    pub replid: Option<&'a str>,
+    /// Backlog range `[start, head]`.
+    pub backlog: (u64, u64),
+    /// The stored snapshot: its replid, position, and whether it failed.
+    pub snapshot: Option<(&'a str, u64, bool)>,
+    /// Waiting for a replica ahead of the head is over: decide without it.
+    pub snapshot_only: bool,
+}
+
+/// The resync decision: partial when the replica's replid is ours and the
+/// backlog holds its position; else full from a snapshot the backlog can
+/// continue (its position within the backlog).
+pub fn decide(view: View<'_>, hello_replid: Option<&str>, hello_position: u64) -> Decision {
+    let Some(replid) = view.replid else {
+        return Decision::NoData;
+    };
+    let held = |p: u64| (view.backlog.0..=view.backlog.1).contains(&p);
+    if hello_replid == Some(replid) {
+        if held(hello_position) {
+            return Decision::Continue {
+                position: hello_position,
+            };
+        }
+        if hello_position > view.backlog.1 && !view.snapshot_only {
+            return Decision::Ahead;
+        }
+    }
+    match view.snapshot {
+        Some((r, p, false)) if r == replid && held(p) => Decision::Full { position: p },
+        _ => Decision::NeedSnapshot,
+    }
+}
+
+/// The master side: cheap to clone (all clones share state).
+#[derive(Clone, Debug)]
+pub struct Master {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    cfg: MasterConfig,
+    state: Mutex<State>,
+    /// Bumped on every change replicas may wait for.
+    version: watch::Sender<u64>,
+    metrics: Arc<Metrics>,
+}
+
+#[derive(Debug)]
+struct State {
+    replid: Option<String>,
+    epoch: u64,
+    backlog: Backlog,
+    /// (position, when appended), sampled, for lag in seconds; bounded.
+    times: VecDeque<(u64, Instant)>,
+    snapshot: Option<Arc<Snapshot>>,
+    want_snapshot: bool,
+    next_session: u64,
+}
+
+/// How long a replica ahead of the head waits for it (see [`Decision::Ahead`]).
+const AHEAD_WAIT: Duration = Duration::from_secs(10);
+
+/// Samples kept for lag-in-seconds (one per append, at most every 10 ms).
+const TIME_SAMPLES: usize = 4096;
+
+impl State {
+    fn view(&self, snapshot_only: bool) -> View<'_> {
+        View {
+            snapshot_only,
+            replid: self.replid.as_deref(),
+            backlog: (self.backlog.start(), self.backlog.head()),
+            snapshot: self
+                .snapshot
+                .as_ref()
+                .map(|s| (s.replid.as_str(), s.position, s.failed())),
+        }
+    }
+
+    /// When the byte at `position` was appended (the first sample at or after it).
+    fn age_of(&self, position: u64, now: Instant) -> f64 {
+        if position >= self.backlog.head() {
+            return 0.0;
+        }
+        let i = self.times.partition_point(|&(p, _)| p <= position);
+        let at = self.times.get(i.saturating_sub(1)).map(|&(_, t)| t);
+        at.map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64())
+    }
+}
+
+impl Master {
+    /// A master with no data yet.
+    pub fn new(cfg: MasterConfig, metrics: Arc<Metrics>) -> Master {
+        let backlog = Backlog::new(0, cfg.backlog);
+        let (version, _) = watch::channel(0);
+        Master {
+            shared: Arc::new(Shared {
+                cfg,
+                state: Mutex::new(State {
+                    replid: None,
+                    epoch: 0,
+                    backlog,
+                    times: VecDeque::new(),
+                    snapshot: None,
+                    want_snapshot: false,
+                    next_session: 1,
+                }),
+                version,
+                metrics,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.shared.version.send_modify(|v| *v += 1);
+    }
+
+    /// The metrics this master updates.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.shared.metrics
+    }
+
+    /// The data starts anew as `replid` at `position` (a new epoch): the
+    /// backlog and snapshot are dropped and every session ends with `Reset`.
+    pub fn reset(&self, replid: &str, position: u64) {
+        let mut st = self.lock();
+        st.replid = Some(replid.to_string());
+        st.epoch += 1;
+        st.backlog = Backlog::new(position, self.shared.cfg.backlog);
+        st.times.clear();
+        st.snapshot = None;
+        self.shared.metrics.head.store(position, Relaxed);
+        self.shared.metrics.backlog_bytes.store(0, Relaxed);
+        drop(st);
+        self.bump();
+    }
+
+    /// Start a new snapshot of `replid` at `position` (which the backlog must
+    /// hold, so its log can follow); it replaces the stored one for new full
+    /// syncs at once, and sessions stream it while it is written.
+    pub fn begin_snapshot(
+        &self,
+        replid: &str,
+        position: u64,
+    ) -> Result<SnapshotWriter, ChannelError> {
+        let mut st = self.lock();
+        if st.replid.as_deref() != Some(replid) {
+            return Err(ChannelError::Snapshot(format!(
+                "snapshot of replication id {replid}, the log is {:?}",
+                st.replid
+            )));
+        }
+        if !st.backlog.contains(position) && position < st.backlog.start() {
+            return Err(ChannelError::Snapshot(format!(
+                "snapshot at {position} is older than the backlog (from {})",
+                st.backlog.start()
+            )));
+        }
+        let (snap, writer) = Snapshot::create(&self.shared.cfg.snapshot_dir, replid, position)?;
+        st.snapshot = Some(snap);
+        st.want_snapshot = false;
+        drop(st);
+        self.bump();
+        Ok(writer)
+    }
+
+    /// Append log bytes at the head.
+    pub fn append(&self, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut st = self.lock();
+        let at = st.backlog.head();
+        let n = data.len() as u64;
+        st.backlog.append(data);
+        if st
+            .times
+            .back()
+            .is_none_or(|&(_, t)| now - t >= Duration::from_millis(10))
+        {
+            if st.times.len() == TIME_SAMPLES {
+                st.times.pop_front();
+            }
+            st.times.push_back((at, now));
+        }
+        let start = st.backlog.start();
+        while st.times.len() > 1 && st.times[1].0 <= start {
+            st.times.pop_front();
+        }
+        self.shared.metrics.head.store(st.backlog.head(), Relaxed);
+        self.shared
+            .metrics
+            .backlog_bytes
+            .store(st.backlog.len(), Relaxed);
+        self.shared.metrics.log_bytes.fetch_add(n, Relaxed);
+        drop(st);
+        self.bump();
+    }
+
+    /// Current replication id and head position.
+    pub fn position(&self) -> (Option<String>, u64) {
+        let st = self.lock();
+        (st.replid.clone(), st.backlog.head())
+    }
+
+    /// Where every live replica could resume from: the lowest position any
+    /// session's final consumer reports applied (its acked position when it
+    /// reports nothing). `None` when no session is live.
+    pub fn resume_point(&self) -> Option<u64> {
+        self.shared
+            .metrics
+            .replicas()
+            .values()
+            .map(|r| {
+                if r.applied > 0 {
+                    r.applied.min(r.acked)
+                } else {
+                    r.acked
+                }
+            })
+            .min()
+    }
+
+    /// Wait until a full sync needs a fresh snapshot (the stored one is gone
+    /// or older than the backlog); the application then calls
+    /// [`Master::begin_snapshot`].
+    pub async fn snapshot_wanted(&self) {
+        let mut rx = self.shared.version.subscribe();
+        loop {
+            if self.lock().want_snapshot {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Serve replica sessions on `conn` until it closes.
+    pub async fn serve(&self, conn: quinn::Connection) -> Result<(), ChannelError> {
+        loop {
+            let (send, recv) = match conn.accept_bi().await {
+                Ok(s) => s,
+                Err(
+                    quinn::ConnectionError::ApplicationClosed(_)
+                    | quinn::ConnectionError::LocallyClosed,
+                ) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
+            let (master, conn) = (self.clone(), conn.clone());
+            tokio::spawn(async move {
+                if let Err(e) = master.session(conn, send, recv).await {
+                    master.shared.metrics.link_errors.fetch_add(1, Relaxed);
+                    if matches!(e, ChannelError::Frame(_) | ChannelError::Protocol(_)) {
+                        master.shared.metrics.malformed.fetch_add(1, Relaxed);
+                    }
+                    tracing::info!("kv master: session ended: {e}");
+                }
+            });
+        }
+    }
+
+    async fn session(
+        &self,
+        conn: quinn::Connection,
+        mut ctl_send: quinn::SendStream,
+        ctl_recv: quinn::RecvStream,
+    ) -> Result<(), ChannelError> {
+        let mut ctl = FrameReader::new(ctl_recv);
+        let hello = tokio::time::timeout(Duration::from_secs(10), ctl.expect("hello"))
+            .await
+            .map_err(|_| ChannelError::Timeout("the replica's hello"))??;
+        let Frame::Hello { replid, position } = hello else {
+            return Err(ChannelError::Protocol(format!(
+                "expected Hello first, got {hello:?}"
+            )));
+        };
+        let (decision, epoch, session, my_replid, snapshot) =
+            match self.negotiate(replid.as_deref(), position).await {
+                Ok(d) => d,
+                Err(e) => {
+                    let _ = write_frame(
+                        &mut ctl_send,
+                        &Frame::Error {
+                            code: ErrorCode::Unavailable,
+                            message: e.to_string(),
+                        },
+                    )
+                    .await;
+                    let _ = ctl_send.finish();
+                    return Err(e);
+                }
+            };
+        let m = &self.shared.metrics;
+        let (start, full) = match decision {
+            Decision::Continue { position } => {
+                m.sync_partial_ok.fetch_add(1, Relaxed);
+                write_frame(
+                    &mut ctl_send,
+                    &Frame::Continue {
+                        session,
+                        replid: my_replid,
+                        position,
+                    },
+                )
+                .await?;
+                (position, false)
+            }
+            Decision::Full { position } => {
+                m.sync_full.fetch_add(1, Relaxed);
+                if replid.is_some() {
+                    m.sync_partial_err.fetch_add(1, Relaxed);
+                }
+                write_frame(
+                    &mut ctl_send,
+                    &Frame::FullSync {
+                        session,
+                        replid: my_replid,
+                        position,
+                    },
+                )
+                .await?;
+                (position, true)
+            }
+            Decision::NeedSnapshot | Decision::NoData | Decision::Ahead => {
+                unreachable!("negotiate waits these out")
+            }
+        };
+        m.set_replica(
+            session,
+            ReplicaStatus {
+                acked: start,
+                full,
+                ..ReplicaStatus::default()
+            },
+        );
+        let (acks_tx, acks_rx) = watch::channel((start, 0u64));
+        // The data streams outlive the select below: when a session ends in
+        // error, the reason goes out on the control stream before they close,
+        // so the replica learns why rather than seeing a stream end early.
+        let mut log_uni = conn.open_uni().await?;
+        let mut snap_uni = match &snapshot {
+            Some(_) => Some(conn.open_uni().await?),
+            None => None,
+        };
+        let result = tokio::select! {
+            r = self.send_log(&mut log_uni, session, epoch, start, acks_rx.clone()) => r,
+            r = async {
+                // A finished snapshot ends nothing: the log goes on.
+                match (snapshot, snap_uni.as_mut()) {
+                    (Some(s), Some(uni)) => match self.send_snapshot(uni, session, s, acks_rx.clone()).await {
+                        Ok(()) => std::future::pending().await,
+                        Err(e) => Err(e),
+                    },
+                    _ => std::future::pending().await,
+                }
+            } => r,
+            r = self.read_acks(&mut ctl, session, full, acks_tx) => r,
+            r = self.heartbeats(&mut ctl_send) => r,
+        };
+        m.remove_replica(session);
+        if let Err(e) = &result {
+            let code = match e {
+                ChannelError::Remote { .. } | ChannelError::Connection(_) => None,
+                ChannelError::Protocol(_) | ChannelError::Frame(_) => Some(ErrorCode::Protocol),
+                ChannelError::BeyondBacklog { .. } => Some(ErrorCode::BeyondBacklog),
+                ChannelError::Reset => Some(ErrorCode::Reset),
+                _ => Some(ErrorCode::Unavailable),
+            };
+            if let Some(code) = code {
+                let _ = write_frame(
+                    &mut ctl_send,
+                    &Frame::Error {
+                        code,
+                        message: e.to_string(),
+                    },
+                )
+                .await;
+                let _ = ctl_send.finish();
+                // Let the error frame leave before the streams are dropped.
+                let _ = tokio::time::timeout(Duration::from_secs(1), ctl_send.stopped()).await;
+            }
+        }
+        result
+    }
+
+    /// Decide, waiting (bounded) for data or a snapshot when needed.
+    #[allow(clippy::type_complexity)]
+    async fn negotiate(
+        &self,
+        replid: Option<&str>,
+        position: u64,
+    ) -> Result<(Decision, u64, u64, String, Option<Arc<Snapshot>>), ChannelError> {
+        let mut rx = self.shared.version.subscribe();
+        let now = tokio::time::Instant::now();
+        let deadline = now + self.shared.cfg.snapshot_wait;
+        // A replica ahead of us waits this long for the head to reach it.
+        let ahead_until = now + AHEAD_WAIT;
+        loop {
+            let ahead = {
+                let mut st = self.lock();
+                let give_up_ahead = tokio::time::Instant::now() >= ahead_until;
+                let d = decide(st.view(give_up_ahead), replid, position);
+                match d {
+                    Decision::Continue { .. } | Decision::Full { .. } => {
+                        let session = st.next_session;
+                        st.next_session += 1;
+                        let snap = matches!(d, Decision::Full { .. })
+                            .then(|| st.snapshot.clone())
+                            .flatten();
+                        let r = st.replid.clone().unwrap_or_default();
+                        return Ok((d, st.epoch, session, r, snap));
+                    }
+                    Decision::NeedSnapshot => {
+                        if !st.want_snapshot {
+                            st.want_snapshot = true;
+                            drop(st);
+                            self.bump();
+                        }
+                        false
+                    }
+                    Decision::NoData => false,
+                    Decision::Ahead => true,
+                }
+            };
+            if ahead {
+                // Wake at the give-up time even if nothing is appended.
+                let _ = tokio::time::timeout_at(ahead_until, rx.changed()).await;
+                continue;
+            }
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
+                return Err(ChannelError::Timeout(
+                    "no snapshot the backlog can continue became available",
+                ));
+            }
+        }
+    }
+
+    async fn send_log(
+        &self,
+        uni: &mut quinn::SendStream,
+        session: u64,
+        epoch: u64,
+        start: u64,
+        mut acks: watch::Receiver<(u64, u64)>,
+    ) -> Result<(), ChannelError> {
+        write_frame(
+            uni,
+            &Frame::StreamOpen {
+                session,
+                kind: StreamKind::Log,
+                position: start,
+            },
+        )
+        .await?;
+        let mut credit = Credit::new(start, self.shared.cfg.window);
+        let mut sizer = ChunkSizer::new();
+        let mut version = self.shared.version.subscribe();
+        loop {
+            let (log_ack, _) = *acks.borrow_and_update();
+            let now = Instant::now();
+            let rtt = credit.on_ack(log_ack, now);
+            if let Some(r) = rtt {
+                self.shared.metrics.turnaround(r);
+            }
+            sizer.on_ack(credit.acked(), rtt, now);
+            let avail = credit.available();
+            let mut chunk = None;
+            if avail > 0 {
+                version.borrow_and_update();
+                let st = self.lock();
+                if st.epoch != epoch {
+                    return Err(ChannelError::Reset);
+                }
+                match st
+                    .backlog
+                    .read(credit.sent(), sizer.chunk().min(avail as usize))
+                {
+                    None => {
+                        return Err(ChannelError::BeyondBacklog {
+                            position: credit.sent(),
+                            start: st.backlog.start(),
+                        })
+                    }
+                    Some(b) if b.is_empty() => {}
+                    Some(b) => chunk = Some(b),
+                }
+            }
+            match chunk {
+                Some(b) => {
+                    let n = b.len() as u64;
+                    write_data(uni, b).await?;
+                    credit.on_send(n, Instant::now());
+                }
+                None => {
+                    tokio::select! {
+                        r = version.changed() => if r.is_err() { return Ok(()) },
+                        r = acks.changed() => if r.is_err() { return Ok(()) },
+                    }
+                }
+            }
+        }
+    }
+
+    async fn send_snapshot(
+        &self,
+        uni: &mut quinn::SendStream,
+        session: u64,
+        snap: Arc<Snapshot>,
+        mut acks: watch::Receiver<(u64, u64)>,
+    ) -> Result<(), ChannelError> {
+        write_frame(
+            uni,
+            &Frame::StreamOpen {
+                session,
+                kind: StreamKind::Snapshot,
+                position: 0,
+            },
+        )
+        .await?;
+        let mut reader = snap.reader();
+        let mut credit = Credit::new(0, self.shared.cfg.window);
+        let mut sizer = ChunkSizer::new();
+        loop {
+            let (_, snap_ack) = *acks.borrow_and_update();
+            let now = Instant::now();
+            let rtt = credit.on_ack(snap_ack, now);
+            if let Some(r) = rtt {
+                self.shared.metrics.turnaround(r);
+            }
+            sizer.on_ack(credit.acked(), rtt, now);
+            let avail = credit.available() as usize;
+            if avail == 0 {
+                if acks.changed().await.is_err() {
+                    return Ok(());
+                }
+                continue;
+            }
+            match reader.next(sizer.chunk().min(avail)).await? {
+                Some(b) => {
+                    let n = b.len() as u64;
+                    write_data(uni, b).await?;
+                    credit.on_send(n, Instant::now());
+                    self.shared.metrics.snapshot_bytes.fetch_add(n, Relaxed);
+                }
+                None => {
+                    write_frame(
+                        uni,
+                        &Frame::SnapshotEnd {
+                            length: reader.position(),
+                        },
+                    )
+                    .await?;
+                    let _ = uni.finish();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    async fn read_acks(
+        &self,
+        ctl: &mut FrameReader,
+        session: u64,
+        full: bool,
+        acks: watch::Sender<(u64, u64)>,
+    ) -> Result<(), ChannelError> {
+        loop {
+            match ctl.next().await? {
+                None => return Ok(()),
+                Some(Frame::Ack {
+                    log,
+                    snapshot,
+                    applied,
+                }) => {
+                    acks.send_replace((log, snapshot));
+                    let st = self.lock();
+                    let head = st.backlog.head();
+                    let lag_seconds = st.age_of(log, Instant::now());
+                    drop(st);
+                    self.shared.metrics.set_replica(
+                        session,
+                        ReplicaStatus {
+                            acked: log,
+                            applied,
+                            lag_bytes: head.saturating_sub(log),
+                            lag_seconds,
+                            snapshot_acked: snapshot,
+                            full,
+                        },
+                    );
+                }
+                Some(Frame::Heartbeat { .. }) => {}
+                Some(Frame::Error { code, message }) => {
+                    return Err(ChannelError::Remote { code, message })
+                }
+                Some(other) => {
+                    return Err(ChannelError::Protocol(format!(
+                        "unexpected {other:?} on the control stream"
+                    )))
+                }
+            }
+        }
+    }
+
+    async fn heartbeats(&self, ctl_send: &mut quinn::SendStream) -> Result<(), ChannelError> {
+        let mut tick = tokio::time::interval(self.shared.cfg.heartbeat);
+        loop {
+            tick.tick().await;
+            let position = self.lock().backlog.head();
+            write_frame(ctl_send, &Frame::Heartbeat { position }).await?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view<'a>(snapshot: Option<(&'a str, u64, bool)>) -> View<'a> {
+        View {
+            replid: Some("A"),
+            backlog: (100, 200),
+            snapshot,
+            snapshot_only: false,
+        }
+    }
+
+    #[test]
+    fn partial_when_the_backlog_holds_the_position() {
+        assert_eq!(
+            decide(view(None), Some("A"), 100),
+            Decision::Continue { position: 100 }
+        );
+        assert_eq!(
+            decide(view(None), Some("A"), 200),
+            Decision::Continue { position: 200 }
+        );
+    }
+
+    #[test]
+    fn full_otherwise_from_a_snapshot_the_backlog_continues() {
+        let snap = Some(("A", 150, false));
+        assert_eq!(
+            decide(view(snap), Some("A"), 99),
+            Decision::Full { position: 150 }
+        );
+        assert_eq!(
+            decide(view(snap), Some("B"), 150),
+            Decision::Full { position: 150 }
+        );
+        assert_eq!(
+            decide(view(snap), None, 0),
+            Decision::Full { position: 150 }
+        );
+        // Ahead of the head in our history: wait for it, unless told not to.
+        assert_eq!(decide(view(snap), Some("A"), 201), Decision::Ahead);
+        let impatient = View {
+            snapshot_only: true,
+            ..view(snap)
+        };
+        assert_eq!(
+            decide(impatient, Some("A"), 201),
+            Decision::Full { position: 150 }
+        );
+        // Too old, another id, or failed: ask for a fresh one.
+        assert_eq!(
+            decide(view(Some(("A", 99, false))), None, 0),
+            Decision::NeedSnapshot
+        );
+        assert_eq!(
+            decide(view(Some(("B", 150, false))), None, 0),
+            Decision::NeedSnapshot
+        );
+        assert_eq!(
+            decide(view(Some(("A", 150, true))), None, 0),
+            Decision::NeedSnapshot
+        );
+        assert_eq!(decide(view(None), None, 0), Decision::NeedSnapshot);
+        let empty = View {
+            replid: None,
+            backlog: (0, 0),
+            snapshot: None,
+            snapshot_only: false,
+        };
+        assert_eq!(decide(empty, None, 0), Decision::NoData);
+    }
+}

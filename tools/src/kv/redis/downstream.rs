@@ -1,0 +1,340 @@
+//! The downstream relay's links to real Redis replicas: it is their master
+//! (replication.c `syncCommand` / `masterTryPartialResynchronization` is what
+//! it stands in for). Each replica's `PSYNC <replid> <offset>` becomes a
+//! channel session asking the upstream relay for exactly that; the answer
+//! becomes `+FULLRESYNC <replid> <offset>` plus the snapshot (always in the
+//! diskless `$EOF:<mark>` form, which needs no length up front) or
+//! `+CONTINUE <replid>`; then the command stream follows, and the replica's
+//! `REPLCONF ACK <offset>` is passed back as the session's applied position.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::Mutex;
+
+use super::conn::RedisConn;
+use super::error::RelayError;
+use super::rdb::EOF_MARK_LEN;
+use super::resp::{Command, Parser, RespError};
+use crate::kv::metrics::{Metrics, ReplicaStatus};
+use crate::kv::replica::{ReplicaConn, SyncStart};
+
+/// Opens a QUIC connection to the upstream relay.
+pub type Dialer = Arc<
+    dyn Fn() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<quinn::Connection, String>> + Send>,
+        > + Send
+        + Sync,
+>;
+
+/// The connection to the upstream relay, dialed on demand and again after a loss.
+pub struct Upstream {
+    dial: Dialer,
+    conn: Mutex<Option<Arc<ReplicaConn>>>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream").finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// Dial with `dial` whenever a connection is needed.
+    pub fn new(dial: Dialer, metrics: Arc<Metrics>) -> Upstream {
+        Upstream {
+            dial,
+            conn: Mutex::new(None),
+            metrics,
+        }
+    }
+
+    /// A live connection, dialing if there is none.
+    pub async fn get(&self) -> Result<Arc<ReplicaConn>, RelayError> {
+        let mut g = self.conn.lock().await;
+        if let Some(c) = g.as_ref() {
+            if c.connection().close_reason().is_none() {
+                return Ok(c.clone());
+            }
+            self.metrics.reconnects.fetch_add(1, Relaxed);
+        }
+        let conn = (self.dial)().await.map_err(RelayError::Dial)?;
+        let c = Arc::new(ReplicaConn::new(conn, self.metrics.clone()));
+        *g = Some(c.clone());
+        Ok(c)
+    }
+}
+
+/// Accept replicas on `listener` forever; each link fails alone.
+pub async fn serve(listener: TcpListener, upstream: Arc<Upstream>, metrics: Arc<Metrics>) {
+    static LINK: AtomicU64 = AtomicU64::new(1);
+    loop {
+        let (sock, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("kv downstream: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (upstream, metrics) = (upstream.clone(), metrics.clone());
+        let id = LINK.fetch_add(1, Relaxed);
+        tokio::spawn(async move {
+            let r = replica_link(RedisConn::new(sock), &upstream, &metrics, id).await;
+            metrics.remove_replica(id);
+            if let Err(e) = r {
+                metrics.link_errors.fetch_add(1, Relaxed);
+                if e.is_malformed() {
+                    metrics.malformed.fetch_add(1, Relaxed);
+                }
+                eprintln!("qr kv-relay downstream: replica {peer} link closed: {e}");
+            }
+        });
+    }
+}
+
+/// Commands from a replica, in order; a parse error comes after the
+/// commands that preceded it (so a valid `PING` before garbage is answered).
+#[derive(Debug, Default)]
+struct Commands {
+    parser: Parser,
+    pending: std::collections::VecDeque<Command>,
+    error: Option<RespError>,
+}
+
+impl Commands {
+    /// Parse `data`, queueing what it completes.
+    fn feed(&mut self, data: &[u8]) {
+        if self.error.is_some() {
+            return;
+        }
+        let mut out = Vec::new();
+        if let Err(e) = self.parser.feed(data, &mut out) {
+            self.error = Some(e);
+        }
+        self.pending.extend(out);
+    }
+
+    /// The next parsed command, or the error after the last of them.
+    fn pop(&mut self) -> Option<Result<Command, RelayError>> {
+        match self.pending.pop_front() {
+            Some(c) => Some(Ok(c)),
+            None => self.error.take().map(|e| Err(e.into())),
+        }
+    }
+
+    /// The next command, reading from `c` as needed.
+    async fn next(&mut self, c: &mut RedisConn) -> Result<Command, RelayError> {
+        loop {
+            if let Some(r) = self.pop() {
+                return r;
+            }
+            if c.buf.is_empty() {
+                c.fill().await?;
+            }
+            let data = c.buf.split();
+            self.feed(&data);
+        }
+    }
+}
+
+/// What the replica told us before PSYNC.
+#[derive(Debug, Default)]
+struct Hello {
+    capa_eof: bool,
+    capa_psync2: bool,
+}
+
+async fn reply(c: &mut RedisConn, s: &str) -> Result<(), RelayError> {
+    c.stream.write_all(s.as_bytes()).await?;
+    Ok(())
+}
+
+async fn replica_link(
+    mut c: RedisConn,
+    upstream: &Upstream,
+    metrics: &Metrics,
+    id: u64,
+) -> Result<(), RelayError> {
+    let mut cmds = Commands::default();
+    let mut hello = Hello::default();
+    // The handshake, up to PSYNC (bounded: a silent peer is dropped).
+    let have = loop {
+        let cmd = tokio::time::timeout(Duration::from_secs(60), cmds.next(&mut c))
+            .await
+            .map_err(|_| RelayError::Timeout("the replica's handshake"))??;
+        match cmd.arg_lower(0).as_deref() {
+            None if cmd.argc == 0 => {}
+            Some("ping") => reply(&mut c, "+PONG\r\n").await?,
+            Some("auth") => reply(&mut c, "+OK\r\n").await?,
+            Some("replconf") => {
+                let mut i = 1;
+                while let Some(k) = cmd.arg_lower(i) {
+                    if k == "capa" {
+                        match cmd.arg_lower(i + 1).as_deref() {
+                            Some("eof") => hello.capa_eof = true,
+                            Some("psync2") => hello.capa_psync2 = true,
+                            _ => {}
+                        }
+                    }
+                    i += 2;
+                }
+                // ACK/GETACK get no reply (they never do on a replication link).
+                if !matches!(cmd.arg_lower(1).as_deref(), Some("ack" | "getack")) {
+                    reply(&mut c, "+OK\r\n").await?;
+                }
+            }
+            Some("psync") => {
+                let (Some(replid), Some(off)) = (cmd.arg(1), cmd.arg(2)) else {
+                    reply(&mut c, "-ERR wrong number of arguments for 'psync'\r\n").await?;
+                    return Err(RelayError::Handshake("PSYNC without replid/offset".into()));
+                };
+                let off: i64 = off
+                    .parse()
+                    .map_err(|_| RelayError::Handshake(format!("PSYNC offset {off:?}")))?;
+                // PSYNC names the first byte wanted (1-based); the channel
+                // speaks positions (bytes held).
+                break (replid != "?" && off >= 1).then(|| (replid, off as u64 - 1));
+            }
+            Some("sync") => {
+                reply(
+                    &mut c,
+                    "-ERR this relay speaks PSYNC only (Redis >= 2.8)\r\n",
+                )
+                .await?;
+                return Err(RelayError::Unsupported("SYNC (pre-2.8 replica)".into()));
+            }
+            other => {
+                let name = other.unwrap_or("?").to_string();
+                reply(
+                    &mut c,
+                    &format!("-ERR '{name}' is not served by a replication relay\r\n"),
+                )
+                .await?;
+                return Err(RelayError::Handshake(format!(
+                    "unexpected command {name:?} before PSYNC"
+                )));
+            }
+        }
+    };
+    if !hello.capa_eof {
+        reply(
+            &mut c,
+            "-ERR this relay sends snapshots diskless: the replica must announce capa eof\r\n",
+        )
+        .await?;
+        return Err(RelayError::Unsupported("replica without capa eof".into()));
+    }
+    let conn = upstream.get().await?;
+    let mut session = match conn.open_session(have.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            reply(
+                &mut c,
+                "-NOMASTERLINK Can't SYNC while not connected with my master\r\n",
+            )
+            .await?;
+            return Err(e.into());
+        }
+    };
+    let status = |acked, applied, full| ReplicaStatus {
+        acked,
+        applied,
+        lag_bytes: acked - applied.min(acked),
+        lag_seconds: 0.0,
+        snapshot_acked: 0,
+        full,
+    };
+    match session.start.clone() {
+        SyncStart::Continue { replid, position } => {
+            metrics.sync_partial_ok.fetch_add(1, Relaxed);
+            eprintln!("qr kv-relay downstream: replica link {id}: +CONTINUE at {position}");
+            if hello.capa_psync2 {
+                reply(&mut c, &format!("+CONTINUE {replid}\r\n")).await?;
+            } else {
+                reply(&mut c, "+CONTINUE\r\n").await?;
+            }
+            metrics.set_replica(id, status(position, position, false));
+        }
+        SyncStart::Full { replid, position } => {
+            metrics.sync_full.fetch_add(1, Relaxed);
+            if have.is_some() {
+                metrics.sync_partial_err.fetch_add(1, Relaxed);
+            }
+            eprintln!("qr kv-relay downstream: replica link {id}: +FULLRESYNC {replid} {position}");
+            reply(&mut c, &format!("+FULLRESYNC {replid} {position}\r\n")).await?;
+            let mark: [u8; EOF_MARK_LEN] = {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let mut rng = rand::thread_rng();
+                std::array::from_fn(|_| HEX[rng.gen_range(0..16)])
+            };
+            c.stream.write_all(b"$EOF:").await?;
+            c.stream.write_all(&mark).await?;
+            c.stream.write_all(b"\r\n").await?;
+            while let Some(chunk) = session.next_snapshot().await? {
+                c.stream.write_all(&chunk).await?;
+            }
+            c.stream.write_all(&mark).await?;
+            metrics.set_replica(id, status(position, 0, true));
+            // Like a Redis master after a diskless transfer: the replica goes
+            // online on its first ACK, sent once it has loaded the snapshot;
+            // until then nothing may follow the mark (the replica finds the
+            // end of the payload by the mark being the last bytes it read).
+            loop {
+                let cmd = tokio::time::timeout(Duration::from_secs(3600), cmds.next(&mut c))
+                    .await
+                    .map_err(|_| RelayError::Timeout("the replica's first ACK"))??;
+                if cmd.arg_lower(0).as_deref() == Some("replconf")
+                    && cmd.arg_lower(1).as_deref() == Some("ack")
+                {
+                    break;
+                }
+            }
+        }
+    }
+    // The command stream, and the replica's acks (read and write halves
+    // apart, so neither waits for the other).
+    let RedisConn { stream, mut buf } = c;
+    let (mut rd, mut wr) = stream.into_split();
+    let on_cmd = |cmd: &Command, session: &crate::kv::replica::Session| {
+        if cmd.arg_lower(0).as_deref() == Some("replconf")
+            && cmd.arg_lower(1).as_deref() == Some("ack")
+        {
+            if let Some(off) = cmd.arg(2).and_then(|o| o.parse::<u64>().ok()) {
+                session.applied(off);
+                metrics.set_replica(id, status(session.position(), off, false));
+            }
+        }
+    };
+    while let Some(cmd) = cmds.pop() {
+        on_cmd(&cmd?, &session);
+    }
+    loop {
+        tokio::select! {
+            chunk = session.next_log() => {
+                wr.write_all(&chunk?).await?;
+            }
+            r = rd.read_buf(&mut buf) => {
+                if r? == 0 {
+                    return Err(RelayError::Io(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the replica closed the connection",
+                    )));
+                }
+                let data = buf.split();
+                cmds.feed(&data);
+                while let Some(cmd) = cmds.pop() {
+                    on_cmd(&cmd?, &session);
+                }
+                if buf.capacity() < 4096 {
+                    buf.reserve(64 << 10);
+                }
+            }
+        }
+    }
+}

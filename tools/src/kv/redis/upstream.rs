@@ -1,0 +1,314 @@
+//! The upstream relay's link to the real Redis master: it is that master's
+//! replica (replication.c `syncWithMaster` is the other end), and it feeds
+//! the channel's [`Master`]: `+FULLRESYNC` starts a new epoch and a snapshot,
+//! the command stream is appended to the backlog after the RESP parser has
+//! checked it. `REPLCONF ACK <offset>` goes back every second and on
+//! `REPLCONF GETACK`, as a real replica does.
+//!
+//! When a channel replica needs a full sync and the stored snapshot is older
+//! than the backlog, a second, short-lived replica link fetches a fresh one
+//! (`PSYNC ? -1`, the RDB, then it closes); the main link's command stream
+//! continues the snapshot from its offset.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+
+use super::conn::RedisConn;
+use super::error::RelayError;
+use super::rdb::Framing;
+use super::resp::{encode_command, Parser};
+use crate::kv::master::Master;
+use crate::kv::snapshot::SnapshotWriter;
+
+/// How to reach and authenticate to the Redis master.
+#[derive(Clone, Debug)]
+pub struct UpstreamConfig {
+    /// host:port of the master.
+    pub master: String,
+    /// ACL user for AUTH (with `password`), if any.
+    pub user: Option<String>,
+    /// `masterauth`: the password, if the master requires one.
+    pub password: Option<String>,
+    /// The port announced with `REPLCONF listening-port` (shown in the
+    /// master's INFO replication).
+    pub listening_port: u16,
+    /// Interval of `REPLCONF ACK`.
+    pub ack_interval: Duration,
+    /// A file keeping the replication id and the position every live replica
+    /// can resume from, so a restarted relay resumes from the master with
+    /// `PSYNC` (and its replicas with `+CONTINUE`) instead of a full sync.
+    pub state: Option<PathBuf>,
+}
+
+/// Read a state file: `<replid> <position>`.
+fn load_state(path: &Path) -> Option<(String, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut w = text.split_whitespace();
+    let replid = w.next()?.to_string();
+    let pos = w.next()?.parse().ok()?;
+    let ok = replid.len() <= crate::kv::frame::MAX_REPLID
+        && replid.bytes().all(|b| b.is_ascii_alphanumeric());
+    ok.then_some((replid, pos))
+}
+
+/// Every second, record where all live replicas could resume (written to a
+/// temporary file and renamed, so a crash leaves the old state or the new).
+async fn save_state(path: PathBuf, master: Master) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut last = None;
+    loop {
+        tick.tick().await;
+        let (Some(replid), Some(pos)) = (master.position().0, master.resume_point()) else {
+            continue;
+        };
+        if last.as_ref() == Some(&(replid.clone(), pos)) {
+            continue;
+        }
+        let tmp = path.with_extension("tmp");
+        let r = std::fs::write(&tmp, format!("{replid} {pos}\n"))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        match r {
+            Ok(()) => last = Some((replid, pos)),
+            Err(e) => tracing::warn!("kv upstream: saving {}: {e}", path.display()),
+        }
+    }
+}
+
+/// Follow the master forever: link, and on any failure log it, count it and
+/// link again after a second (resuming by `PSYNC` from where the backlog ends).
+pub async fn run(cfg: UpstreamConfig, master: Master) {
+    let _fetcher = AbortOnDrop(tokio::spawn(fetch_snapshots(cfg.clone(), master.clone())));
+    let _saver = cfg.state.as_ref().map(|p| {
+        if let Some((replid, pos)) = load_state(p) {
+            // Resume where the replicas were: the backlog starts there, and
+            // PSYNC asks the master for exactly what follows.
+            eprintln!(
+                "qr kv-relay upstream: resuming replication id {replid} at offset {pos} ({})",
+                p.display()
+            );
+            master.reset(&replid, pos);
+        }
+        AbortOnDrop(tokio::spawn(save_state(p.clone(), master.clone())))
+    });
+    let mut first = true;
+    loop {
+        if !first {
+            master.metrics().reconnects.fetch_add(1, Relaxed);
+        }
+        first = false;
+        if let Err(e) = link(&cfg, &master).await {
+            master.metrics().link_errors.fetch_add(1, Relaxed);
+            if e.is_malformed() {
+                master.metrics().malformed.fetch_add(1, Relaxed);
+            }
+            tracing::warn!("kv upstream: link to the Redis master {}: {e}", cfg.master);
+            eprintln!(
+                "qr kv-relay upstream: link to the Redis master {} closed: {e}",
+                cfg.master
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Ends a task when its owner goes.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// PING, AUTH, REPLCONF listening-port, REPLCONF capa (replication.c order).
+async fn handshake(c: &mut RedisConn, cfg: &UpstreamConfig) -> Result<(), RelayError> {
+    c.send(&[b"PING"]).await?;
+    let pong = c.reply_line().await?;
+    // -NOAUTH is expected before AUTH; any other error is not.
+    if pong.starts_with('-') && !pong.starts_with("-NOAUTH") {
+        return Err(RelayError::Handshake(format!("PING answered {pong:?}")));
+    }
+    if let Some(pw) = &cfg.password {
+        match &cfg.user {
+            Some(u) => {
+                c.command_ok(&[b"AUTH", u.as_bytes(), pw.as_bytes()])
+                    .await?
+            }
+            None => c.command_ok(&[b"AUTH", pw.as_bytes()]).await?,
+        };
+    } else if pong.starts_with("-NOAUTH") {
+        return Err(RelayError::Handshake(
+            "the master requires a password (--master-password)".into(),
+        ));
+    }
+    let port = cfg.listening_port.to_string();
+    c.command_ok(&[b"REPLCONF", b"listening-port", port.as_bytes()])
+        .await?;
+    c.command_ok(&[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"])
+        .await?;
+    Ok(())
+}
+
+/// Receive the RDB into `writer`; leftover bytes stay in `c.buf`. Returns
+/// whether it was EOF-marked (diskless), which obliges an immediate ACK.
+async fn receive_rdb(
+    c: &mut RedisConn,
+    mut writer: SnapshotWriter,
+    master: &Master,
+) -> Result<bool, RelayError> {
+    let mut framing = Framing::new();
+    let mut out = Vec::with_capacity(256 << 10);
+    loop {
+        if c.buf.is_empty() {
+            // A master preparing a snapshot sends newlines at least every
+            // second; silence for a minute is Redis's own repl-timeout.
+            tokio::time::timeout(Duration::from_secs(60), c.fill())
+                .await
+                .map_err(|_| RelayError::Timeout("the master's snapshot"))??;
+        }
+        out.clear();
+        let (used, done) = match framing.feed(&c.buf, &mut out) {
+            Ok(r) => r,
+            Err(e) => {
+                writer.fail(&e.to_string());
+                return Err(e.into());
+            }
+        };
+        let _ = c.buf.split_to(used);
+        writer.write(&out).map_err(RelayError::Channel)?;
+        master
+            .metrics()
+            .snapshot_source_bytes
+            .fetch_add(out.len() as u64, Relaxed);
+        if done {
+            let marked = framing.is_marked();
+            writer.finish();
+            return Ok(marked);
+        }
+    }
+}
+
+async fn link(cfg: &UpstreamConfig, master: &Master) -> Result<(), RelayError> {
+    let mut c = RedisConn::connect(&cfg.master).await?;
+    handshake(&mut c, cfg).await?;
+    let (replid, head) = master.position();
+    let (id, off) = match &replid {
+        // PSYNC names the first byte wanted: our head, 1-based (replication.c).
+        Some(r) => (r.clone(), (head + 1).to_string()),
+        None => ("?".to_string(), "-1".to_string()),
+    };
+    c.send(&[b"PSYNC", id.as_bytes(), off.as_bytes()]).await?;
+    let reply = c.reply_line().await?;
+    let mut words = reply.split_whitespace();
+    match words.next() {
+        Some("+FULLRESYNC") => {
+            let (Some(id), Some(off)) = (words.next(), words.next().and_then(|o| o.parse().ok()))
+            else {
+                return Err(RelayError::Handshake(format!("bad reply {reply:?}")));
+            };
+            eprintln!(
+                "qr kv-relay upstream: full resync from the master: replid {id} offset {off}"
+            );
+            master.reset(id, off);
+            let writer = master.begin_snapshot(id, off)?;
+            let marked = receive_rdb(&mut c, writer, master).await?;
+            if marked {
+                // The master puts a diskless replica online on its first ACK.
+                c.send(&[b"REPLCONF", b"ACK", off.to_string().as_bytes()])
+                    .await?;
+            }
+        }
+        Some("+CONTINUE") => {
+            if let (Some(new), Some(old)) = (words.next(), &replid) {
+                if new != old {
+                    // psync2: the master's history continues under a new id
+                    // (a failover). Our replicas know the old one: start anew.
+                    master.reset(new, head);
+                }
+            }
+            eprintln!("qr kv-relay upstream: partial resync from the master at offset {head}");
+        }
+        _ => return Err(RelayError::Handshake(format!("PSYNC answered {reply:?}"))),
+    }
+    follow(&mut c, master, cfg.ack_interval).await
+}
+
+/// The command stream: check, append, acknowledge.
+async fn follow(c: &mut RedisConn, master: &Master, every: Duration) -> Result<(), RelayError> {
+    let base = master.position().1;
+    let mut parser = Parser::new();
+    let mut cmds = Vec::new();
+    let mut applied = base;
+    let mut tick = tokio::time::interval(every);
+    loop {
+        if c.buf.is_empty() {
+            tokio::select! {
+                r = c.fill() => { r?; }
+                _ = tick.tick() => {
+                    ack(c, applied).await?;
+                    continue;
+                }
+            }
+        }
+        let data: Bytes = c.buf.split().freeze();
+        cmds.clear();
+        let before = parser.offset();
+        let res = parser.feed(&data, &mut cmds);
+        let valid = (parser.offset() - before) as usize;
+        master.append(data.slice(..valid));
+        for cmd in &cmds {
+            applied = base + cmd.end;
+            if cmd.arg_lower(0).as_deref() == Some("replconf")
+                && cmd.arg_lower(1).as_deref() == Some("getack")
+            {
+                ack(c, applied).await?;
+            }
+        }
+        res?;
+    }
+}
+
+async fn ack(c: &mut RedisConn, offset: u64) -> Result<(), RelayError> {
+    let o = offset.to_string();
+    c.stream
+        .write_all(&encode_command(&[b"REPLCONF", b"ACK", o.as_bytes()]))
+        .await?;
+    Ok(())
+}
+
+/// Fetch a fresh snapshot whenever the channel asks for one.
+async fn fetch_snapshots(cfg: UpstreamConfig, master: Master) {
+    loop {
+        master.snapshot_wanted().await;
+        eprintln!("qr kv-relay upstream: a replica needs a newer snapshot; fetching one");
+        if let Err(e) = fetch(&cfg, &master).await {
+            master.metrics().link_errors.fetch_add(1, Relaxed);
+            eprintln!("qr kv-relay upstream: fetching a snapshot failed: {e}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+async fn fetch(cfg: &UpstreamConfig, master: &Master) -> Result<(), RelayError> {
+    let mut c = RedisConn::connect(&cfg.master).await?;
+    handshake(&mut c, cfg).await?;
+    c.send(&[b"PSYNC", b"?", b"-1"]).await?;
+    let reply = c.reply_line().await?;
+    let mut words = reply.split_whitespace();
+    let (Some("+FULLRESYNC"), Some(id), Some(off)) = (
+        words.next(),
+        words.next(),
+        words.next().and_then(|o| o.parse::<u64>().ok()),
+    ) else {
+        return Err(RelayError::Handshake(format!(
+            "snapshot fetch: PSYNC answered {reply:?}"
+        )));
+    };
+    let writer = master.begin_snapshot(id, off)?;
+    receive_rdb(&mut c, writer, master).await?;
+    Ok(())
+}
