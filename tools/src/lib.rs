@@ -16,6 +16,7 @@
 
 mod cmd;
 mod endpoint;
+pub mod image;
 mod provider;
 mod report;
 mod tls;
