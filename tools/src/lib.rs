@@ -17,6 +17,7 @@
 mod cmd;
 mod endpoint;
 pub mod image;
+pub mod pki;
 mod provider;
 mod report;
 mod tls;
@@ -26,7 +27,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cmd::{connect, demo, serve, ud_pingpong};
+use cmd::{cert, connect, demo, serve, ud_pingpong};
 
 /// QUIC over RDMA Unreliable Datagram.
 #[derive(Debug, Parser)]
@@ -68,6 +69,12 @@ enum Command {
     /// Exit codes: 0 all iterations done; 1 failure; 2 bad usage or a provider
     /// not built in.
     UdPingpong(ud_pingpong::UdPingpongArgs),
+
+    /// Issue development certificates for the channels' mutual TLS: a CA
+    /// (made once per directory) and leaf certificates signed by it.
+    ///
+    /// Exit codes: 0 written; 1 failed; 2 bad usage.
+    Cert(cert::CertArgs),
 }
 
 /// Parse the command line, run the subcommand and return its exit code: the
@@ -86,5 +93,6 @@ pub fn run() -> ExitCode {
         Command::Serve(args) => serve::main(&args),
         Command::Connect(args) => connect::main(&args),
         Command::UdPingpong(args) => ud_pingpong::main(&args),
+        Command::Cert(args) => cert::main(&args),
     }
 }

@@ -9,6 +9,7 @@
 //! `demo/soft.rs` calls into `connect.rs`.
 
 mod args;
+pub(crate) mod cert;
 pub(crate) mod connect;
 pub(crate) mod demo;
 pub(crate) mod serve;

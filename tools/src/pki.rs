@@ -1,0 +1,409 @@
+//! Mutual TLS for the channels (image layers, KV sync): identities and trust
+//! anchors from PEM files, quinn configs that require a certificate on both
+//! sides, and a development CA that `qr cert` issues them from.
+//!
+//! There is no plaintext mode and no "skip verification" switch: a channel
+//! peer is whoever holds a key whose certificate chains to the configured CA
+//! (and, for the server, matches the name the client dialled). TLS 1.3 only
+//! (QUIC has nothing else, RFC 9001 §4.2).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+
+/// `--cert`, `--key`, `--ca`: the PEM files of a channel agent's identity and
+/// of the CA its peers' certificates must chain to.
+#[derive(Clone, Debug, clap::Args)]
+pub struct MtlsArgs {
+    /// This agent's certificate chain (PEM), e.g. as issued by `qr cert`.
+    #[arg(long)]
+    pub cert: PathBuf,
+    /// This agent's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long)]
+    pub key: PathBuf,
+    /// The CA certificate(s) (PEM) the peer's certificate must chain to.
+    #[arg(long)]
+    pub ca: PathBuf,
+}
+
+impl MtlsArgs {
+    /// Read and check the three files.
+    pub fn load(&self) -> Result<Mtls> {
+        Mtls::from_pem_files(&self.cert, &self.key, &self.ca)
+    }
+}
+
+/// A loaded identity plus trust anchors: makes client and server configs that
+/// both present a certificate and both verify the other's.
+#[derive(Debug)]
+pub struct Mtls {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    roots: Arc<RootCertStore>,
+}
+
+impl Clone for Mtls {
+    fn clone(&self) -> Self {
+        Mtls {
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+            roots: self.roots.clone(),
+        }
+    }
+}
+
+impl Mtls {
+    /// Load a certificate chain, its private key and the CA certificates.
+    /// Errors name the file and what to do about it.
+    pub fn from_pem_files(cert: &Path, key: &Path, ca: &Path) -> Result<Mtls> {
+        let chain = read_certs(cert)?;
+        let key_pem = read(key)?;
+        let key_path = key;
+        let key = PrivateKeyDer::from_pem_slice(&key_pem).with_context(|| {
+            format!(
+                "{}: no PEM private key (PKCS#8, PKCS#1 or SEC1) found; give the key \
+                 file `qr cert` wrote next to the certificate (NAME-key.pem)",
+                key_path.display()
+            )
+        })?;
+        let mut roots = RootCertStore::empty();
+        for c in read_certs(ca)? {
+            roots
+                .add(c)
+                .with_context(|| format!("{}: not a usable CA certificate", ca.display()))?;
+        }
+        let m = Mtls {
+            chain,
+            key,
+            roots: Arc::new(roots),
+        };
+        // Catch a key that does not belong to the certificate now, with the
+        // file names, not at the first handshake.
+        m.server_tls(b"check")
+            .with_context(|| format!("{} with {}", cert.display(), key_path.display()))?;
+        Ok(m)
+    }
+
+    /// A quinn server config speaking `alpn` that accepts only clients with a
+    /// certificate chaining to the CA.
+    pub fn server_config(
+        &self,
+        alpn: &[u8],
+        transport: Arc<quinn::TransportConfig>,
+    ) -> Result<quinn::ServerConfig> {
+        let tls = self.server_tls(alpn)?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(
+            QuicServerConfig::try_from(tls).context("QUIC server crypto")?,
+        ));
+        server.transport_config(transport);
+        Ok(server)
+    }
+
+    /// A quinn client config speaking `alpn` that presents this identity and
+    /// accepts only servers with a certificate chaining to the CA and valid
+    /// for the name dialled.
+    pub fn client_config(
+        &self,
+        alpn: &[u8],
+        transport: Arc<quinn::TransportConfig>,
+    ) -> Result<quinn::ClientConfig> {
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .context("TLS 1.3 client config")?
+            .with_root_certificates(self.roots.clone())
+            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
+            .context("client certificate and key do not match")?;
+        tls.alpn_protocols = vec![alpn.to_vec()];
+        let mut client = quinn::ClientConfig::new(Arc::new(
+            QuicClientConfig::try_from(tls).context("QUIC client crypto")?,
+        ));
+        client.transport_config(transport);
+        Ok(client)
+    }
+
+    fn server_tls(&self, alpn: &[u8]) -> Result<rustls::ServerConfig> {
+        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider())
+            .build()
+            .context("building the client-certificate verifier")?;
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .context("TLS 1.3 server config")?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .context("certificate and key do not match")?;
+        tls.alpn_protocols = vec![alpn.to_vec()];
+        Ok(tls)
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).with_context(|| {
+        format!(
+            "reading {} (make a development CA and certificates with `qr cert --dir DIR --leaf NAME=IP`)",
+            path.display()
+        )
+    })
+}
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+    let bytes = read(path)?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("{}: bad PEM", path.display()))?;
+    if certs.is_empty() {
+        bail!("{}: no CERTIFICATE block in the PEM file", path.display());
+    }
+    Ok(certs)
+}
+
+/// One leaf certificate to issue: its file name stem and its subject
+/// alternative names (IP addresses become IP SANs, anything else a DNS name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeafSpec {
+    /// File stem: the certificate goes to `NAME.pem`, its key to `NAME-key.pem`.
+    pub name: String,
+    /// Names the certificate is valid for (servers are dialled by these).
+    pub sans: Vec<String>,
+}
+
+impl std::str::FromStr for LeafSpec {
+    type Err = String;
+
+    /// `NAME=SAN1,SAN2,...` (or just `NAME`, valid for `NAME` itself).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, sans) = match s.split_once('=') {
+            Some((n, sans)) => (n, sans.split(',').map(str::to_string).collect()),
+            None => (s, vec![s.to_string()]),
+        };
+        let file_safe = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if name.is_empty() || !name.chars().all(file_safe) || name.starts_with('.') {
+            return Err(format!(
+                "`{name}`: a leaf name is a file stem of letters, digits, '-', '_' or '.'"
+            ));
+        }
+        if name == "ca" {
+            return Err("`ca` is the CA's own file name; pick another leaf name".into());
+        }
+        if sans.iter().any(String::is_empty) {
+            return Err(format!("`{s}`: an empty subject alternative name"));
+        }
+        Ok(LeafSpec {
+            name: name.to_string(),
+            sans,
+        })
+    }
+}
+
+/// Issue development certificates into `dir`: a CA (`ca.pem`, `ca-key.pem`),
+/// made only if `dir` has none yet, and for each leaf `NAME.pem` (the leaf
+/// followed by the CA) and `NAME-key.pem`, usable as client and server.
+/// Key files are written with mode 0600, every file atomically (temporary
+/// name, then rename). For production, issue certificates from your own CA
+/// and hand the agents those files instead.
+pub fn generate_dev_pki(dir: &Path, leaves: &[LeafSpec]) -> Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (ca_cert_path, ca_key_path) = (dir.join("ca.pem"), dir.join("ca-key.pem"));
+    let (ca_cert, ca_key) = if ca_key_path.exists() {
+        let key_pem = fs::read_to_string(&ca_key_path)
+            .with_context(|| format!("reading {}", ca_key_path.display()))?;
+        let key = KeyPair::from_pem(&key_pem)
+            .with_context(|| format!("{}: not a PEM key", ca_key_path.display()))?;
+        let cert_pem = fs::read_to_string(&ca_cert_path)
+            .with_context(|| format!("reading {}", ca_cert_path.display()))?;
+        // Re-signing the parsed parameters with the same key yields an issuer
+        // with the same name and key: leaves signed by it chain to ca.pem.
+        let params = CertificateParams::from_ca_cert_pem(&cert_pem)
+            .with_context(|| format!("{}: not a CA certificate", ca_cert_path.display()))?;
+        (params.self_signed(&key).context("loading the CA")?, key)
+    } else {
+        let key = KeyPair::generate().context("generating the CA key")?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "quic-rdma development CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let cert = params.self_signed(&key).context("signing the CA")?;
+        write_atomic(&ca_key_path, key.serialize_pem().as_bytes(), true)?;
+        write_atomic(&ca_cert_path, cert.pem().as_bytes(), false)?;
+        (cert, key)
+    };
+    for leaf in leaves {
+        let key = KeyPair::generate().context("generating a leaf key")?;
+        let mut params = CertificateParams::new(leaf.sans.clone())
+            .with_context(|| format!("leaf {}: bad subject alternative name", leaf.name))?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, leaf.name.clone());
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params
+            .signed_by(&key, &ca_cert, &ca_key)
+            .with_context(|| format!("signing leaf {}", leaf.name))?;
+        let chain = format!("{}{}", cert.pem(), ca_cert.pem());
+        write_atomic(
+            &dir.join(format!("{}-key.pem", leaf.name)),
+            key.serialize_pem().as_bytes(),
+            true,
+        )?;
+        write_atomic(
+            &dir.join(format!("{}.pem", leaf.name)),
+            chain.as_bytes(),
+            false,
+        )?;
+    }
+    Ok(())
+}
+
+fn write_atomic(path: &Path, bytes: &[u8], secret: bool) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(if secret { 0o600 } else { 0o644 })
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(s: &str) -> LeafSpec {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn leaf_specs() {
+        assert_eq!(
+            leaf("registry=127.0.0.2,localhost"),
+            LeafSpec {
+                name: "registry".into(),
+                sans: vec!["127.0.0.2".into(), "localhost".into()]
+            }
+        );
+        assert_eq!(leaf("node-1").sans, vec!["node-1".to_string()]);
+        for bad in ["", "../x=1.2.3.4", "ca=127.0.0.1", "a b", "n=1.2.3.4,"] {
+            assert!(bad.parse::<LeafSpec>().is_err(), "{bad}");
+        }
+    }
+
+    /// Both sides must show a certificate from the CA: a client of another CA
+    /// is refused by the server, and a server of another CA by the client.
+    #[test]
+    fn mutual_tls_over_a_quinn_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        generate_dev_pki(&a, &[leaf("server=127.0.0.1"), leaf("client=client")]).unwrap();
+        generate_dev_pki(&b, &[leaf("client=client")]).unwrap();
+        // A later run adds a leaf under the same CA.
+        generate_dev_pki(&a, &[leaf("late=late")]).unwrap();
+        let load = |d: &Path, n: &str| {
+            Mtls::from_pem_files(
+                &d.join(format!("{n}.pem")),
+                &d.join(format!("{n}-key.pem")),
+                &d.join("ca.pem"),
+            )
+            .unwrap()
+        };
+        let server = load(&a, "server");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let transport = Arc::new(quinn::TransportConfig::default());
+            let sc = server.server_config(b"t/1", transport.clone()).unwrap();
+            let ep = quinn::Endpoint::server(sc, "127.0.0.1:0".parse().unwrap()).unwrap();
+            let addr = ep.local_addr().unwrap();
+            tokio::spawn(async move {
+                while let Some(inc) = ep.accept().await {
+                    tokio::spawn(async move {
+                        if let Ok(c) = inc.await {
+                            let _ = c.closed().await;
+                        }
+                    });
+                }
+            });
+            let try_with = |m: Mtls| {
+                let transport = transport.clone();
+                async move {
+                    let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+                    ep.set_default_client_config(m.client_config(b"t/1", transport).unwrap());
+                    let conn = ep.connect(addr, "127.0.0.1").unwrap().await?;
+                    // A refused client certificate shows up after the handshake
+                    // from the client's view: wait for the server's verdict.
+                    let mut s = conn.open_uni().await?;
+                    s.write_all(b"x").await?;
+                    s.finish()?;
+                    tokio::time::timeout(std::time::Duration::from_millis(500), conn.closed())
+                        .await
+                        .map_or(Ok(()), Err)
+                        .map_err(anyhow::Error::from)
+                }
+            };
+            try_with(load(&a, "client")).await.unwrap();
+            try_with(load(&a, "late")).await.unwrap();
+            // The server refuses a client certificate of another CA...
+            let foreign = Mtls::from_pem_files(
+                &b.join("client.pem"),
+                &b.join("client-key.pem"),
+                &a.join("ca.pem"),
+            )
+            .unwrap();
+            let refused = try_with(foreign).await.unwrap_err();
+            assert!(
+                format!("{refused:#}").contains("certificate"),
+                "{refused:#}"
+            );
+            // ...and the client a server certificate of another CA.
+            let refused = try_with(load(&b, "client")).await.unwrap_err();
+            assert!(
+                format!("{refused:#}").contains("certificate"),
+                "{refused:#}"
+            );
+        });
+        // The key file is private.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(a.join("server-key.pem"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // A key that is not the certificate's is caught at load, naming the files.
+        let err = Mtls::from_pem_files(
+            &a.join("server.pem"),
+            &a.join("client-key.pem"),
+            &a.join("ca.pem"),
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("server.pem"), "{err:#}");
+    }
+}
