@@ -14,6 +14,7 @@
 //! `provider.rs` (`--provider`: sockets on a fabric), `tls.rs` (certificates
 //! and TLS 1.3 configs).
 
+pub mod channel_endpoint;
 mod cmd;
 mod endpoint;
 pub mod image;
@@ -22,6 +23,8 @@ mod provider;
 mod report;
 mod tls;
 mod workload;
+
+pub use provider::ProviderKind;
 
 use std::process::ExitCode;
 

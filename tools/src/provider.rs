@@ -19,7 +19,7 @@ use quic_rdma::socket::{SocketConfig, UdSocket};
 
 /// The fabric providers `qr` knows by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum ProviderKind {
+pub enum ProviderKind {
     /// In-process simulated fabric (MTU 4096, optional fault injection). No hardware needed.
     Sim,
     /// Userspace RoCEv2 over UDP sockets (one process per endpoint: `qr serve` /
@@ -32,7 +32,7 @@ pub(crate) enum ProviderKind {
 
 impl ProviderKind {
     /// The name used on the command line and in reports.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             ProviderKind::Sim => "sim",
             ProviderKind::Soft => "soft",

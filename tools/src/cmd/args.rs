@@ -4,9 +4,7 @@ use std::time::Duration;
 
 use quic_rdma::quinn_adapter::Liveness;
 
-/// TCP service port of `soft` bootstrap servers when none is given: rdma-core's
-/// `ibv_*_pingpong` examples exchange their QP details on the same port.
-pub(crate) const DEFAULT_SERVICE_PORT: u16 = 18515;
+pub(crate) use crate::channel_endpoint::DEFAULT_SERVICE_PORT;
 
 /// Parse a byte count with an optional binary suffix (K, M, G, T; "KiB", "MB"... accepted).
 ///

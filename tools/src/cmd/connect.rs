@@ -11,18 +11,19 @@
 //! 3. Run the workload (sha256-verified bulk transfer, ping-pong) and report
 //!    (`report::Report`, without the server's counters).
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use quic_rdma::fabric::soft::bootstrap::{self, BootstrapError, PeerInfo};
+use quic_rdma::fabric::soft::bootstrap::PeerInfo;
 use quic_rdma::quinn_adapter;
 
 use super::args::{parse_bytes, LivenessArgs};
 use super::{print_report, RunError};
+use crate::channel_endpoint::{query_bootstrap, route_source};
 use crate::endpoint::endpoint;
 use crate::provider::{self, EndpointOptions, ProviderKind};
 use crate::report::{
@@ -111,27 +112,6 @@ pub(crate) fn main(args: &ConnectArgs) -> ExitCode {
     }
 }
 
-/// Ask `server` (host:port) for its peer record, retrying connection failures
-/// and `ERR busy` (a server at its connection cap) until `wait` has passed;
-/// protocol errors and other refusals fail at once.
-pub(crate) fn query_bootstrap(server: &str, wait: Duration) -> Result<PeerInfo> {
-    let deadline = Instant::now() + wait;
-    loop {
-        match bootstrap::query(server, Duration::from_secs(2)) {
-            Ok(info) => return Ok(info),
-            Err(e @ BootstrapError::Io(_)) if Instant::now() < deadline => {
-                tracing::debug!("bootstrap {server}: {e}; retrying");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(BootstrapError::Refused(r)) if r == "busy" && Instant::now() < deadline => {
-                tracing::debug!("bootstrap {server}: busy; retrying");
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => return Err(e).with_context(|| format!("bootstrap query to {server}")),
-        }
-    }
-}
-
 /// HOST of HOST:PORT, without IPv6 brackets.
 fn host_of(server: &str) -> Result<&str> {
     let (host, port) = server
@@ -140,18 +120,6 @@ fn host_of(server: &str) -> Result<&str> {
     port.parse::<u16>()
         .with_context(|| format!("`{server}`: `{port}` is not a port number"))?;
     Ok(host.trim_start_matches('[').trim_end_matches(']'))
-}
-
-/// The source address the kernel would use towards `peer` (no packet is sent).
-fn route_source(peer: IpAddr) -> Result<IpAddr> {
-    let any: SocketAddr = match peer {
-        IpAddr::V4(_) => "0.0.0.0:0".parse()?,
-        IpAddr::V6(_) => "[::]:0".parse()?,
-    };
-    let s = UdpSocket::bind(any)?;
-    s.connect(SocketAddr::new(peer, quic_rdma::fabric::ROCEV2_UDP_PORT))
-        .with_context(|| format!("no route to {peer}"))?;
-    Ok(s.local_addr()?.ip())
 }
 
 /// The client-side run, shared by `qr connect` and `qr demo --provider soft`.

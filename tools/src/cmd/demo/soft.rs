@@ -231,7 +231,7 @@ fn wait_ready(server: &mut ServerChild, service: &str) -> Result<()> {
                 server.stderr().trim_end()
             );
         }
-        match connect::query_bootstrap(service, Duration::ZERO) {
+        match crate::channel_endpoint::query_bootstrap(service, Duration::ZERO) {
             Ok(_) => return Ok(()),
             Err(e) if Instant::now() >= deadline => {
                 return Err(e.context(format!(

@@ -1,0 +1,412 @@
+//! The fabric endpoint of a channel (image layers, KV sync): a quinn endpoint
+//! on a `soft` or `verbs` UD socket, found through the TCP bootstrap service
+//! (docs/architecture.md §4) — the server side publishes its GID, QPN, Q_Key
+//! and UDP port there, the client side asks for them before the handshake.
+//!
+//! Both sides take the fabric's transport config (MTU-sized datagrams, wide
+//! windows, [`Liveness`] timers): a channel's own config only brings TLS and
+//! ALPN. `qr serve` and `qr connect` use the same bootstrap helpers.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use quic_rdma::fabric::soft::bootstrap::{self, BootstrapError, BootstrapHandle, PeerInfo};
+use quic_rdma::fabric::soft::SoftPort;
+use quic_rdma::fabric::UdAddr;
+use quic_rdma::quinn_adapter::{self, Liveness};
+use quic_rdma::socket::SocketStats;
+
+use crate::endpoint::endpoint;
+use crate::provider::{self, EndpointOptions, ProviderKind, Socket};
+
+/// TCP port of the bootstrap service when none is given (rdma-core's
+/// `ibv_*_pingpong` examples exchange QP details on the same port).
+pub const DEFAULT_SERVICE_PORT: u16 = 18515;
+
+/// Where a channel server listens.
+#[derive(Clone, Debug)]
+pub struct ListenOptions {
+    /// Fabric provider (`soft` or, when built with the `verbs` feature, `verbs`).
+    pub provider: ProviderKind,
+    /// Local IP: the endpoint's GID, and the bootstrap service's address.
+    pub ip: IpAddr,
+    /// UDP port of the RoCEv2 socket (`soft`; `verbs` devices use 4791 only).
+    pub udp_port: u16,
+    /// TCP port of the bootstrap service (0: any free port, see
+    /// [`ChannelServer::bootstrap`]).
+    pub service_port: u16,
+    /// QPN of the endpoint (`soft`); the provider's choice if `None`.
+    pub qpn: Option<u32>,
+    /// Keep-alive and idle timeout of every connection.
+    pub liveness: Liveness,
+}
+
+impl ListenOptions {
+    /// `soft` on `ip`, UDP 4791, bootstrap on TCP 18515, fabric liveness defaults.
+    pub fn new(ip: IpAddr) -> Self {
+        ListenOptions {
+            provider: ProviderKind::Soft,
+            ip,
+            udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
+            service_port: DEFAULT_SERVICE_PORT,
+            qpn: None,
+            liveness: Liveness::default(),
+        }
+    }
+}
+
+/// A listening channel server: accept connections from [`endpoint`](Self::endpoint).
+/// Dropping it stops the bootstrap service; the quinn endpoint lives on while
+/// clones of it do.
+pub struct ChannelServer {
+    /// The quinn endpoint (a server with the config given to [`listen`]).
+    pub endpoint: quinn::Endpoint,
+    /// The bootstrap service's bound TCP address: what clients dial.
+    pub bootstrap: SocketAddr,
+    /// The published record (GID, QPN, Q_Key, UDP port, MTU).
+    pub record: PeerInfo,
+    socket: Socket,
+    _bootstrap: BootstrapHandle,
+}
+
+impl ChannelServer {
+    /// The UD socket's counters.
+    pub fn socket_stats(&self) -> SocketStats {
+        self.socket.stats()
+    }
+
+    /// One line for the operator: provider, GID, QPN, Q_Key, UDP port, MTU and
+    /// the bootstrap address.
+    pub fn describe(&self) -> String {
+        describe_record(&self.record, self.bootstrap)
+    }
+}
+
+fn describe_record(r: &PeerInfo, bootstrap: SocketAddr) -> String {
+    format!(
+        "GID {} QPN {:#x} Q_Key {:#x} UDP port {} MTU {}; bootstrap on TCP {bootstrap}",
+        r.addr.gid,
+        r.addr.qpn,
+        r.addr.qkey,
+        r.udp_port,
+        r.mtu.bytes()
+    )
+}
+
+/// Open a server endpoint and its bootstrap service. Call inside a tokio
+/// runtime. `config`'s transport config is replaced by the fabric's (the
+/// socket's MTU, `opts.liveness`).
+pub fn listen(opts: &ListenOptions, mut config: quinn::ServerConfig) -> Result<ChannelServer> {
+    let mut eo = EndpointOptions::new(opts.ip);
+    eo.udp_port = opts.udp_port;
+    eo.qpn = opts.qpn;
+    let ep = provider::open_endpoint(opts.provider, &eo)?;
+    config.transport_config(quinn_adapter::transport_with(
+        ep.socket.mtu(),
+        opts.liveness,
+    ));
+    let record = ep
+        .publish
+        .ok_or_else(|| anyhow!("provider `{}` has no bootstrap record", ep.kind))?;
+    let endpoint = endpoint(&ep.socket, Some(config))?;
+    let bind = SocketAddr::new(opts.ip, opts.service_port);
+    let service = bootstrap::BootstrapServer::bind(bind, record)
+        .with_context(|| format!("bootstrap service on TCP {bind} (is the port taken?)"))?;
+    let bound = service.local_addr()?;
+    let handle = service.spawn().context("starting the bootstrap service")?;
+    Ok(ChannelServer {
+        endpoint,
+        bootstrap: bound,
+        record,
+        socket: ep.socket,
+        _bootstrap: handle,
+    })
+}
+
+/// How a channel client reaches servers.
+#[derive(Clone, Debug)]
+pub struct DialOptions {
+    /// Fabric provider (`soft` or, when built with the `verbs` feature, `verbs`).
+    pub provider: ProviderKind,
+    /// Local IP (our GID). `None`: the address the kernel routes from towards
+    /// the server (decided by [`dial`] at its first server).
+    pub ip: Option<IpAddr>,
+    /// Local UDP port of the RoCEv2 socket. Keep 4791: a `soft` server answers
+    /// the port its peers publish, and clients publish nothing.
+    pub udp_port: u16,
+    /// Keep asking a bootstrap service this long while it refuses connections
+    /// (a server still starting, or restarting).
+    pub wait: Duration,
+    /// Keep-alive and idle timeout of every connection.
+    pub liveness: Liveness,
+}
+
+impl DialOptions {
+    /// `soft`, routed source IP, UDP 4791, 10 s of bootstrap retries, fabric
+    /// liveness defaults.
+    pub fn new() -> Self {
+        DialOptions {
+            provider: ProviderKind::Soft,
+            ip: None,
+            udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
+            wait: Duration::from_secs(10),
+            liveness: Liveness::default(),
+        }
+    }
+}
+
+impl Default for DialOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A client endpoint that can connect (and reconnect) to channel servers.
+pub struct ChannelClient {
+    endpoint: quinn::Endpoint,
+    socket: Socket,
+    soft: Option<SoftPort>,
+    opts: DialOptions,
+}
+
+impl ChannelClient {
+    /// Open a client endpoint on `ip`. Call inside a tokio runtime.
+    pub fn open(opts: &DialOptions, ip: IpAddr) -> Result<ChannelClient> {
+        Self::open_with(opts, ip, None)
+    }
+
+    fn open_with(opts: &DialOptions, ip: IpAddr, peer: Option<PeerInfo>) -> Result<ChannelClient> {
+        let mut eo = EndpointOptions::new(ip);
+        eo.udp_port = opts.udp_port;
+        eo.peer = peer;
+        let ep = provider::open_endpoint(opts.provider, &eo)?;
+        let endpoint = endpoint(&ep.socket, None)?;
+        Ok(ChannelClient {
+            endpoint,
+            socket: ep.socket,
+            soft: ep.soft,
+            opts: opts.clone(),
+        })
+    }
+
+    /// Ask the bootstrap service `service` (HOST:PORT) for the server's record
+    /// and run the handshake with `config` (its transport config is replaced
+    /// by the fabric's), verifying the certificate for `server_name`. Can be
+    /// called again after a connection is lost (a restarted server).
+    pub async fn connect(
+        &self,
+        service: &str,
+        config: quinn::ClientConfig,
+        server_name: &str,
+    ) -> Result<quinn::Connection> {
+        let peer = query_async(service, self.opts.wait).await?;
+        self.connect_to(peer, config, server_name).await
+    }
+
+    async fn connect_to(
+        &self,
+        peer: PeerInfo,
+        mut config: quinn::ClientConfig,
+        server_name: &str,
+    ) -> Result<quinn::Connection> {
+        if let Some(port) = &self.soft {
+            // The peer's UDP port, before its address handle is made.
+            peer.apply(port);
+        }
+        config.transport_config(quinn_adapter::transport_with(
+            self.socket.mtu(),
+            self.opts.liveness,
+        ));
+        self.endpoint
+            .connect_with(config, self.socket.peer_addr(peer.addr), server_name)
+            .context("starting the handshake")?
+            .await
+            .with_context(|| {
+                format!(
+                    "handshake with {} QPN {:#x} (certificate checked for \"{server_name}\")",
+                    peer.addr.gid, peer.addr.qpn
+                )
+            })
+    }
+
+    /// The quinn endpoint.
+    pub fn endpoint(&self) -> &quinn::Endpoint {
+        &self.endpoint
+    }
+
+    /// This endpoint's UD address (GID, QPN, Q_Key).
+    pub fn local(&self) -> UdAddr {
+        self.socket.ud_addr()
+    }
+
+    /// The UD socket's counters.
+    pub fn socket_stats(&self) -> SocketStats {
+        self.socket.stats()
+    }
+}
+
+/// Find the server behind `service` (HOST:PORT), open a client endpoint (on
+/// `opts.ip`, or the source address routed towards the server) and connect.
+/// Call inside a tokio runtime. Keep the [`ChannelClient`] to reconnect later.
+pub async fn dial(
+    service: &str,
+    opts: &DialOptions,
+    config: quinn::ClientConfig,
+    server_name: &str,
+) -> Result<(ChannelClient, quinn::Connection)> {
+    let peer = query_async(service, opts.wait).await?;
+    let ip = match opts.ip {
+        Some(ip) => ip,
+        None => route_source(peer.addr.gid.to_ip())?,
+    };
+    let client = ChannelClient::open_with(opts, ip, Some(peer))?;
+    let conn = client.connect_to(peer, config, server_name).await?;
+    Ok((client, conn))
+}
+
+async fn query_async(service: &str, wait: Duration) -> Result<PeerInfo> {
+    let service = service.to_string();
+    tokio::task::spawn_blocking(move || query_bootstrap(&service, wait))
+        .await
+        .context("bootstrap query task")?
+}
+
+/// Ask `server` (host:port) for its peer record, retrying connection failures
+/// and `ERR busy` (a server at its connection cap) until `wait` has passed;
+/// protocol errors and other refusals fail at once.
+pub(crate) fn query_bootstrap(server: &str, wait: Duration) -> Result<PeerInfo> {
+    let deadline = Instant::now() + wait;
+    loop {
+        match bootstrap::query(server, Duration::from_secs(2)) {
+            Ok(info) => return Ok(info),
+            Err(e @ BootstrapError::Io(_)) if Instant::now() < deadline => {
+                tracing::debug!("bootstrap {server}: {e}; retrying");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(BootstrapError::Refused(r)) if r == "busy" && Instant::now() < deadline => {
+                tracing::debug!("bootstrap {server}: busy; retrying");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(e).with_context(|| format!("bootstrap query to {server}")),
+        }
+    }
+}
+
+/// The source address the kernel would use towards `peer` (no packet is sent).
+pub(crate) fn route_source(peer: IpAddr) -> Result<IpAddr> {
+    let any: SocketAddr = match peer {
+        IpAddr::V4(_) => "0.0.0.0:0".parse()?,
+        IpAddr::V6(_) => "[::]:0".parse()?,
+    };
+    let s = UdpSocket::bind(any)?;
+    s.connect(SocketAddr::new(peer, quic_rdma::fabric::ROCEV2_UDP_PORT))
+        .with_context(|| format!("no route to {peer}"))?;
+    Ok(s.local_addr()?.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::{generate_dev_pki, Mtls};
+
+    /// A server and two clients over `soft` on loopback, mutual TLS: data goes
+    /// both ways (sha256 equal), and a client reconnects on its endpoint after
+    /// the server endpoint was replaced by a new one on the same address.
+    #[test]
+    fn listen_dial_reconnect_over_soft() {
+        use sha2::{Digest, Sha256};
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = |s: &str| s.parse().unwrap();
+        generate_dev_pki(
+            dir.path(),
+            &[leaf("srv=127.0.113.1"), leaf("c1=c1"), leaf("c2=c2")],
+        )
+        .unwrap();
+        let load = |n: &str| {
+            let p = |f: String| dir.path().join(f);
+            Mtls::from_pem_files(
+                &p(format!("{n}.pem")),
+                &p(format!("{n}-key.pem")),
+                &p("ca.pem".into()),
+            )
+            .unwrap()
+        };
+        let transport = quinn_adapter::transport(4096);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut lo = ListenOptions::new("127.0.113.1".parse().unwrap());
+        lo.service_port = 0;
+        let payload: Vec<u8> = (0..3_000_000u32)
+            .map(|i| (i * 7 + i / 4096) as u8)
+            .collect();
+        let want = Sha256::digest(&payload);
+        let serve = |lo: &ListenOptions| {
+            let _g = rt.enter();
+            let server = listen(
+                lo,
+                load("srv")
+                    .server_config(b"t/1", transport.clone())
+                    .unwrap(),
+            )
+            .unwrap();
+            let ep = server.endpoint.clone();
+            rt.spawn(async move {
+                while let Some(inc) = ep.accept().await {
+                    tokio::spawn(async move {
+                        let c = inc.await.unwrap();
+                        while let Ok((mut tx, mut rx)) = c.accept_bi().await {
+                            let data = rx.read_to_end(usize::MAX).await.unwrap();
+                            tx.write_all(&Sha256::digest(&data)).await.unwrap();
+                            tx.finish().unwrap();
+                        }
+                    });
+                }
+            });
+            server
+        };
+        let server = serve(&lo);
+        assert!(server.describe().contains("QPN"));
+        let service = server.bootstrap.to_string();
+        let ask = |conn: quinn::Connection, payload: Vec<u8>| async move {
+            let (mut tx, mut rx) = conn.open_bi().await.unwrap();
+            tx.write_all(&payload).await.unwrap();
+            tx.finish().unwrap();
+            rx.read_to_end(64).await.unwrap()
+        };
+        let (c1, c2) = rt.block_on(async {
+            let mut d1 = DialOptions::new();
+            d1.ip = Some("127.0.113.2".parse().unwrap());
+            let cfg1 = load("c1").client_config(b"t/1", transport.clone()).unwrap();
+            let (c1, conn1) = dial(&service, &d1, cfg1, "127.0.113.1").await.unwrap();
+            let mut d2 = d1.clone();
+            d2.ip = Some("127.0.113.3".parse().unwrap());
+            let cfg2 = load("c2").client_config(b"t/1", transport.clone()).unwrap();
+            let (c2, conn2) = dial(&service, &d2, cfg2, "127.0.113.1").await.unwrap();
+            let (a, b) = tokio::join!(ask(conn1, payload.clone()), ask(conn2, payload.clone()));
+            assert_eq!(a, want.as_slice());
+            assert_eq!(b, want.as_slice());
+            (c1, c2)
+        });
+        drop(c2);
+        // Replace the server: the same address, a fresh endpoint.
+        server.endpoint.close(0u32.into(), b"restart");
+        rt.block_on(server.endpoint.wait_idle());
+        drop(server);
+        let server = serve(&lo);
+        let service = server.bootstrap.to_string();
+        rt.block_on(async {
+            let cfg = load("c1").client_config(b"t/1", transport.clone()).unwrap();
+            let conn = c1.connect(&service, cfg, "127.0.113.1").await.unwrap();
+            assert_eq!(ask(conn, payload.clone()).await, want.as_slice());
+            // The wrong name is refused by the client's verification.
+            let cfg = load("c1").client_config(b"t/1", transport.clone()).unwrap();
+            let err = c1.connect(&service, cfg, "elsewhere").await.unwrap_err();
+            assert!(format!("{err:#}").contains("certificate"), "{err:#}");
+        });
+        assert!(c1.socket_stats().recv_packets > 0);
+    }
+}
