@@ -30,7 +30,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cmd::{cert, connect, demo, serve, ud_pingpong};
+use cmd::{cert, connect, demo, node_agent, registry_agent, serve, ud_pingpong};
 
 /// QUIC over RDMA Unreliable Datagram.
 #[derive(Debug, Parser)]
@@ -78,6 +78,20 @@ enum Command {
     ///
     /// Exit codes: 0 written; 1 failed; 2 bad usage.
     Cert(cert::CertArgs),
+
+    /// Image layers: serve manifests and blobs over the fabric (QUIC streams,
+    /// ALPN qr-image/1, mutual TLS) from an upstream registry (pull-through,
+    /// single-flight) or an OCI image-layout directory, to `qr node-agent`s.
+    ///
+    /// Exit codes: runs until killed; 1 it could not start; 2 bad usage.
+    RegistryAgent(registry_agent::RegistryAgentArgs),
+
+    /// Image layers: the OCI distribution pull API on local HTTP (for
+    /// containerd, skopeo, any OCI client), fetching from a `qr registry-agent`
+    /// over the fabric in parallel verified chunks into a bounded cache.
+    ///
+    /// Exit codes: runs until killed; 1 it could not start; 2 bad usage.
+    NodeAgent(node_agent::NodeAgentArgs),
 }
 
 /// Parse the command line, run the subcommand and return its exit code: the
@@ -97,5 +111,7 @@ pub fn run() -> ExitCode {
         Command::Connect(args) => connect::main(&args),
         Command::UdPingpong(args) => ud_pingpong::main(&args),
         Command::Cert(args) => cert::main(&args),
+        Command::RegistryAgent(args) => registry_agent::main(&args),
+        Command::NodeAgent(args) => node_agent::main(&args),
     }
 }

@@ -12,6 +12,8 @@ mod args;
 pub(crate) mod cert;
 pub(crate) mod connect;
 pub(crate) mod demo;
+pub(crate) mod node_agent;
+pub(crate) mod registry_agent;
 pub(crate) mod serve;
 pub(crate) mod ud_pingpong;
 

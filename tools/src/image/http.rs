@@ -53,6 +53,35 @@ pub async fn serve(listener: TcpListener, node: Arc<Node>) {
     }
 }
 
+/// Serve `text()` as Prometheus text on every path of `listener` (the
+/// registry agent's `--metrics`).
+pub async fn serve_text<F>(listener: TcpListener, text: F)
+where
+    F: Fn() -> String + Send + Sync + 'static,
+{
+    let text = Arc::new(text);
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        let text = text.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                let mut r = Response::new(full(text()));
+                r.headers_mut().insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4"),
+                );
+                async move { Ok::<_, Infallible>(r) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), svc)
+                .await;
+        });
+    }
+}
+
 fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into()).map_err(|n| match n {}).boxed()
 }

@@ -14,6 +14,7 @@
 pub mod cache;
 pub mod client;
 pub mod digest;
+pub mod fabric;
 pub mod http;
 pub mod metrics;
 pub mod node;

@@ -145,7 +145,9 @@ impl Upstream {
         accept: &str,
     ) -> Result<(Bytes, String, Digest), SourceError> {
         let url = format!("{}/v2/{repo}/manifests/{reference}", self.base);
-        let accept = if accept.is_empty() {
+        // A client that names no manifest type (none, or `*/*` as generic
+        // HTTP clients send) gets every type: registries answer only types asked for.
+        let accept = if !accept.contains("application/vnd.") {
             DEFAULT_ACCEPT
         } else {
             accept
@@ -178,7 +180,11 @@ impl Upstream {
     pub async fn blob_size(&self, repo: &str, digest: &Digest) -> Result<u64, SourceError> {
         let url = format!("{}/v2/{repo}/blobs/{digest}", self.base);
         let resp = check(self.send(Method::HEAD, repo, &url, None).await?, &url)?;
-        resp.content_length()
+        // The header itself: reqwest's content_length() is the body's size
+        // hint, which is 0 for a HEAD.
+        resp.headers()
+            .get(reqwest::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok())
             .ok_or_else(|| SourceError::Upstream(format!("{url}: no Content-Length")))
     }
 
