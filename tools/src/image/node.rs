@@ -141,7 +141,13 @@ impl Node {
                 &self.metrics,
                 &|n| progress(n, size),
             )
-            .await?;
+            .await
+            .inspect_err(|e| {
+                // The registry agent found the upstream's bytes wrong before we did.
+                if matches!(e, FetchError::DigestMismatch(_)) {
+                    self.metrics.verify_failures.inc();
+                }
+            })?;
             if actual == *d {
                 let (file, size) = temp
                     .commit(actual)
