@@ -106,12 +106,17 @@ impl Registry {
         }
     }
 
-    /// Access-log lines of GET requests for blob `digest`.
+    /// GET requests for blob `digest` the registry answered (its request log).
     pub(crate) fn blob_gets(&self, digest: &str) -> usize {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
-            .filter(|l| l.contains("\"GET /v2/") && l.contains(&format!("/blobs/{digest}")))
+            .filter(|l| {
+                // One logrus line per request answered.
+                l.contains("msg=\"response completed")
+                    && l.contains("http.request.method=GET ")
+                    && l.contains(&format!("/blobs/{digest}\""))
+            })
             .count()
     }
 
