@@ -30,7 +30,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cmd::{cert, connect, demo, node_agent, registry_agent, serve, ud_pingpong};
+use cmd::{cert, connect, demo, node_agent, pull, registry_agent, serve, ud_pingpong};
 
 /// QUIC over RDMA Unreliable Datagram.
 #[derive(Debug, Parser)]
@@ -92,6 +92,13 @@ enum Command {
     ///
     /// Exit codes: runs until killed; 1 it could not start; 2 bad usage.
     NodeAgent(node_agent::NodeAgentArgs),
+
+    /// Image layers: pull an image from a `qr registry-agent` over the fabric
+    /// into a local cache (and optionally an OCI layout), with a progress bar
+    /// per blob and a summary (`--json`).
+    ///
+    /// Exit codes: 0 every blob arrived verified; 1 it did not; 2 bad usage.
+    Pull(pull::PullArgs),
 }
 
 /// Parse the command line, run the subcommand and return its exit code: the
@@ -113,5 +120,6 @@ pub fn run() -> ExitCode {
         Command::Cert(args) => cert::main(&args),
         Command::RegistryAgent(args) => registry_agent::main(&args),
         Command::NodeAgent(args) => node_agent::main(&args),
+        Command::Pull(args) => pull::main(&args),
     }
 }

@@ -13,6 +13,7 @@ pub(crate) mod cert;
 pub(crate) mod connect;
 pub(crate) mod demo;
 pub(crate) mod node_agent;
+pub(crate) mod pull;
 pub(crate) mod registry_agent;
 pub(crate) mod serve;
 pub(crate) mod ud_pingpong;
