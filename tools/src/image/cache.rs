@@ -162,6 +162,7 @@ impl Cache {
             digest: *d,
             size,
             committed: false,
+            unflushed: AtomicU64::new(0),
         })
     }
 
@@ -216,14 +217,44 @@ pub struct TempBlob {
     digest: Digest,
     size: u64,
     committed: bool,
+    unflushed: AtomicU64,
 }
 
+/// Bytes a temp blob takes before the writer flushes them (see [`TempBlob::flush`]).
+pub const FLUSH_EVERY: u64 = 64 << 20;
+
 impl TempBlob {
-    /// Write `data` at `offset` (chunks arrive in any order).
-    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), CacheError> {
+    /// Write `data` at `offset` (chunks arrive in any order). Returns true
+    /// when [`FLUSH_EVERY`] bytes were written since the last flush: the
+    /// caller should then [`TempBlob::flush`].
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<bool, CacheError> {
         self.file
             .write_all_at(data, offset)
-            .map_err(io_err("writing", &self.path))
+            .map_err(io_err("writing", &self.path))?;
+        let before = self
+            .unflushed
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(before + data.len() as u64 >= FLUSH_EVERY)
+    }
+
+    /// `fdatasync` the bytes written so far, off the async threads. Measured
+    /// (benches/RESULTS.md, "Image layers"): plain writes with a flush every
+    /// 64 MiB reach durable ~20 % sooner than plain writes and one final
+    /// fsync, because dirty pages never pile up to the whole blob.
+    pub async fn flush(&self) -> Result<(), CacheError> {
+        self.unflushed.store(0, Ordering::Relaxed);
+        let f = self
+            .file
+            .try_clone()
+            .map_err(io_err("flushing", &self.path))?;
+        tokio::task::spawn_blocking(move || f.sync_data())
+            .await
+            .map_err(|e| CacheError::Io {
+                what: "flushing",
+                path: self.path.clone(),
+                source: io::Error::other(e),
+            })?
+            .map_err(io_err("flushing", &self.path))
     }
 
     /// Read back `buf.len()` bytes at `offset`.

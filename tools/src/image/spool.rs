@@ -186,7 +186,9 @@ async fn fill(
             )));
         }
         hasher.update(&piece);
-        temp.write_at(at, &piece).map_err(cache_err)?;
+        if temp.write_at(at, &piece).map_err(cache_err)? {
+            temp.flush().await.map_err(cache_err)?;
+        }
         at += piece.len() as u64;
         metrics.upstream_bytes.add(piece.len() as u64);
         let _ = tx.send(State::Progress(at));

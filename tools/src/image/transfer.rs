@@ -148,8 +148,10 @@ pub async fn fetch_blob(
                 }
                 metrics.chunks.inc();
                 metrics.bytes_fabric.add(len);
-                temp.write_at(off, &a.body)
-                    .map_err(|e| FetchError::Local(e.to_string()))?;
+                let local = |e: super::cache::CacheError| FetchError::Local(e.to_string());
+                if temp.write_at(off, &a.body).map_err(local)? {
+                    temp.flush().await.map_err(local)?;
+                }
                 pending.insert(off, a.body);
                 while let Some(b) = pending.remove(&verified) {
                     hasher.update(&b);
