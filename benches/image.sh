@@ -32,7 +32,7 @@ head -c "$((MIB << 20))" /dev/urandom > "$T/blob"
 DIGEST="sha256:$(sha256sum "$T/blob" | cut -d' ' -f1)"
 LOC=$(curl -sf -X POST -D - "http://$REG/v2/bench/blob/blobs/uploads/" -o /dev/null | tr -d '\r' | sed -n 's/^[Ll]ocation: //p')
 case $LOC in http*) ;; *) LOC="http://$REG$LOC" ;; esac
-curl -sf -X PUT -H 'Content-Type: application/octet-stream' --data-binary "@$T/blob" "$LOC&digest=$DIGEST" > /dev/null
+curl -sf -T "$T/blob" -H 'Content-Type: application/octet-stream' "$LOC&digest=$DIGEST" > /dev/null
 rm "$T/blob"
 
 mbit() { awk -v b="$((MIB << 20))" -v s="$1" 'BEGIN { printf "%.0f", b * 8 / s / 1e6 }'; }

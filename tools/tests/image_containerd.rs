@@ -4,10 +4,11 @@
 //! mirror pointing at `qr node-agent`; containerd verifies every digest as it
 //! commits content, `ctr images check` reports the image complete, its content
 //! digests equal the registry's, and docker-registry saw no request from
-//! containerd itself (everything came over the fabric).
+//! containerd itself (everything came over the fabric). Then `qr pull` (.53)
+//! pulls the same image over the fabric into an OCI layout.
 //!
 //! Addresses: 127.0.111.50 docker-registry (TCP 19150), .51 registry agent
-//! (bootstrap 19151, metrics 19152), .52 node agent (HTTP 19153).
+//! (bootstrap 19151, metrics 19152), .52 node agent (HTTP 19153), .53 `qr pull`.
 
 mod image_support;
 
@@ -158,6 +159,38 @@ fn ctr_pulls_through_the_node_agent() {
         !log.lines().any(|l| l.contains("useragent=containerd")),
         "containerd reached docker-registry directly"
     );
+    // `qr pull` of the same image over the fabric (library path, no HTTP
+    // hop): its JSON summary, and the OCI layout it writes, blob by blob.
+    let mut pull = Command::new(env!("CARGO_BIN_EXE_qr"));
+    pull.args([
+        "pull",
+        &format!("{REPO}:{TAG}"),
+        "--registry",
+        "127.0.111.51:19151",
+        "--ip",
+        "127.0.111.53",
+        "--json",
+        "--cert",
+    ])
+    .arg(pki.join("node.pem"))
+    .arg("--key")
+    .arg(pki.join("node-key.pem"))
+    .arg("--ca")
+    .arg(pki.join("ca.pem"))
+    .arg("--cache-dir")
+    .arg(d.join("pull-cache"))
+    .arg("--out")
+    .arg(d.join("pull-out"));
+    let summary: serde_json::Value = serde_json::from_str(&run(&mut pull)).unwrap();
+    assert_eq!(summary["ok"], true, "{summary}");
+    assert_eq!(summary["blobs"].as_array().unwrap().len(), 4, "{summary}");
+    assert!(summary["blobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|b| b["path"] == "fabric"));
+    assert_eq!(layout_digests(&d.join("pull-out")), layout_digests(&layout));
+
     let (_, _, m) = http_get("127.0.111.52:19153", "/metrics", &[]);
     let m = String::from_utf8(m).unwrap();
     let sample = quic_rdma_tools::image::metrics::sample;
