@@ -68,7 +68,10 @@ qr_ud_pingpong() { # qr ud-pingpong --provider verbs in both roles against ibv_u
 check "ibv_devinfo: rxe0 active, MTU 4096" devinfo
 check "ibv_ud_pingpong client <-> server over rxe0" ud_pingpong
 [ -n "$QR" ] && check "qr ud-pingpong --provider verbs <-> ibv_ud_pingpong (both roles, 4096 B)" qr_ud_pingpong
-check "verbs provider raw UD tests" env QR_REQUIRE_RDMA=1 QR_EXPECT_MTU=4096 "$RAW" --test-threads=1 --nocapture
+# The async-event test needs an Ethernet netdev (the kernel makes no GIDs from
+# a loopback device's new addresses): run-tests.sh runs it on the dummy netdev.
+check "verbs provider raw UD tests" env QR_REQUIRE_RDMA=1 QR_EXPECT_MTU=4096 "$RAW" --test-threads=1 --nocapture \
+  --skip readiness_fd_turns_readable_on_an_async_event
 check "verbs provider <-> rdma-core ibv_ud_pingpong (both roles)" env QR_REQUIRE_RDMA=1 "$PP" --test-threads=1 --nocapture
 check "QUIC over verbs: handshake + 64 MiB, sha256 equal" env QR_REQUIRE_RDMA=1 "$QUIC" --nocapture
 echo "guest suite: $pass passed, $fail failed"

@@ -72,9 +72,9 @@ UNDER_TMP="$(mktemp -d /tmp/qr-rxe-tmpcheck.XXXXXX)"
 trap 'rm -rf "$UNDER_TMP"' EXIT
 cp "$RAW" "$UNDER_TMP/verbs_raw"
 under_tmp() { (cd "$UNDER_TMP" && "$@"); }
-step "guest (rxe0 on a 1500-MTU netdev), run from $UNDER_TMP: MTU 1024 -> MtuTooSmall" \
+step "guest (rxe0 on a 1500-MTU netdev), run from $UNDER_TMP: MTU 1024 -> MtuTooSmall; async events wake readiness_fd" \
   under_tmp "$HERE/run.sh" --netdev dummy1500 --timeout 300 --env QR_REQUIRE_RDMA=1 --env QR_EXPECT_MTU=1024 \
-  ./verbs_raw limits_read_from_the_device --nocapture
+  ./verbs_raw limits_read_from_the_device readiness_fd_turns_readable_on_an_async_event --nocapture
 # Host <-> guest over a tap in a namespace run.sh creates (--netdev tap): the host is
 # `soft` (10.77.0.1), the guest rxe0 on its eth0 (10.77.0.2); run.sh --host runs the
 # host half inside that namespace. Each pair runs both roles.

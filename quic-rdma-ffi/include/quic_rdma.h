@@ -175,6 +175,11 @@
 #define QR_EVENT_DATAGRAM 11
 
 /**
+ * `qr_datagram_send` has room again after it returned `QR_EAGAIN`.
+ */
+#define QR_EVENT_DATAGRAMS_WRITABLE 14
+
+/**
  * The connection ended (`reason`, `code`); the id stays valid until `QR_EVENT_CLOSED`.
  */
 #define QR_EVENT_CONNECTION_LOST 12
@@ -225,6 +230,13 @@
 #define QR_CLOSE_CIDS_EXHAUSTED 8
 
 /**
+ * Bytes of a `qr_event` as first published: what `qr_engine_poll` writes per
+ * array element, whatever later versions add. `qr_engine_poll_at` takes the
+ * caller's `sizeof(qr_event)` instead, so the struct can grow.
+ */
+#define QR_EVENT_V1_SIZE 64
+
+/**
  * An engine. Not thread-safe: use one from one thread at a time.
  */
 typedef struct qr_engine qr_engine;
@@ -256,11 +268,13 @@ typedef struct {
    */
   const char *gid;
   /**
-   * The 20-bit routing key of this endpoint's connection IDs.
+   * The 20-bit routing key of this endpoint's connection IDs (a larger
+   * value is refused with `QR_EINVAL`, never masked).
    */
   uint32_t routing_key;
   /**
-   * Reserved, zero.
+   * Reserved: must be zero (`QR_EINVAL` otherwise), so a later version
+   * can give it a meaning.
    */
   uint32_t reserved;
   /**
@@ -308,7 +322,8 @@ typedef struct {
 } qr_addr;
 
 /**
- * One event. Fields not named by the kind's description are zero.
+ * One event. Fields not named by the kind's description are zero. New
+ * fields are only ever appended (see `QR_EVENT_V1_SIZE`).
  */
 typedef struct {
   /**
@@ -547,14 +562,44 @@ int32_t qr_engine_mtu(const qr_engine *e);
 
 /**
  * Drive the engine (receive, timers, transmit) and write up to `cap` events
- * into `events`. Returns how many were written (≥ 0). Events that did not fit
- * are kept and returned first by the next call (which then does no I/O), so a
- * small array loses nothing.
+ * into `events`; returns how many were written (≥ 0). Every call does the
+ * I/O, whatever `cap` is; events that did not fit are kept, in order, and
+ * returned first by later calls, so a small array (or `NULL, 0`) loses
+ * nothing. Writes `QR_EVENT_V1_SIZE` bytes per element; use
+ * `qr_engine_poll_at` for time of your own and a growable `qr_event`.
  *
  * # Safety
  * `e` is a live engine; `events` points to `cap` writable `qr_event`s.
  */
 int32_t qr_engine_poll(qr_engine *e, qr_event *events, size_t cap);
+
+/**
+ * `qr_engine_poll` with the caller's time and event size: `now_ns` is any
+ * monotonic nanosecond count of the caller's (CLOCK_MONOTONIC, a calibrated
+ * TSC; 0 means the library's clock) — the engine's timers follow it and
+ * nothing reads a clock of its own; `event_size` is `sizeof(qr_event)` as
+ * the caller's header has it (at least `QR_EVENT_V1_SIZE`; fields the
+ * library does not know are zeroed). Use one time source per engine.
+ *
+ * # Safety
+ * `e` is a live engine; `events` points to `cap * event_size` writable bytes.
+ */
+int32_t qr_engine_poll_at(qr_engine *e,
+                          uint64_t now_ns,
+                          qr_event *events,
+                          size_t cap,
+                          size_t event_size);
+
+/**
+ * Do the I/O only (receive, timers, transmit) at `now_ns` (0: the library's
+ * clock); events are kept for the next `qr_engine_poll`. Returns how many
+ * events are waiting. For callers that send from one place and read events
+ * from another, or flush a batch of writes at once.
+ *
+ * # Safety
+ * `e` is a live engine.
+ */
+int32_t qr_engine_flush(qr_engine *e, uint64_t now_ns);
 
 /**
  * Microseconds until the engine needs a `qr_engine_poll` even if nothing
@@ -564,6 +609,36 @@ int32_t qr_engine_poll(qr_engine *e, qr_event *events, size_t cap);
  * `e` is a live engine.
  */
 int64_t qr_engine_next_timeout_us(qr_engine *e);
+
+/**
+ * The next timer deadline on the caller's clock (the `now_ns` timeline of
+ * `qr_engine_poll_at`), or -1 with no timer armed; `now_ns` is the caller's
+ * time now (0: the library's clock, answer in its nanoseconds from now).
+ *
+ * # Safety
+ * `e` is a live engine.
+ */
+int64_t qr_engine_deadline_ns(qr_engine *e, uint64_t now_ns);
+
+/**
+ * The descriptor to sleep on (poll/epoll for readability) between polls:
+ * the provider's readiness fd (a `soft` socket; for `sim`, -1: keep
+ * polling). Call `qr_engine_arm` before sleeping. Owned by the engine.
+ *
+ * # Safety
+ * `e` is a live engine.
+ */
+int32_t qr_engine_readiness_fd(const qr_engine *e);
+
+/**
+ * Prepare to sleep on `qr_engine_readiness_fd`: returns 1 if work may already
+ * be waiting (poll again instead of sleeping), 0 if sleeping until the fd is
+ * readable or the next deadline is safe.
+ *
+ * # Safety
+ * `e` is a live engine.
+ */
+int32_t qr_engine_arm(qr_engine *e);
 
 /**
  * Start a connection to `remote`, verifying its certificate for `server_name`;
@@ -668,8 +743,10 @@ int32_t qr_socket_stats_get(qr_engine *e, qr_socket_stats *out);
 int32_t qr_stream_open(qr_engine *e, uint64_t conn, int32_t bidi, uint64_t *stream);
 
 /**
- * Write up to `len` bytes; returns how many were taken (> 0) or a negative code
- * (`QR_EAGAIN` when flow control admits nothing now).
+ * Write up to `len` bytes; returns how many were taken (> 0; 0 only for
+ * `len == 0`, which sends nothing) or a negative code (`QR_EAGAIN` when flow
+ * control admits nothing now; `QR_ESTREAM` for a stream id that was never
+ * opened, by us or by the peer, or not writable by us).
  *
  * # Safety
  * `e` is a live engine; `data` points to `len` readable bytes (NULL only with 0).
@@ -696,7 +773,8 @@ int64_t qr_stream_read(qr_engine *e,
                        int32_t *fin);
 
 /**
- * Reset `stream` (stop sending, RESET_STREAM with `code`).
+ * Reset `stream` (stop sending, RESET_STREAM with `code`). `QR_ESTREAM` for a
+ * stream id never opened (no frame is sent for it).
  *
  * # Safety
  * `e` is a live engine.
@@ -705,6 +783,7 @@ int32_t qr_stream_reset(qr_engine *e, uint64_t conn, uint64_t stream, uint64_t c
 
 /**
  * Ask the peer to stop sending on `stream` (STOP_SENDING with `code`).
+ * `QR_ESTREAM` for a stream id never opened (no frame is sent for it).
  *
  * # Safety
  * `e` is a live engine.
@@ -721,6 +800,7 @@ int32_t qr_stream_set_priority(qr_engine *e, uint64_t conn, uint64_t stream, int
 
 /**
  * Finish `stream`: no more data; `QR_EVENT_STREAM_FINISHED` follows once all is acknowledged.
+ * `QR_ESTREAM` for a stream id never opened (no frame is sent for it).
  *
  * # Safety
  * `e` is a live engine.
@@ -729,13 +809,17 @@ int32_t qr_stream_finish(qr_engine *e, uint64_t conn, uint64_t stream);
 
 /**
  * Generate a self-signed certificate for `name` and its PKCS#8 key, both DER,
- * into the caller's buffers. The lengths go to `*cert_len` / `*key_len`; if a
- * buffer is too small, `QR_ETOOSMALL` with the needed lengths set (call again).
+ * into the caller's buffers. The lengths go to `*cert_len` / `*key_len`.
+ *
+ * Size query: with buffers too small (or NULL with capacity 0) it returns
+ * `QR_ETOOSMALL` with the needed lengths set, and keeps that certificate for
+ * the next call on the same thread with the same `name`, which copies exactly
+ * it — so "ask the size, allocate, call again" always succeeds.
  * For tests and examples: production servers load a real certificate.
  *
  * # Safety
  * `name` is NUL-terminated; `cert`/`key` point to `cert_cap`/`key_cap`
- * writable bytes; `cert_len`/`key_len` are writable.
+ * writable bytes (NULL only with capacity 0); `cert_len`/`key_len` are writable.
  */
 int32_t qr_tls_selfsigned(const char *name,
                           uint8_t *cert,

@@ -69,7 +69,10 @@ pub struct qr_fabric_config {
 }
 
 // SAFETY: repr(C), first field u32 struct_size, fields valid when zeroed.
-unsafe impl Versioned for qr_fabric_config {}
+unsafe impl Versioned for qr_fabric_config {
+    // Every field of version 1 is needed to read it.
+    const V1_SIZE: usize = size_of::<qr_fabric_config>();
+}
 
 /// How to build an engine (`qr_engine_new`). Version 1.
 ///
@@ -84,9 +87,11 @@ pub struct qr_engine_config {
     pub accept_policy: u32,
     /// The GID of the port to open the queue pair on, as text ("fd00::1", "10.0.0.1").
     pub gid: *const c_char,
-    /// The 20-bit routing key of this endpoint's connection IDs.
+    /// The 20-bit routing key of this endpoint's connection IDs (a larger
+    /// value is refused with `QR_EINVAL`, never masked).
     pub routing_key: u32,
-    /// Reserved, zero.
+    /// Reserved: must be zero (`QR_EINVAL` otherwise), so a later version
+    /// can give it a meaning.
     pub reserved: u32,
     /// Server certificate, DER (NULL: not a server).
     pub cert_der: *const u8,
@@ -103,4 +108,7 @@ pub struct qr_engine_config {
 }
 
 // SAFETY: repr(C), first field u32 struct_size, fields valid when zeroed.
-unsafe impl Versioned for qr_engine_config {}
+unsafe impl Versioned for qr_engine_config {
+    // Every field of version 1 is needed to read it.
+    const V1_SIZE: usize = size_of::<qr_engine_config>();
+}

@@ -2,7 +2,7 @@
 #![allow(non_camel_case_types)]
 
 use std::net::IpAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use quic_rdma::engine::{
     client_config, server_config, AcceptPolicy, ConnHandle, Engine, EngineConfig, Event, IncomingId,
@@ -16,7 +16,7 @@ use crate::config::{
     qr_addr, qr_engine_config, QR_ACCEPT_ALL, QR_ACCEPT_MANUAL, QR_ACCEPT_REFUSE, QR_ACCEPT_RETRY,
 };
 use crate::error::{code_of, guard, guard64, QR_EFABRIC, QR_EINVAL, QR_OK};
-use crate::events::qr_event;
+use crate::events::{qr_event, QR_EVENT_V1_SIZE};
 use crate::fabric::{qr_fabric, FabricKind};
 use crate::ptr::{bytes, obj, obj_ref, put, read_versioned, text};
 
@@ -26,6 +26,7 @@ pub struct qr_engine {
     /// Events polled but not yet handed out (the caller's array was full).
     pending: Vec<Event>,
     cursor: usize,
+    clock: Clock,
 }
 
 fn policy(p: u32) -> Result<AcceptPolicy, i32> {
@@ -53,6 +54,9 @@ pub unsafe extern "C" fn qr_engine_new(
     guard(|| {
         // SAFETY: the caller's contract above.
         let (f, c) = unsafe { (obj_ref(fabric)?, read_versioned(cfg)?) };
+        if c.reserved != 0 {
+            return Err(QR_EINVAL);
+        }
         // SAFETY: NUL-terminated by contract (null-checked).
         let gid_text = unsafe { text(c.gid) }?;
         let gid: Gid = match gid_text.parse::<IpAddr>().map_err(|_| QR_EINVAL)? {
@@ -105,6 +109,7 @@ pub unsafe extern "C" fn qr_engine_new(
             engine,
             pending: Vec::with_capacity(256),
             cursor: 0,
+            clock: Clock::new(),
         }));
         // SAFETY: `out` writable by contract (null-checked by `put`).
         if let Err(err) = unsafe { put(out, e) } {
@@ -160,10 +165,89 @@ pub unsafe extern "C" fn qr_engine_mtu(e: *const qr_engine) -> i32 {
     })
 }
 
+/// The engine's view of time: `Instant`s, either the library's monotonic
+/// clock or mapped from the caller's nanoseconds (`*_at` calls), never going
+/// backwards.
+pub(crate) struct Clock {
+    /// The caller's first `now_ns` and the `Instant` it was mapped to.
+    anchor: Option<(u64, Instant)>,
+    last: Instant,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Clock {
+            anchor: None,
+            last: Instant::now(),
+        }
+    }
+
+    /// `now_ns == 0`: the library's clock; otherwise the caller's (any
+    /// monotonic nanosecond count: CLOCK_MONOTONIC, a calibrated TSC).
+    fn at(&mut self, now_ns: u64) -> Instant {
+        let t = if now_ns == 0 {
+            Instant::now()
+        } else {
+            let (ns0, t0) = *self.anchor.get_or_insert((now_ns, self.last));
+            t0 + Duration::from_nanos(now_ns.saturating_sub(ns0))
+        };
+        self.last = self.last.max(t);
+        self.last
+    }
+}
+
+/// `t` on the caller's timeline, where `now` is `now_ns`.
+fn ns_of(t: Instant, now_ns: u64, now: Instant) -> u64 {
+    now_ns.saturating_add(t.saturating_duration_since(now).as_nanos() as u64)
+}
+
+impl qr_engine {
+    /// Receive, run timers, transmit; the events go to the pending queue
+    /// (after what the caller already took is dropped from its front).
+    fn drive(&mut self, now: Instant) {
+        if self.cursor > 0 {
+            // Shifts in place: no allocation once the queue has grown.
+            self.pending.drain(..self.cursor);
+            self.cursor = 0;
+        }
+        self.engine.poll(now, &mut self.pending);
+    }
+
+    /// Hand out up to `cap` pending events, `stride` bytes apart, writing the
+    /// first `stride.min(size_of::<qr_event>())` bytes of each and zeroing the
+    /// rest of the stride.
+    ///
+    /// # Safety
+    /// `events` points to `cap * stride` writable bytes (or `cap` is 0).
+    unsafe fn hand_out(&mut self, events: *mut u8, cap: usize, stride: usize) -> i32 {
+        let n = (self.pending.len() - self.cursor)
+            .min(cap)
+            .min(i32::MAX as usize);
+        let copy = stride.min(size_of::<qr_event>());
+        for (i, ev) in self.pending[self.cursor..self.cursor + n]
+            .iter()
+            .enumerate()
+        {
+            let q = qr_event::from(*ev);
+            // SAFETY: element i < n <= cap lies inside the caller's array of
+            // `cap * stride` bytes; `q` is a local, distinct from it.
+            unsafe {
+                let dst = events.add(i * stride);
+                std::ptr::copy_nonoverlapping((&q as *const qr_event).cast::<u8>(), dst, copy);
+                std::ptr::write_bytes(dst.add(copy), 0, stride - copy);
+            }
+        }
+        self.cursor += n;
+        n as i32
+    }
+}
+
 /// Drive the engine (receive, timers, transmit) and write up to `cap` events
-/// into `events`. Returns how many were written (≥ 0). Events that did not fit
-/// are kept and returned first by the next call (which then does no I/O), so a
-/// small array loses nothing.
+/// into `events`; returns how many were written (≥ 0). Every call does the
+/// I/O, whatever `cap` is; events that did not fit are kept, in order, and
+/// returned first by later calls, so a small array (or `NULL, 0`) loses
+/// nothing. Writes `QR_EVENT_V1_SIZE` bytes per element; use
+/// `qr_engine_poll_at` for time of your own and a growable `qr_event`.
 ///
 /// # Safety
 /// `e` is a live engine; `events` points to `cap` writable `qr_event`s.
@@ -173,24 +257,58 @@ pub unsafe extern "C" fn qr_engine_poll(
     events: *mut qr_event,
     cap: usize,
 ) -> i32 {
+    // SAFETY: the caller's contract above, with the first version's stride.
+    unsafe { qr_engine_poll_at(e, 0, events, cap, QR_EVENT_V1_SIZE) }
+}
+
+/// `qr_engine_poll` with the caller's time and event size: `now_ns` is any
+/// monotonic nanosecond count of the caller's (CLOCK_MONOTONIC, a calibrated
+/// TSC; 0 means the library's clock) — the engine's timers follow it and
+/// nothing reads a clock of its own; `event_size` is `sizeof(qr_event)` as
+/// the caller's header has it (at least `QR_EVENT_V1_SIZE`; fields the
+/// library does not know are zeroed). Use one time source per engine.
+///
+/// # Safety
+/// `e` is a live engine; `events` points to `cap * event_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn qr_engine_poll_at(
+    e: *mut qr_engine,
+    now_ns: u64,
+    events: *mut qr_event,
+    cap: usize,
+    event_size: usize,
+) -> i32 {
     guard(|| {
         // SAFETY: the caller's contract above.
         let e = unsafe { obj(e) }?;
         if events.is_null() && cap > 0 {
             return Err(crate::error::QR_ENULL);
         }
-        if e.cursor == e.pending.len() {
-            e.pending.clear();
-            e.cursor = 0;
-            e.engine.poll(Instant::now(), &mut e.pending);
+        if event_size < QR_EVENT_V1_SIZE || cap.checked_mul(event_size).is_none() {
+            return Err(QR_EINVAL);
         }
-        let n = (e.pending.len() - e.cursor).min(cap).min(i32::MAX as usize);
-        for (i, ev) in e.pending[e.cursor..e.cursor + n].iter().enumerate() {
-            // SAFETY: i < n <= cap and `events` holds `cap` writable entries.
-            unsafe { events.add(i).write(qr_event::from(*ev)) };
-        }
-        e.cursor += n;
-        Ok(n as i32)
+        let now = e.clock.at(now_ns);
+        e.drive(now);
+        // SAFETY: `events` holds `cap * event_size` writable bytes by contract.
+        Ok(unsafe { e.hand_out(events.cast::<u8>(), cap, event_size) })
+    })
+}
+
+/// Do the I/O only (receive, timers, transmit) at `now_ns` (0: the library's
+/// clock); events are kept for the next `qr_engine_poll`. Returns how many
+/// events are waiting. For callers that send from one place and read events
+/// from another, or flush a batch of writes at once.
+///
+/// # Safety
+/// `e` is a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn qr_engine_flush(e: *mut qr_engine, now_ns: u64) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        let now = e.clock.at(now_ns);
+        e.drive(now);
+        Ok((e.pending.len() - e.cursor).min(i32::MAX as usize) as i32)
     })
 }
 
@@ -211,6 +329,58 @@ pub unsafe extern "C" fn qr_engine_next_timeout_us(e: *mut qr_engine) -> i64 {
                 .as_micros()
                 .min(i64::MAX as u128) as i64,
         })
+    })
+}
+
+/// The next timer deadline on the caller's clock (the `now_ns` timeline of
+/// `qr_engine_poll_at`), or -1 with no timer armed; `now_ns` is the caller's
+/// time now (0: the library's clock, answer in its nanoseconds from now).
+///
+/// # Safety
+/// `e` is a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn qr_engine_deadline_ns(e: *mut qr_engine, now_ns: u64) -> i64 {
+    guard64(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        let now = e.clock.at(now_ns);
+        Ok(match e.engine.next_deadline() {
+            None => -1,
+            Some(t) => ns_of(t, now_ns, now).min(i64::MAX as u64) as i64,
+        })
+    })
+}
+
+/// The descriptor to sleep on (poll/epoll for readability) between polls:
+/// the provider's readiness fd (a `soft` socket; for `sim`, -1: keep
+/// polling). Call `qr_engine_arm` before sleeping. Owned by the engine.
+///
+/// # Safety
+/// `e` is a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn qr_engine_readiness_fd(e: *const qr_engine) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj_ref(e) }?;
+        Ok(e.engine
+            .readiness_fd()
+            .map_or(-1, |fd| std::os::fd::AsRawFd::as_raw_fd(&fd)))
+    })
+}
+
+/// Prepare to sleep on `qr_engine_readiness_fd`: returns 1 if work may already
+/// be waiting (poll again instead of sleeping), 0 if sleeping until the fd is
+/// readable or the next deadline is safe.
+///
+/// # Safety
+/// `e` is a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn qr_engine_arm(e: *mut qr_engine) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        let pending = e.cursor < e.pending.len();
+        Ok(i32::from(e.engine.arm(std::task::Waker::noop()) || pending))
     })
 }
 

@@ -27,6 +27,8 @@ pub const QR_EVENT_STREAM_STOPPED: u32 = 9;
 pub const QR_EVENT_STREAMS_AVAILABLE: u32 = 10;
 /// Datagrams wait in `qr_datagram_recv`.
 pub const QR_EVENT_DATAGRAM: u32 = 11;
+/// `qr_datagram_send` has room again after it returned `QR_EAGAIN`.
+pub const QR_EVENT_DATAGRAMS_WRITABLE: u32 = 14;
 /// The connection ended (`reason`, `code`); the id stays valid until `QR_EVENT_CLOSED`.
 pub const QR_EVENT_CONNECTION_LOST: u32 = 12;
 /// The connection is drained and freed; its id is stale now.
@@ -49,7 +51,13 @@ pub const QR_CLOSE_LOCAL: u32 = 7;
 /// Connection IDs exhausted.
 pub const QR_CLOSE_CIDS_EXHAUSTED: u32 = 8;
 
-/// One event. Fields not named by the kind's description are zero.
+/// Bytes of a `qr_event` as first published: what `qr_engine_poll` writes per
+/// array element, whatever later versions add. `qr_engine_poll_at` takes the
+/// caller's `sizeof(qr_event)` instead, so the struct can grow.
+pub const QR_EVENT_V1_SIZE: usize = 64;
+
+/// One event. Fields not named by the kind's description are zero. New
+/// fields are only ever appended (see `QR_EVENT_V1_SIZE`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct qr_event {
@@ -114,6 +122,9 @@ impl From<Event> for qr_event {
                 (q.kind, q.conn, q.bidi) = (QR_EVENT_STREAMS_AVAILABLE, conn.to_bits(), bidi.into())
             }
             Event::Datagram { conn } => (q.kind, q.conn) = (QR_EVENT_DATAGRAM, conn.to_bits()),
+            Event::DatagramsWritable { conn } => {
+                (q.kind, q.conn) = (QR_EVENT_DATAGRAMS_WRITABLE, conn.to_bits())
+            }
             Event::ConnectionLost { conn, reason } => {
                 q.kind = QR_EVENT_CONNECTION_LOST;
                 q.conn = conn.to_bits();
@@ -137,3 +148,5 @@ impl From<Event> for qr_event {
         q
     }
 }
+
+const _: () = assert!(size_of::<qr_event>() == QR_EVENT_V1_SIZE);

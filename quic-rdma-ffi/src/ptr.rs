@@ -78,10 +78,15 @@ pub(crate) unsafe fn put<T>(out: *mut T, v: T) -> Result<(), i32> {
 /// # Safety
 /// Implementors must be `#[repr(C)]`, start with a `u32` size field, and be
 /// valid when zeroed.
-pub(crate) unsafe trait Versioned: Copy {}
+pub(crate) unsafe trait Versioned: Copy {
+    /// The size of the struct's first published version: an input struct
+    /// smaller than this is a caller error (`QR_EINVAL`), never "all defaults".
+    const V1_SIZE: usize;
+}
 
 /// Read a versioned struct: the prefix of `struct_size` bytes the caller knows
-/// of, the rest zero (defaults). Too small to hold `struct_size` itself: `QR_EINVAL`.
+/// of, the rest zero (defaults). Smaller than the struct's first version
+/// ([`Versioned::V1_SIZE`]): `QR_EINVAL`.
 ///
 /// # Safety
 /// `p` is NULL or points to at least `(*p).struct_size` readable bytes.
@@ -91,7 +96,7 @@ pub(crate) unsafe fn read_versioned<T: Versioned>(p: *const T) -> Result<T, i32>
     }
     // SAFETY: non-null; the size field is the first 4 bytes of every Versioned struct.
     let size = unsafe { p.cast::<u32>().read_unaligned() } as usize;
-    if size < 4 {
+    if size < T::V1_SIZE {
         return Err(QR_EINVAL);
     }
     let n = size.min(size_of::<T>());

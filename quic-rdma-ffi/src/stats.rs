@@ -34,7 +34,10 @@ pub struct qr_conn_stats {
 }
 
 // SAFETY: repr(C), first field u32 struct_size, integers only.
-unsafe impl Versioned for qr_conn_stats {}
+unsafe impl Versioned for qr_conn_stats {
+    // Written, not read: a caller may know any prefix of it.
+    const V1_SIZE: usize = 4;
+}
 
 /// The engine's UD socket counters. Version 2 (version 1 ended at `drop_malformed`).
 #[repr(C)]
@@ -68,7 +71,10 @@ pub struct qr_socket_stats {
 }
 
 // SAFETY: repr(C), first field u32 struct_size, integers only.
-unsafe impl Versioned for qr_socket_stats {}
+unsafe impl Versioned for qr_socket_stats {
+    // Written, not read: a caller may know any prefix of it.
+    const V1_SIZE: usize = 4;
+}
 
 /// Statistics of `conn` into `*out` (set `out->struct_size` first).
 ///

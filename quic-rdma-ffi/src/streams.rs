@@ -44,8 +44,10 @@ pub unsafe extern "C" fn qr_stream_open(
     })
 }
 
-/// Write up to `len` bytes; returns how many were taken (> 0) or a negative code
-/// (`QR_EAGAIN` when flow control admits nothing now).
+/// Write up to `len` bytes; returns how many were taken (> 0; 0 only for
+/// `len == 0`, which sends nothing) or a negative code (`QR_EAGAIN` when flow
+/// control admits nothing now; `QR_ESTREAM` for a stream id that was never
+/// opened, by us or by the peer, or not writable by us).
 ///
 /// # Safety
 /// `e` is a live engine; `data` points to `len` readable bytes (NULL only with 0).
@@ -98,7 +100,8 @@ pub unsafe extern "C" fn qr_stream_read(
     })
 }
 
-/// Reset `stream` (stop sending, RESET_STREAM with `code`).
+/// Reset `stream` (stop sending, RESET_STREAM with `code`). `QR_ESTREAM` for a
+/// stream id never opened (no frame is sent for it).
 ///
 /// # Safety
 /// `e` is a live engine.
@@ -120,6 +123,7 @@ pub unsafe extern "C" fn qr_stream_reset(
 }
 
 /// Ask the peer to stop sending on `stream` (STOP_SENDING with `code`).
+/// `QR_ESTREAM` for a stream id never opened (no frame is sent for it).
 ///
 /// # Safety
 /// `e` is a live engine.
@@ -162,6 +166,7 @@ pub unsafe extern "C" fn qr_stream_set_priority(
 }
 
 /// Finish `stream`: no more data; `QR_EVENT_STREAM_FINISHED` follows once all is acknowledged.
+/// `QR_ESTREAM` for a stream id never opened (no frame is sent for it).
 ///
 /// # Safety
 /// `e` is a live engine.

@@ -1,18 +1,37 @@
 //! A self-signed certificate helper for tests and examples.
 
+use std::cell::RefCell;
 use std::ffi::c_char;
 
 use crate::error::{guard, QR_EINVAL, QR_ENULL, QR_ETLS, QR_ETOOSMALL, QR_OK};
 use crate::ptr::{put, text};
 
+/// A certificate made for a size query: its name, certificate and key (DER).
+struct Kept {
+    name: String,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
+thread_local! {
+    /// The last certificate a size query made: the call that follows with the
+    /// same name and big enough buffers gets exactly it (a new key pair would
+    /// have another signature, often of another length).
+    static LAST: RefCell<Option<Kept>> = const { RefCell::new(None) };
+}
+
 /// Generate a self-signed certificate for `name` and its PKCS#8 key, both DER,
-/// into the caller's buffers. The lengths go to `*cert_len` / `*key_len`; if a
-/// buffer is too small, `QR_ETOOSMALL` with the needed lengths set (call again).
+/// into the caller's buffers. The lengths go to `*cert_len` / `*key_len`.
+///
+/// Size query: with buffers too small (or NULL with capacity 0) it returns
+/// `QR_ETOOSMALL` with the needed lengths set, and keeps that certificate for
+/// the next call on the same thread with the same `name`, which copies exactly
+/// it — so "ask the size, allocate, call again" always succeeds.
 /// For tests and examples: production servers load a real certificate.
 ///
 /// # Safety
 /// `name` is NUL-terminated; `cert`/`key` point to `cert_cap`/`key_cap`
-/// writable bytes; `cert_len`/`key_len` are writable.
+/// writable bytes (NULL only with capacity 0); `cert_len`/`key_len` are writable.
 #[no_mangle]
 pub unsafe extern "C" fn qr_tls_selfsigned(
     name: *const c_char,
@@ -26,25 +45,45 @@ pub unsafe extern "C" fn qr_tls_selfsigned(
     guard(|| {
         // SAFETY: NUL-terminated by contract (null-checked).
         let name = unsafe { text(name) }?;
-        if cert.is_null() || key.is_null() || cert_len.is_null() || key_len.is_null() {
+        if (cert.is_null() && cert_cap > 0)
+            || (key.is_null() && key_cap > 0)
+            || cert_len.is_null()
+            || key_len.is_null()
+        {
             return Err(QR_ENULL);
         }
         if name.is_empty() {
             return Err(QR_EINVAL);
         }
-        let ck = rcgen::generate_simple_self_signed(vec![name.to_owned()]).map_err(|_| QR_ETLS)?;
-        let c = ck.cert.der().to_vec();
-        let k = ck.key_pair.serialize_der();
+        let kept = LAST.with_borrow_mut(|l| match l.take() {
+            Some(k) if k.name == name => Some((k.cert, k.key)),
+            _ => None,
+        });
+        let (c, k) = match kept {
+            Some(ck) => ck,
+            None => {
+                let ck = rcgen::generate_simple_self_signed(vec![name.to_owned()])
+                    .map_err(|_| QR_ETLS)?;
+                (ck.cert.der().to_vec(), ck.key_pair.serialize_der())
+            }
+        };
         // SAFETY: writable by contract (checked non-null above).
         unsafe {
             put(cert_len, c.len())?;
             put(key_len, k.len())?;
         }
         if c.len() > cert_cap || k.len() > key_cap {
+            LAST.with_borrow_mut(|l| {
+                *l = Some(Kept {
+                    name: name.to_owned(),
+                    cert: c,
+                    key: k,
+                })
+            });
             return Err(QR_ETOOSMALL);
         }
-        // SAFETY: `cert`/`key` hold `cert_cap`/`key_cap` >= the lengths written, by contract;
-        // the sources are our own vectors, distinct from the caller's memory.
+        // SAFETY: `cert`/`key` hold `cert_cap`/`key_cap` >= the lengths written
+        // (so non-null here), by contract; the sources are our own vectors.
         unsafe {
             std::ptr::copy_nonoverlapping(c.as_ptr(), cert, c.len());
             std::ptr::copy_nonoverlapping(k.as_ptr(), key, k.len());

@@ -7,8 +7,9 @@ mod engine_common;
 use std::time::Instant;
 
 use engine_common::{moved_gid, transfer, EnginePair, MAX_ITERS};
-use quic_rdma::engine::{AcceptPolicy, CloseReason, EngineError, Event};
+use quic_rdma::engine::{AcceptPolicy, CloseReason, EngineError, Event, StreamId};
 use quic_rdma::fabric::sim::{Faults, SimConfig};
+use quinn_proto::VarInt;
 use sha2::{Digest, Sha256};
 
 fn cfg(faults: Faults, seed: u64) -> SimConfig {
@@ -244,6 +245,65 @@ fn datagrams_both_ways_and_buffer_too_small() {
     });
     let n = p.client.recv_datagram(c, &mut buf).unwrap();
     assert_eq!(&buf[..n], b"pong");
+}
+
+/// Stream ids nobody opened are refused without a frame going out (the peer
+/// would close the connection with STREAM_STATE_ERROR); a handle of one
+/// engine names nothing in another; a full datagram queue says WouldBlock.
+#[test]
+fn unknown_ids_are_refused_and_datagrams_push_back() {
+    let mut p = EnginePair::new(SimConfig::default());
+    let (c, s) = p.connect();
+    let never = |i: u64| StreamId::from(VarInt::from_u64(i).unwrap());
+    for id in [4, 1, 2, 8] {
+        assert!(matches!(
+            p.client.write(c, never(id), b"x"),
+            Err(EngineError::ClosedStream)
+        ));
+        assert!(matches!(
+            p.client.finish(c, never(id)),
+            Err(EngineError::ClosedStream)
+        ));
+        assert!(matches!(
+            p.client.reset(c, never(id), 1),
+            Err(EngineError::ClosedStream)
+        ));
+        assert!(matches!(
+            p.client.stop(c, never(id), 1),
+            Err(EngineError::ClosedStream)
+        ));
+    }
+    assert_ne!(c.to_bits(), s.to_bits());
+    assert!(matches!(
+        p.server.open_bi(c),
+        Err(EngineError::UnknownConnection)
+    ));
+    assert!(matches!(
+        p.client.open_bi(s),
+        Err(EngineError::UnknownConnection)
+    ));
+    let mut blocked = 0;
+    for i in 0..5000u32 {
+        match p.client.send_datagram(c, &[i as u8; 1000]) {
+            Ok(()) => {}
+            Err(EngineError::WouldBlock) => blocked += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(
+        blocked > 0,
+        "5 MB of datagrams without polling must push back"
+    );
+    let mut writable = false;
+    p.run_until(|p| {
+        writable |= p.cev.contains(&Event::DatagramsWritable { conn: c });
+        writable
+    });
+    assert!(!p
+        .cev
+        .iter()
+        .chain(&p.sev)
+        .any(|e| matches!(e, Event::ConnectionLost { .. })));
 }
 
 #[test]

@@ -396,6 +396,116 @@ fn readiness_fd_turns_readable_after_arm_and_arm_consumes_the_event() {
     });
 }
 
+/// Dropping a registered region under posted receives is sound: the QP keeps
+/// its storage, the device still writes into it, completions still arrive, and
+/// the storage is freed only when the QP goes (issue 10, item 5).
+#[test]
+fn a_region_dropped_under_posted_receives_is_kept_until_the_qp_drops() {
+    let Some((mut a, mut b)) = pair() else { return };
+    b.post_recvs(0..4);
+    assert_eq!(b.qp.kept_regions(), 0);
+    b.mem = Memory::new(); // drops the region the receives point into
+    assert_eq!(b.qp.kept_regions(), 1, "the QP took the storage");
+    let ah = a.qp.create_ah(&AhAttr::new(b.qp.attr().gid, 0)).unwrap();
+    let msg = vec![0x5Au8; 3000];
+    let wrs = [
+        send_wr(&b, ah, a.fill(0, &msg), 1),
+        send_wr(&b, ah, a.fill(1, &msg), 2),
+    ];
+    a.qp.post_send(&a.mem, &wrs).unwrap();
+    assert_eq!(a.wait_send(2, T).len(), 2);
+    let r = b.wait_recv(2, T);
+    assert_eq!(r.len(), 2, "the device wrote into the kept storage");
+    for wc in &r {
+        assert_eq!(wc.status, WcStatus::Success);
+        assert_eq!(wc.byte_len as usize, GRH_LEN + msg.len());
+    }
+    // A region that outlives its QP is freed by its own drop, as usual.
+    let End { qp, mem } = a;
+    drop(qp);
+    drop(mem);
+    drop(b);
+}
+
+/// `readiness_fd` covers async events too: a GID-table change (an address
+/// added to the device's netdev) makes it readable without any completion,
+/// and handling the event (`poll_event`) makes it quiet again.
+#[test]
+fn readiness_fd_turns_readable_on_an_async_event() {
+    let Some(qp) = open(&VerbsOptions::default()) else {
+        return;
+    };
+    let mut b = End::new(qp, 4);
+    let netdev = std::fs::read_dir(format!(
+        "/sys/class/infiniband/{}/ports/1/gid_attrs/ndevs",
+        b.qp.device_name()
+    ))
+    .ok()
+    .and_then(|mut d| d.find_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()))
+    .map(|s| s.trim().to_string())
+    .expect("the rxe device has a netdev");
+    // The kernel turns a netdev's addresses into GIDs only for Ethernet
+    // devices (roce_gid_mgmt: ARPHRD_ETHER), not for `lo`.
+    let ty = std::fs::read_to_string(format!("/sys/class/net/{netdev}/type")).unwrap();
+    assert_eq!(
+        ty.trim(),
+        "1",
+        "{netdev} is not Ethernet: run this test with rxe on an Ethernet netdev"
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let fd = b.qp.readiness_fd().unwrap().try_clone_to_owned().unwrap();
+        #[allow(deprecated)]
+        let afd =
+            tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE).unwrap();
+        while b.qp.poll_event().is_some() {}
+        assert!(!b.qp.arm(std::task::Waker::noop()));
+        let ip = |op: &str| {
+            let st = std::process::Command::new("ip")
+                .args(["addr", op, "10.201.0.1/32", "dev", &netdev])
+                .status()
+                .expect("running ip");
+            assert!(st.success(), "ip addr {op} on {netdev}");
+        };
+        let before = b.qp.gid_table().unwrap();
+        ip("add");
+        // The kernel adds the GID from a work queue: wait for the table to show it.
+        let end = Instant::now() + T;
+        let after = loop {
+            let t = b.qp.gid_table().unwrap();
+            if t.len() > before.len() || Instant::now() > end {
+                break t;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        eprintln!("GID table before {before:?}\nafter {after:?}");
+        assert!(after.len() > before.len(), "the address became a GID");
+        let mut g = tokio::time::timeout(T, afd.readable())
+            .await
+            .expect("the GID change made the descriptor readable")
+            .unwrap();
+        g.clear_ready();
+        // A new entry in the GID table, not our GID: consumed, not reported.
+        while let Some(ev) = b.qp.poll_event() {
+            eprintln!("event: {ev:?}");
+        }
+        ip("del");
+        tokio::time::sleep(QUIET).await;
+        while b.qp.poll_event().is_some() {}
+        // Forget the readiness tokio saw before the drain (its epoll is
+        // edge-triggered); a new edge would mean something is pending again.
+        if let Ok(Ok(mut g)) = tokio::time::timeout(Duration::from_millis(1), afd.readable()).await
+        {
+            g.clear_ready();
+        }
+        let quiet = tokio::time::timeout(QUIET, afd.readable()).await;
+        assert!(quiet.is_err(), "nothing pending: the descriptor is quiet");
+    });
+}
+
 #[test]
 fn a_send_completing_in_error_fails_the_qp_until_recovered() {
     let Some(a) = open(&VerbsOptions::default()) else {

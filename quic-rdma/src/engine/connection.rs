@@ -1,7 +1,9 @@
 //! Per-connection state and the table of connections, indexed like quinn-proto's.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use bytes::Bytes;
-use quinn_proto::{Connection, ConnectionError, ConnectionHandle};
+use quinn_proto::{Connection, ConnectionError, ConnectionHandle, Dir, StreamId};
 
 use super::{ConnHandle, EngineError};
 
@@ -13,6 +15,19 @@ pub(crate) struct Conn {
     /// A datagram taken from quinn-proto that did not fit the caller's buffer:
     /// kept so a too-small buffer loses nothing.
     pub(crate) stashed_datagram: Option<Bytes>,
+    /// Streams we opened, per direction ([bidi, uni]): ids are handed out in
+    /// order (RFC 9000 §2.1), so ours with a lower index exist.
+    opened: [u64; 2],
+    /// Streams the peer opened that we have seen, per direction: a higher
+    /// index implicitly opens every lower one (RFC 9000 §3.2).
+    accepted: [u64; 2],
+}
+
+fn dir_index(d: Dir) -> usize {
+    match d {
+        Dir::Bi => 0,
+        Dir::Uni => 1,
+    }
 }
 
 impl Conn {
@@ -21,7 +36,33 @@ impl Conn {
             inner,
             error: None,
             stashed_datagram: None,
+            opened: [0; 2],
+            accepted: [0; 2],
         }
+    }
+
+    /// Record a stream we opened.
+    pub(crate) fn note_opened(&mut self, s: StreamId) {
+        let n = &mut self.opened[dir_index(s.dir())];
+        *n = (*n).max(s.index() + 1);
+    }
+
+    /// Record a stream the peer opened.
+    pub(crate) fn note_accepted(&mut self, s: StreamId) {
+        let n = &mut self.accepted[dir_index(s.dir())];
+        *n = (*n).max(s.index() + 1);
+    }
+
+    /// Whether `s` was ever opened, by us or by the peer: an id nobody opened
+    /// must never make us send a frame for it (the peer would close the whole
+    /// connection with STREAM_STATE_ERROR, RFC 9000 §19.4–19.5, §19.8).
+    pub(crate) fn stream_exists(&self, s: StreamId) -> bool {
+        let seen = if s.initiator() == self.inner.side() {
+            self.opened
+        } else {
+            self.accepted
+        };
+        s.index() < seen[dir_index(s.dir())]
     }
 
     /// Err if the connection has ended (with its reason).
@@ -41,27 +82,52 @@ struct Slot {
     conn: Option<Conn>,
 }
 
+/// Tags told apart between engines of one process (see [`ConnTable::new`]).
+static NEXT_ENGINE_TAG: AtomicU32 = AtomicU32::new(1);
+
 /// Connections by quinn-proto's `ConnectionHandle` (itself a slab index, so the
 /// table stays dense), each slot with a generation for stale-handle detection.
-#[derive(Default)]
+/// A generation's high 16 bits are the engine's tag, so a handle from another
+/// engine names no connection here (rather than whichever has its index).
 pub(crate) struct ConnTable {
     slots: Vec<Slot>,
+    /// This engine's tag, in the high 16 bits of every generation.
+    tag: u32,
+    /// The low 16 bits of the next generation.
     next_gen: u32,
     live: usize,
 }
 
 impl ConnTable {
+    /// An empty table with a tag of its own (a process-wide counter, so two
+    /// engines alive at once differ unless 65 535 were made in between).
+    pub(crate) fn new() -> Self {
+        let tag = loop {
+            let t = NEXT_ENGINE_TAG.fetch_add(1, Ordering::Relaxed) & 0xFFFF;
+            if t != 0 {
+                break t;
+            }
+        };
+        ConnTable {
+            slots: Vec::new(),
+            tag: tag << 16,
+            next_gen: 0,
+            live: 0,
+        }
+    }
+
     pub(crate) fn insert(&mut self, ch: ConnectionHandle, conn: Conn) -> ConnHandle {
         let i = ch.0;
         if self.slots.len() <= i {
             self.slots
                 .resize_with(i + 1, || Slot { gen: 0, conn: None });
         }
-        // Generations start at 1 so the all-zero bit pattern is never a valid handle.
-        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        // The low half wraps after 65 535 connections; never 0, and the tag is
+        // never 0, so the all-zero bit pattern is never a valid handle.
+        self.next_gen = (self.next_gen % 0xFFFF) + 1;
         let slot = &mut self.slots[i];
         debug_assert!(slot.conn.is_none(), "quinn-proto reused a live handle");
-        slot.gen = self.next_gen;
+        slot.gen = self.tag | self.next_gen;
         slot.conn = Some(conn);
         self.live += 1;
         ConnHandle {

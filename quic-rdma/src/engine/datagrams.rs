@@ -7,12 +7,18 @@ use super::{ConnHandle, Engine, EngineError};
 use crate::fabric::UdQueuePair;
 
 impl<Q: UdQueuePair> Engine<Q> {
-    /// Queue `data` as one datagram; the oldest queued ones are dropped if the
-    /// send buffer is full (datagrams are for data that goes stale).
+    /// Queue `data` as one datagram. `WouldBlock` when the send buffer is full
+    /// (nothing is dropped: the caller decides what goes stale);
+    /// [`Event::DatagramsWritable`](super::Event::DatagramsWritable) tells
+    /// when there is room again.
     pub fn send_datagram(&mut self, conn: ConnHandle, data: &[u8]) -> Result<(), EngineError> {
         let c = self.conns.get(conn)?;
         c.check_open()?;
-        match c.inner.datagrams().send(Bytes::copy_from_slice(data), true) {
+        match c
+            .inner
+            .datagrams()
+            .send(Bytes::copy_from_slice(data), false)
+        {
             Ok(()) => Ok(()),
             Err(SendDatagramError::TooLarge) => Err(EngineError::DatagramTooLarge {
                 len: data.len(),
@@ -21,7 +27,6 @@ impl<Q: UdQueuePair> Engine<Q> {
             Err(SendDatagramError::UnsupportedByPeer | SendDatagramError::Disabled) => {
                 Err(EngineError::DatagramsUnsupported)
             }
-            // Only with `drop == false`, which we never pass.
             Err(SendDatagramError::Blocked(_)) => Err(EngineError::WouldBlock),
         }
     }

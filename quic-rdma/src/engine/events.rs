@@ -94,6 +94,12 @@ pub enum Event {
         /// The connection.
         conn: ConnHandle,
     },
+    /// [`send_datagram`](super::Engine::send_datagram) has room again after
+    /// it returned `WouldBlock`.
+    DatagramsWritable {
+        /// The connection.
+        conn: ConnHandle,
+    },
     /// The connection ended for a reason other than our own close: the peer
     /// closed it, it timed out, or a protocol error. The handle stays valid
     /// until [`Event::ConnectionClosed`].

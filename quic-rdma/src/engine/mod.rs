@@ -114,6 +114,12 @@ impl<Q: UdQueuePair> Engine<Q> {
     pub fn new(qp: Q, cfg: EngineConfig) -> Result<Self, EngineError> {
         let socket = UdSocket::new(qp, cfg.socket.clone())?;
         let mtu = socket.mtu();
+        if cfg.routing_key > crate::quic::cid::ROUTING_KEY_MASK {
+            // Never silently masked: two endpoints meant to differ would collide.
+            return Err(EngineError::InvalidArgument(
+                "routing_key above 20 bits (ROUTING_KEY_MASK)",
+            ));
+        }
         let mut ep_cfg = endpoint_config(mtu, cfg.routing_key);
         if let Some(seed) = cfg.rng_seed {
             ep_cfg.rng_seed(Some(seed));
@@ -125,7 +131,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         Ok(Engine {
             socket,
             endpoint,
-            conns: ConnTable::default(),
+            conns: ConnTable::new(),
             peers: PeerTable::new(cfg.peers),
             routing: cfg.routing,
             routing_stats: RoutingStats::default(),
@@ -492,6 +498,7 @@ fn translate(h: ConnHandle, c: &mut Conn, ev: quinn_proto::Event, out: &mut Vec<
         }
         E::Stream(S::Opened { dir }) => {
             while let Some(id) = c.inner.streams().accept(dir) {
+                c.note_accepted(id);
                 out.push(Event::StreamOpened {
                     conn: h,
                     stream: id,
@@ -534,7 +541,7 @@ fn translate(h: ConnHandle, c: &mut Conn, ev: quinn_proto::Event, out: &mut Vec<
             bidi: dir == Dir::Bi,
         }),
         E::DatagramReceived => out.push(Event::Datagram { conn: h }),
-        E::DatagramsUnblocked => {}
+        E::DatagramsUnblocked => out.push(Event::DatagramsWritable { conn: h }),
     }
 }
 

@@ -49,6 +49,9 @@ fn usable<Q: UdQueuePair>(
     if stream.dir() == Dir::Uni && ours != send {
         return Err(EngineError::ClosedStream);
     }
+    if !c.stream_exists(stream) {
+        return Err(EngineError::ClosedStream);
+    }
     Ok(c)
 }
 
@@ -67,7 +70,9 @@ impl<Q: UdQueuePair> Engine<Q> {
     fn open(&mut self, conn: ConnHandle, dir: Dir) -> Result<StreamId, EngineError> {
         let c = self.conns.get(conn)?;
         c.check_open()?;
-        c.inner.streams().open(dir).ok_or(EngineError::WouldBlock)
+        let s = c.inner.streams().open(dir).ok_or(EngineError::WouldBlock)?;
+        c.note_opened(s);
+        Ok(s)
     }
 
     /// Write as much of `data` as flow control allows; returns the bytes taken

@@ -5,8 +5,26 @@
 //! one for every provider: it owns the [`Memory`], registers each [`Region`] with
 //! its provider, and work requests carry a [`Sge`] (region, offset, length, lkey).
 
+use std::sync::Arc;
+
 /// Cache-line alignment of every region's first usable byte.
 pub const REGION_ALIGN: usize = 64;
+
+/// Takes over a registered region's storage when the [`Region`] is dropped,
+/// and keeps it allocated for as long as a device may still read or write it.
+///
+/// A NIC writes received packets into registered memory by DMA, outside
+/// Rust's view: if a region were freed while its memory stayed registered
+/// (and receives into it stayed posted), the device would write into memory
+/// the allocator had handed to someone else. A provider whose device does DMA
+/// sets a keeper in [`UdQueuePair::register`](super::UdQueuePair::register),
+/// so dropping a region — even under posted receives — is always safe: the
+/// storage outlives the device's access to it, and is freed when the provider
+/// knows the device is done (its queue pair reset or destroyed).
+pub trait RegionKeeper: Send + Sync {
+    /// Keep `storage` (the dropped region's whole allocation) alive.
+    fn keep(&self, storage: Box<[u8]>);
+}
 
 /// One contiguous block of memory registered with a provider.
 pub struct Region {
@@ -16,6 +34,16 @@ pub struct Region {
     base: usize,
     len: usize,
     lkey: Option<u32>,
+    /// Where the storage goes when the region drops (a DMA-capable provider).
+    keeper: Option<Arc<dyn RegionKeeper>>,
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let Some(k) = self.keeper.take() {
+            k.keep(std::mem::take(&mut self.buf));
+        }
+    }
 }
 
 impl Region {
@@ -28,6 +56,7 @@ impl Region {
             base,
             len,
             lkey: None,
+            keeper: None,
         }
     }
 
@@ -49,6 +78,12 @@ impl Region {
     /// Record the provider's local key (called by providers from `register`).
     pub fn set_lkey(&mut self, lkey: Option<u32>) {
         self.lkey = lkey;
+    }
+
+    /// Hand the storage to `keeper` when this region drops, instead of freeing
+    /// it (called by providers whose device does DMA, from `register`).
+    pub fn set_keeper(&mut self, keeper: Arc<dyn RegionKeeper>) {
+        self.keeper = Some(keeper);
     }
 
     /// The whole usable memory.
@@ -178,5 +213,31 @@ mod tests {
         assert!(m.resolve(&Sge { lkey: 8, ..ok }).is_none());
         assert!(m.resolve(&Sge { len: 65, ..ok }).is_none());
         assert!(m.resolve(&Sge { region: 1, ..ok }).is_none());
+    }
+
+    /// A dropped region's storage goes to its keeper, still at the address the
+    /// device was given; without a keeper it is simply freed.
+    #[test]
+    fn keeper_takes_the_storage() {
+        use std::sync::Mutex;
+        #[derive(Default)]
+        struct Keep(Mutex<Vec<Box<[u8]>>>);
+        impl RegionKeeper for Keep {
+            fn keep(&self, storage: Box<[u8]>) {
+                self.0.lock().unwrap().push(storage);
+            }
+        }
+        let keep = Arc::new(Keep::default());
+        let mut r = Region::new(4096);
+        r.bytes_mut()[0] = 0xAB;
+        let addr = r.addr();
+        r.set_keeper(keep.clone());
+        drop(r);
+        let kept = keep.0.lock().unwrap();
+        assert_eq!(kept.len(), 1);
+        let base = kept[0].as_ptr() as usize;
+        assert!(base <= addr && addr < base + REGION_ALIGN);
+        assert_eq!(kept[0][addr - base], 0xAB);
+        drop(Region::new(16)); // no keeper: nothing to hand over
     }
 }

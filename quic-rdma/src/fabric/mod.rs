@@ -38,7 +38,7 @@ pub use error::FabricError;
 pub use gid::Gid;
 pub use grh::{Grh, GrhLayout};
 pub use keys::{check_keys, check_pkey, pkey_matches, send_qkey, KeyDrop, PacketKeys, QpKeys};
-pub use memory::{Memory, Region, Sge};
+pub use memory::{Memory, Region, RegionKeeper, Sge};
 pub use port::{Mtu, QpAttr, GRH_LEN};
 pub use wr::{Completion, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus};
 

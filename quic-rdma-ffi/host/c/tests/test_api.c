@@ -262,12 +262,275 @@ static int test_error_paths(void) {
     return 0;
 }
 
+
+/* Issue 14 #1: a stream id nobody opened is refused (QR_ESTREAM) by every call,
+ * and no frame goes out for it: the connection stays up and a real stream works. */
+static int test_unopened_stream_ids(void) {
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    EXPECT(qr_pair_connect(&p) == 0);
+    const uint8_t x = 'x';
+    /* 4: the client's second bidi stream (never opened); 1: the server's first. */
+    uint64_t ids[] = {4, 1, 8, 2};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        EXPECT(qr_stream_write(p.client, p.client_conn, ids[i], &x, 1) == QR_ESTREAM);
+        EXPECT(qr_stream_finish(p.client, p.client_conn, ids[i]) == QR_ESTREAM);
+        EXPECT(qr_stream_reset(p.client, p.client_conn, ids[i], 3) == QR_ESTREAM);
+        EXPECT(qr_stream_stop(p.client, p.client_conn, ids[i], 3) == QR_ESTREAM);
+    }
+    uint64_t s;
+    EXPECT(qr_stream_open(p.client, p.client_conn, 1, &s) == QR_OK);
+    EXPECT(s == 0);
+    EXPECT(qr_stream_write(p.client, p.client_conn, s, &x, 1) == 1);
+    EXPECT(qr_stream_finish(p.client, p.client_conn, s) == QR_OK);
+    int opened = 0, lost = 0;
+    for (int i = 0; i < 2000 && !opened; i++) {
+        qr_pair_step(&p);
+        for (int k = 0; k < p.nsev; k++) {
+            if (p.sev[k].kind == QR_EVENT_STREAM_OPENED) opened = 1;
+            if (p.sev[k].kind == QR_EVENT_CONNECTION_LOST) lost = 1;
+        }
+        for (int k = 0; k < p.ncev; k++)
+            if (p.cev[k].kind == QR_EVENT_CONNECTION_LOST) lost = 1;
+    }
+    EXPECT(opened && !lost);
+    /* The peer's stream, once it exists, is fine to stop. */
+    uint64_t t;
+    EXPECT(qr_stream_open(p.client, p.client_conn, 1, &t) == QR_OK);
+    /* Zero bytes: a no-op that returns 0 (the header says so). */
+    EXPECT(qr_stream_write(p.client, p.client_conn, t, &x, 0) == 0);
+    qr_pair_free(&p);
+    return 0;
+}
+
+/* Issue 14 #2: the size-then-call protocol always works, and a NULL-buffer
+ * size query is a size query, not QR_ENULL. */
+static int test_selfsigned_size_query(void) {
+    for (int i = 0; i < 20; i++) {
+        size_t cl = 0, kl = 0;
+        EXPECT(qr_tls_selfsigned("size.test", NULL, 0, &cl, NULL, 0, &kl) == QR_ETOOSMALL);
+        EXPECT(cl > 0 && kl > 0);
+        uint8_t *c = malloc(cl), *k = malloc(kl);
+        size_t cl2 = 0, kl2 = 0;
+        EXPECT(qr_tls_selfsigned("size.test", c, cl, &cl2, k, kl, &kl2) == QR_OK);
+        EXPECT(cl2 == cl && kl2 == kl);
+        free(c);
+        free(k);
+    }
+    size_t cl = 0, kl = 0;
+    EXPECT(qr_tls_selfsigned("size.test", NULL, 1, &cl, NULL, 0, &kl) == QR_ENULL);
+    return 0;
+}
+
+/* Issue 14 #3: polling with no room for events still does the I/O; nothing
+ * is lost, and the events come out in order once there is room. */
+static int test_poll_without_room_does_io(void) {
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    EXPECT(qr_pair_connect(&p) == 0);
+    uint64_t s;
+    EXPECT(qr_stream_open(p.client, p.client_conn, 1, &s) == QR_OK);
+    static uint8_t data[200000];
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)(i * 31);
+    size_t off = 0;
+    qr_socket_stats before, after;
+    memset(&before, 0, sizeof before);
+    before.struct_size = sizeof before;
+    after = before;
+    /* Half the data, polled with no room until the server has events pending. */
+    int pending = 0;
+    for (int i = 0; i < 20000 && (off < sizeof data / 2 || !pending); i++) {
+        long long n = qr_stream_write(p.client, p.client_conn, s, data + off,
+                                      sizeof data / 2 - off);
+        if (n > 0) off += (size_t)n;
+        EXPECT(qr_engine_poll(p.client, NULL, 0) == 0);
+        EXPECT(qr_engine_poll(p.server, NULL, 0) == 0);
+        pending = qr_engine_flush(p.server, 0) > 0;
+    }
+    EXPECT(off == sizeof data / 2 && pending);
+    EXPECT(qr_socket_stats_get(p.server, &before) == QR_OK);
+    /* The rest, still with no room: the server must go on receiving. */
+    for (int i = 0; i < 20000 && off < sizeof data; i++) {
+        long long n = qr_stream_write(p.client, p.client_conn, s, data + off, sizeof data - off);
+        if (n > 0) off += (size_t)n;
+        EXPECT(qr_engine_poll(p.client, NULL, 0) == 0);
+        EXPECT(qr_engine_poll(p.server, NULL, 0) == 0);
+    }
+    for (int i = 0; i < 100; i++) {
+        EXPECT(qr_engine_poll(p.client, NULL, 0) == 0);
+        EXPECT(qr_engine_flush(p.server, 0) > 0);
+    }
+    EXPECT(off == sizeof data);
+    EXPECT(qr_socket_stats_get(p.server, &after) == QR_OK);
+    EXPECT(after.recv_packets > before.recv_packets);
+    /* Everything is still there, oldest first: the stream opened first. */
+    qr_event ev[QR_PAIR_EVENTS];
+    int n = qr_engine_poll(p.server, ev, QR_PAIR_EVENTS);
+    EXPECT(n > 0);
+    int opened_at = -1, readable_at = -1;
+    for (int k = n - 1; k >= 0; k--) {
+        if (ev[k].kind == QR_EVENT_STREAM_OPENED && ev[k].stream == s) opened_at = k;
+        if (ev[k].kind == QR_EVENT_STREAM_READABLE && ev[k].stream == s) readable_at = k;
+    }
+    EXPECT(opened_at >= 0 && readable_at > opened_at);
+    static uint8_t got[200000];
+    size_t have = 0;
+    for (int i = 0; i < 20000 && have < sizeof got; i++) {
+        int fin = 0;
+        long long r = qr_stream_read(p.server, p.server_conn, s, got + have, sizeof got - have, &fin);
+        if (r > 0) have += (size_t)r;
+        qr_pair_step(&p);
+    }
+    EXPECT(have == sizeof data && memcmp(got, data, sizeof data) == 0);
+    qr_pair_free(&p);
+    return 0;
+}
+
+/* Issue 14 #4: a full datagram send queue says QR_EAGAIN (nothing dropped
+ * silently); every datagram accepted arrives, in order; DATAGRAMS_WRITABLE
+ * says when to go on. */
+static int test_datagram_backpressure(void) {
+    enum { N = 3000, LEN = 1000 };
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    EXPECT(qr_pair_connect(&p) == 0);
+    static uint8_t msg[LEN], buf[LEN + 16];
+    int sent = 0, recvd = 0, eagain = 0, writable = 0, blocked = 0;
+    for (unsigned long long i = 0; recvd < N && i < QR_PAIR_MAX_SPINS; i++) {
+        while (sent < N && !blocked) {
+            memset(msg, 0, sizeof msg);
+            memcpy(msg, &sent, sizeof sent);
+            int rc = qr_datagram_send(p.client, p.client_conn, msg, sizeof msg);
+            if (rc == QR_EAGAIN) {
+                eagain++;
+                blocked = 1;
+                break;
+            }
+            EXPECT(rc == QR_OK);
+            sent++;
+        }
+        qr_pair_step(&p);
+        for (int k = 0; k < p.ncev; k++)
+            if (p.cev[k].kind == QR_EVENT_DATAGRAMS_WRITABLE) {
+                writable++;
+                blocked = 0;
+            }
+        long long r;
+        while ((r = qr_datagram_recv(p.server, p.server_conn, buf, sizeof buf, NULL)) > 0) {
+            int seq;
+            EXPECT(r == LEN);
+            memcpy(&seq, buf, sizeof seq);
+            EXPECT(seq == recvd);
+            recvd++;
+        }
+    }
+    EXPECT(eagain > 0 && writable > 0);
+    EXPECT(sent == N && recvd == N);
+    qr_pair_free(&p);
+    return 0;
+}
+
+/* Issue 14 #5: a connection id of one engine names nothing in another. */
+static int test_conn_ids_are_per_engine(void) {
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    EXPECT(qr_pair_connect(&p) == 0);
+    EXPECT(p.client_conn != p.server_conn);
+    uint64_t s;
+    EXPECT(qr_stream_open(p.server, p.client_conn, 1, &s) == QR_ENOCONN);
+    EXPECT(qr_stream_open(p.client, p.server_conn, 1, &s) == QR_ENOCONN);
+    qr_conn_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    EXPECT(qr_conn_stats_get(p.server, p.client_conn, &st) == QR_ENOCONN);
+    qr_pair_free(&p);
+    return 0;
+}
+
+/* Issue 14 #6: configs are checked, never silently defaulted or masked. */
+static int test_config_contract(void) {
+    qr_fabric_config fc;
+    memset(&fc, 0, sizeof fc);
+    fc.struct_size = 4;
+    qr_fabric *f = NULL;
+    EXPECT(qr_fabric_new(&fc, &f) == QR_EINVAL); /* only struct_size: not a config */
+    fc.struct_size = sizeof fc;
+    fc.provider = "sim";
+    EXPECT(qr_fabric_new(&fc, &f) == QR_OK);
+    static uint8_t cert[8192], key[8192];
+    size_t cl = 0, kl = 0;
+    EXPECT(qr_tls_selfsigned("localhost", cert, sizeof cert, &cl, key, sizeof key, &kl) == QR_OK);
+    qr_engine_config ec;
+    memset(&ec, 0, sizeof ec);
+    ec.struct_size = 4;
+    ec.gid = "fd00::31";
+    qr_engine *e = NULL;
+    EXPECT(qr_engine_new(f, &ec, &e) == QR_EINVAL);
+    ec.struct_size = sizeof ec;
+    ec.reserved = 1;
+    EXPECT(qr_engine_new(f, &ec, &e) == QR_EINVAL);
+    ec.reserved = 0;
+    ec.routing_key = 1u << 20;
+    EXPECT(qr_engine_new(f, &ec, &e) == QR_EINVAL);
+    ec.routing_key = (1u << 20) - 1;
+    ec.cert_der = cert;
+    ec.cert_der_len = cl;
+    ec.key_der = key;
+    ec.key_der_len = kl;
+    EXPECT(qr_engine_new(f, &ec, &e) == QR_OK);
+    qr_engine_free(e);
+    qr_fabric_free(f);
+    return 0;
+}
+
+/* Caller-owned time and a grown qr_event: a handshake driven by poll_at on a
+ * clock of the caller's (1 ms per step), events of a larger size with the
+ * unknown tail zeroed, and deadlines on the caller's timeline. */
+static int test_poll_at_caller_time(void) {
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    struct big_event { qr_event e; uint64_t later_field; };
+    struct big_event ev[16];
+    memset(ev, 0xee, sizeof ev);
+    qr_addr server;
+    EXPECT(qr_engine_local_addr(p.server, &server) == QR_OK);
+    EXPECT(qr_connect(p.client, &server, "localhost", &p.client_conn) == QR_OK);
+    uint64_t now = 5000000000ull; /* the caller's clock: 5 s */
+    int connected = 0;
+    EXPECT(qr_engine_poll_at(p.client, now, (qr_event *)ev, 16, 16) == QR_EINVAL);
+    for (int i = 0; i < 5000 && !connected; i++) {
+        now += 1000000;
+        int n = qr_engine_poll_at(p.client, now, (qr_event *)ev, 16, sizeof ev[0]);
+        EXPECT(n >= 0);
+        for (int k = 0; k < n; k++) {
+            EXPECT(ev[k].later_field == 0);
+            if (ev[k].e.kind == QR_EVENT_CONNECTED) connected = 1;
+        }
+        qr_event sev[16];
+        EXPECT(qr_engine_poll_at(p.server, now, sev, 16, sizeof sev[0]) >= 0);
+    }
+    EXPECT(connected);
+    long long d = qr_engine_deadline_ns(p.client, now);
+    EXPECT(d == -1 || (uint64_t)d >= now);
+    EXPECT(qr_engine_readiness_fd(p.client) >= -1);
+    EXPECT(qr_engine_arm(p.client) >= 0);
+    qr_pair_free(&p);
+    return 0;
+}
+
 int main(void) {
     RUN(test_sha256_known_answer);
     RUN(test_error_paths);
     RUN(test_handshake);
     RUN(test_datagrams);
     RUN(test_stream_echo_sha256);
+    RUN(test_unopened_stream_ids);
+    RUN(test_selfsigned_size_query);
+    RUN(test_poll_without_room_does_io);
+    RUN(test_datagram_backpressure);
+    RUN(test_conn_ids_are_per_engine);
+    RUN(test_config_contract);
+    RUN(test_poll_at_caller_time);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -7,7 +7,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 
 use rdma_sys::*;
@@ -100,6 +100,9 @@ pub(crate) struct Device {
     pub(crate) channel: *mut ibv_comp_channel,
     pub(crate) send_cq: *mut ibv_cq,
     pub(crate) recv_cq: *mut ibv_cq,
+    /// An epoll set of the completion channel's fd and the async-event fd:
+    /// readable when either is (see [`Device::readiness_fd`]).
+    readiness: Option<OwnedFd>,
 }
 
 // SAFETY: libibverbs objects may be used from any thread (the library and its
@@ -111,6 +114,30 @@ unsafe impl Sync for Device {}
 
 fn last_err(what: &str) -> FabricError {
     FabricError::QpError(format!("{what}: {}", io::Error::last_os_error()))
+}
+
+/// An epoll instance watching `fds` for input, level-triggered: an epoll fd is
+/// itself pollable, readable while any watched fd is, so a caller sleeps on
+/// one descriptor for completions and async events alike.
+fn epoll_of(fds: &[RawFd]) -> io::Result<OwnedFd> {
+    // SAFETY: no pointers; returns a new fd or -1.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `ep` is a new fd that nothing else owns.
+    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+    for &fd in fds {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: valid epoll fd, valid watched fd, `ev` lives across the call.
+        if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(ep)
 }
 
 /// Set O_NONBLOCK on a file descriptor the library owns.
@@ -186,6 +213,7 @@ impl Device {
             channel: ptr::null_mut(),
             send_cq: ptr::null_mut(),
             recv_cq: ptr::null_mut(),
+            readiness: None,
         };
         // From here on, Drop releases whatever was created.
         // SAFETY: `ctx` is an open context.
@@ -202,6 +230,11 @@ impl Device {
         set_nonblocking(unsafe { (*d.channel).fd })?;
         // SAFETY: `ctx` is valid; the async fd is owned by the library.
         set_nonblocking(unsafe { (*d.ctx).async_fd })?;
+        // SAFETY: both fds belong to the library objects `d` owns.
+        let fds = unsafe { [(*d.channel).fd, (*d.ctx).async_fd] };
+        d.readiness = Some(
+            epoll_of(&fds).map_err(|e| FabricError::QpError(format!("epoll for wake-ups: {e}")))?,
+        );
         // SAFETY: valid context and channel; no cq_context.
         d.send_cq = unsafe { ibv_create_cq(d.ctx, send_cqe as i32, ptr::null_mut(), d.channel, 0) };
         if d.send_cq.is_null() {
@@ -216,6 +249,15 @@ impl Device {
     }
 
     /// The completion channel's file descriptor (non-blocking).
+    /// The descriptor to sleep on: readable when the completion channel has
+    /// an event (an armed CQ got a completion) or an async event is pending.
+    pub(crate) fn readiness_fd(&self) -> BorrowedFd<'_> {
+        self.readiness
+            .as_ref()
+            .expect("set when the device was opened")
+            .as_fd()
+    }
+
     pub(crate) fn channel_fd(&self) -> RawFd {
         // SAFETY: the channel lives as long as `self`.
         unsafe { (*self.channel).fd }
@@ -337,4 +379,40 @@ pub(crate) fn mtu_from_ibv(m: ibv_mtu::Type) -> Option<Mtu> {
         ibv_mtu::IBV_MTU_4096 => Mtu::M4096,
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    /// The epoll set is readable while any member is, and quiet once the
+    /// member that was readable is drained: one descriptor to sleep on.
+    #[test]
+    fn epoll_of_is_readable_while_any_member_is() {
+        let (mut a_tx, a_rx) = UnixStream::pair().unwrap();
+        let (mut b_tx, b_rx) = UnixStream::pair().unwrap();
+        a_rx.set_nonblocking(true).unwrap();
+        b_rx.set_nonblocking(true).unwrap();
+        let ep = epoll_of(&[a_rx.as_raw_fd(), b_rx.as_raw_fd()]).unwrap();
+        let readable = || {
+            let mut fds = [libc::pollfd {
+                fd: ep.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            // SAFETY: one valid pollfd, zero timeout.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) };
+            n == 1 && fds[0].revents & libc::POLLIN != 0
+        };
+        assert!(!readable());
+        b_tx.write_all(b"event").unwrap();
+        assert!(readable(), "the second member woke the set");
+        let mut buf = [0u8; 16];
+        std::io::Read::read(&mut &b_rx, &mut buf).unwrap();
+        assert!(!readable(), "drained: quiet again");
+        a_tx.write_all(b"x").unwrap();
+        assert!(readable(), "the first member too");
+    }
 }

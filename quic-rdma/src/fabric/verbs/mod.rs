@@ -18,9 +18,13 @@
 //!
 //! Every `unsafe` block of the crate lives under this module.
 //!
-//! **Drop order.** The kernel may DMA into posted receive buffers until the QP is
-//! destroyed, so the QP must be dropped (or [`VerbsQp::quiesce`]d) before the
-//! memory its WRs point into is freed.
+//! **Memory the device writes into.** The kernel may DMA into posted receive
+//! buffers until the QP is destroyed. Registration therefore gives each region
+//! a keeper ([`crate::fabric::RegionKeeper`]): a region dropped while still
+//! registered — even under posted receives — hands its storage to the QP,
+//! which frees it only after `ibv_destroy_qp` and `ibv_dereg_mr`. So the safe
+//! API stays sound whatever the caller drops first; the cost is that such
+//! storage lives as long as the QP.
 
 mod ah;
 mod cq;
@@ -93,10 +97,11 @@ impl UdQueuePair for VerbsQp {
         self.cq.arm(&self.dev)
     }
 
+    /// An epoll set of the completion channel and the async-event fd: a
+    /// sleeper wakes for completions (after [`arm`](UdQueuePair::arm)) and for
+    /// port/GID/QP events alike, which the socket's next poll handles.
     fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        // SAFETY: the completion channel (and its fd) belongs to `self.dev`,
-        // which this QP keeps alive at least as long as the borrow of `self`.
-        Some(unsafe { std::os::fd::BorrowedFd::borrow_raw(self.dev.channel_fd()) })
+        Some(self.dev.readiness_fd())
     }
 
     fn poll_event(&mut self) -> Option<AsyncEvent> {

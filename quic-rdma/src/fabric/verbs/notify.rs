@@ -7,9 +7,10 @@
 //! channel's descriptor readable:
 //!
 //! - every caller that sleeps on a provider's descriptor — the quinn adapter,
-//!   an engine caller — waits on `UdQueuePair::readiness_fd` (the channel's fd)
-//!   like on any provider's, and polls when it turns readable; the next `arm`
-//!   consumes the event;
+//!   an engine caller — waits on `UdQueuePair::readiness_fd` (an epoll set of
+//!   the channel's fd and the async-event fd) like on any provider's, and polls
+//!   when it turns readable; the next `arm` consumes a completion event, the
+//!   socket's poll an async event;
 //! - an event loop that wants the stored waker woken instead watches
 //!   [`VerbsNotifier::fd`] (and [`VerbsNotifier::async_fd`]) and calls
 //!   [`VerbsNotifier::drain_and_wake`];

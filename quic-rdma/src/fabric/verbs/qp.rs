@@ -16,6 +16,7 @@ use super::cq::CqPoller;
 use super::device::{mtu_from_ibv, Device, GidEntry};
 use super::events;
 use super::gid::select_gid;
+use super::mr::KeptRegions;
 use super::notify::{NotifyShared, VerbsNotifier};
 use crate::fabric::{check_qkey, AhId, AsyncEvent, FabricError, Gid, QpAttr, DEFAULT_QKEY};
 
@@ -94,6 +95,8 @@ pub struct VerbsQp {
     pub(super) sges: Vec<ibv_sge>,
     pub(super) baseline: PortBaseline,
     pub(super) oversize_sent: u64,
+    /// Storage of registered regions dropped before this QP (see [`KeptRegions`]).
+    pub(super) kept: Arc<KeptRegions>,
 }
 
 // SAFETY: the raw pointers are libibverbs objects owned by this VerbsQp; libibverbs
@@ -207,6 +210,7 @@ impl VerbsQp {
                 qkey_viol: port.qkey_viol_cntr,
             },
             oversize_sent: 0,
+            kept: Arc::default(),
         };
         // From here on, Drop cleans up.
         me.bring_up(opts.pkey_index)?;
@@ -320,6 +324,12 @@ impl VerbsQp {
         self.sq.len()
     }
 
+    /// Registered regions dropped before this QP whose storage is kept
+    /// allocated until it drops (the device may still write into it).
+    pub fn kept_regions(&self) -> usize {
+        self.kept.len()
+    }
+
     /// Receives posted and not yet completed.
     pub fn recvs_posted(&self) -> usize {
         self.recv_posted
@@ -389,6 +399,9 @@ impl Drop for VerbsQp {
                 ibv_dereg_mr(mr);
             }
         }
+        // The device is done with every buffer: regions dropped while
+        // registered can be freed now.
+        self.kept.release();
         self.notify.shutdown();
     }
 }
