@@ -162,7 +162,7 @@ impl Cache {
             digest: *d,
             size,
             committed: false,
-            unflushed: AtomicU64::new(0),
+            unflushed: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -217,7 +217,28 @@ pub struct TempBlob {
     digest: Digest,
     size: u64,
     committed: bool,
-    unflushed: AtomicU64,
+    unflushed: Arc<AtomicU64>,
+}
+
+/// Writes into a [`TempBlob`] from a blocking thread (see [`TempBlob::writer`]).
+#[derive(Debug)]
+pub struct TempWriter {
+    file: File,
+    path: PathBuf,
+    unflushed: Arc<AtomicU64>,
+}
+
+impl TempWriter {
+    /// As [`TempBlob::write_at`].
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<bool, CacheError> {
+        self.file
+            .write_all_at(data, offset)
+            .map_err(io_err("writing", &self.path))?;
+        let before = self
+            .unflushed
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(before + data.len() as u64 >= FLUSH_EVERY)
+    }
 }
 
 /// Bytes a temp blob takes before the writer flushes them (see [`TempBlob::flush`]).
@@ -235,6 +256,18 @@ impl TempBlob {
             .unflushed
             .fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(before + data.len() as u64 >= FLUSH_EVERY)
+    }
+
+    /// A handle that writes into this temp blob from another thread.
+    pub fn writer(&self) -> Result<TempWriter, CacheError> {
+        Ok(TempWriter {
+            file: self
+                .file
+                .try_clone()
+                .map_err(io_err("opening", &self.path))?,
+            path: self.path.clone(),
+            unflushed: self.unflushed.clone(),
+        })
     }
 
     /// `fdatasync` the bytes written so far, off the async threads. Measured

@@ -158,7 +158,13 @@ impl FabricClient {
                 }
                 let mut body = vec![0u8; body_len as usize];
                 recv.read_exact(&mut body).await.map_err(|e| lost(&e))?;
-                let got: [u8; 32] = Sha256::digest(&body).into();
+                // Off the async workers: see server::ok_hashed.
+                let (body, got) = tokio::task::spawn_blocking(move || {
+                    let got: [u8; 32] = Sha256::digest(&body).into();
+                    (body, got)
+                })
+                .await
+                .map_err(|e| FetchError::Local(format!("hashing a chunk: {e}")))?;
                 if got != body_sha256 {
                     return Err(FetchError::ChunkCorrupt(format!(
                         "a {body_len}-byte answer for {digest} does not match its header's hash"

@@ -148,14 +148,32 @@ pub async fn fetch_blob(
                 }
                 metrics.chunks.inc();
                 metrics.bytes_fabric.add(len);
-                let local = |e: super::cache::CacheError| FetchError::Local(e.to_string());
-                if temp.write_at(off, &a.body).map_err(local)? {
-                    temp.flush().await.map_err(local)?;
-                }
-                pending.insert(off, a.body);
+                pending.insert(off, a.body.clone());
+                let mut ready = Vec::new();
                 while let Some(b) = pending.remove(&verified) {
-                    hasher.update(&b);
                     verified += b.len() as u64;
+                    ready.push(b);
+                }
+                // The write and the in-order hashing on a blocking thread,
+                // off the async workers quinn's endpoint driver runs on.
+                let file = temp
+                    .writer()
+                    .map_err(|e| FetchError::Local(e.to_string()))?;
+                let (h, flush_due) = tokio::task::spawn_blocking(move || {
+                    let due = file.write_at(off, &a.body)?;
+                    for b in &ready {
+                        hasher.update(b);
+                    }
+                    Ok::<_, super::cache::CacheError>((hasher, due))
+                })
+                .await
+                .map_err(|e| FetchError::Local(format!("writing a chunk: {e}")))?
+                .map_err(|e| FetchError::Local(e.to_string()))?;
+                hasher = h;
+                if flush_due {
+                    temp.flush()
+                        .await
+                        .map_err(|e| FetchError::Local(e.to_string()))?;
                 }
                 progress(verified);
                 last_progress = Instant::now();
