@@ -91,17 +91,22 @@ fn ctr_pulls_through_the_node_agent() {
         ),
         &d.join("ra.log"),
     );
-    let _na = qr(
-        "node-agent",
-        &node_agent_args(
-            &pki,
-            "127.0.111.52",
-            "127.0.111.51:19151",
-            "127.0.111.52:19153",
-            &d.join("nc"),
-        ),
-        &d.join("na.log"),
+    // Blobs under 64 KiB (the config and the 8 KiB layer) go straight to the
+    // upstream over HTTP; the rest over the fabric.
+    let mut na_args = node_agent_args(
+        &pki,
+        "127.0.111.52",
+        "127.0.111.51:19151",
+        "127.0.111.52:19153",
+        &d.join("nc"),
     );
+    na_args.extend([
+        "--direct-upstream".into(),
+        format!("http://{UPSTREAM}"),
+        "--direct-threshold".into(),
+        "64K".into(),
+    ]);
+    let _na = qr("node-agent", &na_args, &d.join("na.log"));
     let hosts = d.join("hosts").join(UPSTREAM);
     std::fs::create_dir_all(&hosts).unwrap();
     std::fs::write(
@@ -196,6 +201,18 @@ fn ctr_pulls_through_the_node_agent() {
     let sample = quic_rdma_tools::image::metrics::sample;
     assert!(
         sample(&m, "qr_node_bytes_total{path=\"fabric\"}").unwrap() >= (25 << 20) as f64,
+        "{m}"
+    );
+    // The config and the small layer came direct (containerd checked their
+    // digests like the rest's), the big layers over the fabric.
+    assert_eq!(
+        sample(&m, "qr_node_objects_total{path=\"direct\"}"),
+        Some(2.0),
+        "{m}"
+    );
+    // Over the fabric: the two big layers, plus every manifest request.
+    assert!(
+        sample(&m, "qr_node_objects_total{path=\"fabric\"}").unwrap() >= 3.0,
         "{m}"
     );
 }

@@ -17,6 +17,7 @@ use crate::image::fabric::FabricDialer;
 use crate::image::metrics::NodeMetrics;
 use crate::image::node::Node;
 use crate::image::transfer::TransferOptions;
+use crate::image::upstream::Upstream;
 use crate::image::{http, wire};
 use crate::pki::MtlsArgs;
 use crate::provider::ProviderKind;
@@ -75,6 +76,15 @@ pub(crate) struct NodeAgentArgs {
     /// Fail a blob after this many seconds without progress (redials included).
     #[arg(long, default_value_t = 30)]
     stall_timeout: u64,
+
+    /// The upstream registry (http://HOST:PORT) for blobs under
+    /// --direct-threshold: fetched straight over HTTP, not over the fabric.
+    #[arg(long, requires = "direct_threshold")]
+    direct_upstream: Option<String>,
+
+    /// Size under which a blob goes to --direct-upstream (e.g. 64K).
+    #[arg(long, value_parser = parse_bytes, requires = "direct_upstream")]
+    direct_threshold: Option<u64>,
 
     /// Certificate, key and CA (PEM) of mutual TLS with the registry agent.
     #[command(flatten)]
@@ -165,6 +175,9 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
             cache,
             transfer,
         )?;
+        if let (Some(u), Some(t)) = (&args.direct_upstream, args.direct_threshold) {
+            node.set_direct(Arc::new(Upstream::new(u)?), t);
+        }
         // Connect now, so a wrong certificate or an unreachable agent shows at
         // start; a registry agent not up yet is retried per request later.
         if let Err(e) = node.client.connection().await {

@@ -11,6 +11,7 @@ use super::client::{Answer, FabricClient, FetchError};
 use super::digest::{Digest, Reference};
 use super::metrics::{NodeMetrics, Path};
 use super::transfer::{fetch_blob, TransferOptions};
+use super::upstream::Upstream;
 
 /// How many times a blob whose whole digest did not match is fetched again
 /// before the request fails (a corrupt upstream copy stays corrupt).
@@ -28,6 +29,7 @@ pub struct Node {
     /// Transfer tuning.
     pub transfer: TransferOptions,
     flights: std::sync::Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>,
+    direct: std::sync::OnceLock<(Arc<Upstream>, u64)>,
 }
 
 /// A verified blob, opened for reading.
@@ -55,7 +57,16 @@ impl Node {
             metrics,
             transfer,
             flights: std::sync::Mutex::new(HashMap::new()),
+            direct: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Fetch blobs smaller than `threshold` bytes straight from `upstream`
+    /// over HTTP instead of over the fabric (a round trip to the registry
+    /// agent and its chunk machinery buys nothing for a few KiB). Set once;
+    /// later calls are ignored.
+    pub fn set_direct(&self, upstream: Arc<Upstream>, threshold: u64) {
+        let _ = self.direct.set((upstream, threshold));
     }
 
     /// A manifest by tag or digest.
@@ -119,6 +130,53 @@ impl Node {
         result
     }
 
+    /// A small blob straight from the upstream: hashed as it streams into a
+    /// temp file, committed only if it matches (same rule as the fabric path).
+    async fn fetch_direct(
+        &self,
+        up: &Upstream,
+        repo: &str,
+        d: &Digest,
+        size: u64,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Result<Blob, FetchError> {
+        use sha2::{Digest as _, Sha256};
+        let upstream_err = |e: &dyn std::fmt::Display| FetchError::Upstream(format!("direct: {e}"));
+        let mut resp = up.blob(repo, d).await.map_err(|e| upstream_err(&e))?;
+        let temp = self
+            .cache
+            .temp(d, size)
+            .map_err(|e| FetchError::Local(e.to_string()))?;
+        let (mut at, mut h) = (0u64, Sha256::new());
+        while let Some(piece) = resp.chunk().await.map_err(|e| upstream_err(&e))? {
+            if at + piece.len() as u64 > size {
+                return Err(upstream_err(&format!("blob {d} longer than {size} bytes")));
+            }
+            temp.write_at(at, &piece)
+                .map_err(|e| FetchError::Local(e.to_string()))?;
+            h.update(&piece);
+            at += piece.len() as u64;
+            progress(at, size);
+        }
+        let actual = Digest::from_bytes(h.finalize().into());
+        if at != size || actual != *d {
+            self.metrics.verify_failures.inc();
+            return Err(FetchError::DigestMismatch(format!(
+                "blob {d} from the upstream ({at} of {size} bytes) is {actual}: not served"
+            )));
+        }
+        let (file, size) = temp
+            .commit(actual)
+            .map_err(|e| FetchError::Local(e.to_string()))?;
+        self.metrics.objects_direct.inc();
+        self.metrics.bytes(Path::Direct, size);
+        Ok(Blob {
+            file,
+            size,
+            path: Path::Direct,
+        })
+    }
+
     async fn fetch(
         &self,
         repo: &str,
@@ -126,6 +184,11 @@ impl Node {
         progress: &(dyn Fn(u64, u64) + Send + Sync),
     ) -> Result<Blob, FetchError> {
         let size = self.client.stat(repo, d).await?;
+        if let Some((up, threshold)) = self.direct.get() {
+            if size < *threshold {
+                return self.fetch_direct(up, repo, d, size, progress).await;
+            }
+        }
         let mut attempt = 0;
         loop {
             let temp = self
