@@ -114,11 +114,14 @@ pub enum Route {
 }
 
 /// Why a path is not a route.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RouteError {
     /// No such endpoint (404).
+    #[error("no such endpoint")]
     NotFound,
     /// A name, reference or digest outside the grammar (400, with the OCI code).
+    #[error("{0}: {1}")]
     Invalid(&'static str, String),
 }
 
