@@ -65,7 +65,27 @@ qr_ud_pingpong() { # qr ud-pingpong --provider verbs in both roles against ibv_u
   sed 's/^/  ibv server: /' /tmp/is.log
   [ $c1 = 0 ] && [ $s1 = 0 ] && [ $c2 = 0 ] && [ $s2 = 0 ]
 }
+qr_devices() { # qr devices agrees with ibv_devinfo -v: every GID, its type, the MTU
+  "$QR" devices >/tmp/qd.txt 2>&1 || { cat /tmp/qd.txt; return 1; }
+  cat /tmp/qd.txt
+  grep -q "^  rxe0 " /tmp/qd.txt || { echo "rxe0 not listed"; return 1; }
+  grep -q "port 1  ACTIVE  Ethernet  active MTU 4096" /tmp/qd.txt || { echo "port 1 line differs"; return 1; }
+  ibv_devinfo -v -d rxe0 | grep -E "GID\[ *[0-9]+\]:" >/tmp/gids.txt
+  [ -s /tmp/gids.txt ] || { echo "ibv_devinfo -v listed no GID"; return 1; }
+  n=0
+  while read -r line; do
+    idx=$(echo "$line" | sed -E 's/.*GID\[ *([0-9]+)\]:.*/\1/')
+    gid=$(echo "$line" | sed -E 's/.*\]:[[:space:]]*([^,]+),.*/\1/')
+    ty=$(echo "$line" | sed -E 's/.*, (RoCE v[12]).*/\1/')
+    want="GID[$(printf %3d "$idx")]  $gid "
+    grep -F "$want" /tmp/qd.txt | grep -q "$ty" || { echo "qr devices lacks: $want ($ty)"; return 1; }
+    n=$((n+1))
+  done </tmp/gids.txt
+  echo "qr devices matches ibv_devinfo -v on $n GIDs"
+  [ "$(grep -c "GID\[" /tmp/qd.txt)" = "$n" ]
+}
 check "ibv_devinfo: rxe0 active, MTU 4096" devinfo
+[ -n "$QR" ] && check "qr devices lists rxe0 like ibv_devinfo -v (GIDs, types, MTU)" qr_devices
 check "ibv_ud_pingpong client <-> server over rxe0" ud_pingpong
 [ -n "$QR" ] && check "qr ud-pingpong --provider verbs <-> ibv_ud_pingpong (both roles, 4096 B)" qr_ud_pingpong
 # The async-event test needs an Ethernet netdev (the kernel makes no GIDs from

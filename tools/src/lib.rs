@@ -30,7 +30,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cmd::{cert, connect, demo, node_agent, pull, registry_agent, serve, ud_pingpong};
+use cmd::{cert, connect, demo, devices, node_agent, pull, registry_agent, serve, ud_pingpong};
 
 /// QUIC over RDMA Unreliable Datagram.
 #[derive(Debug, Parser)]
@@ -99,6 +99,12 @@ enum Command {
     ///
     /// Exit codes: 0 every blob arrived verified; 1 it did not; 2 bad usage.
     Pull(pull::PullArgs),
+    /// List every provider and device: RDMA devices (ports, state, link layer,
+    /// MTUs, GID table with types, limits) and the interfaces `soft` can use,
+    /// naming the fix for each misconfiguration.
+    ///
+    /// Exit codes: 0 listed (even when there is no RDMA device); 2 bad usage.
+    Devices(devices::DevicesArgs),
 }
 
 /// Parse the command line, run the subcommand and return its exit code: the
@@ -121,5 +127,6 @@ pub fn run() -> ExitCode {
         Command::RegistryAgent(args) => registry_agent::main(&args),
         Command::NodeAgent(args) => node_agent::main(&args),
         Command::Pull(args) => pull::main(&args),
+        Command::Devices(args) => devices::main(&args),
     }
 }

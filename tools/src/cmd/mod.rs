@@ -12,6 +12,7 @@ mod args;
 pub(crate) mod cert;
 pub(crate) mod connect;
 pub(crate) mod demo;
+pub(crate) mod devices;
 pub(crate) mod node_agent;
 pub(crate) mod pull;
 pub(crate) mod registry_agent;

@@ -28,6 +28,7 @@
 
 mod ah;
 mod cq;
+mod describe;
 mod device;
 mod events;
 mod gid;
@@ -38,6 +39,7 @@ mod qp;
 
 use std::task::Waker;
 
+pub use describe::{describe_devices, DeviceReport, PortReport};
 pub use device::{list_devices, DeviceInfo, GidEntry, GidKind};
 pub use gid::select_gid;
 pub use notify::VerbsNotifier;
