@@ -68,15 +68,22 @@ fn layout_with_blob(dir: &Path, size: usize) -> (Digest, Vec<u8>) {
     (d, data)
 }
 
+/// Liveness like the fabric's (docs/architecture.md §5): a peer that went
+/// away is noticed in seconds, not after quinn's default 30 s idle timeout.
+fn transport() -> Arc<quinn::TransportConfig> {
+    let mut t = quinn::TransportConfig::default();
+    t.max_idle_timeout(Some(Duration::from_secs(2).try_into().unwrap()));
+    t.keep_alive_interval(Some(Duration::from_millis(500)));
+    Arc::new(t)
+}
+
 struct Registry {
     endpoint: quinn::Endpoint,
     metrics: Arc<RegistryMetrics>,
 }
 
 fn start_registry(addr: SocketAddr, mtls: &Mtls, layout: &Path, cache: &Path) -> Registry {
-    let cfg = mtls
-        .server_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))
-        .unwrap();
+    let cfg = mtls.server_config(wire::ALPN, transport()).unwrap();
     let endpoint = quinn::Endpoint::server(cfg, addr).unwrap();
     let metrics = Arc::new(RegistryMetrics::default());
     let spool = Arc::new(Spool::new(
@@ -105,9 +112,7 @@ impl Dialer for UdpDialer {
 }
 
 fn node(server: SocketAddr, mtls: &Mtls, cache: &Path, opts: TransferOptions) -> Arc<Node> {
-    let cfg = mtls
-        .client_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))
-        .unwrap();
+    let cfg = mtls.client_config(wire::ALPN, transport()).unwrap();
     Node::new(
         FabricClient::new(Box::new(UdpDialer { server, cfg })),
         Cache::open(cache, 1 << 40).unwrap(),
