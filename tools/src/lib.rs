@@ -17,6 +17,7 @@
 pub mod channel_endpoint;
 mod cmd;
 mod endpoint;
+pub mod image;
 pub mod kv;
 pub mod pki;
 mod provider;
@@ -30,7 +31,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use cmd::{cert, connect, demo, devices, kv_relay, serve, ud_pingpong};
+use cmd::{
+    cert, connect, demo, devices, kv_relay, node_agent, pull, registry_agent, serve, ud_pingpong,
+};
 
 /// QUIC over RDMA Unreliable Datagram.
 #[derive(Debug, Parser)]
@@ -79,6 +82,34 @@ enum Command {
     /// Exit codes: 0 written; 1 failed; 2 bad usage.
     Cert(cert::CertArgs),
 
+    /// List every provider and device: RDMA devices (ports, state, link layer,
+    /// MTUs, GID table with types, limits) and the interfaces `soft` can use,
+    /// naming the fix for each misconfiguration.
+    ///
+    /// Exit codes: 0 listed (even when there is no RDMA device); 2 bad usage.
+    Devices(devices::DevicesArgs),
+
+    /// Image layers: serve manifests and blobs over the fabric (QUIC streams,
+    /// ALPN qr-image/1, mutual TLS) from an upstream registry (pull-through,
+    /// single-flight) or an OCI image-layout directory, to `qr node-agent`s.
+    ///
+    /// Exit codes: runs until killed; 1 it could not start; 2 bad usage.
+    RegistryAgent(registry_agent::RegistryAgentArgs),
+
+    /// Image layers: the OCI distribution pull API on local HTTP (for
+    /// containerd, skopeo, any OCI client), fetching from a `qr registry-agent`
+    /// over the fabric in parallel verified chunks into a bounded cache.
+    ///
+    /// Exit codes: runs until killed; 1 it could not start; 2 bad usage.
+    NodeAgent(node_agent::NodeAgentArgs),
+
+    /// Image layers: pull an image from a `qr registry-agent` over the fabric
+    /// into a local cache (and optionally an OCI layout), with a progress bar
+    /// per blob and a summary (`--json`).
+    ///
+    /// Exit codes: 0 every blob arrived verified; 1 it did not; 2 bad usage.
+    Pull(pull::PullArgs),
+
     /// Redis replication across the fabric: `upstream` is a replica of a real
     /// Redis master and serves downstream relays; `downstream` dials it and
     /// is a master to real Redis replicas. Mutual TLS between the relays.
@@ -86,13 +117,6 @@ enum Command {
     /// Exit codes: runs until killed; 1 it could not start; 2 bad usage or a
     /// provider not built in.
     KvRelay(kv_relay::KvRelayArgs),
-
-    /// List every provider and device: RDMA devices (ports, state, link layer,
-    /// MTUs, GID table with types, limits) and the interfaces `soft` can use,
-    /// naming the fix for each misconfiguration.
-    ///
-    /// Exit codes: 0 listed (even when there is no RDMA device); 2 bad usage.
-    Devices(devices::DevicesArgs),
 }
 
 /// Parse the command line, run the subcommand and return its exit code: the
@@ -112,7 +136,10 @@ pub fn run() -> ExitCode {
         Command::Connect(args) => connect::main(&args),
         Command::UdPingpong(args) => ud_pingpong::main(&args),
         Command::Cert(args) => cert::main(&args),
-        Command::KvRelay(args) => kv_relay::main(&args),
         Command::Devices(args) => devices::main(&args),
+        Command::RegistryAgent(args) => registry_agent::main(&args),
+        Command::NodeAgent(args) => node_agent::main(&args),
+        Command::Pull(args) => pull::main(&args),
+        Command::KvRelay(args) => kv_relay::main(&args),
     }
 }

@@ -14,6 +14,9 @@ pub(crate) mod connect;
 pub(crate) mod demo;
 pub(crate) mod devices;
 pub(crate) mod kv_relay;
+pub(crate) mod node_agent;
+pub(crate) mod pull;
+pub(crate) mod registry_agent;
 pub(crate) mod serve;
 pub(crate) mod ud_pingpong;
 

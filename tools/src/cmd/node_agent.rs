@@ -1,0 +1,196 @@
+//! `qr node-agent`: the OCI distribution pull API on local HTTP, fetching
+//! from a `qr registry-agent` over the fabric.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use super::args::{parse_bytes, LivenessArgs};
+use crate::channel_endpoint::DialOptions;
+use crate::image::cache::Cache;
+use crate::image::client::FabricClient;
+use crate::image::fabric::FabricDialer;
+use crate::image::metrics::NodeMetrics;
+use crate::image::node::Node;
+use crate::image::transfer::TransferOptions;
+use crate::image::upstream::Upstream;
+use crate::image::{http, wire};
+use crate::pki::MtlsArgs;
+use crate::provider::ProviderKind;
+
+/// Options of `qr node-agent`.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct NodeAgentArgs {
+    /// The registry agent's bootstrap service: HOST:PORT.
+    #[arg(long)]
+    registry: String,
+
+    /// Name the registry agent's certificate must be valid for. Default: HOST
+    /// of --registry.
+    #[arg(long)]
+    server_name: Option<String>,
+
+    /// HTTP address of the pull API (loopback by default: the hop to the
+    /// container runtime is plain HTTP).
+    #[arg(long, default_value = "127.0.0.1:5000")]
+    listen: SocketAddr,
+
+    /// Fabric provider.
+    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
+    provider: ProviderKind,
+
+    /// Local IP on the fabric (our GID). Default: the address routed towards
+    /// the registry agent.
+    #[arg(long)]
+    ip: Option<IpAddr>,
+
+    /// UDP port of the RoCEv2 socket.
+    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
+    udp_port: u16,
+
+    /// Directory of the verified blob cache.
+    #[arg(long)]
+    cache_dir: PathBuf,
+
+    /// Size bound of the cache (least recently used blobs go first).
+    #[arg(long, default_value = "10G", value_parser = parse_bytes)]
+    cache_size: u64,
+
+    /// Chunk requests in flight per blob.
+    #[arg(long, default_value_t = 8)]
+    parallel: usize,
+
+    /// First chunk size; adapted to the measured RTT and throughput within
+    /// 128K..4M unless --fixed-chunk.
+    #[arg(long, default_value = "1M", value_parser = parse_bytes)]
+    chunk_size: u64,
+
+    /// Keep --chunk-size fixed.
+    #[arg(long)]
+    fixed_chunk: bool,
+
+    /// Fail a blob after this many seconds without progress (redials included).
+    #[arg(long, default_value_t = 30)]
+    stall_timeout: u64,
+
+    /// The upstream registry (http://HOST:PORT) for blobs under
+    /// --direct-threshold: fetched straight over HTTP, not over the fabric.
+    #[arg(long, requires = "direct_threshold")]
+    direct_upstream: Option<String>,
+
+    /// Size under which a blob goes to --direct-upstream (e.g. 64K).
+    #[arg(long, value_parser = parse_bytes, requires = "direct_upstream")]
+    direct_threshold: Option<u64>,
+
+    /// Certificate, key and CA (PEM) of mutual TLS with the registry agent.
+    #[command(flatten)]
+    tls: MtlsArgs,
+
+    /// Liveness timers of the QUIC connection.
+    #[command(flatten)]
+    liveness: LivenessArgs,
+}
+
+/// Run `qr node-agent` until killed; 1 if it cannot start.
+pub(crate) fn main(args: &NodeAgentArgs) -> ExitCode {
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("qr node-agent: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// HOST of HOST:PORT, without IPv6 brackets.
+pub(crate) fn host_of(service: &str) -> Result<String> {
+    let (host, _) = service
+        .rsplit_once(':')
+        .with_context(|| format!("`{service}` is not HOST:PORT"))?;
+    Ok(host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string())
+}
+
+/// The node store of a node agent or `qr pull`, dialling lazily.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn node(
+    tls: &MtlsArgs,
+    registry: &str,
+    server_name: Option<&str>,
+    provider: ProviderKind,
+    ip: Option<IpAddr>,
+    udp_port: u16,
+    liveness: &LivenessArgs,
+    cache: Arc<Cache>,
+    transfer: TransferOptions,
+) -> Result<Arc<Node>> {
+    let mtls = tls.load()?;
+    let config = mtls.client_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
+    let mut opts = DialOptions::new();
+    opts.provider = provider;
+    opts.ip = ip;
+    opts.udp_port = udp_port;
+    opts.liveness = liveness.liveness()?;
+    let name = match server_name {
+        Some(n) => n.to_string(),
+        None => host_of(registry)?,
+    };
+    let dialer = FabricDialer::new(registry, &name, opts, config);
+    Ok(Node::new(
+        FabricClient::new(Box::new(dialer)),
+        cache,
+        Arc::new(NodeMetrics::default()),
+        transfer,
+    ))
+}
+
+fn run(args: &NodeAgentArgs) -> Result<()> {
+    crate::provider::ensure_built_in(args.provider)?;
+    let cache = Cache::open(&args.cache_dir, args.cache_size)?;
+    let transfer = TransferOptions {
+        parallel: args.parallel.max(1),
+        chunk: args.chunk_size,
+        fixed_chunk: args.fixed_chunk,
+        stall_timeout: Duration::from_secs(args.stall_timeout),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(async {
+        let node = node(
+            &args.tls,
+            &args.registry,
+            args.server_name.as_deref(),
+            args.provider,
+            args.ip,
+            args.udp_port,
+            &args.liveness,
+            cache,
+            transfer,
+        )?;
+        if let (Some(u), Some(t)) = (&args.direct_upstream, args.direct_threshold) {
+            node.set_direct(Arc::new(Upstream::new(u)?), t);
+        }
+        // Connect now, so a wrong certificate or an unreachable agent shows at
+        // start; a registry agent not up yet is retried per request later.
+        if let Err(e) = node.client.connection().await {
+            eprintln!("qr node-agent: warning: {e} (retrying on each request)");
+        }
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("--listen {}: is the port taken?", args.listen))?;
+        println!(
+            "qr node-agent: ready on http://{} (registry agent {})",
+            args.listen, args.registry
+        );
+        http::serve(listener, node).await;
+        Ok(())
+    })
+}

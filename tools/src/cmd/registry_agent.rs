@@ -1,0 +1,128 @@
+//! `qr registry-agent`: serve manifests and blobs over the fabric
+//! (`qr-image/1`, mutual TLS) from an upstream registry or an OCI layout.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use super::args::{parse_bytes, LivenessArgs, DEFAULT_SERVICE_PORT};
+use crate::channel_endpoint::{listen, ListenOptions};
+use crate::image::cache::Cache;
+use crate::image::metrics::RegistryMetrics;
+use crate::image::source::Source;
+use crate::image::spool::Spool;
+use crate::image::upstream::Upstream;
+use crate::image::{server, wire};
+use crate::pki::MtlsArgs;
+use crate::provider::ProviderKind;
+
+/// Options of `qr registry-agent`.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct RegistryAgentArgs {
+    /// The upstream registry, pulled through: http://HOST:PORT or https://HOST.
+    #[arg(long, required_unless_present = "layout", conflicts_with = "layout")]
+    upstream: Option<String>,
+
+    /// An OCI image-layout directory to serve instead of an upstream.
+    #[arg(long)]
+    layout: Option<PathBuf>,
+
+    /// Local IP: the fabric endpoint's GID and the bootstrap service's address.
+    #[arg(long)]
+    ip: IpAddr,
+
+    /// Fabric provider.
+    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
+    provider: ProviderKind,
+
+    /// UDP port of the RoCEv2 socket.
+    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
+    udp_port: u16,
+
+    /// TCP port of the bootstrap service node agents dial.
+    #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
+    service_port: u16,
+
+    /// Directory of the verified blob cache (pulled-through blobs stay here).
+    #[arg(long)]
+    cache_dir: PathBuf,
+
+    /// Size bound of the cache (least recently used blobs go first).
+    #[arg(long, default_value = "20G", value_parser = parse_bytes)]
+    cache_size: u64,
+
+    /// Serve Prometheus text on http://ADDR/metrics.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
+
+    /// Certificate, key and CA (PEM) of mutual TLS with the node agents.
+    #[command(flatten)]
+    tls: MtlsArgs,
+
+    /// Liveness timers of the QUIC connections.
+    #[command(flatten)]
+    liveness: LivenessArgs,
+}
+
+/// Run `qr registry-agent` until killed; 1 if it cannot start.
+pub(crate) fn main(args: &RegistryAgentArgs) -> ExitCode {
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("qr registry-agent: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &RegistryAgentArgs) -> Result<()> {
+    let mtls = args.tls.load()?;
+    let source = match (&args.upstream, &args.layout) {
+        (Some(u), _) => Source::Upstream(Upstream::new(u)?),
+        (None, Some(l)) => {
+            if !l.join("index.json").exists() {
+                anyhow::bail!(
+                    "{}: no index.json (give an OCI image-layout directory, e.g. one \
+                     `skopeo copy … oci:DIR` or `umoci init` made)",
+                    l.display()
+                );
+            }
+            Source::Layout(l.clone())
+        }
+        (None, None) => unreachable!("clap requires --upstream or --layout"),
+    };
+    let cache = Cache::open(&args.cache_dir, args.cache_size)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(async {
+        let config = mtls.server_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
+        let mut opts = ListenOptions::new(args.ip);
+        opts.provider = args.provider;
+        opts.udp_port = args.udp_port;
+        opts.service_port = args.service_port;
+        opts.liveness = args.liveness.liveness()?;
+        let server = listen(&opts, config)?;
+        let metrics = Arc::new(RegistryMetrics::default());
+        if let Some(addr) = args.metrics {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics {addr}: is the port taken?"))?;
+            let m = metrics.clone();
+            tokio::spawn(crate::image::http::serve_text(listener, move || m.render()));
+        }
+        let spool = Arc::new(Spool::new(Arc::new(source), cache, metrics.clone()));
+        println!(
+            "qr registry-agent: ready on {} ({}), ALPN {}",
+            args.provider,
+            server.describe(),
+            String::from_utf8_lossy(wire::ALPN)
+        );
+        server::serve(server.endpoint.clone(), spool, metrics).await;
+        Ok(())
+    })
+}

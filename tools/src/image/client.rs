@@ -1,0 +1,220 @@
+//! The node agent's side of `qr-image/1`: one QUIC connection to the
+//! registry agent, dialled again when it is lost (a restarted registry agent
+//! has a new QPN, so a redial goes through the bootstrap service again).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
+
+use super::digest::{Digest, Reference};
+use super::wire::{self, read_frame, Request, Response, Status};
+
+/// Why a fabric request failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchError {
+    /// The registry agent has no such object (nor has its upstream).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The range asked for lies outside the blob.
+    #[error("range outside the blob: {0}")]
+    Range(String),
+    /// The registry agent's upstream failed or is unreachable.
+    #[error("registry agent reports: {0}")]
+    Upstream(String),
+    /// Bytes did not hash to their digest (a corrupt upstream copy, or a
+    /// chunk damaged on the way): never served, never cached.
+    #[error("digest mismatch: {0}")]
+    DigestMismatch(String),
+    /// A chunk did not hash to the value its header carried (damaged between
+    /// the agents' hashing points): fetched again.
+    #[error("chunk corrupt: {0}")]
+    ChunkCorrupt(String),
+    /// The connection to the registry agent failed or was lost: retried.
+    #[error("registry agent connection: {0}")]
+    Connection(String),
+    /// The registry agent broke the protocol or refused the request.
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// A local operation failed (cache, file system).
+    #[error("local: {0}")]
+    Local(String),
+}
+
+impl FetchError {
+    /// Whether trying again (after a redial) may succeed.
+    pub fn retryable(&self) -> bool {
+        matches!(
+            self,
+            FetchError::Connection(_) | FetchError::ChunkCorrupt(_)
+        )
+    }
+}
+
+/// A boxed future of a dial.
+pub type DialFuture<'a> =
+    Pin<Box<dyn Future<Output = anyhow::Result<(quinn::Endpoint, quinn::Connection)>> + Send + 'a>>;
+
+/// Opens a connection to the registry agent (mutual TLS, ALPN `qr-image/1`).
+pub trait Dialer: Send + Sync + 'static {
+    /// Dial once.
+    fn dial(&self) -> DialFuture<'_>;
+}
+
+/// A connection (kept with its endpoint) to the registry agent, redialled on loss.
+pub struct FabricClient {
+    dialer: Box<dyn Dialer>,
+    conn: tokio::sync::Mutex<Option<(quinn::Endpoint, quinn::Connection)>>,
+}
+
+impl std::fmt::Debug for FabricClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FabricClient").finish_non_exhaustive()
+    }
+}
+
+/// An answer's header fields and body.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The object's media type.
+    pub media_type: String,
+    /// The whole object's digest.
+    pub digest: Digest,
+    /// The whole object's size.
+    pub total: u64,
+    /// The body (verified against the header's body hash).
+    pub body: Bytes,
+}
+
+impl FabricClient {
+    /// A client dialling with `dialer` when it needs a connection.
+    pub fn new(dialer: Box<dyn Dialer>) -> Arc<FabricClient> {
+        Arc::new(FabricClient {
+            dialer,
+            conn: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// The current connection, dialled if there is none or it was lost.
+    pub async fn connection(&self) -> Result<quinn::Connection, FetchError> {
+        let mut g = self.conn.lock().await;
+        if let Some((_, c)) = g.as_ref() {
+            if c.close_reason().is_none() {
+                return Ok(c.clone());
+            }
+        }
+        *g = None;
+        let (ep, c) = tokio::time::timeout(Duration::from_secs(10), self.dialer.dial())
+            .await
+            .map_err(|_| FetchError::Connection("dial timed out after 10 s".into()))?
+            .map_err(|e| FetchError::Connection(format!("{e:#}")))?;
+        *g = Some((ep, c.clone()));
+        Ok(c)
+    }
+
+    /// One request on its own stream; the answer's body is read whole and
+    /// checked against the hash in its header.
+    pub async fn request(&self, req: &Request) -> Result<Answer, FetchError> {
+        let conn = self.connection().await?;
+        let lost = |e: &dyn std::fmt::Display| FetchError::Connection(e.to_string());
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| lost(&e))?;
+        send.write_all(&wire::frame(&req.encode()))
+            .await
+            .map_err(|e| lost(&e))?;
+        send.finish().map_err(|e| lost(&e))?;
+        let header = match read_frame(&mut recv).await {
+            Ok(m) => Response::decode(&m).map_err(|e| FetchError::Protocol(e.to_string()))?,
+            Err(wire::FrameReadError::Wire(e)) => return Err(FetchError::Protocol(e.to_string())),
+            Err(e) => return Err(lost(&e)),
+        };
+        match header {
+            Response::Err { status, message } => Err(match status {
+                Status::NotFound => FetchError::NotFound(message),
+                Status::RangeInvalid => FetchError::Range(message),
+                Status::Upstream => FetchError::Upstream(message),
+                Status::DigestMismatch => FetchError::DigestMismatch(message),
+                _ => FetchError::Protocol(format!("{status:?}: {message}")),
+            }),
+            Response::Ok {
+                media_type,
+                digest,
+                total,
+                body_len,
+                body_sha256,
+            } => {
+                let expect = match req {
+                    Request::Blob { len, offset, .. } => (*len).min(total.saturating_sub(*offset)),
+                    Request::Stat { .. } => 0,
+                    Request::Manifest { .. } => body_len,
+                };
+                if body_len != expect || body_len > 64 << 20 {
+                    return Err(FetchError::Protocol(format!(
+                        "body of {body_len} bytes, expected {expect}"
+                    )));
+                }
+                let mut body = vec![0u8; body_len as usize];
+                recv.read_exact(&mut body).await.map_err(|e| lost(&e))?;
+                // Off the async workers: see server::ok_hashed.
+                let (body, got) = tokio::task::spawn_blocking(move || {
+                    let got: [u8; 32] = Sha256::digest(&body).into();
+                    (body, got)
+                })
+                .await
+                .map_err(|e| FetchError::Local(format!("hashing a chunk: {e}")))?;
+                if got != body_sha256 {
+                    return Err(FetchError::ChunkCorrupt(format!(
+                        "a {body_len}-byte answer for {digest} does not match its header's hash"
+                    )));
+                }
+                Ok(Answer {
+                    media_type,
+                    digest,
+                    total,
+                    body: Bytes::from(body),
+                })
+            }
+        }
+    }
+
+    /// A manifest; a manifest asked for by digest must hash to it.
+    pub async fn manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+        accept: &str,
+    ) -> Result<Answer, FetchError> {
+        let a = self
+            .request(&Request::Manifest {
+                repo: repo.into(),
+                reference: reference.clone(),
+                accept: accept.into(),
+            })
+            .await?;
+        let actual = Digest::of(&a.body);
+        let want = match reference {
+            Reference::Digest(d) => *d,
+            Reference::Tag(_) => a.digest,
+        };
+        if actual != want {
+            return Err(FetchError::DigestMismatch(format!(
+                "manifest {repo}:{reference} is {actual}, expected {want}"
+            )));
+        }
+        Ok(a)
+    }
+
+    /// A blob's size.
+    pub async fn stat(&self, repo: &str, digest: &Digest) -> Result<u64, FetchError> {
+        Ok(self
+            .request(&Request::Stat {
+                repo: repo.into(),
+                digest: *digest,
+            })
+            .await?
+            .total)
+    }
+}

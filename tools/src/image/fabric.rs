@@ -1,0 +1,64 @@
+//! The node agent's dialer over the fabric: [`crate::channel_endpoint`]'s
+//! bootstrap query and handshake, one client endpoint kept and reused for
+//! redials (a restarted registry agent publishes a new QPN, found again
+//! through its bootstrap service).
+
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+
+use super::client::{DialFuture, Dialer};
+use crate::channel_endpoint::{dial, ChannelClient, DialOptions};
+
+/// Dials the registry agent behind a bootstrap service.
+pub struct FabricDialer {
+    service: String,
+    server_name: String,
+    opts: DialOptions,
+    config: quinn::ClientConfig,
+    client: Arc<Mutex<Option<ChannelClient>>>,
+}
+
+impl FabricDialer {
+    /// A dialer of `service` (HOST:PORT of the registry agent's bootstrap
+    /// service), verifying its certificate for `server_name`; `config` is
+    /// [`crate::pki::Mtls::client_config`] with ALPN [`super::wire::ALPN`].
+    pub fn new(
+        service: &str,
+        server_name: &str,
+        opts: DialOptions,
+        config: quinn::ClientConfig,
+    ) -> FabricDialer {
+        FabricDialer {
+            service: service.to_string(),
+            server_name: server_name.to_string(),
+            opts,
+            config,
+            client: Arc::new(Mutex::new(None)),
+        }
+    }
+}
+
+impl Dialer for FabricDialer {
+    fn dial(&self) -> DialFuture<'_> {
+        Box::pin(async move {
+            let mut g = self.client.lock().await;
+            if let Some(c) = g.as_ref() {
+                let conn = c
+                    .connect(&self.service, self.config.clone(), &self.server_name)
+                    .await?;
+                return Ok((c.endpoint().clone(), conn));
+            }
+            let (c, conn) = dial(
+                &self.service,
+                &self.opts,
+                self.config.clone(),
+                &self.server_name,
+            )
+            .await?;
+            let ep = c.endpoint().clone();
+            *g = Some(c);
+            Ok((ep, conn))
+        })
+    }
+}

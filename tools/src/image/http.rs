@@ -1,0 +1,443 @@
+//! The node agent's HTTP side: the pull half of the OCI distribution API
+//! (distribution-spec v1.1, "Pull"), so containerd, skopeo or any OCI client
+//! pulls through the agent unchanged, plus `/metrics` (Prometheus text).
+//!
+//! Only GET and HEAD exist here: pushing is for the upstream registry.
+
+use std::convert::Infallible;
+use std::io::SeekFrom;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, RANGE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::net::TcpListener;
+
+use super::client::FetchError;
+use super::digest::{check_name, Digest, Reference};
+use super::metrics::Path;
+use super::node::Node;
+
+/// The response body type.
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+/// Serve HTTP on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, node: Arc<Node>) {
+    loop {
+        let (tcp, _) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and the like: keep serving the connections we have.
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let node = node.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let node = node.clone();
+                async move { Ok::<_, Infallible>(handle(req, &node).await) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), svc)
+                .await
+            {
+                tracing::debug!("HTTP connection: {e}");
+            }
+        });
+    }
+}
+
+/// Serve `text()` as Prometheus text on every path of `listener` (the
+/// registry agent's `--metrics`).
+pub async fn serve_text<F>(listener: TcpListener, text: F)
+where
+    F: Fn() -> String + Send + Sync + 'static,
+{
+    let text = Arc::new(text);
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        let text = text.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
+                let mut r = Response::new(full(text()));
+                r.headers_mut().insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4"),
+                );
+                async move { Ok::<_, Infallible>(r) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), svc)
+                .await;
+        });
+    }
+}
+
+fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into()).map_err(|n| match n {}).boxed()
+}
+
+/// An OCI error response (distribution-spec "Error Codes": a JSON body
+/// `{"errors":[{"code","message","detail"}]}`).
+fn oci_error(status: StatusCode, code: &str, message: &str) -> Response<Body> {
+    let body = serde_json::json!({
+        "errors": [{ "code": code, "message": message, "detail": null }]
+    });
+    let mut r = Response::new(full(body.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// The route of a `/v2/…` path (distribution-spec "Endpoints": end-1,
+/// end-2 (blobs), end-3 (manifests)).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    /// `/v2/`: API version check.
+    Base,
+    /// `/v2/<name>/manifests/<reference>`.
+    Manifest(String, Reference),
+    /// `/v2/<name>/blobs/<digest>`.
+    Blob(String, Digest),
+    /// `/metrics`.
+    Metrics,
+}
+
+/// Why a path is not a route.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// No such endpoint (404).
+    #[error("no such endpoint")]
+    NotFound,
+    /// A name, reference or digest outside the grammar (400, with the OCI code).
+    #[error("{0}: {1}")]
+    Invalid(&'static str, String),
+}
+
+/// Parse a request path (the query, e.g. containerd's `?ns=…`, already cut).
+pub fn route(path: &str) -> Result<Route, RouteError> {
+    if path == "/metrics" {
+        return Ok(Route::Metrics);
+    }
+    let Some(rest) = path.strip_prefix("/v2") else {
+        return Err(RouteError::NotFound);
+    };
+    if rest.is_empty() || rest == "/" {
+        return Ok(Route::Base);
+    }
+    let rest = rest.strip_prefix('/').ok_or(RouteError::NotFound)?;
+    let (name, kind, tail) = if let Some(i) = rest.rfind("/manifests/") {
+        (&rest[..i], "manifests", &rest[i + "/manifests/".len()..])
+    } else if let Some(i) = rest.rfind("/blobs/") {
+        (&rest[..i], "blobs", &rest[i + "/blobs/".len()..])
+    } else {
+        return Err(RouteError::NotFound);
+    };
+    check_name(name).map_err(|e| RouteError::Invalid("NAME_INVALID", e.to_string()))?;
+    if kind == "manifests" {
+        let r = tail.parse().map_err(|e: super::digest::NameError| {
+            RouteError::Invalid("MANIFEST_INVALID", e.to_string())
+        })?;
+        Ok(Route::Manifest(name.to_string(), r))
+    } else {
+        let d = tail.parse().map_err(|e: super::digest::NameError| {
+            RouteError::Invalid("DIGEST_INVALID", e.to_string())
+        })?;
+        Ok(Route::Blob(name.to_string(), d))
+    }
+}
+
+/// A single byte range of a `Range` header (RFC 9110 §14.1.2), resolved
+/// against `size`: `Ok(None)` to ignore it (absent, several ranges, or not
+/// `bytes=` syntax — a server MAY ignore Range), `Err(())` when unsatisfiable.
+#[allow(clippy::result_unit_err)]
+pub fn parse_range(h: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, ()> {
+    let Some(spec) = h.and_then(|h| h.trim().strip_prefix("bytes=")) else {
+        return Ok(None);
+    };
+    if spec.contains(',') {
+        return Ok(None);
+    }
+    let Some((a, b)) = spec.trim().split_once('-') else {
+        return Ok(None);
+    };
+    let (a, b) = (a.trim(), b.trim());
+    let num = |s: &str| s.parse::<u64>().ok();
+    match (a.is_empty(), b.is_empty()) {
+        // bytes=-N: the last N bytes.
+        (true, false) => {
+            let Some(n) = num(b) else { return Ok(None) };
+            if n == 0 || size == 0 {
+                return Err(());
+            }
+            Ok(Some((size - n.min(size), size - 1)))
+        }
+        (false, _) => {
+            let Some(start) = num(a) else { return Ok(None) };
+            let end = if b.is_empty() {
+                u64::MAX
+            } else {
+                match num(b) {
+                    Some(e) if e >= start => e,
+                    _ => return Ok(None),
+                }
+            };
+            if start >= size {
+                return Err(());
+            }
+            Ok(Some((start, end.min(size - 1))))
+        }
+        (true, true) => Ok(None),
+    }
+}
+
+async fn handle(req: Request<Incoming>, node: &Arc<Node>) -> Response<Body> {
+    node.metrics.requests.inc();
+    let resp = answer(&req, node).await;
+    match resp.status() {
+        StatusCode::BAD_REQUEST => node.metrics.bad_requests.inc(),
+        s if s.is_client_error() || s.is_server_error() => node.metrics.errors.inc(),
+        _ => {}
+    }
+    resp
+}
+
+async fn answer(req: &Request<Incoming>, node: &Arc<Node>) -> Response<Body> {
+    let head = req.method() == Method::HEAD;
+    if !head && req.method() != Method::GET {
+        return oci_error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "UNSUPPORTED",
+            "this node agent serves pulls only (GET, HEAD); push to the upstream registry",
+        );
+    }
+    let route = match route(req.uri().path()) {
+        Ok(r) => r,
+        Err(RouteError::NotFound) => {
+            return oci_error(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")
+        }
+        Err(RouteError::Invalid(code, msg)) => {
+            return oci_error(StatusCode::BAD_REQUEST, code, &msg)
+        }
+    };
+    match route {
+        Route::Metrics => {
+            let m = &node.metrics;
+            m.cache_evictions.add(
+                node.cache
+                    .evictions()
+                    .saturating_sub(m.cache_evictions.get()),
+            );
+            let mut r = Response::new(full(m.render()));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
+        }
+        Route::Base => {
+            let mut r = Response::new(full(if head { "" } else { "{}" }));
+            let h = r.headers_mut();
+            h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            h.insert(
+                "Docker-Distribution-API-Version",
+                HeaderValue::from_static("registry/2.0"),
+            );
+            r
+        }
+        Route::Manifest(name, reference) => {
+            let accept = req
+                .headers()
+                .get_all(ACCEPT)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect::<Vec<_>>()
+                .join(", ");
+            match node.manifest(&name, &reference, &accept).await {
+                Ok(a) => {
+                    let len = a.body.len();
+                    let mut r = Response::new(full(if head { Bytes::new() } else { a.body }));
+                    let h = r.headers_mut();
+                    set(h, CONTENT_TYPE, &a.media_type);
+                    set(h, CONTENT_LENGTH, &len.to_string());
+                    set(h, "Docker-Content-Digest", &a.digest.to_string());
+                    set(h, "X-Qr-Path", Path::Fabric.name());
+                    r
+                }
+                Err(e) => fetch_error(&e, "MANIFEST_UNKNOWN"),
+            }
+        }
+        Route::Blob(name, digest) => blob(req, node, &name, &digest, head).await,
+    }
+}
+
+fn set(h: &mut hyper::HeaderMap, k: impl hyper::header::IntoHeaderName, v: &str) {
+    if let Ok(v) = HeaderValue::from_str(v) {
+        h.insert(k, v);
+    }
+}
+
+fn fetch_error(e: &FetchError, unknown_code: &str) -> Response<Body> {
+    let msg = e.to_string();
+    match e {
+        FetchError::NotFound(_) => oci_error(StatusCode::NOT_FOUND, unknown_code, &msg),
+        FetchError::Range(_) => oci_error(StatusCode::RANGE_NOT_SATISFIABLE, "SIZE_INVALID", &msg),
+        FetchError::Connection(_) => oci_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            &format!("{msg} (is `qr registry-agent` running and reachable, and do both agents' certificates chain to one CA?)"),
+        ),
+        FetchError::DigestMismatch(_) => oci_error(StatusCode::BAD_GATEWAY, "DIGEST_INVALID", &msg),
+        _ => oci_error(StatusCode::BAD_GATEWAY, "UNKNOWN", &msg),
+    }
+}
+
+async fn blob(
+    req: &Request<Incoming>,
+    node: &Arc<Node>,
+    name: &str,
+    digest: &Digest,
+    head: bool,
+) -> Response<Body> {
+    let range_h = req.headers().get(RANGE).and_then(|v| v.to_str().ok());
+    if head {
+        return match node.blob_size(name, digest).await {
+            Ok(size) => {
+                let mut r = Response::new(full(Bytes::new()));
+                let h = r.headers_mut();
+                set(h, CONTENT_LENGTH, &size.to_string());
+                set(h, CONTENT_TYPE, "application/octet-stream");
+                set(h, "Docker-Content-Digest", &digest.to_string());
+                set(h, "Accept-Ranges", "bytes");
+                r
+            }
+            Err(e) => fetch_error(&e, "BLOB_UNKNOWN"),
+        };
+    }
+    // The whole blob is verified before its first byte is served.
+    let b = match node.blob(name, digest, &|_, _| {}).await {
+        Ok(b) => b,
+        Err(e) => return fetch_error(&e, "BLOB_UNKNOWN"),
+    };
+    let (start, end, status) = match parse_range(range_h, b.size) {
+        Ok(None) => (0, b.size, StatusCode::OK),
+        Ok(Some((s, e))) => (s, e + 1, StatusCode::PARTIAL_CONTENT),
+        Err(()) => {
+            let mut r = oci_error(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                "SIZE_INVALID",
+                &format!(
+                    "range {} outside the blob's {} bytes",
+                    range_h.unwrap_or(""),
+                    b.size
+                ),
+            );
+            set(
+                r.headers_mut(),
+                CONTENT_RANGE,
+                &format!("bytes */{}", b.size),
+            );
+            return r;
+        }
+    };
+    let len = end - start;
+    node.metrics.bytes(Path::Cache, len);
+    let mut file = tokio::fs::File::from_std(b.file);
+    if let Err(e) = file.seek(SeekFrom::Start(start)).await {
+        return oci_error(StatusCode::INTERNAL_SERVER_ERROR, "UNKNOWN", &e.to_string());
+    }
+    let stream = futures_util::stream::unfold((file, len), |(mut f, left)| async move {
+        if left == 0 {
+            return None;
+        }
+        let mut buf = vec![0u8; left.min(256 << 10) as usize];
+        match f.read_exact(&mut buf).await {
+            Ok(_) => Some((Ok(Frame::data(Bytes::from(buf))), (f, left - buf_len(left)))),
+            Err(e) => Some((Err(e), (f, 0))),
+        }
+    });
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    set(h, CONTENT_LENGTH, &len.to_string());
+    set(h, CONTENT_TYPE, "application/octet-stream");
+    set(h, "Docker-Content-Digest", &digest.to_string());
+    set(h, "Accept-Ranges", "bytes");
+    set(h, "X-Qr-Path", b.path.name());
+    if status == StatusCode::PARTIAL_CONTENT {
+        set(
+            h,
+            CONTENT_RANGE,
+            &format!("bytes {start}-{}/{}", end - 1, b.size),
+        );
+    }
+    r
+}
+
+fn buf_len(left: u64) -> u64 {
+    left.min(256 << 10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range(None, 10), Ok(None));
+        assert_eq!(parse_range(Some("bytes=0-3"), 10), Ok(Some((0, 3))));
+        assert_eq!(parse_range(Some("bytes=5-"), 10), Ok(Some((5, 9))));
+        assert_eq!(parse_range(Some("bytes=5-100"), 10), Ok(Some((5, 9))));
+        assert_eq!(parse_range(Some("bytes=-3"), 10), Ok(Some((7, 9))));
+        assert_eq!(parse_range(Some("bytes=-30"), 10), Ok(Some((0, 9))));
+        assert_eq!(parse_range(Some("bytes=10-"), 10), Err(()));
+        assert_eq!(parse_range(Some("bytes=-0"), 10), Err(()));
+        assert_eq!(parse_range(Some("bytes=0-1,3-4"), 10), Ok(None));
+        assert_eq!(parse_range(Some("items=0-1"), 10), Ok(None));
+        assert_eq!(parse_range(Some("bytes=4-2"), 10), Ok(None));
+    }
+
+    #[test]
+    fn routes() {
+        let d = Digest::of(b"");
+        assert_eq!(route("/v2/"), Ok(Route::Base));
+        assert_eq!(route("/v2"), Ok(Route::Base));
+        assert_eq!(
+            route("/v2/a/b/manifests/latest"),
+            Ok(Route::Manifest(
+                "a/b".into(),
+                Reference::Tag("latest".into())
+            ))
+        );
+        assert_eq!(
+            route(&format!("/v2/a/blobs/{d}")),
+            Ok(Route::Blob("a".into(), d))
+        );
+        // A repository may itself be called "blobs".
+        assert_eq!(
+            route(&format!("/v2/x/blobs/blobs/{d}")),
+            Ok(Route::Blob("x/blobs".into(), d))
+        );
+        assert!(matches!(
+            route("/v2/a/blobs/sha256:zz"),
+            Err(RouteError::Invalid("DIGEST_INVALID", _))
+        ));
+        assert!(matches!(
+            route("/v2/A/manifests/x"),
+            Err(RouteError::Invalid("NAME_INVALID", _))
+        ));
+        assert_eq!(route("/v3/"), Err(RouteError::NotFound));
+        assert_eq!(route("/v2/a/tags/list"), Err(RouteError::NotFound));
+    }
+}

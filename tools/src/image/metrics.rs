@@ -1,0 +1,347 @@
+//! Counters of both agents, always on, exported as Prometheus text
+//! (exposition format 0.0.4) by the node agent's `/metrics` and the registry
+//! agent's `--metrics` listener.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// One monotonically increasing counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Add `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Add one.
+    pub fn inc(&self) {
+        self.add(1);
+    }
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A value that goes up and down.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicI64);
+
+impl Gauge {
+    /// Add `n` (negative to subtract).
+    pub fn add(&self, n: i64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Where the bytes of an answer came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// The local content-addressed cache.
+    Cache,
+    /// The registry agent over the fabric.
+    Fabric,
+    /// The upstream registry over plain HTTP (objects under the threshold).
+    Direct,
+}
+
+impl Path {
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Cache => "cache",
+            Path::Fabric => "fabric",
+            Path::Direct => "direct",
+        }
+    }
+}
+
+/// The node agent's counters.
+#[derive(Debug, Default)]
+pub struct NodeMetrics {
+    /// HTTP requests answered.
+    pub requests: Counter,
+    /// HTTP requests refused as malformed (400).
+    pub bad_requests: Counter,
+    /// Answers that were errors (4xx/5xx other than 400).
+    pub errors: Counter,
+    /// Body bytes served from the cache.
+    pub bytes_cache: Counter,
+    /// Body bytes fetched over the fabric.
+    pub bytes_fabric: Counter,
+    /// Body bytes fetched straight from the upstream.
+    pub bytes_direct: Counter,
+    /// Objects fetched by each path.
+    pub objects_fabric: Counter,
+    /// Objects fetched straight from the upstream.
+    pub objects_direct: Counter,
+    /// Blob lookups found in the cache.
+    pub cache_hits: Counter,
+    /// Blob lookups not found in the cache.
+    pub cache_misses: Counter,
+    /// Blobs evicted from the cache (LRU, over the size bound).
+    pub cache_evictions: Counter,
+    /// Whole-blob or chunk digests that did not match.
+    pub verify_failures: Counter,
+    /// Transfers resumed after a lost connection or a failed chunk.
+    pub resumes: Counter,
+    /// Chunk requests in flight.
+    pub inflight_chunks: Gauge,
+    /// Chunk requests completed.
+    pub chunks: Counter,
+    /// The latest adaptive chunk size in bytes.
+    pub chunk_size: Gauge,
+}
+
+impl NodeMetrics {
+    /// Count body bytes fetched by `path`.
+    pub fn bytes(&self, path: Path, n: u64) {
+        match path {
+            Path::Cache => self.bytes_cache.add(n),
+            Path::Fabric => self.bytes_fabric.add(n),
+            Path::Direct => self.bytes_direct.add(n),
+        }
+    }
+
+    /// The Prometheus text.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        counter(
+            &mut o,
+            "qr_node_requests_total",
+            "HTTP requests answered",
+            self.requests.get(),
+        );
+        counter(
+            &mut o,
+            "qr_node_bad_requests_total",
+            "Malformed HTTP requests (400)",
+            self.bad_requests.get(),
+        );
+        counter(
+            &mut o,
+            "qr_node_errors_total",
+            "Error answers other than 400",
+            self.errors.get(),
+        );
+        let _ = writeln!(
+            o,
+            "# HELP qr_node_bytes_total Body bytes by path\n# TYPE qr_node_bytes_total counter"
+        );
+        for (p, c) in [
+            (Path::Cache, &self.bytes_cache),
+            (Path::Fabric, &self.bytes_fabric),
+            (Path::Direct, &self.bytes_direct),
+        ] {
+            let _ = writeln!(
+                o,
+                "qr_node_bytes_total{{path=\"{}\"}} {}",
+                p.name(),
+                c.get()
+            );
+        }
+        let _ = writeln!(o, "# HELP qr_node_objects_total Objects fetched by path\n# TYPE qr_node_objects_total counter");
+        for (p, c) in [
+            (Path::Fabric, &self.objects_fabric),
+            (Path::Direct, &self.objects_direct),
+        ] {
+            let _ = writeln!(
+                o,
+                "qr_node_objects_total{{path=\"{}\"}} {}",
+                p.name(),
+                c.get()
+            );
+        }
+        counter(
+            &mut o,
+            "qr_node_cache_hits_total",
+            "Blob cache hits",
+            self.cache_hits.get(),
+        );
+        counter(
+            &mut o,
+            "qr_node_cache_misses_total",
+            "Blob cache misses",
+            self.cache_misses.get(),
+        );
+        counter(
+            &mut o,
+            "qr_node_cache_evictions_total",
+            "Blobs evicted (LRU)",
+            self.cache_evictions.get(),
+        );
+        counter(
+            &mut o,
+            "qr_node_verify_failures_total",
+            "Digest mismatches",
+            self.verify_failures.get(),
+        );
+        counter(
+            &mut o,
+            "qr_node_resumes_total",
+            "Transfers resumed",
+            self.resumes.get(),
+        );
+        counter(
+            &mut o,
+            "qr_node_chunks_total",
+            "Chunks fetched",
+            self.chunks.get(),
+        );
+        gauge(
+            &mut o,
+            "qr_node_inflight_chunks",
+            "Chunk requests in flight",
+            self.inflight_chunks.get(),
+        );
+        gauge(
+            &mut o,
+            "qr_node_chunk_size_bytes",
+            "Current adaptive chunk size",
+            self.chunk_size.get(),
+        );
+        o
+    }
+}
+
+/// The registry agent's counters.
+#[derive(Debug, Default)]
+pub struct RegistryMetrics {
+    /// Connections accepted (mutual TLS passed).
+    pub connections: Counter,
+    /// Connections refused in the handshake.
+    pub handshake_failures: Counter,
+    /// Requests served, any kind.
+    pub requests: Counter,
+    /// Requests refused as malformed.
+    pub bad_requests: Counter,
+    /// Requests answered with an error.
+    pub errors: Counter,
+    /// Blob bytes sent over the fabric.
+    pub bytes_sent: Counter,
+    /// Manifests fetched from the upstream.
+    pub upstream_manifests: Counter,
+    /// Blobs fetched from the upstream (single-flight: one per blob however
+    /// many nodes ask at once).
+    pub upstream_blob_fetches: Counter,
+    /// Bytes read from the upstream.
+    pub upstream_bytes: Counter,
+    /// Upstream blobs whose bytes did not hash to their digest.
+    pub upstream_verify_failures: Counter,
+    /// Blob requests that joined a fetch already under way.
+    pub single_flight_joins: Counter,
+}
+
+impl RegistryMetrics {
+    /// The Prometheus text.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        counter(
+            &mut o,
+            "qr_registry_connections_total",
+            "Connections accepted",
+            self.connections.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_handshake_failures_total",
+            "Handshakes refused",
+            self.handshake_failures.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_requests_total",
+            "Requests served",
+            self.requests.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_bad_requests_total",
+            "Malformed requests",
+            self.bad_requests.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_errors_total",
+            "Error answers",
+            self.errors.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_bytes_sent_total",
+            "Blob bytes sent",
+            self.bytes_sent.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_upstream_manifests_total",
+            "Manifests fetched upstream",
+            self.upstream_manifests.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_upstream_blob_fetches_total",
+            "Blobs fetched upstream",
+            self.upstream_blob_fetches.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_upstream_bytes_total",
+            "Bytes read upstream",
+            self.upstream_bytes.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_upstream_verify_failures_total",
+            "Upstream digest mismatches",
+            self.upstream_verify_failures.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_single_flight_joins_total",
+            "Requests joining a fetch under way",
+            self.single_flight_joins.get(),
+        );
+        o
+    }
+}
+
+fn counter(o: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+}
+
+fn gauge(o: &mut String, name: &str, help: &str, v: i64) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+}
+
+/// Read one sample (`name` or `name{labels}`) from Prometheus text: for tests
+/// and `qr pull --json`.
+pub fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_and_read_back() {
+        let m = NodeMetrics::default();
+        m.cache_hits.add(3);
+        m.bytes(Path::Fabric, 10);
+        let t = m.render();
+        assert_eq!(sample(&t, "qr_node_cache_hits_total"), Some(3.0));
+        assert_eq!(
+            sample(&t, "qr_node_bytes_total{path=\"fabric\"}"),
+            Some(10.0)
+        );
+        assert_eq!(sample(&t, "qr_node_bytes_total{path=\"cache\"}"), Some(0.0));
+    }
+}

@@ -1,0 +1,26 @@
+//! Image layers over the fabric (docs: DESIGN §6 "Image layers"): a registry
+//! agent serving manifests and blobs over QUIC streams (`qr-image/1`, mutual
+//! TLS), and a node agent speaking the OCI distribution pull API on local
+//! HTTP, so containerd, skopeo or any OCI client pulls through it unchanged.
+//!
+//! Layout, bottom up: [`digest`] (names, tags, digests), [`wire`] (the
+//! protocol's frames), [`source`]/[`upstream`] (where the registry agent gets
+//! images), [`cache`] (the verified, bounded, crash-safe blob store both
+//! agents use), [`spool`] (the registry agent's single-flight pull-through),
+//! [`server`] (its QUIC side), [`client`] and [`transfer`] (the node agent's
+//! QUIC side: parallel, adaptive, resumable chunk streams), [`node`] (the node
+//! agent's store), [`http`] (its HTTP side) and [`metrics`].
+
+pub mod cache;
+pub mod client;
+pub mod digest;
+pub mod fabric;
+pub mod http;
+pub mod metrics;
+pub mod node;
+pub mod server;
+pub mod source;
+pub mod spool;
+pub mod transfer;
+pub mod upstream;
+pub mod wire;

@@ -1,0 +1,239 @@
+//! The node agent's object store: blobs from the cache, else over the fabric
+//! (single-flight per blob, so concurrent requests for one blob share one
+//! transfer), verified whole before they are cached or served.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::Arc;
+
+use super::cache::Cache;
+use super::client::{Answer, FabricClient, FetchError};
+use super::digest::{Digest, Reference};
+use super::metrics::{NodeMetrics, Path};
+use super::transfer::{fetch_blob, TransferOptions};
+use super::upstream::Upstream;
+
+/// How many times a blob whose whole digest did not match is fetched again
+/// before the request fails (a corrupt upstream copy stays corrupt).
+pub const REFETCHES: u32 = 1;
+
+/// A node agent's store.
+#[derive(Debug)]
+pub struct Node {
+    /// The fabric connection.
+    pub client: Arc<FabricClient>,
+    /// The blob cache.
+    pub cache: Arc<Cache>,
+    /// Counters.
+    pub metrics: Arc<NodeMetrics>,
+    /// Transfer tuning.
+    pub transfer: TransferOptions,
+    flights: std::sync::Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>,
+    direct: std::sync::OnceLock<(Arc<Upstream>, u64)>,
+}
+
+/// A verified blob, opened for reading.
+#[derive(Debug)]
+pub struct Blob {
+    /// The file (in the cache, or unlinked by eviction but still open).
+    pub file: File,
+    /// Its size.
+    pub size: u64,
+    /// Where it came from for this request.
+    pub path: Path,
+}
+
+impl Node {
+    /// A store fetching with `client` into `cache`.
+    pub fn new(
+        client: Arc<FabricClient>,
+        cache: Arc<Cache>,
+        metrics: Arc<NodeMetrics>,
+        transfer: TransferOptions,
+    ) -> Arc<Node> {
+        Arc::new(Node {
+            client,
+            cache,
+            metrics,
+            transfer,
+            flights: std::sync::Mutex::new(HashMap::new()),
+            direct: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Fetch blobs smaller than `threshold` bytes straight from `upstream`
+    /// over HTTP instead of over the fabric (a round trip to the registry
+    /// agent and its chunk machinery buys nothing for a few KiB). Set once;
+    /// later calls are ignored.
+    pub fn set_direct(&self, upstream: Arc<Upstream>, threshold: u64) {
+        let _ = self.direct.set((upstream, threshold));
+    }
+
+    /// A manifest by tag or digest.
+    pub async fn manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+        accept: &str,
+    ) -> Result<Answer, FetchError> {
+        let a = self.client.manifest(repo, reference, accept).await?;
+        self.metrics.objects_fabric.inc();
+        self.metrics.bytes(Path::Fabric, a.body.len() as u64);
+        Ok(a)
+    }
+
+    /// A blob's size: from the cache, else asked over the fabric.
+    pub async fn blob_size(&self, repo: &str, d: &Digest) -> Result<u64, FetchError> {
+        if let Some((_, size)) = self.cache.get(d) {
+            return Ok(size);
+        }
+        self.client.stat(repo, d).await
+    }
+
+    /// A whole verified blob; `progress` hears the verified prefix grow.
+    pub async fn blob(
+        &self,
+        repo: &str,
+        d: &Digest,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Result<Blob, FetchError> {
+        if let Some((file, size)) = self.cache.get(d) {
+            self.metrics.cache_hits.inc();
+            progress(size, size);
+            return Ok(Blob {
+                file,
+                size,
+                path: Path::Cache,
+            });
+        }
+        let flight = self
+            .flights
+            .lock()
+            .expect("flights lock")
+            .entry(*d)
+            .or_default()
+            .clone();
+        let _guard = flight.lock().await;
+        // Whoever held the flight before us may have cached it.
+        if let Some((file, size)) = self.cache.get(d) {
+            self.metrics.cache_hits.inc();
+            progress(size, size);
+            return Ok(Blob {
+                file,
+                size,
+                path: Path::Cache,
+            });
+        }
+        self.metrics.cache_misses.inc();
+        let result = self.fetch(repo, d, progress).await;
+        self.flights.lock().expect("flights lock").remove(d);
+        result
+    }
+
+    /// A small blob straight from the upstream: hashed as it streams into a
+    /// temp file, committed only if it matches (same rule as the fabric path).
+    async fn fetch_direct(
+        &self,
+        up: &Upstream,
+        repo: &str,
+        d: &Digest,
+        size: u64,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Result<Blob, FetchError> {
+        use sha2::{Digest as _, Sha256};
+        let upstream_err = |e: &dyn std::fmt::Display| FetchError::Upstream(format!("direct: {e}"));
+        let mut resp = up.blob(repo, d).await.map_err(|e| upstream_err(&e))?;
+        let temp = self
+            .cache
+            .temp(d, size)
+            .map_err(|e| FetchError::Local(e.to_string()))?;
+        let (mut at, mut h) = (0u64, Sha256::new());
+        while let Some(piece) = resp.chunk().await.map_err(|e| upstream_err(&e))? {
+            if at + piece.len() as u64 > size {
+                return Err(upstream_err(&format!("blob {d} longer than {size} bytes")));
+            }
+            temp.write_at(at, &piece)
+                .map_err(|e| FetchError::Local(e.to_string()))?;
+            h.update(&piece);
+            at += piece.len() as u64;
+            progress(at, size);
+        }
+        let actual = Digest::from_bytes(h.finalize().into());
+        if at != size || actual != *d {
+            self.metrics.verify_failures.inc();
+            return Err(FetchError::DigestMismatch(format!(
+                "blob {d} from the upstream ({at} of {size} bytes) is {actual}: not served"
+            )));
+        }
+        let (file, size) = temp
+            .commit(actual)
+            .map_err(|e| FetchError::Local(e.to_string()))?;
+        self.metrics.objects_direct.inc();
+        self.metrics.bytes(Path::Direct, size);
+        Ok(Blob {
+            file,
+            size,
+            path: Path::Direct,
+        })
+    }
+
+    async fn fetch(
+        &self,
+        repo: &str,
+        d: &Digest,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Result<Blob, FetchError> {
+        let size = self.client.stat(repo, d).await?;
+        if let Some((up, threshold)) = self.direct.get() {
+            if size < *threshold {
+                return self.fetch_direct(up, repo, d, size, progress).await;
+            }
+        }
+        let mut attempt = 0;
+        loop {
+            let temp = self
+                .cache
+                .temp(d, size)
+                .map_err(|e| FetchError::Local(e.to_string()))?;
+            let actual = fetch_blob(
+                &self.client,
+                repo,
+                d,
+                &temp,
+                &self.transfer,
+                &self.metrics,
+                &|n| progress(n, size),
+            )
+            .await
+            .inspect_err(|e| {
+                // The registry agent found the upstream's bytes wrong before we did.
+                if matches!(e, FetchError::DigestMismatch(_)) {
+                    self.metrics.verify_failures.inc();
+                }
+            })?;
+            if actual == *d {
+                let (file, size) = temp
+                    .commit(actual)
+                    .map_err(|e| FetchError::Local(e.to_string()))?;
+                self.metrics.objects_fabric.inc();
+                return Ok(Blob {
+                    file,
+                    size,
+                    path: Path::Fabric,
+                });
+            }
+            // Dropping `temp` deletes it: nothing corrupt is cached.
+            self.metrics.verify_failures.inc();
+            tracing::warn!("blob {d} arrived as {actual} (attempt {})", attempt + 1);
+            if attempt >= REFETCHES {
+                return Err(FetchError::DigestMismatch(format!(
+                    "blob {d} arrived as {actual} {} times: the upstream copy is corrupt \
+                     (re-push the image, or repair the registry's storage)",
+                    attempt + 1
+                )));
+            }
+            attempt += 1;
+            self.metrics.resumes.inc();
+        }
+    }
+}

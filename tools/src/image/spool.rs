@@ -1,0 +1,223 @@
+//! The registry agent's blob store: single-flight pull-through. The first
+//! request for a blob starts one upstream read into a cache temp file; every
+//! request for that blob — from any node agent, for any range — waits only
+//! until its range has arrived and is served from the file. So N nodes asking
+//! for one blob at once read it once upstream. The download is hashed as it
+//! arrives and committed to the cache only if it matches; on a mismatch the
+//! waiters get [`SourceError::DigestMismatch`] and the next request starts afresh.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use sha2::{Digest as _, Sha256};
+use tokio::sync::watch;
+
+use super::cache::{Cache, CacheError};
+use super::digest::Digest;
+use super::metrics::RegistryMetrics;
+use super::source::{Source, SourceError};
+
+#[derive(Clone, Debug)]
+enum State {
+    /// Bytes `0..n` are in the file.
+    Progress(u64),
+    /// All there, verified and cached.
+    Done,
+    /// The download failed.
+    Failed(SourceError),
+}
+
+#[derive(Debug)]
+struct Download {
+    file: File,
+    size: u64,
+    state: watch::Receiver<State>,
+}
+
+/// The single-flight blob store.
+#[derive(Debug)]
+pub struct Spool {
+    source: Arc<Source>,
+    cache: Arc<Cache>,
+    metrics: Arc<RegistryMetrics>,
+    inflight: tokio::sync::Mutex<HashMap<Digest, Arc<Download>>>,
+}
+
+fn cache_err(e: CacheError) -> SourceError {
+    SourceError::Io(e.to_string())
+}
+
+impl Spool {
+    /// A store over `source`, keeping verified blobs in `cache`.
+    pub fn new(source: Arc<Source>, cache: Arc<Cache>, metrics: Arc<RegistryMetrics>) -> Spool {
+        Spool {
+            source,
+            cache,
+            metrics,
+            inflight: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The source.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// A blob's size, without starting a download.
+    pub async fn size(&self, repo: &str, d: &Digest) -> Result<u64, SourceError> {
+        if let Some((_, size)) = self.cache.get(d) {
+            return Ok(size);
+        }
+        if let Some(dl) = self.inflight.lock().await.get(d) {
+            return Ok(dl.size);
+        }
+        self.source.blob_size(repo, d).await
+    }
+
+    /// Bytes `offset..offset+len` of blob `d` and its size. `len` is cut at
+    /// the end of the blob; an `offset` past it is [`SourceError::NotFound`]
+    /// only if the blob is unknown, else `Err(RangeOutside)` via `Ok(None)`.
+    pub async fn read(
+        self: &Arc<Self>,
+        repo: &str,
+        d: &Digest,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<(Vec<u8>, u64)>, SourceError> {
+        if let Some((f, size)) = self.cache.get(d) {
+            return read_range(&f, size, offset, len).await;
+        }
+        let dl = self.download(repo, d).await?;
+        let end = offset.saturating_add(len).min(dl.size);
+        let mut state = dl.state.clone();
+        loop {
+            let s = state.borrow_and_update().clone();
+            match s {
+                State::Progress(n) if n >= end => break,
+                State::Progress(_) => {}
+                State::Done => break,
+                State::Failed(e) => return Err(e),
+            }
+            if state.changed().await.is_err() {
+                // The download task ended without a final state: it panicked.
+                return Err(SourceError::Io("the blob download stopped".into()));
+            }
+        }
+        read_range(&dl.file, dl.size, offset, len).await
+    }
+
+    /// The download of `d`, joined or started.
+    async fn download(
+        self: &Arc<Self>,
+        repo: &str,
+        d: &Digest,
+    ) -> Result<Arc<Download>, SourceError> {
+        // The map's lock is held across opening the upstream, so two first
+        // requests cannot both open it (the upstream would serve the blob twice).
+        let mut map = self.inflight.lock().await;
+        if let Some(dl) = map.get(d) {
+            self.metrics.single_flight_joins.inc();
+            return Ok(dl.clone());
+        }
+        // It may have completed while we waited for the lock.
+        if let Some((f, size)) = self.cache.get(d) {
+            let (_tx, rx) = watch::channel(State::Done);
+            return Ok(Arc::new(Download {
+                file: f,
+                size,
+                state: rx,
+            }));
+        }
+        let (reader, size) = self.source.blob(repo, d).await?;
+        let temp = self.cache.temp(d, size).map_err(cache_err)?;
+        let file = File::open(temp.path()).map_err(|e| SourceError::Io(e.to_string()))?;
+        let (tx, rx) = watch::channel(State::Progress(0));
+        let dl = Arc::new(Download {
+            file,
+            size,
+            state: rx,
+        });
+        map.insert(*d, dl.clone());
+        drop(map);
+        self.metrics.upstream_blob_fetches.inc();
+        let this = self.clone();
+        let d = *d;
+        tokio::spawn(async move {
+            let outcome = fill(reader, &temp, size, &tx, &this.metrics).await;
+            let final_state = match outcome {
+                Ok(actual) if actual == d => match temp.commit(actual) {
+                    Ok(_) => State::Done,
+                    Err(e) => State::Failed(cache_err(e)),
+                },
+                Ok(actual) => {
+                    this.metrics.upstream_verify_failures.inc();
+                    tracing::warn!("upstream blob {d} hashes to {actual}: not served, not cached");
+                    State::Failed(SourceError::DigestMismatch {
+                        expected: d,
+                        actual,
+                    })
+                }
+                Err(e) => State::Failed(e),
+            };
+            // Leave the map first: a request after a failure starts afresh,
+            // one after success finds the blob in the cache.
+            this.inflight.lock().await.remove(&d);
+            let _ = tx.send(final_state);
+        });
+        Ok(dl)
+    }
+}
+
+async fn fill(
+    mut reader: super::source::BlobReader,
+    temp: &super::cache::TempBlob,
+    size: u64,
+    tx: &watch::Sender<State>,
+    metrics: &RegistryMetrics,
+) -> Result<Digest, SourceError> {
+    let mut hasher = Sha256::new();
+    let mut at = 0u64;
+    while let Some(piece) = reader.next().await? {
+        if at + piece.len() as u64 > size {
+            return Err(SourceError::Upstream(format!(
+                "blob longer than its Content-Length {size}"
+            )));
+        }
+        hasher.update(&piece);
+        if temp.write_at(at, &piece).map_err(cache_err)? {
+            temp.flush().await.map_err(cache_err)?;
+        }
+        at += piece.len() as u64;
+        metrics.upstream_bytes.add(piece.len() as u64);
+        let _ = tx.send(State::Progress(at));
+    }
+    if at != size {
+        return Err(SourceError::Upstream(format!(
+            "blob ended at {at} of {size} bytes"
+        )));
+    }
+    Ok(Digest::from_bytes(hasher.finalize().into()))
+}
+
+async fn read_range(
+    f: &File,
+    size: u64,
+    offset: u64,
+    len: u64,
+) -> Result<Option<(Vec<u8>, u64)>, SourceError> {
+    if offset > size || (offset == size && len > 0) {
+        return Ok(None);
+    }
+    let n = len.min(size - offset) as usize;
+    let f = f.try_clone().map_err(|e| SourceError::Io(e.to_string()))?;
+    tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; n];
+        f.read_exact_at(&mut buf, offset)
+            .map(|()| Some((buf, size)))
+            .map_err(|e| SourceError::Io(e.to_string()))
+    })
+    .await
+    .map_err(|e| SourceError::Io(e.to_string()))?
+}

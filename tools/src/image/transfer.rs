@@ -1,0 +1,241 @@
+//! A blob over the fabric as parallel chunk streams.
+//!
+//! Up to `parallel` chunk requests are in flight, each its own QUIC stream.
+//! Each chunk is checked against the hash in its answer's header, written to
+//! the temp file at its offset and, once every chunk before it is in, fed to
+//! the whole-blob sha256 in order (the "verified prefix"). A lost connection
+//! or failed chunk is requested again after a redial: the transfer resumes
+//! with every chunk already in, never from zero. Only when the whole blob
+//! hashes to its digest may the caller commit it to the cache.
+//!
+//! Chunk size adapts: each chunk should take about `TARGET_ROUNDS` round trips
+//! (so the per-request round trip costs little) but not much more than
+//! `TARGET_TIME` (so parallel streams stay balanced and a lost chunk costs
+//! little), measured per stream, within [`MIN_CHUNK`] .. [`MAX_CHUNK`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
+use tokio::task::JoinSet;
+
+use super::cache::TempBlob;
+use super::client::{FabricClient, FetchError};
+use super::digest::Digest;
+use super::metrics::NodeMetrics;
+use super::wire::Request;
+
+/// Smallest adaptive chunk.
+pub const MIN_CHUNK: u64 = 128 << 10;
+/// Largest adaptive chunk.
+pub const MAX_CHUNK: u64 = 4 << 20;
+const TARGET_ROUNDS: u32 = 8;
+const TARGET_TIME: Duration = Duration::from_millis(100);
+
+/// How a blob is transferred.
+#[derive(Clone, Debug)]
+pub struct TransferOptions {
+    /// Chunk requests in flight at once.
+    pub parallel: usize,
+    /// First chunk size; adapted within 128 KiB .. 4 MiB unless `fixed_chunk`.
+    pub chunk: u64,
+    /// Keep `chunk` fixed.
+    pub fixed_chunk: bool,
+    /// Give up when no chunk has arrived for this long (redials included).
+    pub stall_timeout: Duration,
+}
+
+impl Default for TransferOptions {
+    fn default() -> Self {
+        TransferOptions {
+            parallel: 8,
+            chunk: 1 << 20,
+            fixed_chunk: false,
+            stall_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The next chunk size: throughput of one stream × max(8 RTT, ~100 ms).
+pub fn adapt(current: u64, bytes: u64, took: Duration, rtt: Duration) -> u64 {
+    let secs = took.as_secs_f64().max(1e-6);
+    let rate = bytes as f64 / secs; // bytes/s of one stream
+    let target = (rtt * TARGET_ROUNDS).max(TARGET_TIME / 4).min(TARGET_TIME);
+    let ideal = rate * target.as_secs_f64();
+    // Move at most a factor of two per chunk: single measurements are noisy.
+    let next = ideal.clamp(current as f64 / 2.0, current as f64 * 2.0) as u64;
+    next.clamp(MIN_CHUNK, MAX_CHUNK) / 4096 * 4096
+}
+
+/// Fetch blob `digest` of `size` bytes into `temp`; returns what it hashed
+/// to. `progress` is told the verified prefix as it grows.
+pub async fn fetch_blob(
+    client: &Arc<FabricClient>,
+    repo: &str,
+    digest: &Digest,
+    temp: &TempBlob,
+    opts: &TransferOptions,
+    metrics: &Arc<NodeMetrics>,
+    progress: &(dyn Fn(u64) + Send + Sync),
+) -> Result<Digest, FetchError> {
+    let size = temp.size();
+    let mut hasher = Sha256::new();
+    let mut verified = 0u64; // bytes hashed in order
+    let mut pending: BTreeMap<u64, Bytes> = BTreeMap::new(); // arrived past the prefix
+    let mut retry: Vec<(u64, u64)> = Vec::new();
+    let mut next = 0u64;
+    let mut chunk = opts.chunk.clamp(1, super::server::MAX_CHUNK);
+    let mut tasks = JoinSet::new();
+    let mut last_progress = Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    while verified < size {
+        // Fill the window.
+        while tasks.len() < opts.parallel.max(1) {
+            let (off, len) = if let Some(r) = retry.pop() {
+                r
+            } else if next < size {
+                let len = chunk.min(size - next);
+                next += len;
+                (next - len, len)
+            } else {
+                break;
+            };
+            let (c, m) = (client.clone(), metrics.clone());
+            let req = Request::Blob {
+                repo: repo.to_string(),
+                digest: *digest,
+                offset: off,
+                len,
+            };
+            m.inflight_chunks.add(1);
+            tasks.spawn(async move {
+                let start = Instant::now();
+                let r = c.request(&req).await;
+                m.inflight_chunks.add(-1);
+                (off, len, start.elapsed(), r)
+            });
+        }
+        let stall = opts
+            .stall_timeout
+            .saturating_sub(last_progress.elapsed())
+            .max(Duration::from_millis(1));
+        let joined = match tokio::time::timeout(stall, tasks.join_next()).await {
+            Ok(Some(j)) => j.map_err(|e| FetchError::Local(format!("chunk task: {e}")))?,
+            Ok(None) => {
+                return Err(FetchError::Protocol(
+                    "no chunk in flight but the blob is incomplete".into(),
+                ))
+            }
+            Err(_) => {
+                return Err(FetchError::Connection(format!(
+                    "no progress for {} s at byte {verified} of {size} (is the registry agent \
+                     running? see its log)",
+                    opts.stall_timeout.as_secs()
+                )))
+            }
+        };
+        let (off, len, took, result) = joined;
+        match result {
+            Ok(a) => {
+                if a.total != size || a.body.len() as u64 != len {
+                    return Err(FetchError::Protocol(format!(
+                        "chunk at {off}: {} bytes of a {}-byte blob, expected {len} of {size}",
+                        a.body.len(),
+                        a.total
+                    )));
+                }
+                metrics.chunks.inc();
+                metrics.bytes_fabric.add(len);
+                pending.insert(off, a.body.clone());
+                let mut ready = Vec::new();
+                while let Some(b) = pending.remove(&verified) {
+                    verified += b.len() as u64;
+                    ready.push(b);
+                }
+                // The write and the in-order hashing on a blocking thread,
+                // off the async workers quinn's endpoint driver runs on.
+                let file = temp
+                    .writer()
+                    .map_err(|e| FetchError::Local(e.to_string()))?;
+                let (h, flush_due) = tokio::task::spawn_blocking(move || {
+                    let due = file.write_at(off, &a.body)?;
+                    for b in &ready {
+                        hasher.update(b);
+                    }
+                    Ok::<_, super::cache::CacheError>((hasher, due))
+                })
+                .await
+                .map_err(|e| FetchError::Local(format!("writing a chunk: {e}")))?
+                .map_err(|e| FetchError::Local(e.to_string()))?;
+                hasher = h;
+                if flush_due {
+                    temp.flush()
+                        .await
+                        .map_err(|e| FetchError::Local(e.to_string()))?;
+                }
+                progress(verified);
+                last_progress = Instant::now();
+                backoff = Duration::from_millis(50);
+                if !opts.fixed_chunk {
+                    let rtt = match client.connection().await {
+                        Ok(c) => c.rtt(),
+                        Err(_) => Duration::from_millis(1),
+                    };
+                    chunk = adapt(chunk, len, took, rtt);
+                    metrics
+                        .chunk_size
+                        .add(chunk as i64 - metrics.chunk_size.get());
+                }
+            }
+            Err(e) if e.retryable() => {
+                // A chunk that fails its own hash was damaged in flight (the
+                // registry agent hashed what it sent): fetch it again. A lost
+                // connection: redial (in `request`) and go on from here.
+                if matches!(e, FetchError::ChunkCorrupt(_)) {
+                    metrics.verify_failures.inc();
+                }
+                metrics.resumes.inc();
+                tracing::info!("chunk at {off} failed ({e}); resuming after byte {verified}");
+                retry.push((off, len));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    // Drain the tasks (none should be left) so no write lands after return.
+    tasks.shutdown().await;
+    Ok(Digest::from_bytes(hasher.finalize().into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adapt_stays_in_bounds_and_grows_with_fast_links() {
+        // 1 GB/s per stream, 100 µs RTT: ~25 ms target → grows (at most x2).
+        let n = adapt(
+            1 << 20,
+            1 << 20,
+            Duration::from_millis(1),
+            Duration::from_micros(100),
+        );
+        assert_eq!(n, 2 << 20);
+        // Slow stream: 10 MB/s with a 1 ms RTT → shrinks.
+        let n = adapt(
+            1 << 20,
+            1 << 20,
+            Duration::from_millis(100),
+            Duration::from_millis(1),
+        );
+        assert!(n < 1 << 20, "{n}");
+        for (c, b, t) in [(MIN_CHUNK, 1, 10_000u64), (MAX_CHUNK, 1 << 30, 1)] {
+            let n = adapt(c, b, Duration::from_micros(t), Duration::from_millis(5));
+            assert!((MIN_CHUNK..=MAX_CHUNK).contains(&n), "{n}");
+            assert_eq!(n % 4096, 0);
+        }
+    }
+}

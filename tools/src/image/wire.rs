@@ -1,0 +1,472 @@
+//! The `qr-image/1` protocol between a node agent and a registry agent: one
+//! QUIC bidirectional stream per request. The node agent writes one request
+//! frame and finishes its side; the registry agent answers with one response
+//! frame, then (status OK) exactly `body_len` raw bytes, then finishes.
+//!
+//! A frame is a 4-byte big-endian length (at most [`MAX_FRAME`]) and that many
+//! bytes of message. Strings are a 2-byte big-endian length and UTF-8; numbers
+//! are big-endian. Decoding never panics and refuses trailing bytes: the
+//! parser faces a peer that passed mutual TLS but may still be buggy, and is
+//! fuzzed (`tools/fuzz`, target `image_wire`).
+
+use super::digest::{check_name, Digest, Reference};
+
+/// ALPN of this protocol and version: both agents refuse any other.
+pub const ALPN: &[u8] = b"qr-image/1";
+
+/// Largest frame message: requests and response headers are small (a
+/// manifest body travels after the header, not inside it).
+pub const MAX_FRAME: usize = 16 * 1024;
+
+/// Why bytes are not a valid frame of this protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The message ended before a field did.
+    #[error("truncated message")]
+    Truncated,
+    /// Bytes after the last field.
+    #[error("{0} trailing bytes after the message")]
+    Trailing(usize),
+    /// A frame length above [`MAX_FRAME`].
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    TooLong(usize),
+    /// A message kind or status code this version does not know.
+    #[error("unknown {what} {value}")]
+    Unknown {
+        /// Which field.
+        what: &'static str,
+        /// Its value.
+        value: u8,
+    },
+    /// A string field that is not UTF-8.
+    #[error("a string field is not UTF-8")]
+    Utf8,
+    /// A name, reference or digest outside the distribution spec's grammar.
+    #[error(transparent)]
+    Name(#[from] super::digest::NameError),
+    /// A blob range whose end overflows.
+    #[error("range offset {offset} + length {len} overflows")]
+    Range {
+        /// First byte.
+        offset: u64,
+        /// Length.
+        len: u64,
+    },
+}
+
+/// What a node agent asks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// A manifest or index by tag or digest; `accept` is the client's `Accept`
+    /// header, forwarded upstream (distribution-spec "Pulling manifests").
+    Manifest {
+        /// Repository name.
+        repo: String,
+        /// Tag or digest.
+        reference: Reference,
+        /// The HTTP `Accept` value to forward (may be empty).
+        accept: String,
+    },
+    /// The size of a blob (answers with an empty body).
+    Stat {
+        /// Repository name.
+        repo: String,
+        /// Blob digest.
+        digest: Digest,
+    },
+    /// Bytes `offset..offset+len` of a blob (one chunk of a parallel transfer).
+    Blob {
+        /// Repository name.
+        repo: String,
+        /// Blob digest.
+        digest: Digest,
+        /// First byte.
+        offset: u64,
+        /// Number of bytes.
+        len: u64,
+    },
+}
+
+/// The outcome code of a response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Status {
+    /// A body follows.
+    Ok = 0,
+    /// The manifest or blob does not exist upstream.
+    NotFound = 1,
+    /// The request was not valid.
+    BadRequest = 2,
+    /// The upstream could not be reached or failed.
+    Upstream = 3,
+    /// The upstream's bytes do not hash to the digest asked for.
+    DigestMismatch = 4,
+    /// The range lies outside the blob.
+    RangeInvalid = 5,
+    /// Anything else on the registry agent.
+    Internal = 6,
+}
+
+impl Status {
+    fn from_u8(v: u8) -> Result<Status, WireError> {
+        Ok(match v {
+            0 => Status::Ok,
+            1 => Status::NotFound,
+            2 => Status::BadRequest,
+            3 => Status::Upstream,
+            4 => Status::DigestMismatch,
+            5 => Status::RangeInvalid,
+            6 => Status::Internal,
+            value => {
+                return Err(WireError::Unknown {
+                    what: "status",
+                    value,
+                })
+            }
+        })
+    }
+}
+
+/// The registry agent's answer header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response {
+    /// Success: `body_len` bytes follow.
+    Ok {
+        /// The object's media type (manifests; `application/octet-stream` for blobs).
+        media_type: String,
+        /// The whole object's digest.
+        digest: Digest,
+        /// The whole object's size.
+        total: u64,
+        /// Bytes in the body that follows.
+        body_len: u64,
+        /// sha256 of the body that follows: the registry agent hashes what it
+        /// sends, so a chunk is verified end to end on its own before the
+        /// whole blob is (a resumed transfer restarts after the last verified chunk).
+        body_sha256: [u8; 32],
+    },
+    /// Failure.
+    Err {
+        /// Which failure.
+        status: Status,
+        /// What went wrong, for people.
+        message: String,
+    },
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], WireError> {
+        if self.0.len() < n {
+            return Err(WireError::Truncated);
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_be_bytes(b))
+    }
+    fn str(&mut self) -> Result<String, WireError> {
+        let mut l = [0u8; 2];
+        l.copy_from_slice(self.take(2)?);
+        let b = self.take(u16::from_be_bytes(l) as usize)?;
+        String::from_utf8(b.to_vec()).map_err(|_| WireError::Utf8)
+    }
+    fn end(self) -> Result<(), WireError> {
+        match self.0.len() {
+            0 => Ok(()),
+            n => Err(WireError::Trailing(n)),
+        }
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    // Strings are names, digests and messages: cut at the 16-bit length on a
+    // character boundary rather than fail.
+    let mut end = s.len().min(u16::MAX as usize);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&(end as u16).to_be_bytes());
+    out.extend_from_slice(&s.as_bytes()[..end]);
+}
+
+impl Request {
+    /// The message bytes (without the frame length).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(128);
+        match self {
+            Request::Manifest {
+                repo,
+                reference,
+                accept,
+            } => {
+                out.push(1);
+                put_str(&mut out, repo);
+                put_str(&mut out, &reference.to_string());
+                put_str(&mut out, accept);
+            }
+            Request::Stat { repo, digest } => {
+                out.push(2);
+                put_str(&mut out, repo);
+                put_str(&mut out, &digest.to_string());
+            }
+            Request::Blob {
+                repo,
+                digest,
+                offset,
+                len,
+            } => {
+                out.push(3);
+                put_str(&mut out, repo);
+                put_str(&mut out, &digest.to_string());
+                out.extend_from_slice(&offset.to_be_bytes());
+                out.extend_from_slice(&len.to_be_bytes());
+            }
+        }
+        out
+    }
+
+    /// Parse a message; names, references and digests are validated.
+    pub fn decode(b: &[u8]) -> Result<Request, WireError> {
+        let mut r = Reader(b);
+        let kind = r.u8()?;
+        let repo = r.str()?;
+        check_name(&repo)?;
+        let req = match kind {
+            1 => Request::Manifest {
+                repo,
+                reference: r.str()?.parse()?,
+                accept: r.str()?,
+            },
+            2 => Request::Stat {
+                repo,
+                digest: r.str()?.parse()?,
+            },
+            3 => {
+                let digest = r.str()?.parse()?;
+                let (offset, len) = (r.u64()?, r.u64()?);
+                if offset.checked_add(len).is_none() {
+                    return Err(WireError::Range { offset, len });
+                }
+                Request::Blob {
+                    repo,
+                    digest,
+                    offset,
+                    len,
+                }
+            }
+            value => {
+                return Err(WireError::Unknown {
+                    what: "request kind",
+                    value,
+                })
+            }
+        };
+        r.end()?;
+        Ok(req)
+    }
+}
+
+impl Response {
+    /// The message bytes (without the frame length).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(160);
+        match self {
+            Response::Ok {
+                media_type,
+                digest,
+                total,
+                body_len,
+                body_sha256,
+            } => {
+                out.push(Status::Ok as u8);
+                put_str(&mut out, media_type);
+                out.extend_from_slice(digest.bytes());
+                out.extend_from_slice(&total.to_be_bytes());
+                out.extend_from_slice(&body_len.to_be_bytes());
+                out.extend_from_slice(body_sha256);
+            }
+            Response::Err { status, message } => {
+                out.push(*status as u8);
+                put_str(&mut out, message);
+            }
+        }
+        out
+    }
+
+    /// Parse a message.
+    pub fn decode(b: &[u8]) -> Result<Response, WireError> {
+        let mut r = Reader(b);
+        let status = Status::from_u8(r.u8()?)?;
+        let resp = if status == Status::Ok {
+            let media_type = r.str()?;
+            let mut d = [0u8; 32];
+            d.copy_from_slice(r.take(32)?);
+            let (total, body_len) = (r.u64()?, r.u64()?);
+            let mut body_sha256 = [0u8; 32];
+            body_sha256.copy_from_slice(r.take(32)?);
+            Response::Ok {
+                media_type,
+                digest: Digest::from_bytes(d),
+                total,
+                body_len,
+                body_sha256,
+            }
+        } else {
+            Response::Err {
+                status,
+                message: r.str()?,
+            }
+        };
+        r.end()?;
+        Ok(resp)
+    }
+}
+
+/// A frame: the 4-byte length and the message.
+pub fn frame(message: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + message.len());
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out
+}
+
+/// Split one frame off the front of `b`: `Ok(None)` when more bytes are
+/// needed, else the message and the bytes consumed.
+pub fn split_frame(b: &[u8]) -> Result<Option<(&[u8], usize)>, WireError> {
+    if b.len() < 4 {
+        return Ok(None);
+    }
+    let n = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+    if n > MAX_FRAME {
+        return Err(WireError::TooLong(n));
+    }
+    if b.len() < 4 + n {
+        return Ok(None);
+    }
+    Ok(Some((&b[4..4 + n], 4 + n)))
+}
+
+/// Read one frame's message from a QUIC stream.
+pub async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Vec<u8>, FrameReadError> {
+    let mut len = [0u8; 4];
+    recv.read_exact(&mut len).await?;
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_FRAME {
+        return Err(WireError::TooLong(n).into());
+    }
+    let mut msg = vec![0u8; n];
+    recv.read_exact(&mut msg).await?;
+    Ok(msg)
+}
+
+/// Why a frame could not be read from a stream.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameReadError {
+    /// The stream ended or was reset, or the connection was lost.
+    #[error("reading a frame: {0}")]
+    Stream(#[from] quinn::ReadExactError),
+    /// The frame is not valid.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn digest() -> impl Strategy<Value = Digest> {
+        any::<[u8; 32]>().prop_map(Digest::from_bytes)
+    }
+
+    fn request() -> impl Strategy<Value = Request> {
+        let repo = "[a-z0-9]{1,8}(/[a-z0-9]{1,8}){0,2}";
+        prop_oneof![
+            (repo, "[a-zA-Z0-9_][a-zA-Z0-9._-]{0,20}", ".{0,40}").prop_map(|(repo, t, accept)| {
+                Request::Manifest {
+                    repo,
+                    reference: Reference::Tag(t),
+                    accept,
+                }
+            }),
+            (repo, digest()).prop_map(|(repo, d)| Request::Manifest {
+                repo,
+                reference: Reference::Digest(d),
+                accept: String::new()
+            }),
+            (repo, digest()).prop_map(|(repo, digest)| Request::Stat { repo, digest }),
+            (repo, digest(), 0u64..u64::MAX / 2, 0u64..u64::MAX / 2).prop_map(
+                |(repo, digest, offset, len)| Request::Blob {
+                    repo,
+                    digest,
+                    offset,
+                    len
+                }
+            ),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn requests_round_trip(req in request()) {
+            prop_assert_eq!(Request::decode(&req.encode()).unwrap(), req);
+        }
+
+        #[test]
+        fn responses_round_trip(mt in ".{0,50}", d in digest(), total: u64, len: u64,
+                                sha: [u8; 32], msg in ".{0,80}", code in 1u8..=6) {
+            let ok = Response::Ok { media_type: mt, digest: d, total, body_len: len, body_sha256: sha };
+            prop_assert_eq!(Response::decode(&ok.encode()).unwrap(), ok);
+            let err = Response::Err { status: Status::from_u8(code).unwrap(), message: msg };
+            prop_assert_eq!(Response::decode(&err.encode()).unwrap(), err);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = Request::decode(&b);
+            let _ = Response::decode(&b);
+            let _ = split_frame(&b);
+        }
+
+        #[test]
+        fn truncation_is_an_error(req in request(), cut in 0usize..200) {
+            let b = req.encode();
+            let cut = cut % b.len();
+            prop_assert!(Request::decode(&b[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn frames() {
+        let f = frame(b"abc");
+        assert_eq!(split_frame(&f).unwrap(), Some((&b"abc"[..], 7)));
+        assert_eq!(split_frame(&f[..5]).unwrap(), None);
+        let big = ((MAX_FRAME + 1) as u32).to_be_bytes();
+        assert!(matches!(split_frame(&big), Err(WireError::TooLong(_))));
+    }
+
+    #[test]
+    fn overflowing_range_refused() {
+        let mut b = Request::Blob {
+            repo: "a".into(),
+            digest: Digest::of(b""),
+            offset: u64::MAX,
+            len: 0,
+        }
+        .encode();
+        let n = b.len();
+        b[n - 1] = 1;
+        assert!(matches!(Request::decode(&b), Err(WireError::Range { .. })));
+    }
+}

@@ -1,0 +1,218 @@
+//! Must-show (e): `ctr images pull --hosts-dir …` through the node agent. A
+//! containerd daemon of the test's own (root, state and socket in a tempdir,
+//! no CRI plugin) pulls a umoci image whose registry host has a hosts.toml
+//! mirror pointing at `qr node-agent`; containerd verifies every digest as it
+//! commits content, `ctr images check` reports the image complete, its content
+//! digests equal the registry's, and docker-registry saw no request from
+//! containerd itself (everything came over the fabric). Then `qr pull` (.53)
+//! pulls the same image over the fabric into an OCI layout.
+//!
+//! Addresses: 127.0.111.50 docker-registry (TCP 19150), .51 registry agent
+//! (bootstrap 19151, metrics 19152), .52 node agent (HTTP 19153), .53 `qr pull`.
+
+mod image_support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use image_support::*;
+
+const REPO: &str = "qr/ctr";
+const TAG: &str = "v1";
+const UPSTREAM: &str = "127.0.111.50:19150";
+
+fn containerd(d: &Path) -> (Proc, String) {
+    std::fs::create_dir_all(d).unwrap();
+    let sock = d.join("containerd.sock").display().to_string();
+    let config = d.join("containerd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "version = 2\nroot = \"{}\"\nstate = \"{}\"\n\
+             disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+             [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n",
+            d.join("root").display(),
+            d.join("state").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("containerd")
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("containerd.log")).unwrap())
+        .spawn()
+        .expect("containerd (apt-get install containerd)");
+    let proc = Proc {
+        child,
+        name: "containerd".into(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ok = Command::new("ctr")
+            .args(["--address", &sock, "version"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if ok {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "containerd did not start: {}",
+            std::fs::read_to_string(d.join("containerd.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (proc, sock)
+}
+
+#[test]
+fn ctr_pulls_through_the_node_agent() {
+    for p in ["docker-registry", "skopeo", "umoci", "containerd", "ctr"] {
+        assert!(have(p), "{p} is not installed (.ci/run installs it)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let registry = Registry::start(d, UPSTREAM);
+    let layout = build_image(d, TAG, &[24 << 20, 1 << 20, 8 << 10]);
+    push(&layout, TAG, &registry.addr, REPO);
+    let pki = pki(d, "127.0.111.51");
+    let _ra = qr(
+        "registry-agent",
+        &registry_agent_args(
+            &pki,
+            "127.0.111.51",
+            19151,
+            UPSTREAM,
+            &d.join("rc"),
+            "127.0.111.51:19152",
+        ),
+        &d.join("ra.log"),
+    );
+    // Blobs under 64 KiB (the config and the 8 KiB layer) go straight to the
+    // upstream over HTTP; the rest over the fabric.
+    let mut na_args = node_agent_args(
+        &pki,
+        "127.0.111.52",
+        "127.0.111.51:19151",
+        "127.0.111.52:19153",
+        &d.join("nc"),
+    );
+    na_args.extend([
+        "--direct-upstream".into(),
+        format!("http://{UPSTREAM}"),
+        "--direct-threshold".into(),
+        "64K".into(),
+    ]);
+    let _na = qr("node-agent", &na_args, &d.join("na.log"));
+    let hosts = d.join("hosts").join(UPSTREAM);
+    std::fs::create_dir_all(&hosts).unwrap();
+    std::fs::write(
+        hosts.join("hosts.toml"),
+        format!(
+            "server = \"http://{UPSTREAM}\"\n\n[host.\"http://127.0.111.52:19153\"]\n  \
+             capabilities = [\"pull\", \"resolve\"]\n"
+        ),
+    )
+    .unwrap();
+    let (_containerd, sock) = containerd(&d.join("containerd"));
+    let image = format!("{UPSTREAM}/{REPO}:{TAG}");
+    let ctr = |args: &[&str]| {
+        let mut c = Command::new("ctr");
+        c.args(["--address", &sock, "--namespace", "qrtest"])
+            .args(args);
+        c
+    };
+    let out = ctr(&[
+        "images",
+        "pull",
+        "--hosts-dir",
+        &d.join("hosts").display().to_string(),
+        "--snapshotter",
+        "native",
+        &image,
+    ])
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "ctr pull: {}{}\nnode agent: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(d.join("na.log")).unwrap_or_default()
+    );
+    let check = run(&mut ctr(&["images", "check"]));
+    let line = check
+        .lines()
+        .find(|l| l.contains(&image))
+        .unwrap_or_else(|| panic!("{check}"));
+    assert!(line.contains("complete"), "{check}");
+    // containerd's content store holds exactly the registry's blobs.
+    let content = run(&mut ctr(&["content", "ls", "--quiet"]));
+    let mut got: Vec<String> = content
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    got.sort();
+    assert_eq!(got, layout_digests(&layout));
+    // Everything came through the agents: containerd never asked the upstream.
+    let log = std::fs::read_to_string(&registry.log).unwrap();
+    assert!(
+        !log.lines().any(|l| l.contains("useragent=containerd")),
+        "containerd reached docker-registry directly"
+    );
+    // `qr pull` of the same image over the fabric (library path, no HTTP
+    // hop): its JSON summary, and the OCI layout it writes, blob by blob.
+    let mut pull = Command::new(env!("CARGO_BIN_EXE_qr"));
+    pull.args([
+        "pull",
+        &format!("{REPO}:{TAG}"),
+        "--registry",
+        "127.0.111.51:19151",
+        "--ip",
+        "127.0.111.53",
+        "--json",
+        "--cert",
+    ])
+    .arg(pki.join("node.pem"))
+    .arg("--key")
+    .arg(pki.join("node-key.pem"))
+    .arg("--ca")
+    .arg(pki.join("ca.pem"))
+    .arg("--cache-dir")
+    .arg(d.join("pull-cache"))
+    .arg("--out")
+    .arg(d.join("pull-out"));
+    let summary: serde_json::Value = serde_json::from_str(&run(&mut pull)).unwrap();
+    assert_eq!(summary["ok"], true, "{summary}");
+    assert_eq!(summary["blobs"].as_array().unwrap().len(), 4, "{summary}");
+    assert!(summary["blobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|b| b["path"] == "fabric"));
+    assert_eq!(layout_digests(&d.join("pull-out")), layout_digests(&layout));
+
+    let (_, _, m) = http_get("127.0.111.52:19153", "/metrics", &[]);
+    let m = String::from_utf8(m).unwrap();
+    let sample = quic_rdma_tools::image::metrics::sample;
+    assert!(
+        sample(&m, "qr_node_bytes_total{path=\"fabric\"}").unwrap() >= (25 << 20) as f64,
+        "{m}"
+    );
+    // The config and the small layer came direct (containerd checked their
+    // digests like the rest's), the big layers over the fabric.
+    assert_eq!(
+        sample(&m, "qr_node_objects_total{path=\"direct\"}"),
+        Some(2.0),
+        "{m}"
+    );
+    // Over the fabric: the two big layers, plus every manifest request.
+    assert!(
+        sample(&m, "qr_node_objects_total{path=\"fabric\"}").unwrap() >= 3.0,
+        "{m}"
+    );
+}

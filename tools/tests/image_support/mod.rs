@@ -1,0 +1,414 @@
+//! Shared by the image_* tests: the real parts from Debian (docker-registry,
+//! umoci, skopeo) and `qr` agents as child processes, each killed on drop.
+//! Every test file passes its own 127.0.111.x addresses and TCP ports.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// A child process killed (and reaped) on drop.
+pub(crate) struct Proc {
+    pub(crate) child: Child,
+    pub(crate) name: String,
+}
+
+impl Proc {
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Whether a program is on PATH (CI installs them; a developer may not have).
+pub(crate) fn have(prog: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Run a command to completion, panicking with its output if it fails.
+pub(crate) fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_tcp(addr: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "{addr} did not start listening");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// docker-registry on `addr` with storage and access log under `dir`.
+pub(crate) struct Registry {
+    pub(crate) proc: Proc,
+    pub(crate) addr: String,
+    pub(crate) storage: PathBuf,
+    pub(crate) log: PathBuf,
+}
+
+impl Registry {
+    pub(crate) fn start(dir: &Path, addr: &str) -> Registry {
+        let storage = dir.join("registry-storage");
+        std::fs::create_dir_all(&storage).unwrap();
+        let config = dir.join("registry.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\n\
+                 storage:\n  filesystem:\n    rootdirectory: {}\n  redirect:\n    disable: true\n\
+                 http:\n  addr: {addr}\n",
+                storage.display()
+            ),
+        )
+        .unwrap();
+        let log = dir.join("registry.log");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::fs::File::create(dir.join("registry.out")).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("docker-registry (apt-get install docker-registry)");
+        let proc = Proc {
+            child,
+            name: "docker-registry".into(),
+        };
+        wait_tcp(addr, Duration::from_secs(20));
+        Registry {
+            proc,
+            addr: addr.into(),
+            storage,
+            log,
+        }
+    }
+
+    /// GET requests for blob `digest` the registry answered (its request log).
+    pub(crate) fn blob_gets(&self, digest: &str) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| {
+                // One logrus line per request answered.
+                l.contains("msg=\"response completed")
+                    && l.contains("http.request.method=GET ")
+                    && l.contains(&format!("/blobs/{digest}\""))
+            })
+            .count()
+    }
+
+    /// The registry's data file of a blob.
+    pub(crate) fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        self.storage
+            .join("docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+/// Build an OCI image with umoci in `dir/layout:TAG`, one layer per entry of
+/// `layers` (size in bytes of random, incompressible data).
+pub(crate) fn build_image(dir: &Path, tag: &str, layers: &[usize]) -> PathBuf {
+    let layout = dir.join("layout");
+    let img = format!("{}:{tag}", layout.display());
+    run(Command::new("umoci")
+        .args(["init", "--layout"])
+        .arg(&layout));
+    run(Command::new("umoci").args(["new", "--image", &img]));
+    for (i, size) in layers.iter().enumerate() {
+        let f = dir.join(format!("layer{i}.bin"));
+        run(Command::new("sh")
+            .arg("-c")
+            .arg(format!("head -c {size} /dev/urandom > {}", f.display())));
+        run(Command::new("umoci")
+            .args(["insert", "--rootless", "--image", &img])
+            .arg(&f)
+            .arg(format!("/layer{i}.bin")));
+        std::fs::remove_file(&f).unwrap();
+    }
+    layout
+}
+
+/// `skopeo copy oci:LAYOUT:TAG docker://REGISTRY/REPO:TAG` (plain HTTP).
+pub(crate) fn push(layout: &Path, tag: &str, registry: &str, repo: &str) {
+    run(Command::new("skopeo").args([
+        "copy",
+        "--dest-tls-verify=false",
+        &format!("oci:{}:{tag}", layout.display()),
+        &format!("docker://{registry}/{repo}:{tag}"),
+    ]));
+}
+
+/// `skopeo copy docker://FROM/REPO:TAG oci:DEST:TAG` (plain HTTP).
+pub(crate) fn pull(from: &str, repo: &str, tag: &str, dest: &Path) -> std::process::Output {
+    Command::new("skopeo")
+        .args([
+            "copy",
+            "--src-tls-verify=false",
+            &format!("docker://{from}/{repo}:{tag}"),
+            &format!("oci:{}:{tag}", dest.display()),
+        ])
+        .output()
+        .unwrap()
+}
+
+/// sha256 of a file, `sha256:hex`.
+pub(crate) fn sha256_file(p: &Path) -> String {
+    let mut f = std::fs::File::open(p).unwrap();
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    format!("sha256:{}", hex::encode(h.finalize()))
+}
+
+/// Every blob digest of an OCI layout (index → manifests → config, layers),
+/// each file checked to hash to its name.
+pub(crate) fn layout_digests(layout: &Path) -> Vec<String> {
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let mut out = Vec::new();
+    let mut todo: Vec<String> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["digest"].as_str().unwrap().to_string())
+        .collect();
+    while let Some(d) = todo.pop() {
+        let p = layout
+            .join("blobs/sha256")
+            .join(d.strip_prefix("sha256:").unwrap());
+        assert_eq!(
+            sha256_file(&p),
+            d,
+            "{} does not hash to its name",
+            p.display()
+        );
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap_or_default();
+        if let Some(ms) = v["manifests"].as_array() {
+            todo.extend(ms.iter().map(|m| m["digest"].as_str().unwrap().to_string()));
+        }
+        if let Some(c) = v["config"]["digest"].as_str() {
+            out.push(c.to_string());
+        }
+        if let Some(ls) = v["layers"].as_array() {
+            out.extend(ls.iter().map(|l| l["digest"].as_str().unwrap().to_string()));
+        }
+        out.push(d);
+    }
+    out.sort();
+    out
+}
+
+/// The layer digests and sizes of the manifest tagged `tag` in an OCI layout.
+pub(crate) fn layers(layout: &Path, tag: &str) -> Vec<(String, u64)> {
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let m = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+        .unwrap();
+    let d = m["digest"].as_str().unwrap();
+    let p = layout
+        .join("blobs/sha256")
+        .join(d.strip_prefix("sha256:").unwrap());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+    v["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["digest"].as_str().unwrap().to_string(),
+                l["size"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Development certificates: `registry` valid for `registry_ip`, `node`.
+pub(crate) fn pki(dir: &Path, registry_ip: &str) -> PathBuf {
+    let p = dir.join("pki");
+    let out = run(Command::new(env!("CARGO_BIN_EXE_qr"))
+        .args(["cert", "--dir"])
+        .arg(&p)
+        .args([
+            "--leaf",
+            &format!("registry={registry_ip}"),
+            "--leaf",
+            "node=node",
+        ]));
+    assert!(out.contains("ca.pem"), "{out}");
+    p
+}
+
+/// Start `qr ARGS`, wait for its "ready" line on stdout (within 30 s).
+pub(crate) fn qr(name: &str, args: &[String], log: &Path) -> Proc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qr"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // Owned here: a panic while waiting kills it on unwinding.
+    let mut proc = Proc {
+        child,
+        name: name.into(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let log_text = || std::fs::read_to_string(log).unwrap_or_default();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(l) if l.contains("ready") => return proc,
+            Ok(_) => {}
+            Err(_) => {
+                if let Ok(Some(st)) = proc.child.try_wait() {
+                    panic!("{name} exited with {st}: {}", log_text());
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{name} not ready after 30 s: {}",
+                    log_text()
+                );
+            }
+        }
+    }
+}
+
+/// Arguments of a registry agent.
+pub(crate) fn registry_agent_args(
+    pki: &Path,
+    ip: &str,
+    service_port: u16,
+    upstream: &str,
+    cache: &Path,
+    metrics: &str,
+) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "registry-agent".into(),
+        "--upstream".into(),
+        format!("http://{upstream}"),
+        "--ip".into(),
+        ip.into(),
+        "--service-port".into(),
+        service_port.to_string(),
+        "--cache-dir".into(),
+        cache.display().to_string(),
+        "--metrics".into(),
+        metrics.into(),
+    ];
+    a.extend(tls_args(pki, "registry"));
+    a
+}
+
+/// Arguments of a node agent.
+pub(crate) fn node_agent_args(
+    pki: &Path,
+    ip: &str,
+    registry: &str,
+    listen: &str,
+    cache: &Path,
+) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "node-agent".into(),
+        "--registry".into(),
+        registry.into(),
+        "--ip".into(),
+        ip.into(),
+        "--listen".into(),
+        listen.into(),
+        "--cache-dir".into(),
+        cache.display().to_string(),
+    ];
+    a.extend(tls_args(pki, "node"));
+    a
+}
+
+fn tls_args(pki: &Path, name: &str) -> Vec<String> {
+    vec![
+        "--cert".into(),
+        pki.join(format!("{name}.pem")).display().to_string(),
+        "--key".into(),
+        pki.join(format!("{name}-key.pem")).display().to_string(),
+        "--ca".into(),
+        pki.join("ca.pem").display().to_string(),
+    ]
+}
+
+/// GET http://ADDR/PATH with extra headers; status, headers, body.
+pub(crate) fn http_get(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = reqwest::Client::new();
+        let mut r = c.get(format!("http://{addr}{path}"));
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let r = tokio::time::timeout(Duration::from_secs(120), r.send())
+            .await
+            .unwrap()
+            .unwrap();
+        let status = r.status().as_u16();
+        let hs = r
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
+        (status, hs, r.bytes().await.unwrap().to_vec())
+    })
+}
+
+/// One header's value.
+pub(crate) fn header<'a>(hs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    hs.iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}

@@ -1,0 +1,403 @@
+//! The image channel's transfer logic in one process, over a plain quinn pair
+//! on loopback UDP (the fabric is proven elsewhere; the `qr` agents over
+//! `soft` are in image_agents.rs): registry agent serving an OCI layout,
+//! node agent fetching in parallel adaptive chunks, mutual TLS with the dev
+//! CA, resume after the registry agent goes away mid-blob, a corrupt source
+//! refused and never cached, and the node agent's HTTP answers (Range, 416,
+//! OCI error JSON, 400). Addresses: 127.0.111.10–19, TCP 19110–19119.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quic_rdma_tools::image::cache::Cache;
+use quic_rdma_tools::image::client::{DialFuture, Dialer, FabricClient, FetchError};
+use quic_rdma_tools::image::digest::Digest;
+use quic_rdma_tools::image::metrics::{NodeMetrics, RegistryMetrics};
+use quic_rdma_tools::image::node::Node;
+use quic_rdma_tools::image::source::Source;
+use quic_rdma_tools::image::spool::Spool;
+use quic_rdma_tools::image::transfer::TransferOptions;
+use quic_rdma_tools::image::{http, server, wire};
+use quic_rdma_tools::pki::{generate_dev_pki, LeafSpec, Mtls};
+use rand::RngCore;
+
+const REG_IP: &str = "127.0.111.10";
+
+fn pki(dir: &Path) -> (Mtls, Mtls) {
+    generate_dev_pki(
+        dir,
+        &[
+            LeafSpec {
+                name: "registry".into(),
+                sans: vec![REG_IP.into()],
+            },
+            LeafSpec {
+                name: "node".into(),
+                sans: vec!["node".into()],
+            },
+        ],
+    )
+    .unwrap();
+    let load = |n: &str| {
+        Mtls::from_pem_files(
+            &dir.join(format!("{n}.pem")),
+            &dir.join(format!("{n}-key.pem")),
+            &dir.join("ca.pem"),
+        )
+        .unwrap()
+    };
+    (load("registry"), load("node"))
+}
+
+/// An OCI layout with one blob of `size` random bytes; returns its digest.
+fn layout_with_blob(dir: &Path, size: usize) -> (Digest, Vec<u8>) {
+    let blobs = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let mut data = vec![0u8; size];
+    rand::thread_rng().fill_bytes(&mut data);
+    let d = Digest::of(&data);
+    std::fs::write(blobs.join(d.hex()), &data).unwrap();
+    std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    std::fs::write(
+        dir.join("index.json"),
+        r#"{"schemaVersion":2,"manifests":[]}"#,
+    )
+    .unwrap();
+    (d, data)
+}
+
+/// Liveness like the fabric's (docs/architecture.md §5): a peer that went
+/// away is noticed in seconds, not after quinn's default 30 s idle timeout.
+fn transport() -> Arc<quinn::TransportConfig> {
+    let mut t = quinn::TransportConfig::default();
+    t.max_idle_timeout(Some(Duration::from_secs(2).try_into().unwrap()));
+    t.keep_alive_interval(Some(Duration::from_millis(500)));
+    Arc::new(t)
+}
+
+struct Registry {
+    endpoint: quinn::Endpoint,
+    metrics: Arc<RegistryMetrics>,
+}
+
+fn start_registry(addr: SocketAddr, mtls: &Mtls, layout: &Path, cache: &Path) -> Registry {
+    let cfg = mtls.server_config(wire::ALPN, transport()).unwrap();
+    let endpoint = quinn::Endpoint::server(cfg, addr).unwrap();
+    let metrics = Arc::new(RegistryMetrics::default());
+    let spool = Arc::new(Spool::new(
+        Arc::new(Source::Layout(layout.to_path_buf())),
+        Cache::open(cache, 1 << 40).unwrap(),
+        metrics.clone(),
+    ));
+    tokio::spawn(server::serve(endpoint.clone(), spool, metrics.clone()));
+    Registry { endpoint, metrics }
+}
+
+struct UdpDialer {
+    server: SocketAddr,
+    cfg: quinn::ClientConfig,
+}
+
+impl Dialer for UdpDialer {
+    fn dial(&self) -> DialFuture<'_> {
+        Box::pin(async move {
+            let mut ep = quinn::Endpoint::client("127.0.111.11:0".parse()?)?;
+            ep.set_default_client_config(self.cfg.clone());
+            let conn = ep.connect(self.server, REG_IP)?.await?;
+            Ok((ep, conn))
+        })
+    }
+}
+
+fn node(server: SocketAddr, mtls: &Mtls, cache: &Path, opts: TransferOptions) -> Arc<Node> {
+    let cfg = mtls.client_config(wire::ALPN, transport()).unwrap();
+    Node::new(
+        FabricClient::new(Box::new(UdpDialer { server, cfg })),
+        Cache::open(cache, 1 << 40).unwrap(),
+        Arc::new(NodeMetrics::default()),
+        opts,
+    )
+}
+
+fn read_file(f: &std::fs::File) -> Vec<u8> {
+    use std::io::Read;
+    let mut v = Vec::new();
+    f.try_clone().unwrap().read_to_end(&mut v).unwrap();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blob_in_parallel_chunks_verified_and_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reg_tls, node_tls) = pki(&dir.path().join("pki"));
+    let (d, data) = layout_with_blob(&dir.path().join("layout"), 24 << 20);
+    let addr: SocketAddr = format!("{REG_IP}:0").parse().unwrap();
+    let reg = start_registry(
+        addr,
+        &reg_tls,
+        &dir.path().join("layout"),
+        &dir.path().join("rc"),
+    );
+    let server = reg.endpoint.local_addr().unwrap();
+    let n = node(
+        server,
+        &node_tls,
+        &dir.path().join("nc"),
+        TransferOptions::default(),
+    );
+    let b = n.blob("library/x", &d, &|_, _| {}).await.unwrap();
+    assert_eq!(b.size, data.len() as u64);
+    assert_eq!(Digest::of(&read_file(&b.file)), d);
+    assert!(n.metrics.chunks.get() > 1, "one chunk only: not parallel");
+    assert_eq!(n.metrics.bytes_fabric.get(), data.len() as u64);
+    // Again: from the cache, nothing over the fabric.
+    let b2 = n.blob("library/x", &d, &|_, _| {}).await.unwrap();
+    assert_eq!(b2.path.name(), "cache");
+    assert_eq!(n.metrics.cache_hits.get(), 1);
+    assert_eq!(reg.metrics.upstream_blob_fetches.get(), 1);
+    // Unknown digest: NotFound, not a hang.
+    let unknown = Digest::of(b"nope");
+    assert!(matches!(
+        n.blob("library/x", &unknown, &|_, _| {}).await,
+        Err(FetchError::NotFound(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_of_another_ca_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reg_tls, _) = pki(&dir.path().join("pki"));
+    let (_, other_node) = pki(&dir.path().join("other"));
+    let (d, _) = layout_with_blob(&dir.path().join("layout"), 1000);
+    let reg = start_registry(
+        format!("{REG_IP}:0").parse().unwrap(),
+        &reg_tls,
+        &dir.path().join("layout"),
+        &dir.path().join("rc"),
+    );
+    let n = node(
+        reg.endpoint.local_addr().unwrap(),
+        &other_node,
+        &dir.path().join("nc"),
+        TransferOptions::default(),
+    );
+    let e = n.blob("a", &d, &|_, _| {}).await.unwrap_err();
+    assert!(matches!(e, FetchError::Connection(_)), "{e}");
+    assert!(!n.cache.contains(&d));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumes_after_the_registry_agent_goes_away_mid_blob() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reg_tls, node_tls) = pki(&dir.path().join("pki"));
+    let layout = dir.path().join("layout");
+    let (d, _) = layout_with_blob(&layout, 64 << 20);
+    let reg = start_registry(
+        format!("{REG_IP}:0").parse().unwrap(),
+        &reg_tls,
+        &layout,
+        &dir.path().join("rc"),
+    );
+    let server = reg.endpoint.local_addr().unwrap();
+    let opts = TransferOptions {
+        chunk: 256 << 10,
+        fixed_chunk: true,
+        parallel: 2,
+        ..TransferOptions::default()
+    };
+    let n = node(server, &node_tls, &dir.path().join("nc"), opts);
+    let progress = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let p2 = progress.clone();
+    let (n2, d2) = (n.clone(), d);
+    let pull = tokio::spawn(async move {
+        n2.blob("a", &d2, &move |v, _| {
+            p2.store(v, std::sync::atomic::Ordering::Relaxed)
+        })
+        .await
+    });
+    // Cut it once some but not all of it has arrived, then come back on the
+    // same address (a restarted agent).
+    while progress.load(std::sync::atomic::Ordering::Relaxed) < 8 << 20 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    reg.endpoint.close(0u32.into(), b"killed");
+    reg.endpoint.wait_idle().await;
+    drop(reg);
+    let cut_at = progress.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(cut_at < 64 << 20, "finished before the cut");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reg2 = start_registry(server, &reg_tls, &layout, &dir.path().join("rc"));
+    let b = tokio::time::timeout(Duration::from_secs(60), pull)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(Digest::of(&read_file(&b.file)), d);
+    assert!(n.metrics.resumes.get() >= 1);
+    // The restarted agent sent less than the whole blob: the node went on
+    // from what it had.
+    assert!(
+        reg2.metrics.bytes_sent.get() <= (64 << 20) - cut_at + 2 * (256 << 10),
+        "sent {} after a cut at {cut_at}",
+        reg2.metrics.bytes_sent.get()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_source_is_an_error_and_never_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reg_tls, node_tls) = pki(&dir.path().join("pki"));
+    let layout = dir.path().join("layout");
+    let (d, mut data) = layout_with_blob(&layout, 3 << 20);
+    data[1 << 20] ^= 0x40;
+    std::fs::write(layout.join("blobs/sha256").join(d.hex()), &data).unwrap();
+    let reg = start_registry(
+        format!("{REG_IP}:0").parse().unwrap(),
+        &reg_tls,
+        &layout,
+        &dir.path().join("rc"),
+    );
+    let n = node(
+        reg.endpoint.local_addr().unwrap(),
+        &node_tls,
+        &dir.path().join("nc"),
+        TransferOptions::default(),
+    );
+    let e = n.blob("a", &d, &|_, _| {}).await.unwrap_err();
+    assert!(matches!(e, FetchError::DigestMismatch(_)), "{e}");
+    assert!(!n.cache.contains(&d));
+    assert!(n.metrics.verify_failures.get() >= 1);
+    assert!(reg.metrics.upstream_verify_failures.get() >= 1);
+    // Neither agent's cache holds any blob, and no temp file is left.
+    for c in ["nc", "rc"] {
+        let p = dir.path().join(c);
+        assert_eq!(
+            std::fs::read_dir(p.join("blobs/sha256")).unwrap().count(),
+            0
+        );
+        assert_eq!(std::fs::read_dir(p.join("tmp")).unwrap().count(), 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_ranges_errors_and_malformed_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reg_tls, node_tls) = pki(&dir.path().join("pki"));
+    let layout = dir.path().join("layout");
+    let (d, data) = layout_with_blob(&layout, 1 << 20);
+    let reg = start_registry(
+        format!("{REG_IP}:0").parse().unwrap(),
+        &reg_tls,
+        &layout,
+        &dir.path().join("rc"),
+    );
+    let n = node(
+        reg.endpoint.local_addr().unwrap(),
+        &node_tls,
+        &dir.path().join("nc"),
+        TransferOptions::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.111.12:19110")
+        .await
+        .unwrap();
+    tokio::spawn(http::serve(listener, n.clone()));
+    let base = "http://127.0.111.12:19110";
+    let c = reqwest::Client::new();
+    let url = format!("{base}/v2/library/x/blobs/{d}?ns=docker.io");
+
+    let r = c
+        .get(&url)
+        .header("Range", "bytes=100-199")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(
+        r.headers()["content-range"],
+        format!("bytes 100-199/{}", data.len())
+    );
+    assert_eq!(r.headers()["docker-content-digest"], d.to_string());
+    assert_eq!(r.bytes().await.unwrap(), &data[100..200]);
+
+    let r = c
+        .get(&url)
+        .header("Range", "bytes=-10")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.bytes().await.unwrap(), &data[data.len() - 10..]);
+
+    let r = c
+        .get(&url)
+        .header("Range", format!("bytes={}-", data.len()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 416);
+    assert_eq!(
+        r.headers()["content-range"],
+        format!("bytes */{}", data.len())
+    );
+
+    let r = c.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-length"], data.len().to_string());
+    assert_eq!(Digest::of(&r.bytes().await.unwrap()), d);
+
+    let r = c.head(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-length"], data.len().to_string());
+
+    let unknown = format!("{base}/v2/library/x/blobs/{}", Digest::of(b"unknown"));
+    let r = c.get(&unknown).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let v: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(v["errors"][0]["code"], "BLOB_UNKNOWN");
+
+    let r = c
+        .get(format!("{base}/v2/library/x/blobs/sha256:xyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(v["errors"][0]["code"], "DIGEST_INVALID");
+
+    // Garbage on the socket: an HTTP 400 from the parser, and the agent serves on.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect("127.0.111.12:19110")
+            .await
+            .unwrap();
+        s.write_all(b"\x00\x01GARBAGE \xff\r\n\r\n").await.unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+        assert!(
+            String::from_utf8_lossy(&out).starts_with("HTTP/1.1 400"),
+            "{out:?}"
+        );
+    }
+    let r = c.get(format!("{base}/v2/")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["docker-distribution-api-version"],
+        "registry/2.0"
+    );
+    let m = c
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    use quic_rdma_tools::image::metrics::sample;
+    assert_eq!(sample(&m, "qr_node_bad_requests_total"), Some(1.0));
+    // The first GET fetched it, the three after it were served from the
+    // cache; the unknown digest was the other miss.
+    assert_eq!(sample(&m, "qr_node_cache_misses_total"), Some(2.0));
+    assert_eq!(sample(&m, "qr_node_cache_hits_total"), Some(3.0));
+}
