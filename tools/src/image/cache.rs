@@ -231,31 +231,35 @@ pub struct TempWriter {
 impl TempWriter {
     /// As [`TempBlob::write_at`].
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<bool, CacheError> {
-        self.file
-            .write_all_at(data, offset)
-            .map_err(io_err("writing", &self.path))?;
-        let before = self
-            .unflushed
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        Ok(before + data.len() as u64 >= FLUSH_EVERY)
+        write_counted(&self.file, &self.path, &self.unflushed, offset, data)
     }
 }
 
 /// Bytes a temp blob takes before the writer flushes them (see [`TempBlob::flush`]).
 pub const FLUSH_EVERY: u64 = 64 << 20;
 
+/// Write `data` at `offset` of a temp blob's file and count it towards the
+/// next flush: true once [`FLUSH_EVERY`] bytes wait (shared by [`TempBlob`]
+/// and its [`TempWriter`]s, which count into the same total).
+fn write_counted(
+    file: &File,
+    path: &Path,
+    unflushed: &AtomicU64,
+    offset: u64,
+    data: &[u8],
+) -> Result<bool, CacheError> {
+    file.write_all_at(data, offset)
+        .map_err(io_err("writing", path))?;
+    let before = unflushed.fetch_add(data.len() as u64, Ordering::Relaxed);
+    Ok(before + data.len() as u64 >= FLUSH_EVERY)
+}
+
 impl TempBlob {
     /// Write `data` at `offset` (chunks arrive in any order). Returns true
     /// when [`FLUSH_EVERY`] bytes were written since the last flush: the
     /// caller should then [`TempBlob::flush`].
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<bool, CacheError> {
-        self.file
-            .write_all_at(data, offset)
-            .map_err(io_err("writing", &self.path))?;
-        let before = self
-            .unflushed
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        Ok(before + data.len() as u64 >= FLUSH_EVERY)
+        write_counted(&self.file, &self.path, &self.unflushed, offset, data)
     }
 
     /// A handle that writes into this temp blob from another thread.

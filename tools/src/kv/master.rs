@@ -529,6 +529,17 @@ impl Master {
         }
     }
 
+    /// Take the replica's ack of `position` on one stream: free credit,
+    /// record the turnaround, and feed the chunk sizer (log and snapshot alike).
+    fn take_ack(&self, credit: &mut Credit, sizer: &mut ChunkSizer, position: u64) {
+        let now = Instant::now();
+        let rtt = credit.on_ack(position, now);
+        if let Some(r) = rtt {
+            self.shared.metrics.turnaround(r);
+        }
+        sizer.on_ack(credit.acked(), rtt, now);
+    }
+
     async fn send_log(
         &self,
         uni: &mut quinn::SendStream,
@@ -551,12 +562,7 @@ impl Master {
         let mut version = self.shared.version.subscribe();
         loop {
             let (log_ack, _) = *acks.borrow_and_update();
-            let now = Instant::now();
-            let rtt = credit.on_ack(log_ack, now);
-            if let Some(r) = rtt {
-                self.shared.metrics.turnaround(r);
-            }
-            sizer.on_ack(credit.acked(), rtt, now);
+            self.take_ack(&mut credit, &mut sizer, log_ack);
             let avail = credit.available();
             let mut chunk = None;
             if avail > 0 {
@@ -616,12 +622,7 @@ impl Master {
         let mut sizer = ChunkSizer::new();
         loop {
             let (_, snap_ack) = *acks.borrow_and_update();
-            let now = Instant::now();
-            let rtt = credit.on_ack(snap_ack, now);
-            if let Some(r) = rtt {
-                self.shared.metrics.turnaround(r);
-            }
-            sizer.on_ack(credit.acked(), rtt, now);
+            self.take_ack(&mut credit, &mut sizer, snap_ack);
             let avail = credit.available() as usize;
             if avail == 0 {
                 if acks.changed().await.is_err() {
