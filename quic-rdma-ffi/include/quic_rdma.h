@@ -30,6 +30,43 @@
 #define QR_ACCEPT_MANUAL 3
 
 /**
+ * A timer value meaning "none": no idle timeout, or no keep-alives.
+ */
+#define QR_TIMER_OFF UINT32_MAX
+
+/**
+ * Congestion control: the library's default (CUBIC).
+ */
+#define QR_CC_DEFAULT 0
+
+/**
+ * Congestion control: NewReno (RFC 9002 §7).
+ */
+#define QR_CC_NEWRENO 1
+
+/**
+ * Congestion control: CUBIC (RFC 9438).
+ */
+#define QR_CC_CUBIC 2
+
+/**
+ * Congestion control: BBR (experimental in quinn-proto).
+ */
+#define QR_CC_BBR 3
+
+/**
+ * 0-RTT may be (or was) used on `conn`: the client resumed a session with a
+ * server that accepts early data, so streams opened and written before
+ * `QR_EVENT_CONNECTED` travel in the first flight.
+ */
+#define QR_0RTT_POSSIBLE 1
+
+/**
+ * The handshake is done and the server accepted the early data.
+ */
+#define QR_0RTT_ACCEPTED 2
+
+/**
  * Success.
  */
 #define QR_OK 0
@@ -118,6 +155,27 @@
  * The requested provider is not available in this build.
  */
 #define QR_ENOPROVIDER -17
+
+/**
+ * No RDMA device (or not the one named): `qr_last_error` says which and how to fix it.
+ */
+#define QR_ENODEVICE -18
+
+/**
+ * The process already has a logger of another kind (another `tracing` subscriber).
+ */
+#define QR_EBUSY -19
+
+/**
+ * Panic policy: a bug caught at the API boundary returns `QR_EPANIC` (the default).
+ */
+#define QR_PANIC_RETURN 0
+
+/**
+ * Panic policy: a bug caught at the API boundary aborts the process (no
+ * half-updated engine is ever used again; a core dump shows where).
+ */
+#define QR_PANIC_ABORT 1
 
 /**
  * `conn` is an incoming attempt id: decide with `qr_accept`/`qr_refuse`/`qr_retry`/`qr_ignore`.
@@ -237,6 +295,36 @@
 #define QR_EVENT_V1_SIZE 64
 
 /**
+ * Log level: nothing.
+ */
+#define QR_LOG_OFF 0
+
+/**
+ * Log level: errors.
+ */
+#define QR_LOG_ERROR 1
+
+/**
+ * Log level: warnings and above.
+ */
+#define QR_LOG_WARN 2
+
+/**
+ * Log level: information and above.
+ */
+#define QR_LOG_INFO 3
+
+/**
+ * Log level: debugging and above.
+ */
+#define QR_LOG_DEBUG 4
+
+/**
+ * Log level: everything (per packet: slow).
+ */
+#define QR_LOG_TRACE 5
+
+/**
  * An engine. Not thread-safe: use one from one thread at a time.
  */
 typedef struct qr_engine qr_engine;
@@ -249,10 +337,37 @@ typedef struct qr_engine qr_engine;
 typedef struct qr_fabric qr_fabric;
 
 /**
- * How to build an engine (`qr_engine_new`). Version 1.
+ * A UD peer address: GID, queue pair number, Q_Key.
+ */
+typedef struct {
+  /**
+   * The port's GID (an IPv6 address; IPv4-mapped for RoCEv2 over IPv4).
+   */
+  uint8_t gid[16];
+  /**
+   * Queue pair number (24 bits).
+   */
+  uint32_t qpn;
+  /**
+   * Q_Key.
+   */
+  uint32_t qkey;
+} qr_addr;
+
+/**
+ * How to build an engine (`qr_engine_new`). Version 2 (version 1 ended at
+ * `ca_der_len`; a caller built against it passes the smaller size and gets
+ * every default below).
  *
- * A server sets `cert_der`/`key_der` (its certificate and PKCS#8 key, DER);
- * a client sets `ca_der` (the root it trusts, DER). Both may be set.
+ * TLS: a server sets `cert_der`/`key_der` (its certificate chain, leaf first,
+ * and its private key); a client sets `ca_der` (the roots it trusts). Each
+ * buffer may hold PEM (a chain: several `CERTIFICATE` blocks; a key in any
+ * PEM form) or DER. Both sides may be set: with `require_client_cert` a
+ * server verifies clients against `ca_der` (mutual TLS), and a client with a
+ * certificate presents it when asked.
+ *
+ * Every transport field takes 0 for the library's default (the fabric-tuned
+ * values of `quic_rdma::quic::config::transport_config`).
  */
 typedef struct {
   /**
@@ -278,7 +393,8 @@ typedef struct {
    */
   uint32_t reserved;
   /**
-   * Server certificate, DER (NULL: not a server).
+   * This endpoint's certificate (chain), PEM or DER (NULL: not a server,
+   * and no client certificate).
    */
   const uint8_t *cert_der;
   /**
@@ -286,7 +402,7 @@ typedef struct {
    */
   size_t cert_der_len;
   /**
-   * Server private key, PKCS#8 DER.
+   * The certificate's private key, PEM (PKCS#8, PKCS#1, SEC1) or DER.
    */
   const uint8_t *key_der;
   /**
@@ -294,36 +410,81 @@ typedef struct {
    */
   size_t key_der_len;
   /**
-   * Trusted root certificate for connecting, DER (NULL: not a client).
+   * Trusted root certificate(s), PEM or DER (NULL: not a client, and
+   * clients are not verified).
    */
   const uint8_t *ca_der;
   /**
    * Length of `ca_der`.
    */
   size_t ca_der_len;
+  /**
+   * v2. Server: 1 requires every client to present a certificate chaining
+   * to `ca_der` (mutual TLS); 0 asks none.
+   */
+  uint32_t require_client_cert;
+  /**
+   * v2. Server: 1 accepts 0-RTT early data from resuming clients. Early
+   * data can be replayed by an attacker: accept it only for requests that
+   * are safe to run twice. Clients always keep session tickets and send
+   * 0-RTT when resuming (`QR_EVENT_CONNECTED`'s `code` says whether the
+   * server took it).
+   */
+  uint32_t accept_0rtt;
+  /**
+   * v2. ALPN protocols, comma-separated in preference order ("h3,qr/1");
+   * NULL or "" offers none. Both sides must share one when either sets it.
+   */
+  const char *alpn;
+  /**
+   * v2. Idle timeout in milliseconds (0: 1500; `QR_TIMER_OFF`: none).
+   */
+  uint32_t idle_timeout_ms;
+  /**
+   * v2. Keep-alive interval in milliseconds (0: 300; `QR_TIMER_OFF`: none).
+   * Must be below the idle timeout.
+   */
+  uint32_t keep_alive_ms;
+  /**
+   * v2. Receive window per stream, bytes (0: 16 MiB).
+   */
+  uint64_t stream_window;
+  /**
+   * v2. Receive and send window per connection, bytes (0: 64 MiB).
+   */
+  uint64_t conn_window;
+  /**
+   * v2. One of `QR_CC_*`.
+   */
+  uint32_t congestion;
+  /**
+   * v2. Datagrams taken from the receive queue per poll (0: 256).
+   */
+  uint32_t recv_batch;
+  /**
+   * v2. Receives kept posted on the queue pair (0: 2048); a packet that
+   * finds none is lost, so size it to the receive window in packets.
+   */
+  uint32_t recv_depth;
+  /**
+   * v2. Send buffers in flight on the queue pair (0: 1024).
+   */
+  uint32_t send_slots;
+  /**
+   * v2. Bidirectional streams the peer may have open at once (0: 100).
+   */
+  uint32_t max_bidi_streams;
+  /**
+   * v2. Unidirectional streams the peer may have open at once (0: 100).
+   */
+  uint32_t max_uni_streams;
 } qr_engine_config;
 
 /**
- * A UD peer address: GID, queue pair number, Q_Key.
- */
-typedef struct {
-  /**
-   * The port's GID (an IPv6 address; IPv4-mapped for RoCEv2 over IPv4).
-   */
-  uint8_t gid[16];
-  /**
-   * Queue pair number (24 bits).
-   */
-  uint32_t qpn;
-  /**
-   * Q_Key.
-   */
-  uint32_t qkey;
-} qr_addr;
-
-/**
  * One event. Fields not named by the kind's description are zero. New
- * fields are only ever appended (see `QR_EVENT_V1_SIZE`).
+ * fields are only ever appended (see `QR_EVENT_V1_SIZE`): `user` and
+ * `time_ns` came in version 2 and are written only by `qr_engine_poll_at`
+ * with an `event_size` that covers them.
  */
 typedef struct {
   /**
@@ -358,6 +519,18 @@ typedef struct {
    * `QR_EVENT_INCOMING` / `QR_EVENT_ACCEPTED`: the peer.
    */
   qr_addr remote;
+  /**
+   * v2. The connection's pointer from `qr_conn_set_user` (NULL if none);
+   * still set on `QR_EVENT_CLOSED`, the last event of the connection, so
+   * the application can free what it points to there.
+   */
+  void *user;
+  /**
+   * v2. When the poll that produced the event ran, in nanoseconds on the
+   * caller's clock (`now_ns` of `qr_engine_poll_at`) or, with the
+   * library's clock, CLOCK_MONOTONIC: a software receive timestamp.
+   */
+  uint64_t time_ns;
 } qr_event;
 
 /**
@@ -393,6 +566,14 @@ typedef struct {
    */
   double reorder;
 } qr_fabric_config;
+
+/**
+ * A log callback: `level` is one of `QR_LOG_*`, `target` the module that
+ * logged ("quinn_proto::connection"), `message` the text with its fields;
+ * both strings live only for the call. Called on whichever thread logged
+ * (the thread polling the engine, for everything the engine does).
+ */
+typedef void (*qr_log_fn)(void *user, int32_t level, const char *target, const char *message);
 
 /**
  * One connection's statistics. Version 1.
@@ -498,6 +679,69 @@ typedef struct {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Pin the calling thread to CPU `cpu` (sched_setaffinity). `QR_EINVAL` when
+ * the CPU does not exist or is not allowed to this process (a cgroup or
+ * taskset limit); `qr_last_error` says which.
+ */
+int32_t qr_pin_thread(uint32_t cpu);
+
+/**
+ * Attach the application's pointer `user` to `conn` (NULL detaches). Events
+ * of the connection then carry it in `qr_event.user` (version 2 events,
+ * `qr_engine_poll_at`), up to and including `QR_EVENT_CLOSED`. The library
+ * never dereferences it.
+ *
+ * # Safety
+ * `e` is a live engine.
+ */
+int32_t qr_conn_set_user(qr_engine *e, uint64_t conn, void *user);
+
+/**
+ * The pointer `qr_conn_set_user` attached to `conn` into `*user` (NULL if none).
+ *
+ * # Safety
+ * `e` is a live engine; `user` writable.
+ */
+int32_t qr_conn_user(const qr_engine *e, uint64_t conn, void **user);
+
+/**
+ * The peer's current address (it changes when the peer migrates).
+ *
+ * # Safety
+ * `e` is a live engine; `out` writable.
+ */
+int32_t qr_conn_remote(const qr_engine *e, uint64_t conn, qr_addr *out);
+
+/**
+ * Why `conn` ended, as text: the reason phrase the peer sent in its
+ * CONNECTION_CLOSE (RFC 9000 §19.19), or our description of a timeout,
+ * reset or local error. Copies up to `cap` bytes (no NUL) into `buf` and
+ * returns the full length; `QR_ETOOSMALL` with the length in `*needed` (if
+ * not NULL) when `cap` is short; 0 while the connection is open. Answers
+ * until the poll after `QR_EVENT_CLOSED`.
+ *
+ * # Safety
+ * `e` is a live engine; `buf` points to `cap` writable bytes (NULL only with
+ * 0); `needed` NULL or writable.
+ */
+int32_t qr_conn_close_reason(const qr_engine *e,
+                             uint64_t conn,
+                             uint8_t *buf,
+                             size_t cap,
+                             size_t *needed);
+
+/**
+ * 0-RTT state of `conn` (RFC 9001 §4.6): a bit set of `QR_0RTT_*` (0: a
+ * full handshake). Early data the server refuses is resent after the
+ * handshake, so nothing is lost either way; early data can be replayed by
+ * an attacker, so the server accepts it only with `accept_0rtt` set.
+ *
+ * # Safety
+ * `e` is a live engine.
+ */
+int32_t qr_conn_0rtt(const qr_engine *e, uint64_t conn);
 
 /**
  * Send `len` bytes as one datagram on `conn`.
@@ -699,6 +943,20 @@ int32_t qr_close(qr_engine *e,
 const char *qr_strerror(int32_t code);
 
 /**
+ * Why the last call on this thread that gave a negative code failed, in
+ * words that name the fix (an empty string when the code says all). Valid
+ * until the next failing call on this thread; never NULL. Not every code
+ * records a message: check the code first, then read this.
+ */
+const char *qr_last_error(void);
+
+/**
+ * Choose what a panic inside the library does (process-wide): one of
+ * `QR_PANIC_*`. Returns the previous policy, or `QR_EINVAL`.
+ */
+int32_t qr_set_panic_policy(uint32_t policy);
+
+/**
  * Create a fabric from `cfg` into `*out`. Providers: "sim" (in-process, with
  * the fault knobs of the config) and "soft" (RoCEv2 over UDP; the fault knobs
  * must be zero). Others ("verbs") return `QR_ENOPROVIDER`.
@@ -716,6 +974,19 @@ int32_t qr_fabric_new(const qr_fabric_config *cfg, qr_fabric **out);
  * `f` is NULL or came from `qr_fabric_new` and is not used afterwards.
  */
 void qr_fabric_free(qr_fabric *f);
+
+/**
+ * Send the library's log to `cb` (called with `user`) at `level` and above
+ * (`QR_LOG_*`); `cb` NULL or `QR_LOG_OFF` turns logging off. Process-wide;
+ * may be called again to change the callback or the level. `QR_EBUSY` when
+ * the process already installed another `tracing` subscriber (a Rust host
+ * program's own logger): then that logger receives the library's events.
+ *
+ * # Safety
+ * `cb` is safe to call from any thread with `user` until logging is turned
+ * off or another callback is set.
+ */
+int32_t qr_log_set(qr_log_fn cb, void *user, int32_t level);
 
 /**
  * Statistics of `conn` into `*out` (set `out->struct_size` first).
@@ -828,6 +1099,17 @@ int32_t qr_tls_selfsigned(const char *name,
                           uint8_t *key,
                           size_t key_cap,
                           size_t *key_len);
+
+/**
+ * The library's version as text, "MAJOR.MINOR.PATCH" (static, never NULL).
+ */
+const char *qr_version(void);
+
+/**
+ * The library's version as one number: `MAJOR << 16 | MINOR << 8 | PATCH`,
+ * for comparisons (`qr_version_number() >= 0x000100`).
+ */
+uint32_t qr_version_number(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -2,10 +2,17 @@
 #![allow(non_camel_case_types)]
 
 use std::ffi::c_char;
+use std::sync::Arc;
+use std::time::Duration;
 
+use quic_rdma::engine::{AcceptPolicy, EngineConfig};
 use quic_rdma::fabric::{Gid, UdAddr};
+use quic_rdma::quic::config::{transport_config_with, Liveness};
+use quic_rdma::quic::tls::{parse_certificates, parse_private_key, TlsError, TlsSettings};
+use quinn_proto::{congestion, TransportConfig, VarInt};
 
-use crate::ptr::Versioned;
+use crate::error::{fail, QR_EINVAL, QR_ETLS};
+use crate::ptr::{bytes, text, Versioned};
 
 /// Accept every incoming connection.
 pub const QR_ACCEPT_ALL: u32 = 0;
@@ -74,10 +81,31 @@ unsafe impl Versioned for qr_fabric_config {
     const V1_SIZE: usize = size_of::<qr_fabric_config>();
 }
 
-/// How to build an engine (`qr_engine_new`). Version 1.
+/// A timer value meaning "none": no idle timeout, or no keep-alives.
+pub const QR_TIMER_OFF: u32 = u32::MAX;
+
+/// Congestion control: the library's default (CUBIC).
+pub const QR_CC_DEFAULT: u32 = 0;
+/// Congestion control: NewReno (RFC 9002 §7).
+pub const QR_CC_NEWRENO: u32 = 1;
+/// Congestion control: CUBIC (RFC 9438).
+pub const QR_CC_CUBIC: u32 = 2;
+/// Congestion control: BBR (experimental in quinn-proto).
+pub const QR_CC_BBR: u32 = 3;
+
+/// How to build an engine (`qr_engine_new`). Version 2 (version 1 ended at
+/// `ca_der_len`; a caller built against it passes the smaller size and gets
+/// every default below).
 ///
-/// A server sets `cert_der`/`key_der` (its certificate and PKCS#8 key, DER);
-/// a client sets `ca_der` (the root it trusts, DER). Both may be set.
+/// TLS: a server sets `cert_der`/`key_der` (its certificate chain, leaf first,
+/// and its private key); a client sets `ca_der` (the roots it trusts). Each
+/// buffer may hold PEM (a chain: several `CERTIFICATE` blocks; a key in any
+/// PEM form) or DER. Both sides may be set: with `require_client_cert` a
+/// server verifies clients against `ca_der` (mutual TLS), and a client with a
+/// certificate presents it when asked.
+///
+/// Every transport field takes 0 for the library's default (the fabric-tuned
+/// values of `quic_rdma::quic::config::transport_config`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct qr_engine_config {
@@ -93,22 +121,221 @@ pub struct qr_engine_config {
     /// Reserved: must be zero (`QR_EINVAL` otherwise), so a later version
     /// can give it a meaning.
     pub reserved: u32,
-    /// Server certificate, DER (NULL: not a server).
+    /// This endpoint's certificate (chain), PEM or DER (NULL: not a server,
+    /// and no client certificate).
     pub cert_der: *const u8,
     /// Length of `cert_der`.
     pub cert_der_len: usize,
-    /// Server private key, PKCS#8 DER.
+    /// The certificate's private key, PEM (PKCS#8, PKCS#1, SEC1) or DER.
     pub key_der: *const u8,
     /// Length of `key_der`.
     pub key_der_len: usize,
-    /// Trusted root certificate for connecting, DER (NULL: not a client).
+    /// Trusted root certificate(s), PEM or DER (NULL: not a client, and
+    /// clients are not verified).
     pub ca_der: *const u8,
     /// Length of `ca_der`.
     pub ca_der_len: usize,
+    /// v2. Server: 1 requires every client to present a certificate chaining
+    /// to `ca_der` (mutual TLS); 0 asks none.
+    pub require_client_cert: u32,
+    /// v2. Server: 1 accepts 0-RTT early data from resuming clients. Early
+    /// data can be replayed by an attacker: accept it only for requests that
+    /// are safe to run twice. Clients always keep session tickets and send
+    /// 0-RTT when resuming (`QR_EVENT_CONNECTED`'s `code` says whether the
+    /// server took it).
+    pub accept_0rtt: u32,
+    /// v2. ALPN protocols, comma-separated in preference order ("h3,qr/1");
+    /// NULL or "" offers none. Both sides must share one when either sets it.
+    pub alpn: *const c_char,
+    /// v2. Idle timeout in milliseconds (0: 1500; `QR_TIMER_OFF`: none).
+    pub idle_timeout_ms: u32,
+    /// v2. Keep-alive interval in milliseconds (0: 300; `QR_TIMER_OFF`: none).
+    /// Must be below the idle timeout.
+    pub keep_alive_ms: u32,
+    /// v2. Receive window per stream, bytes (0: 16 MiB).
+    pub stream_window: u64,
+    /// v2. Receive and send window per connection, bytes (0: 64 MiB).
+    pub conn_window: u64,
+    /// v2. One of `QR_CC_*`.
+    pub congestion: u32,
+    /// v2. Datagrams taken from the receive queue per poll (0: 256).
+    pub recv_batch: u32,
+    /// v2. Receives kept posted on the queue pair (0: 2048); a packet that
+    /// finds none is lost, so size it to the receive window in packets.
+    pub recv_depth: u32,
+    /// v2. Send buffers in flight on the queue pair (0: 1024).
+    pub send_slots: u32,
+    /// v2. Bidirectional streams the peer may have open at once (0: 100).
+    pub max_bidi_streams: u32,
+    /// v2. Unidirectional streams the peer may have open at once (0: 100).
+    pub max_uni_streams: u32,
 }
 
 // SAFETY: repr(C), first field u32 struct_size, fields valid when zeroed.
 unsafe impl Versioned for qr_engine_config {
-    // Every field of version 1 is needed to read it.
-    const V1_SIZE: usize = size_of::<qr_engine_config>();
+    // Version 1 ended with `ca_der_len`.
+    const V1_SIZE: usize = std::mem::offset_of!(qr_engine_config, require_client_cert);
+}
+
+/// The pieces of an [`EngineConfig`] a `qr_engine_config` describes.
+pub(crate) struct Built<'a> {
+    pub(crate) engine: EngineConfig,
+    pub(crate) gid_text: &'a str,
+}
+
+impl qr_engine_config {
+    /// Check and convert (`mtu`: the fabric's active MTU). Errors are codes,
+    /// with the reason in `qr_last_error`.
+    ///
+    /// # Safety
+    /// The string and buffer pointers are valid as the struct's docs say, for
+    /// as long as the returned `gid_text` is used.
+    pub(crate) unsafe fn build<'a>(&self, mtu: usize) -> Result<Built<'a>, i32> {
+        if self.reserved != 0 {
+            return Err(fail(QR_EINVAL, "qr_engine_config.reserved must be 0"));
+        }
+        // SAFETY: NUL-terminated by contract (null-checked).
+        let gid_text = unsafe { text(self.gid) }?;
+        // SAFETY: buffer pointers with their lengths, by contract (NULL allowed with 0).
+        let (cert, key, ca) = unsafe {
+            (
+                bytes(self.cert_der, self.cert_der_len)?,
+                bytes(self.key_der, self.key_der_len)?,
+                bytes(self.ca_der, self.ca_der_len)?,
+            )
+        };
+        let tls_err = |what: &str, e: TlsError| fail(QR_ETLS, format!("{what}: {e}"));
+        let mut tls = TlsSettings {
+            require_client_cert: flag(self.require_client_cert, "require_client_cert")?,
+            accept_0rtt: flag(self.accept_0rtt, "accept_0rtt")?,
+            alpn: if self.alpn.is_null() {
+                Vec::new()
+            } else {
+                // SAFETY: NUL-terminated by contract.
+                alpn_list(unsafe { text(self.alpn) }?)?
+            },
+            ..TlsSettings::default()
+        };
+        if !cert.is_empty() {
+            let chain = parse_certificates(cert).map_err(|e| tls_err("cert_der", e))?;
+            let key = parse_private_key(key).map_err(|e| tls_err("key_der", e))?;
+            tls.identity = Some((chain, key));
+        } else if !key.is_empty() {
+            return Err(fail(QR_EINVAL, "key_der is set but cert_der is not"));
+        }
+        if !ca.is_empty() {
+            tls.roots = parse_certificates(ca).map_err(|e| tls_err("ca_der", e))?;
+        }
+        let transport = self.transport(mtu)?;
+        let mut engine = EngineConfig {
+            accept: policy(self.accept_policy)?,
+            routing_key: self.routing_key,
+            ..EngineConfig::default()
+        };
+        if self.recv_batch != 0 {
+            engine.recv_batch = self.recv_batch as usize;
+        }
+        if self.recv_depth != 0 {
+            engine.socket.recv_depth = self.recv_depth as usize;
+        }
+        if self.send_slots != 0 {
+            engine.socket.send_slots = self.send_slots as usize;
+        }
+        if tls.identity.is_some() {
+            engine.server = Some(
+                tls.server_config(transport.clone())
+                    .map_err(|e| tls_err("server TLS", e))?,
+            );
+        }
+        if !tls.roots.is_empty() {
+            engine.client = Some(
+                tls.client_config(transport)
+                    .map_err(|e| tls_err("client TLS", e))?,
+            );
+        }
+        Ok(Built { engine, gid_text })
+    }
+
+    /// The transport settings (v2 fields; 0 keeps each default).
+    fn transport(&self, mtu: usize) -> Result<Arc<TransportConfig>, i32> {
+        let timer = |ms: u32, default: Duration| match ms {
+            0 => Some(default),
+            QR_TIMER_OFF => None,
+            ms => Some(Duration::from_millis(ms.into())),
+        };
+        let liveness = Liveness::new(
+            timer(self.keep_alive_ms, Liveness::DEFAULT_KEEP_ALIVE),
+            timer(self.idle_timeout_ms, Liveness::DEFAULT_IDLE_TIMEOUT),
+        )
+        .map_err(|e| fail(QR_EINVAL, e))?;
+        let mut t = transport_config_with(mtu, liveness);
+        let varint = |v: u64, what: &str| {
+            VarInt::from_u64(v).map_err(|_| fail(QR_EINVAL, format!("{what} is above 2^62")))
+        };
+        if self.stream_window != 0 {
+            t.stream_receive_window(varint(self.stream_window, "stream_window")?);
+        }
+        if self.conn_window != 0 {
+            t.receive_window(varint(self.conn_window, "conn_window")?)
+                .send_window(self.conn_window);
+        }
+        if self.max_bidi_streams != 0 {
+            t.max_concurrent_bidi_streams(self.max_bidi_streams.into());
+        }
+        if self.max_uni_streams != 0 {
+            t.max_concurrent_uni_streams(self.max_uni_streams.into());
+        }
+        match self.congestion {
+            QR_CC_DEFAULT => {}
+            QR_CC_NEWRENO => {
+                t.congestion_controller_factory(Arc::new(congestion::NewRenoConfig::default()));
+            }
+            QR_CC_CUBIC => {
+                t.congestion_controller_factory(Arc::new(congestion::CubicConfig::default()));
+            }
+            QR_CC_BBR => {
+                t.congestion_controller_factory(Arc::new(congestion::BbrConfig::default()));
+            }
+            other => {
+                return Err(fail(
+                    QR_EINVAL,
+                    format!("congestion {other} is not one of QR_CC_*"),
+                ))
+            }
+        }
+        Ok(Arc::new(t))
+    }
+}
+
+fn flag(v: u32, what: &str) -> Result<bool, i32> {
+    match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(fail(QR_EINVAL, format!("{what} must be 0 or 1"))),
+    }
+}
+
+/// "h3, qr/1" → [b"h3", b"qr/1"]: each 1..=255 bytes (RFC 7301 §3.1).
+fn alpn_list(s: &str) -> Result<Vec<Vec<u8>>, i32> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            if p.len() > 255 {
+                Err(fail(QR_EINVAL, "an ALPN protocol name is over 255 bytes"))
+            } else {
+                Ok(p.as_bytes().to_vec())
+            }
+        })
+        .collect()
+}
+
+fn policy(p: u32) -> Result<AcceptPolicy, i32> {
+    Ok(match p {
+        QR_ACCEPT_ALL => AcceptPolicy::AcceptAll,
+        QR_ACCEPT_REFUSE => AcceptPolicy::RefuseAll,
+        QR_ACCEPT_RETRY => AcceptPolicy::RetryThenAccept,
+        QR_ACCEPT_MANUAL => AcceptPolicy::Manual,
+        _ => return Err(fail(QR_EINVAL, format!("accept_policy {p} is not one of QR_ACCEPT_*"))),
+    })
 }

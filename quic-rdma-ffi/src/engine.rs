@@ -1,22 +1,19 @@
 //! `qr_engine`: one poll-mode QUIC endpoint over one UD queue pair.
 #![allow(non_camel_case_types)]
 
+use std::collections::HashMap;
+use std::ffi::c_void;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use quic_rdma::engine::{
-    client_config, server_config, AcceptPolicy, ConnHandle, Engine, EngineConfig, Event, IncomingId,
-};
+use quic_rdma::engine::{ConnHandle, Engine, Event, IncomingId};
 use quic_rdma::fabric::sim::SimQpOptions;
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
 use quic_rdma::fabric::{Gid, UdQueuePair, DEFAULT_QKEY};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-use crate::config::{
-    qr_addr, qr_engine_config, QR_ACCEPT_ALL, QR_ACCEPT_MANUAL, QR_ACCEPT_REFUSE, QR_ACCEPT_RETRY,
-};
-use crate::error::{code_of, guard, guard64, QR_EFABRIC, QR_EINVAL, QR_OK};
-use crate::events::{qr_event, QR_EVENT_V1_SIZE};
+use crate::config::{qr_addr, qr_engine_config, Built};
+use crate::error::{code_of, fail, guard, guard64, QR_EFABRIC, QR_EINVAL, QR_OK};
+use crate::events::{qr_event, QR_EVENT_INCOMING, QR_EVENT_V1_SIZE};
 use crate::fabric::{qr_fabric, FabricKind};
 use crate::ptr::{bytes, obj, obj_ref, put, read_versioned, text};
 
@@ -25,18 +22,12 @@ pub struct qr_engine {
     pub(crate) engine: Engine<Box<dyn UdQueuePair>>,
     /// Events polled but not yet handed out (the caller's array was full).
     pending: Vec<Event>,
+    /// When each pending event was polled (caller's nanoseconds).
+    pending_ns: Vec<u64>,
     cursor: usize,
     clock: Clock,
-}
-
-fn policy(p: u32) -> Result<AcceptPolicy, i32> {
-    Ok(match p {
-        QR_ACCEPT_ALL => AcceptPolicy::AcceptAll,
-        QR_ACCEPT_REFUSE => AcceptPolicy::RefuseAll,
-        QR_ACCEPT_RETRY => AcceptPolicy::RetryThenAccept,
-        QR_ACCEPT_MANUAL => AcceptPolicy::Manual,
-        _ => return Err(QR_EINVAL),
-    })
+    /// Each connection's `qr_conn_set_user` pointer (as an address).
+    pub(crate) users: HashMap<u64, usize>,
 }
 
 /// Create an engine on `fabric` from `cfg` into `*out`: a queue pair on the
@@ -54,45 +45,25 @@ pub unsafe extern "C" fn qr_engine_new(
     guard(|| {
         // SAFETY: the caller's contract above.
         let (f, c) = unsafe { (obj_ref(fabric)?, read_versioned(cfg)?) };
-        if c.reserved != 0 {
-            return Err(QR_EINVAL);
-        }
-        // SAFETY: NUL-terminated by contract (null-checked).
-        let gid_text = unsafe { text(c.gid) }?;
-        let gid: Gid = match gid_text.parse::<IpAddr>().map_err(|_| QR_EINVAL)? {
-            IpAddr::V4(v4) => v4.into(),
-            IpAddr::V6(v6) => v6.into(),
+        // SAFETY: the config's pointers are valid by the caller's contract.
+        let Built {
+            engine: ecfg,
+            gid_text,
+        } = unsafe { c.build(f.mtu().bytes()) }?;
+        let gid: Gid = match gid_text.parse::<IpAddr>() {
+            Ok(IpAddr::V4(v4)) => v4.into(),
+            Ok(IpAddr::V6(v6)) => v6.into(),
+            Err(_) => {
+                return Err(fail(
+                    QR_EINVAL,
+                    format!("gid {gid_text:?} is not an IPv4 or IPv6 address"),
+                ))
+            }
         };
-        // SAFETY: buffer pointers with their lengths, by contract (NULL allowed with 0).
-        let (cert, key, ca) = unsafe {
-            (
-                bytes(c.cert_der, c.cert_der_len)?,
-                bytes(c.key_der, c.key_der_len)?,
-                bytes(c.ca_der, c.ca_der_len)?,
-            )
-        };
-        let mtu = f.mtu().bytes();
-        let mut ecfg = EngineConfig {
-            accept: policy(c.accept_policy)?,
-            routing_key: c.routing_key,
-            ..EngineConfig::default()
-        };
-        if !cert.is_empty() {
-            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.to_vec()));
-            ecfg.server = Some(
-                server_config(vec![CertificateDer::from(cert.to_vec())], key, mtu)
-                    .map_err(|e| code_of(&e))?,
-            );
-        }
-        if !ca.is_empty() {
-            ecfg.client = Some(
-                client_config([CertificateDer::from(ca.to_vec())], mtu).map_err(|e| code_of(&e))?,
-            );
-        }
         let qp: Box<dyn UdQueuePair> = match &f.kind {
             FabricKind::Sim(sim) => Box::new(
                 sim.create_qp(gid, SimQpOptions::default())
-                    .map_err(|_| QR_EFABRIC)?,
+                    .map_err(|e| fail(QR_EFABRIC, e))?,
             ),
             FabricKind::Soft { mtu } => {
                 let ip: IpAddr = gid_text.parse().map_err(|_| QR_EINVAL)?;
@@ -100,16 +71,21 @@ pub unsafe extern "C" fn qr_engine_new(
                     mtu: *mtu,
                     ..SoftConfig::new(ip)
                 })
-                .map_err(|_| QR_EFABRIC)?;
-                Box::new(port.create_qp(DEFAULT_QKEY).map_err(|_| QR_EFABRIC)?)
+                .map_err(|e| fail(QR_EFABRIC, format!("soft port on {ip}: {e}")))?;
+                Box::new(
+                    port.create_qp(DEFAULT_QKEY)
+                        .map_err(|e| fail(QR_EFABRIC, e))?,
+                )
             }
         };
         let engine = Engine::new(qp, ecfg).map_err(|e| code_of(&e))?;
         let e = Box::into_raw(Box::new(qr_engine {
             engine,
             pending: Vec::with_capacity(256),
+            pending_ns: Vec::with_capacity(256),
             cursor: 0,
             clock: Clock::new(),
+            users: HashMap::with_capacity(64),
         }));
         // SAFETY: `out` writable by contract (null-checked by `put`).
         if let Err(err) = unsafe { put(out, e) } {
@@ -184,6 +160,14 @@ impl Clock {
 
     /// `now_ns == 0`: the library's clock; otherwise the caller's (any
     /// monotonic nanosecond count: CLOCK_MONOTONIC, a calibrated TSC).
+    /// Returns the instant and the time in nanoseconds on the caller's
+    /// timeline (CLOCK_MONOTONIC for the library's clock).
+    fn now(&mut self, now_ns: u64) -> (Instant, u64) {
+        let ns = if now_ns == 0 { monotonic_ns() } else { now_ns };
+        (self.at(now_ns), ns)
+    }
+
+    /// The `Instant` of [`Clock::now`].
     fn at(&mut self, now_ns: u64) -> Instant {
         let t = if now_ns == 0 {
             Instant::now()
@@ -196,6 +180,19 @@ impl Clock {
     }
 }
 
+/// CLOCK_MONOTONIC in nanoseconds (what `Instant` reads on Linux).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
 /// `t` on the caller's timeline, where `now` is `now_ns`.
 fn ns_of(t: Instant, now_ns: u64, now: Instant) -> u64 {
     now_ns.saturating_add(t.saturating_duration_since(now).as_nanos() as u64)
@@ -204,13 +201,38 @@ fn ns_of(t: Instant, now_ns: u64, now: Instant) -> u64 {
 impl qr_engine {
     /// Receive, run timers, transmit; the events go to the pending queue
     /// (after what the caller already took is dropped from its front).
-    fn drive(&mut self, now: Instant) {
+    fn drive(&mut self, now: Instant, now_ns: u64) {
         if self.cursor > 0 {
             // Shifts in place: no allocation once the queue has grown.
             self.pending.drain(..self.cursor);
+            self.pending_ns.drain(..self.cursor);
             self.cursor = 0;
         }
         self.engine.poll(now, &mut self.pending);
+        self.pending_ns.resize(self.pending.len(), now_ns);
+    }
+
+    /// The C form of pending event `i`, with the connection's user pointer,
+    /// its poll time, and for `QR_EVENT_CONNECTED` whether 0-RTT was accepted.
+    fn c_event(&mut self, i: usize) -> qr_event {
+        let ev = self.pending[i];
+        let mut q = qr_event::from(ev);
+        q.time_ns = self.pending_ns[i];
+        if q.kind != QR_EVENT_INCOMING {
+            q.user = self.users.get(&q.conn).map_or(std::ptr::null_mut(), |&u| u as *mut c_void);
+        }
+        match ev {
+            Event::Connected { conn } => {
+                let z = self.engine.zero_rtt(conn).unwrap_or_default();
+                q.code = u64::from(z.accepted);
+            }
+            Event::ConnectionClosed { conn } => {
+                // The last event of the connection: its id is stale from now.
+                self.users.remove(&conn.to_bits());
+            }
+            _ => {}
+        }
+        q
     }
 
     /// Hand out up to `cap` pending events, `stride` bytes apart, writing the
@@ -224,11 +246,8 @@ impl qr_engine {
             .min(cap)
             .min(i32::MAX as usize);
         let copy = stride.min(size_of::<qr_event>());
-        for (i, ev) in self.pending[self.cursor..self.cursor + n]
-            .iter()
-            .enumerate()
-        {
-            let q = qr_event::from(*ev);
+        for i in 0..n {
+            let q = self.c_event(self.cursor + i);
             // SAFETY: element i < n <= cap lies inside the caller's array of
             // `cap * stride` bytes; `q` is a local, distinct from it.
             unsafe {
@@ -287,8 +306,8 @@ pub unsafe extern "C" fn qr_engine_poll_at(
         if event_size < QR_EVENT_V1_SIZE || cap.checked_mul(event_size).is_none() {
             return Err(QR_EINVAL);
         }
-        let now = e.clock.at(now_ns);
-        e.drive(now);
+        let (now, ns) = e.clock.now(now_ns);
+        e.drive(now, ns);
         // SAFETY: `events` holds `cap * event_size` writable bytes by contract.
         Ok(unsafe { e.hand_out(events.cast::<u8>(), cap, event_size) })
     })
@@ -306,8 +325,8 @@ pub unsafe extern "C" fn qr_engine_flush(e: *mut qr_engine, now_ns: u64) -> i32 
     guard(|| {
         // SAFETY: the caller's contract above.
         let e = unsafe { obj(e) }?;
-        let now = e.clock.at(now_ns);
-        e.drive(now);
+        let (now, ns) = e.clock.now(now_ns);
+        e.drive(now, ns);
         Ok((e.pending.len() - e.cursor).min(i32::MAX as usize) as i32)
     })
 }

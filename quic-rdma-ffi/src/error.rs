@@ -1,7 +1,9 @@
 //! Error codes, `qr_strerror`, and the panic guard every entry point uses.
 
-use std::ffi::c_char;
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use quic_rdma::engine::EngineError;
 
@@ -41,6 +43,10 @@ pub const QR_ECONNECT: i32 = -15;
 pub const QR_EPANIC: i32 = -16;
 /// The requested provider is not available in this build.
 pub const QR_ENOPROVIDER: i32 = -17;
+/// No RDMA device (or not the one named): `qr_last_error` says which and how to fix it.
+pub const QR_ENODEVICE: i32 = -18;
+/// The process already has a logger of another kind (another `tracing` subscriber).
+pub const QR_EBUSY: i32 = -19;
 
 /// A static, NUL-terminated description of `code` (never NULL).
 #[no_mangle]
@@ -64,13 +70,39 @@ pub extern "C" fn qr_strerror(code: i32) -> *const c_char {
         QR_ECONNECT => b"connection could not be started\0",
         QR_EPANIC => b"internal error (panic caught at the API boundary)\0",
         QR_ENOPROVIDER => b"provider not available in this build\0",
+        QR_ENODEVICE => b"no RDMA device (see qr_last_error)\0",
+        QR_EBUSY => b"another logger is already installed in this process\0",
         c if c > 0 => b"success (count)\0",
         _ => b"unknown error code\0",
     };
     s.as_ptr().cast()
 }
 
-/// The code of an engine error.
+thread_local! {
+    /// The message of the last failed call on this thread.
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Record why a call fails (for `qr_last_error`) and return its code.
+pub(crate) fn fail(code: i32, why: impl std::fmt::Display) -> i32 {
+    let msg = CString::new(why.to_string().replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with_borrow_mut(|m| *m = msg);
+    code
+}
+
+/// Why the last call on this thread that gave a negative code failed, in
+/// words that name the fix (an empty string when the code says all). Valid
+/// until the next failing call on this thread; never NULL. Not every code
+/// records a message: check the code first, then read this.
+#[no_mangle]
+pub extern "C" fn qr_last_error() -> *const c_char {
+    // The CString lives in the thread-local until the next `fail` replaces it.
+    LAST_ERROR.with_borrow(|m| m.as_ptr())
+}
+
+/// The code of an engine error. Setup errors also record their message for
+/// `qr_last_error`; the data path's codes (`QR_EAGAIN`, ...) record nothing,
+/// so a busy-polled send loop does not allocate.
 pub(crate) fn code_of(e: &EngineError) -> i32 {
     match e {
         EngineError::UnknownConnection => QR_ENOCONN,
@@ -83,19 +115,54 @@ pub(crate) fn code_of(e: &EngineError) -> i32 {
         EngineError::DatagramTooLarge { .. } => QR_ETOOLARGE,
         EngineError::DatagramsUnsupported => QR_EUNSUPPORTED,
         EngineError::ConnectionLost(_) => QR_ECLOSED,
-        EngineError::NoClientConfig | EngineError::Tls(_) => QR_ETLS,
-        EngineError::Connect(_) => QR_ECONNECT,
-        EngineError::InvalidArgument(_) => QR_EINVAL,
-        EngineError::Socket(_) => QR_EFABRIC,
-        _ => QR_EINVAL,
+        EngineError::NoClientConfig => {
+            return fail(QR_ETLS, "no client TLS config: set ca_der in qr_engine_config")
+        }
+        EngineError::Tls(m) => return fail(QR_ETLS, m),
+        EngineError::Connect(_) => return fail(QR_ECONNECT, e),
+        EngineError::InvalidArgument(_) => return fail(QR_EINVAL, e),
+        EngineError::Socket(_) => return fail(QR_EFABRIC, e),
+        _ => return fail(QR_EINVAL, e),
     }
 }
 
-/// Run an entry point's body; a panic becomes `QR_EPANIC`, an `Err(code)` its code.
+/// Panic policy: a bug caught at the API boundary returns `QR_EPANIC` (the default).
+pub const QR_PANIC_RETURN: u32 = 0;
+/// Panic policy: a bug caught at the API boundary aborts the process (no
+/// half-updated engine is ever used again; a core dump shows where).
+pub const QR_PANIC_ABORT: u32 = 1;
+
+static PANIC_POLICY: AtomicU32 = AtomicU32::new(QR_PANIC_RETURN);
+
+/// Choose what a panic inside the library does (process-wide): one of
+/// `QR_PANIC_*`. Returns the previous policy, or `QR_EINVAL`.
+#[no_mangle]
+pub extern "C" fn qr_set_panic_policy(policy: u32) -> i32 {
+    if policy > QR_PANIC_ABORT {
+        return fail(QR_EINVAL, "policy is not one of QR_PANIC_*");
+    }
+    PANIC_POLICY.swap(policy, Ordering::Relaxed) as i32
+}
+
+/// A panic reached the boundary: abort, or report it as `QR_EPANIC`.
+fn panicked(payload: &(dyn std::any::Any + Send)) -> i32 {
+    if PANIC_POLICY.load(Ordering::Relaxed) == QR_PANIC_ABORT {
+        std::process::abort();
+    }
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    fail(QR_EPANIC, format!("internal error: {what}"))
+}
+
+/// Run an entry point's body; a panic becomes `QR_EPANIC` (or aborts, by
+/// [`qr_set_panic_policy`]), an `Err(code)` its code.
 pub(crate) fn guard(f: impl FnOnce() -> Result<i32, i32>) -> i32 {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) | Ok(Err(v)) => v,
-        Err(_) => QR_EPANIC,
+        Err(p) => panicked(&*p),
     }
 }
 
@@ -104,6 +171,23 @@ pub(crate) fn guard64(f: impl FnOnce() -> Result<i64, i32>) -> i64 {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => v,
         Ok(Err(c)) => i64::from(c),
-        Err(_) => i64::from(QR_EPANIC),
+        Err(p) => i64::from(panicked(&*p)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_a_code_with_its_message() {
+        assert_eq!(qr_set_panic_policy(7), QR_EINVAL);
+        assert_eq!(qr_set_panic_policy(QR_PANIC_RETURN), QR_PANIC_RETURN as i32);
+        assert_eq!(guard(|| panic!("boom {}", 1)), QR_EPANIC);
+        // SAFETY: qr_last_error returns a live NUL-terminated string.
+        let msg = unsafe { std::ffi::CStr::from_ptr(qr_last_error()) };
+        assert_eq!(msg.to_str().unwrap(), "internal error: boom 1");
+        assert_eq!(guard64(|| Ok(5)), 5);
+        assert_eq!(guard64(|| Err(QR_EAGAIN)), i64::from(QR_EAGAIN));
     }
 }

@@ -1,6 +1,8 @@
 //! `qr_event`: what `qr_engine_poll` writes into the caller's array.
 #![allow(non_camel_case_types)]
 
+use std::ffi::c_void;
+
 use quic_rdma::engine::{CloseReason, Event};
 
 use crate::config::qr_addr;
@@ -57,9 +59,11 @@ pub const QR_CLOSE_CIDS_EXHAUSTED: u32 = 8;
 pub const QR_EVENT_V1_SIZE: usize = 64;
 
 /// One event. Fields not named by the kind's description are zero. New
-/// fields are only ever appended (see `QR_EVENT_V1_SIZE`).
+/// fields are only ever appended (see `QR_EVENT_V1_SIZE`): `user` and
+/// `time_ns` came in version 2 and are written only by `qr_engine_poll_at`
+/// with an `event_size` that covers them.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct qr_event {
     /// One of `QR_EVENT_*`.
     pub kind: u32,
@@ -77,6 +81,31 @@ pub struct qr_event {
     pub reserved: u32,
     /// `QR_EVENT_INCOMING` / `QR_EVENT_ACCEPTED`: the peer.
     pub remote: qr_addr,
+    /// v2. The connection's pointer from `qr_conn_set_user` (NULL if none);
+    /// still set on `QR_EVENT_CLOSED`, the last event of the connection, so
+    /// the application can free what it points to there.
+    pub user: *mut c_void,
+    /// v2. When the poll that produced the event ran, in nanoseconds on the
+    /// caller's clock (`now_ns` of `qr_engine_poll_at`) or, with the
+    /// library's clock, CLOCK_MONOTONIC: a software receive timestamp.
+    pub time_ns: u64,
+}
+
+impl Default for qr_event {
+    fn default() -> Self {
+        qr_event {
+            kind: 0,
+            bidi: 0,
+            conn: 0,
+            stream: 0,
+            code: 0,
+            reason: 0,
+            reserved: 0,
+            remote: qr_addr::default(),
+            user: std::ptr::null_mut(),
+            time_ns: 0,
+        }
+    }
 }
 
 impl From<Event> for qr_event {
@@ -149,4 +178,5 @@ impl From<Event> for qr_event {
     }
 }
 
-const _: () = assert!(size_of::<qr_event>() == QR_EVENT_V1_SIZE);
+// Version 1 ended with `remote`; later fields only ever follow it.
+const _: () = assert!(std::mem::offset_of!(qr_event, user) == QR_EVENT_V1_SIZE);

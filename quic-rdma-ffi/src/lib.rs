@@ -18,23 +18,31 @@
 //!   returns `QR_EPANIC`;
 //! - time is the monotonic clock, read at each call.
 
+mod affinity;
 mod config;
+mod conn;
 mod datagrams;
 mod engine;
 mod error;
 mod events;
 mod fabric;
+mod log;
 mod ptr;
 mod stats;
 mod streams;
 mod tls;
+mod version;
 
+pub use affinity::*;
 pub use config::*;
+pub use conn::*;
 pub use datagrams::*;
 pub use engine::*;
 pub use error::*;
 pub use events::*;
 pub use fabric::*;
+pub use log::*;
 pub use stats::*;
 pub use streams::*;
 pub use tls::*;
+pub use version::*;

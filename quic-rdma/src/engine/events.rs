@@ -197,3 +197,13 @@ impl std::fmt::Display for CloseReason {
         }
     }
 }
+
+/// 0-RTT state of a connection ([`Engine::zero_rtt`](super::Engine::zero_rtt)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZeroRtt {
+    /// Early data can be (or could be) sent: the client resumed a session
+    /// whose server allows 0-RTT.
+    pub possible: bool,
+    /// The handshake is done and the server accepted the early data.
+    pub accepted: bool,
+}

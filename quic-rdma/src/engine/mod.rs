@@ -53,7 +53,7 @@ use slab::Slab;
 
 pub use config::{client_config, server_config, AcceptPolicy, EngineConfig};
 pub use error::EngineError;
-pub use events::{CloseReason, Event};
+pub use events::{CloseReason, Event, ZeroRtt};
 pub use handle::{ConnHandle, IncomingId};
 pub use quinn_proto::StreamId;
 pub use streams::StreamRead;
@@ -196,6 +196,19 @@ impl<Q: UdQueuePair> Engine<Q> {
         self.peers
             .ud_addr(a)
             .ok_or(EngineError::InvalidArgument("unknown remote"))
+    }
+
+    /// 0-RTT on `conn` (RFC 9001 §4.6): whether early data is possible (a
+    /// client resuming a session with a server that allows it may open and
+    /// write streams before [`Event::Connected`]; that data rides in 0-RTT
+    /// packets) and, once connected, whether the server accepted it (if not,
+    /// quinn-proto resends the data after the handshake: nothing is lost).
+    pub fn zero_rtt(&self, conn: ConnHandle) -> Result<ZeroRtt, EngineError> {
+        let c = &self.conns.get_ref(conn)?.inner;
+        Ok(ZeroRtt {
+            possible: c.has_0rtt(),
+            accepted: !c.is_handshaking() && c.accepted_0rtt(),
+        })
     }
 
     /// Live connections (not yet drained).

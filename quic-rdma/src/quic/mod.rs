@@ -7,9 +7,12 @@
 //! - [`routing`]: the routing key in the immediate data, both ways;
 //! - [`peers`]: the bounded table of UD peers ↔ the addresses quinn-proto sees;
 //! - [`config`]: endpoint and transport configuration for a fabric (MTU,
-//!   timers, windows), in quinn-proto's types, so the engine needs no quinn.
+//!   timers, windows), in quinn-proto's types, so the engine needs no quinn;
+//! - [`tls`]: certificates, keys, mutual TLS and ALPN as deployed (PEM/DER),
+//!   made into quinn-proto client and server configs.
 
 pub mod cid;
 pub mod config;
 pub mod peers;
 pub mod routing;
+pub mod tls;

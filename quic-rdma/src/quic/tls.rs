@@ -1,0 +1,275 @@
+//! TLS material as it is deployed: certificates and chains in PEM or DER,
+//! private keys in any PEM form (or PKCS#8/PKCS#1/SEC1 DER), mutual TLS and
+//! ALPN — turned into quinn-proto's client and server configs, so the engine,
+//! the C API and every other driver build TLS one way.
+//!
+//! QUIC always runs TLS 1.3 (RFC 9001 §4.2); certificate verification is
+//! always on, there is no "insecure" switch.
+
+use std::sync::Arc;
+
+use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn_proto::{ClientConfig, ServerConfig, TransportConfig};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+
+/// Why TLS material or a TLS config was refused. Each message names the fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// The bytes hold no certificate: neither PEM `CERTIFICATE` blocks nor one DER certificate.
+    #[error("no certificate found: give PEM (-----BEGIN CERTIFICATE-----) or one DER certificate")]
+    NoCertificate,
+    /// A PEM block could not be decoded.
+    #[error("bad PEM: {0}")]
+    Pem(String),
+    /// The bytes hold no private key in a form rustls reads.
+    #[error(
+        "no private key found: give a PEM key (PKCS#8 `PRIVATE KEY`, PKCS#1 `RSA PRIVATE KEY` \
+         or SEC1 `EC PRIVATE KEY`) or a PKCS#8 DER key"
+    )]
+    NoKey,
+    /// A trust anchor could not be added (not a CA certificate rustls can use).
+    #[error("unusable CA certificate: {0}")]
+    BadRoot(String),
+    /// Client certificates are required but no CA to check them against was given.
+    #[error("client certificates are required but no CA was given to verify them: set the CA (roots)")]
+    ClientAuthWithoutRoots,
+    /// A server config needs a certificate chain and its key.
+    #[error("a server needs a certificate chain and its private key")]
+    NoIdentity,
+    /// A client config needs roots to verify the server against.
+    #[error("a client needs at least one trusted CA certificate (roots) to verify servers")]
+    NoRoots,
+    /// rustls refused the combination (e.g. a key that does not match the certificate).
+    #[error("TLS configuration refused: {0} (does the key belong to the certificate?)")]
+    Config(String),
+}
+
+/// Certificates from `bytes`: PEM (one or more `CERTIFICATE` blocks, a chain
+/// leaf first) or a single DER certificate.
+pub fn parse_certificates(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    if bytes.trim_ascii_start().starts_with(b"-----BEGIN") {
+        let certs = CertificateDer::pem_slice_iter(bytes)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| TlsError::Pem(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(TlsError::NoCertificate);
+        }
+        Ok(certs)
+    } else if bytes.first() == Some(&0x30) {
+        // A DER certificate is an ASN.1 SEQUENCE (tag 0x30); rustls checks the rest.
+        Ok(vec![CertificateDer::from(bytes.to_vec())])
+    } else {
+        Err(TlsError::NoCertificate)
+    }
+}
+
+/// A private key from `bytes`: the first PEM key block of any kind, or DER
+/// (PKCS#8, PKCS#1 or SEC1, told apart by their structure).
+pub fn parse_private_key(bytes: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+    if bytes.trim_ascii_start().starts_with(b"-----BEGIN") {
+        PrivateKeyDer::from_pem_slice(bytes).map_err(|_| TlsError::NoKey)
+    } else {
+        PrivateKeyDer::try_from(bytes)
+            .map(|k| k.clone_key())
+            .map_err(|_| TlsError::NoKey)
+    }
+}
+
+/// Everything TLS needs on one endpoint, client side and server side alike.
+#[derive(Debug, Default)]
+pub struct TlsSettings {
+    /// This endpoint's certificate chain (leaf first) and key: a server's
+    /// identity, and a client's certificate for mutual TLS.
+    pub identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    /// Trust anchors: a client verifies servers against them; a server that
+    /// requires client certificates verifies clients against them.
+    pub roots: Vec<CertificateDer<'static>>,
+    /// Server side: refuse clients without a certificate chaining to `roots`
+    /// (mutual TLS).
+    pub require_client_cert: bool,
+    /// ALPN protocols, in preference order (RFC 7301; QUIC requires ALPN to
+    /// match when either side sets it, RFC 9001 §8.1). Empty: none offered.
+    pub alpn: Vec<Vec<u8>>,
+    /// Server side: accept 0-RTT early data from resuming clients. Early
+    /// data can be replayed by an attacker (RFC 9001 §9.2, RFC 8446 §8): turn
+    /// it on only for requests that are safe to run twice.
+    pub accept_0rtt: bool,
+}
+
+impl Clone for TlsSettings {
+    fn clone(&self) -> Self {
+        TlsSettings {
+            identity: self
+                .identity
+                .as_ref()
+                .map(|(c, k)| (c.clone(), k.clone_key())),
+            roots: self.roots.clone(),
+            require_client_cert: self.require_client_cert,
+            alpn: self.alpn.clone(),
+            accept_0rtt: self.accept_0rtt,
+        }
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn config_error(e: impl std::fmt::Display) -> TlsError {
+    TlsError::Config(e.to_string())
+}
+
+impl TlsSettings {
+    fn root_store(&self) -> Result<Arc<RootCertStore>, TlsError> {
+        let mut store = RootCertStore::empty();
+        for r in &self.roots {
+            store
+                .add(r.clone())
+                .map_err(|e| TlsError::BadRoot(e.to_string()))?;
+        }
+        Ok(Arc::new(store))
+    }
+
+    /// A quinn-proto server config with `transport`.
+    pub fn server_config(
+        &self,
+        transport: Arc<TransportConfig>,
+    ) -> Result<Arc<ServerConfig>, TlsError> {
+        let (chain, key) = self.identity.as_ref().ok_or(TlsError::NoIdentity)?;
+        let builder = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(config_error)?;
+        let builder = if self.require_client_cert {
+            if self.roots.is_empty() {
+                return Err(TlsError::ClientAuthWithoutRoots);
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(self.root_store()?, provider())
+                .build()
+                .map_err(config_error)?;
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let mut tls = builder
+            .with_single_cert(chain.clone(), key.clone_key())
+            .map_err(config_error)?;
+        tls.alpn_protocols = self.alpn.clone();
+        // QUIC allows only 0 or 2^32-1 here (RFC 9001 §4.6.1).
+        tls.max_early_data_size = if self.accept_0rtt { u32::MAX } else { 0 };
+        let crypto = QuicServerConfig::try_from(tls).map_err(config_error)?;
+        let mut s = ServerConfig::with_crypto(Arc::new(crypto));
+        s.transport_config(transport);
+        Ok(Arc::new(s))
+    }
+
+    /// A quinn-proto client config with `transport`; it presents the identity
+    /// (if any) when the server asks for a client certificate.
+    pub fn client_config(&self, transport: Arc<TransportConfig>) -> Result<ClientConfig, TlsError> {
+        if self.roots.is_empty() {
+            return Err(TlsError::NoRoots);
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(config_error)?
+            .with_root_certificates(self.root_store()?);
+        let mut tls = match &self.identity {
+            Some((chain, key)) => builder
+                .with_client_auth_cert(chain.clone(), key.clone_key())
+                .map_err(config_error)?,
+            None => builder.with_no_client_auth(),
+        };
+        tls.alpn_protocols = self.alpn.clone();
+        // Session tickets are kept in rustls's default in-memory cache; a
+        // later connection to the same server name may then resume and send
+        // 0-RTT data when the server allows it.
+        tls.enable_early_data = true;
+        let crypto = QuicClientConfig::try_from(tls).map_err(config_error)?;
+        let mut c = ClientConfig::new(Arc::new(crypto));
+        c.transport_config(transport);
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quic::config::transport;
+
+    fn ca_and_leaf() -> (rcgen::CertifiedKey, rcgen::Certificate, rcgen::KeyPair) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["node".to_owned()])
+            .unwrap()
+            .signed_by(&leaf_key, &ca, &ca_key)
+            .unwrap();
+        (
+            rcgen::CertifiedKey {
+                cert: ca,
+                key_pair: ca_key,
+            },
+            leaf,
+            leaf_key,
+        )
+    }
+
+    #[test]
+    fn pem_and_der_certificates_and_keys_parse() {
+        let (ca, leaf, leaf_key) = ca_and_leaf();
+        let chain_pem = format!("{}{}", leaf.pem(), ca.cert.pem());
+        let chain = parse_certificates(chain_pem.as_bytes()).unwrap();
+        assert_eq!(chain.len(), 2);
+        assert_eq!(chain[0].as_ref(), leaf.der().as_ref());
+        let der = parse_certificates(leaf.der()).unwrap();
+        assert_eq!(der.len(), 1);
+        assert!(parse_private_key(leaf_key.serialize_pem().as_bytes()).is_ok());
+        assert!(parse_private_key(&leaf_key.serialize_der()).is_ok());
+        assert!(matches!(
+            parse_certificates(b"hello"),
+            Err(TlsError::NoCertificate)
+        ));
+        assert!(matches!(
+            parse_certificates(b"-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n"),
+            Err(TlsError::NoCertificate | TlsError::Pem(_))
+        ));
+        assert!(matches!(parse_private_key(b"junk"), Err(TlsError::NoKey)));
+    }
+
+    #[test]
+    fn configs_check_what_they_need() {
+        let (ca, leaf, leaf_key) = ca_and_leaf();
+        let t = transport(4096);
+        let mut s = TlsSettings::default();
+        assert!(matches!(
+            s.server_config(t.clone()),
+            Err(TlsError::NoIdentity)
+        ));
+        assert!(matches!(s.client_config(t.clone()), Err(TlsError::NoRoots)));
+        s.identity = Some((
+            vec![leaf.der().clone()],
+            parse_private_key(&leaf_key.serialize_der()).unwrap(),
+        ));
+        s.require_client_cert = true;
+        assert!(matches!(
+            s.server_config(t.clone()),
+            Err(TlsError::ClientAuthWithoutRoots)
+        ));
+        s.roots = vec![ca.cert.der().clone()];
+        s.alpn = vec![b"qr-test/1".to_vec()];
+        assert!(s.server_config(t.clone()).is_ok());
+        assert!(s.client_config(t.clone()).is_ok());
+        // A key that is not the certificate's is refused with a hint.
+        s.identity = Some((
+            vec![leaf.der().clone()],
+            parse_private_key(&ca.key_pair.serialize_der()).unwrap(),
+        ));
+        let e = s.server_config(t).unwrap_err();
+        assert!(e.to_string().contains("key belong"), "{e}");
+    }
+}
