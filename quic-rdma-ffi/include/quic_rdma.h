@@ -426,9 +426,9 @@ typedef struct {
   /**
    * v2. Server: 1 accepts 0-RTT early data from resuming clients. Early
    * data can be replayed by an attacker: accept it only for requests that
-   * are safe to run twice. Clients always keep session tickets and send
-   * 0-RTT when resuming (`QR_EVENT_CONNECTED`'s `code` says whether the
-   * server took it).
+   * are safe to run twice. Clients always keep session tickets and may
+   * write before the handshake ends when resuming (`qr_conn_0rtt`;
+   * `QR_EVENT_CONNECTED`'s `code` is 1 when the server took the early data).
    */
   uint32_t accept_0rtt;
   /**
@@ -734,9 +734,12 @@ int32_t qr_conn_close_reason(const qr_engine *e,
 
 /**
  * 0-RTT state of `conn` (RFC 9001 §4.6): a bit set of `QR_0RTT_*` (0: a
- * full handshake). Early data the server refuses is resent after the
- * handshake, so nothing is lost either way; early data can be replayed by
- * an attacker, so the server accepts it only with `accept_0rtt` set.
+ * full handshake). A client only attempts 0-RTT with a ticket from a server
+ * that allowed it; should that server refuse the early data after all (its
+ * policy changed), the streams opened early are discarded (writes to them
+ * fail with `QR_ESTREAM`) and `QR_EVENT_CONNECTED` has `code` 0: send again.
+ * Early data can be replayed by an attacker, so a server accepts it only with
+ * `accept_0rtt` set, for requests that are safe to run twice.
  *
  * # Safety
  * `e` is a live engine.
@@ -809,8 +812,11 @@ int32_t qr_engine_mtu(const qr_engine *e);
  * into `events`; returns how many were written (≥ 0). Every call does the
  * I/O, whatever `cap` is; events that did not fit are kept, in order, and
  * returned first by later calls, so a small array (or `NULL, 0`) loses
- * nothing. Writes `QR_EVENT_V1_SIZE` bytes per element; use
- * `qr_engine_poll_at` for time of your own and a growable `qr_event`.
+ * nothing. The header makes `qr_engine_poll` a macro for
+ * `qr_engine_poll_at(e, 0, events, cap, sizeof(qr_event))`, so code compiled
+ * against it gets events of its own header's size; this exported function
+ * writes `QR_EVENT_V1_SIZE` bytes per element, for programs built against
+ * the first header (whose `qr_event` had that size).
  *
  * # Safety
  * `e` is a live engine; `events` points to `cap` writable `qr_event`s.
@@ -1101,6 +1107,19 @@ int32_t qr_tls_selfsigned(const char *name,
                           size_t *key_len);
 
 /**
+ * Read the file at `path` (a PEM or DER certificate, chain or key) into
+ * `buf`, for the `qr_engine_config` TLS fields; `*len` gets its length.
+ * Size query: with `buf` NULL or `cap` too small it returns `QR_ETOOSMALL`
+ * with `*len` set. A missing or unreadable file is `QR_EINVAL`, with the
+ * path and the reason in `qr_last_error`.
+ *
+ * # Safety
+ * `path` is NUL-terminated; `buf` points to `cap` writable bytes (NULL only
+ * with 0); `len` is writable.
+ */
+int32_t qr_tls_load_file(const char *path, uint8_t *buf, size_t cap, size_t *len);
+
+/**
  * The library's version as text, "MAJOR.MINOR.PATCH" (static, never NULL).
  */
 const char *qr_version(void);
@@ -1116,3 +1135,6 @@ uint32_t qr_version_number(void);
 #endif  // __cplusplus
 
 #endif  /* QUIC_RDMA_H */
+
+/** Poll with this header's `sizeof(qr_event)` (see `qr_engine_poll_at`). */
+#define qr_engine_poll(e, events, cap) qr_engine_poll_at((e), 0, (events), (cap), sizeof(qr_event))

@@ -22,7 +22,9 @@ pub extern "C" fn qr_pin_thread(cpu: u32) -> i32 {
             let err = std::io::Error::last_os_error();
             return Err(fail(
                 QR_EINVAL,
-                format!("cannot pin to cpu {cpu}: {err} (is it online and in this process's CPU set?)"),
+                format!(
+                    "cannot pin to cpu {cpu}: {err} (is it online and in this process's CPU set?)"
+                ),
             ));
         }
         Ok(QR_OK)

@@ -140,9 +140,9 @@ pub struct qr_engine_config {
     pub require_client_cert: u32,
     /// v2. Server: 1 accepts 0-RTT early data from resuming clients. Early
     /// data can be replayed by an attacker: accept it only for requests that
-    /// are safe to run twice. Clients always keep session tickets and send
-    /// 0-RTT when resuming (`QR_EVENT_CONNECTED`'s `code` says whether the
-    /// server took it).
+    /// are safe to run twice. Clients always keep session tickets and may
+    /// write before the handshake ends when resuming (`qr_conn_0rtt`;
+    /// `QR_EVENT_CONNECTED`'s `code` is 1 when the server took the early data).
     pub accept_0rtt: u32,
     /// v2. ALPN protocols, comma-separated in preference order ("h3,qr/1");
     /// NULL or "" offers none. Both sides must share one when either sets it.
@@ -336,6 +336,11 @@ fn policy(p: u32) -> Result<AcceptPolicy, i32> {
         QR_ACCEPT_REFUSE => AcceptPolicy::RefuseAll,
         QR_ACCEPT_RETRY => AcceptPolicy::RetryThenAccept,
         QR_ACCEPT_MANUAL => AcceptPolicy::Manual,
-        _ => return Err(fail(QR_EINVAL, format!("accept_policy {p} is not one of QR_ACCEPT_*"))),
+        _ => {
+            return Err(fail(
+                QR_EINVAL,
+                format!("accept_policy {p} is not one of QR_ACCEPT_*"),
+            ))
+        }
     })
 }

@@ -41,7 +41,11 @@ pub unsafe extern "C" fn qr_conn_set_user(e: *mut qr_engine, conn: u64, user: *m
 /// # Safety
 /// `e` is a live engine; `user` writable.
 #[no_mangle]
-pub unsafe extern "C" fn qr_conn_user(e: *const qr_engine, conn: u64, user: *mut *mut c_void) -> i32 {
+pub unsafe extern "C" fn qr_conn_user(
+    e: *const qr_engine,
+    conn: u64,
+    user: *mut *mut c_void,
+) -> i32 {
     guard(|| {
         // SAFETY: the caller's contract above.
         let e = unsafe { obj_ref(e) }?;
@@ -130,9 +134,12 @@ pub const QR_0RTT_POSSIBLE: i32 = 1;
 pub const QR_0RTT_ACCEPTED: i32 = 2;
 
 /// 0-RTT state of `conn` (RFC 9001 §4.6): a bit set of `QR_0RTT_*` (0: a
-/// full handshake). Early data the server refuses is resent after the
-/// handshake, so nothing is lost either way; early data can be replayed by
-/// an attacker, so the server accepts it only with `accept_0rtt` set.
+/// full handshake). A client only attempts 0-RTT with a ticket from a server
+/// that allowed it; should that server refuse the early data after all (its
+/// policy changed), the streams opened early are discarded (writes to them
+/// fail with `QR_ESTREAM`) and `QR_EVENT_CONNECTED` has `code` 0: send again.
+/// Early data can be replayed by an attacker, so a server accepts it only with
+/// `accept_0rtt` set, for requests that are safe to run twice.
 ///
 /// # Safety
 /// `e` is a live engine.
@@ -145,6 +152,7 @@ pub unsafe extern "C" fn qr_conn_0rtt(e: *const qr_engine, conn: u64) -> i32 {
             .engine
             .zero_rtt(ConnHandle::from_bits(conn))
             .map_err(|err| code_of(&err))?;
-        Ok(if z.possible { QR_0RTT_POSSIBLE } else { 0 } | if z.accepted { QR_0RTT_ACCEPTED } else { 0 })
+        Ok(if z.possible { QR_0RTT_POSSIBLE } else { 0 }
+            | if z.accepted { QR_0RTT_ACCEPTED } else { 0 })
     })
 }

@@ -219,7 +219,10 @@ impl qr_engine {
         let mut q = qr_event::from(ev);
         q.time_ns = self.pending_ns[i];
         if q.kind != QR_EVENT_INCOMING {
-            q.user = self.users.get(&q.conn).map_or(std::ptr::null_mut(), |&u| u as *mut c_void);
+            q.user = self
+                .users
+                .get(&q.conn)
+                .map_or(std::ptr::null_mut(), |&u| u as *mut c_void);
         }
         match ev {
             Event::Connected { conn } => {
@@ -265,8 +268,11 @@ impl qr_engine {
 /// into `events`; returns how many were written (≥ 0). Every call does the
 /// I/O, whatever `cap` is; events that did not fit are kept, in order, and
 /// returned first by later calls, so a small array (or `NULL, 0`) loses
-/// nothing. Writes `QR_EVENT_V1_SIZE` bytes per element; use
-/// `qr_engine_poll_at` for time of your own and a growable `qr_event`.
+/// nothing. The header makes `qr_engine_poll` a macro for
+/// `qr_engine_poll_at(e, 0, events, cap, sizeof(qr_event))`, so code compiled
+/// against it gets events of its own header's size; this exported function
+/// writes `QR_EVENT_V1_SIZE` bytes per element, for programs built against
+/// the first header (whose `qr_event` had that size).
 ///
 /// # Safety
 /// `e` is a live engine; `events` points to `cap` writable `qr_event`s.

@@ -116,7 +116,10 @@ pub(crate) fn code_of(e: &EngineError) -> i32 {
         EngineError::DatagramsUnsupported => QR_EUNSUPPORTED,
         EngineError::ConnectionLost(_) => QR_ECLOSED,
         EngineError::NoClientConfig => {
-            return fail(QR_ETLS, "no client TLS config: set ca_der in qr_engine_config")
+            return fail(
+                QR_ETLS,
+                "no client TLS config: set ca_der in qr_engine_config",
+            )
         }
         EngineError::Tls(m) => return fail(QR_ETLS, m),
         EngineError::Connect(_) => return fail(QR_ECONNECT, e),

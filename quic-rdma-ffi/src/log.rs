@@ -32,7 +32,12 @@ pub const QR_LOG_TRACE: i32 = 5;
 /// both strings live only for the call. Called on whichever thread logged
 /// (the thread polling the engine, for everything the engine does).
 pub type qr_log_fn = Option<
-    unsafe extern "C" fn(user: *mut c_void, level: i32, target: *const c_char, message: *const c_char),
+    unsafe extern "C" fn(
+        user: *mut c_void,
+        level: i32,
+        target: *const c_char,
+        message: *const c_char,
+    ),
 >;
 
 struct Hook {
@@ -142,8 +147,10 @@ pub unsafe extern "C" fn qr_log_set(cb: qr_log_fn, user: *mut c_void, level: i32
             ));
         }
         let level = if cb.is_some() { level } else { QR_LOG_OFF };
-        *HOOK.write().unwrap_or_else(|p| p.into_inner()) =
-            cb.map(|cb| Hook { cb, user: user as usize });
+        *HOOK.write().unwrap_or_else(|p| p.into_inner()) = cb.map(|cb| Hook {
+            cb,
+            user: user as usize,
+        });
         LEVEL.store(level, Ordering::Relaxed);
         // Callsites cached "never" under the old level must ask again.
         tracing::callsite::rebuild_interest_cache();
@@ -160,33 +167,61 @@ mod tests {
 
     static SEEN: Mutex<Vec<(i32, String, String)>> = Mutex::new(Vec::new());
 
-    unsafe extern "C" fn collect(user: *mut c_void, level: i32, target: *const c_char, msg: *const c_char) {
+    unsafe extern "C" fn collect(
+        user: *mut c_void,
+        level: i32,
+        target: *const c_char,
+        msg: *const c_char,
+    ) {
         assert_eq!(user as usize, 0x1234);
         // SAFETY: the hook passes NUL-terminated strings live for the call.
         let (t, m) = unsafe { (CStr::from_ptr(target), CStr::from_ptr(msg)) };
-        SEEN.lock().unwrap().push((level, t.to_string_lossy().into(), m.to_string_lossy().into()));
+        SEEN.lock().unwrap().push((
+            level,
+            t.to_string_lossy().into(),
+            m.to_string_lossy().into(),
+        ));
     }
 
     #[test]
     fn events_reach_the_callback_at_the_level_set() {
         // SAFETY: `collect` is callable from any thread with any user pointer.
-        assert_eq!(unsafe { qr_log_set(Some(collect), 0x1234 as *mut c_void, QR_LOG_WARN) }, QR_OK);
+        assert_eq!(
+            unsafe { qr_log_set(Some(collect), 0x1234 as *mut c_void, QR_LOG_WARN) },
+            QR_OK
+        );
         tracing::warn!(target: "qr_test", peer = 7, "hello {}", 5);
         tracing::info!(target: "qr_test", "not at WARN");
         // SAFETY: as above.
-        assert_eq!(unsafe { qr_log_set(Some(collect), 0x1234 as *mut c_void, QR_LOG_INFO) }, QR_OK);
+        assert_eq!(
+            unsafe { qr_log_set(Some(collect), 0x1234 as *mut c_void, QR_LOG_INFO) },
+            QR_OK
+        );
         tracing::info!(target: "qr_test", "now at INFO");
         // SAFETY: turning off needs no callback.
-        assert_eq!(unsafe { qr_log_set(None, std::ptr::null_mut(), QR_LOG_TRACE) }, QR_OK);
+        assert_eq!(
+            unsafe { qr_log_set(None, std::ptr::null_mut(), QR_LOG_TRACE) },
+            QR_OK
+        );
         tracing::error!(target: "qr_test", "off");
         // SAFETY: as above.
-        assert_eq!(unsafe { qr_log_set(None, std::ptr::null_mut(), 9) }, QR_EINVAL);
+        assert_eq!(
+            unsafe { qr_log_set(None, std::ptr::null_mut(), 9) },
+            QR_EINVAL
+        );
         let seen = SEEN.lock().unwrap().clone();
-        let ours: Vec<_> = seen.into_iter().filter(|(_, t, _)| t == "qr_test").collect();
+        let ours: Vec<_> = seen
+            .into_iter()
+            .filter(|(_, t, _)| t == "qr_test")
+            .collect();
         assert_eq!(
             ours,
             vec![
-                (QR_LOG_WARN, "qr_test".to_owned(), "hello 5 peer=7".to_owned()),
+                (
+                    QR_LOG_WARN,
+                    "qr_test".to_owned(),
+                    "hello 5 peer=7".to_owned()
+                ),
                 (QR_LOG_INFO, "qr_test".to_owned(), "now at INFO".to_owned()),
             ]
         );

@@ -1,9 +1,10 @@
-//! A self-signed certificate helper for tests and examples.
+//! TLS helpers: a self-signed certificate for tests and examples, and
+//! loading certificate and key files.
 
 use std::cell::RefCell;
 use std::ffi::c_char;
 
-use crate::error::{guard, QR_EINVAL, QR_ENULL, QR_ETLS, QR_ETOOSMALL, QR_OK};
+use crate::error::{fail, guard, QR_EINVAL, QR_ENULL, QR_ETLS, QR_ETOOSMALL, QR_OK};
 use crate::ptr::{put, text};
 
 /// A certificate made for a size query: its name, certificate and key (DER).
@@ -88,6 +89,42 @@ pub unsafe extern "C" fn qr_tls_selfsigned(
             std::ptr::copy_nonoverlapping(c.as_ptr(), cert, c.len());
             std::ptr::copy_nonoverlapping(k.as_ptr(), key, k.len());
         }
+        Ok(QR_OK)
+    })
+}
+
+/// Read the file at `path` (a PEM or DER certificate, chain or key) into
+/// `buf`, for the `qr_engine_config` TLS fields; `*len` gets its length.
+/// Size query: with `buf` NULL or `cap` too small it returns `QR_ETOOSMALL`
+/// with `*len` set. A missing or unreadable file is `QR_EINVAL`, with the
+/// path and the reason in `qr_last_error`.
+///
+/// # Safety
+/// `path` is NUL-terminated; `buf` points to `cap` writable bytes (NULL only
+/// with 0); `len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn qr_tls_load_file(
+    path: *const c_char,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> i32 {
+    guard(|| {
+        // SAFETY: NUL-terminated by contract (null-checked).
+        let path = unsafe { text(path) }?;
+        if (buf.is_null() && cap > 0) || len.is_null() {
+            return Err(QR_ENULL);
+        }
+        let data =
+            std::fs::read(path).map_err(|e| fail(QR_EINVAL, format!("cannot read {path}: {e}")))?;
+        // SAFETY: writable by contract (checked non-null above).
+        unsafe { put(len, data.len()) }?;
+        if data.len() > cap {
+            return Err(QR_ETOOSMALL);
+        }
+        // SAFETY: `buf` holds `cap` >= len writable bytes by contract; the
+        // source is our own vector.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, data.len()) };
         Ok(QR_OK)
     })
 }

@@ -25,8 +25,13 @@ mod tests {
     #[test]
     fn text_and_number_agree() {
         // SAFETY: a static NUL-terminated string.
-        let text = unsafe { std::ffi::CStr::from_ptr(qr_version()) }.to_str().unwrap();
+        let text = unsafe { std::ffi::CStr::from_ptr(qr_version()) }
+            .to_str()
+            .unwrap();
         let n = qr_version_number();
-        assert_eq!(text, format!("{}.{}.{}", n >> 16, (n >> 8) & 0xff, n & 0xff));
+        assert_eq!(
+            text,
+            format!("{}.{}.{}", n >> 16, (n >> 8) & 0xff, n & 0xff)
+        );
     }
 }

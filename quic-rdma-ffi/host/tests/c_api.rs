@@ -21,12 +21,70 @@ fn c_tests() -> Vec<PathBuf> {
     vec![c_dir().join("tests/test_api.c")]
 }
 
+/// The C tests' PKI (`QR_TEST_PKI`): a root CA, an intermediate, a server
+/// leaf under the intermediate (its PEM chain: leaf + intermediate), a client
+/// leaf under the root (DER), and a client of a foreign CA (PEM).
+fn pki_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-api-pki");
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = |name: &str| {
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            p.distinguished_name.push(rcgen::DnType::CommonName, name);
+            p
+        };
+        let root_key = KeyPair::generate().unwrap();
+        let root = ca("qr test root").self_signed(&root_key).unwrap();
+        let mid_key = KeyPair::generate().unwrap();
+        let mid = ca("qr test intermediate")
+            .signed_by(&mid_key, &root, &root_key)
+            .unwrap();
+        let leaf = |san: &str, key: &KeyPair, issuer: &rcgen::Certificate, issuer_key: &KeyPair| {
+            CertificateParams::new(vec![san.to_owned()])
+                .unwrap()
+                .signed_by(key, issuer, issuer_key)
+                .unwrap()
+        };
+        let server_key = KeyPair::generate().unwrap();
+        let server = leaf("server.test", &server_key, &mid, &mid_key);
+        let client_key = KeyPair::generate().unwrap();
+        let client = leaf("client.test", &client_key, &root, &root_key);
+        let foreign_ca_key = KeyPair::generate().unwrap();
+        let foreign_ca = ca("foreign root").self_signed(&foreign_ca_key).unwrap();
+        let foreign_key = KeyPair::generate().unwrap();
+        let foreign = leaf("client.test", &foreign_key, &foreign_ca, &foreign_ca_key);
+        let files: [(&str, Vec<u8>); 7] = [
+            (
+                "server-chain.pem",
+                format!("{}{}", server.pem(), mid.pem()).into_bytes(),
+            ),
+            ("server-key.pem", server_key.serialize_pem().into_bytes()),
+            ("root.pem", root.pem().into_bytes()),
+            ("client.der", client.der().to_vec()),
+            ("client-key.der", client_key.serialize_der()),
+            ("foreign.pem", foreign.pem().into_bytes()),
+            ("foreign-key.pem", foreign_key.serialize_pem().into_bytes()),
+        ];
+        for (name, bytes) in files {
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+        dir
+    })
+    .clone()
+}
+
+/// Every C test passes: the count is the number of RUN lines in test_api.c.
+const EXPECTED: &str = "17 passed, 0 failed";
+
 #[test]
 fn c_api_tests_pass() {
     let exe = compile("test_api", &c_tests(), &[]);
-    let out = run(&mut Command::new(&exe));
+    let out = run(Command::new(&exe).env("QR_TEST_PKI", pki_dir()));
     print!("{out}");
-    assert!(out.contains("12 passed, 0 failed"), "{out}");
+    assert!(out.contains(EXPECTED), "{out}");
 }
 
 #[test]
@@ -36,11 +94,13 @@ fn c_api_tests_pass_under_address_sanitizer() {
         &c_tests(),
         &["-fsanitize=address", "-fno-omit-frame-pointer"],
     );
-    let out = run(Command::new(&exe).env(
-        "ASAN_OPTIONS",
-        "detect_leaks=1:abort_on_error=0:exitcode=23",
-    ));
-    assert!(out.contains("12 passed, 0 failed"), "{out}");
+    let out = run(Command::new(&exe)
+        .env(
+            "ASAN_OPTIONS",
+            "detect_leaks=1:abort_on_error=0:exitcode=23",
+        )
+        .env("QR_TEST_PKI", pki_dir()));
+    assert!(out.contains(EXPECTED), "{out}");
 }
 
 #[test]
@@ -61,8 +121,9 @@ fn c_api_tests_are_valgrind_clean() {
             "--undef-value-errors=no",
             "--quiet",
         ])
-        .arg(&exe));
-    assert!(out.contains("12 passed, 0 failed"), "{out}");
+        .arg(&exe)
+        .env("QR_TEST_PKI", pki_dir()));
+    assert!(out.contains(EXPECTED), "{out}");
 }
 
 #[test]

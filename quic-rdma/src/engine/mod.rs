@@ -201,8 +201,10 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// 0-RTT on `conn` (RFC 9001 §4.6): whether early data is possible (a
     /// client resuming a session with a server that allows it may open and
     /// write streams before [`Event::Connected`]; that data rides in 0-RTT
-    /// packets) and, once connected, whether the server accepted it (if not,
-    /// quinn-proto resends the data after the handshake: nothing is lost).
+    /// packets) and, once connected, whether the server accepted it. A server
+    /// that takes the ticket but then refuses the early data (its policy
+    /// changed) makes quinn-proto discard the streams opened early: writes to
+    /// them fail, and the application sends again after [`Event::Connected`].
     pub fn zero_rtt(&self, conn: ConnHandle) -> Result<ZeroRtt, EngineError> {
         let c = &self.conns.get_ref(conn)?.inner;
         Ok(ZeroRtt {

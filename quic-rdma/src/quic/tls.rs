@@ -35,7 +35,9 @@ pub enum TlsError {
     #[error("unusable CA certificate: {0}")]
     BadRoot(String),
     /// Client certificates are required but no CA to check them against was given.
-    #[error("client certificates are required but no CA was given to verify them: set the CA (roots)")]
+    #[error(
+        "client certificates are required but no CA was given to verify them: set the CA (roots)"
+    )]
     ClientAuthWithoutRoots,
     /// A server config needs a certificate chain and its key.
     #[error("a server needs a certificate chain and its private key")]
@@ -147,9 +149,10 @@ impl TlsSettings {
             if self.roots.is_empty() {
                 return Err(TlsError::ClientAuthWithoutRoots);
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(self.root_store()?, provider())
-                .build()
-                .map_err(config_error)?;
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(self.root_store()?, provider())
+                    .build()
+                    .map_err(config_error)?;
             builder.with_client_cert_verifier(verifier)
         } else {
             builder.with_no_client_auth()

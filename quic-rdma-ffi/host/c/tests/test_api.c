@@ -4,6 +4,8 @@
 #include "qr_pair.h"
 #include "sha256.h"
 
+#include <stddef.h>
+
 static int passed, failed;
 
 #define EXPECT(cond)                                                                  \
@@ -518,6 +520,404 @@ static int test_poll_at_caller_time(void) {
     return 0;
 }
 
+
+/* ---- Issue 14, build items 4 and 5: TLS as deployed, 0-RTT, what a trading
+ * user expects. ---- */
+
+/* Read a file of the PKI the Rust harness wrote (QR_TEST_PKI=dir) with the
+ * library's own size-then-read helper. */
+static size_t load_pki(const char *name, uint8_t *buf, size_t cap) {
+    const char *dir = getenv("QR_TEST_PKI");
+    if (!dir) {
+        fprintf(stderr, "QR_TEST_PKI is not set (tests/c_api.rs sets it)\n");
+        return 0;
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    size_t len = 0;
+    if (qr_tls_load_file(path, NULL, 0, &len) != QR_ETOOSMALL || len > cap) return 0;
+    if (qr_tls_load_file(path, buf, cap, &len) != QR_OK) return 0;
+    return len;
+}
+
+typedef struct tls_files {
+    const uint8_t *cert; size_t cert_len;
+    const uint8_t *key; size_t key_len;
+    const uint8_t *ca; size_t ca_len;
+} tls_files;
+
+static qr_engine *engine_v2(qr_fabric *f, const char *gid, uint32_t rk, tls_files t,
+                            uint32_t require_client_cert, uint32_t accept_0rtt, const char *alpn) {
+    qr_engine_config c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.gid = gid;
+    c.routing_key = rk;
+    c.cert_der = t.cert; c.cert_der_len = t.cert_len;
+    c.key_der = t.key; c.key_der_len = t.key_len;
+    c.ca_der = t.ca; c.ca_der_len = t.ca_len;
+    c.require_client_cert = require_client_cert;
+    c.accept_0rtt = accept_0rtt;
+    c.alpn = alpn;
+    qr_engine *e = NULL;
+    int rc = qr_engine_new(f, &c, &e);
+    if (rc != QR_OK) fprintf(stderr, "qr_engine_new: %s: %s\n", qr_strerror(rc), qr_last_error());
+    return e;
+}
+
+/* Poll both until both sides report CONNECTED (1; a TLS 1.3 client may report
+ * it before the server has checked the client's certificate) or the client
+ * loses the connection (0). The server's id goes to *server_conn. */
+static int drive_connect(qr_engine *client, qr_engine *server, uint64_t conn, uint64_t *server_conn) {
+    qr_event ev[32];
+    int client_ok = 0;
+    *server_conn = 0;
+    for (long i = 0; i < 2000000; i++) {
+        int n = qr_engine_poll(client, ev, 32);
+        if (n < 0) return 0;
+        for (int k = 0; k < n; k++) {
+            if (ev[k].conn != conn) continue;
+            if (ev[k].kind == QR_EVENT_CONNECTED) client_ok = 1;
+            if (ev[k].kind == QR_EVENT_CONNECTION_LOST) return 0;
+        }
+        n = qr_engine_poll(server, ev, 32);
+        for (int k = 0; k < n; k++)
+            if (ev[k].kind == QR_EVENT_CONNECTED) *server_conn = ev[k].conn;
+        if (client_ok && *server_conn) {
+            /* A few more rounds: the server's session tickets reach the client. */
+            for (int j = 0; j < 200; j++) {
+                qr_engine_poll(client, NULL, 0);
+                qr_engine_poll(server, NULL, 0);
+            }
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* PEM chains (leaf + intermediate, trusted through the root only), mutual
+ * TLS and ALPN: a client with a certificate from the CA connects; one
+ * without a certificate, one with a certificate of a foreign CA, and one
+ * with another ALPN are refused. DER and PEM both load. */
+static int test_mtls_pem_chains_alpn(void) {
+    static uint8_t chain[16384], skey[8192], root[8192], ccert[8192], ckey[8192], fcert[8192],
+        fkey[8192];
+    size_t chain_len = load_pki("server-chain.pem", chain, sizeof chain);
+    size_t skey_len = load_pki("server-key.pem", skey, sizeof skey);
+    size_t root_len = load_pki("root.pem", root, sizeof root);
+    size_t ccert_len = load_pki("client.der", ccert, sizeof ccert);
+    size_t ckey_len = load_pki("client-key.der", ckey, sizeof ckey);
+    size_t fcert_len = load_pki("foreign.pem", fcert, sizeof fcert);
+    size_t fkey_len = load_pki("foreign-key.pem", fkey, sizeof fkey);
+    EXPECT(chain_len && skey_len && root_len && ccert_len && ckey_len && fcert_len && fkey_len);
+    uint64_t len = 0;
+    EXPECT(qr_tls_load_file("/nonexistent/qr.pem", NULL, 0, (size_t *)&len) == QR_EINVAL);
+    EXPECT(strstr(qr_last_error(), "/nonexistent/qr.pem") != NULL);
+
+    qr_fabric_config fc;
+    memset(&fc, 0, sizeof fc);
+    fc.struct_size = sizeof fc;
+    qr_fabric *f = NULL;
+    EXPECT(qr_fabric_new(&fc, &f) == QR_OK);
+    tls_files st = {chain, chain_len, skey, skey_len, root, root_len};
+    qr_engine *server = engine_v2(f, "fd00::41", 0x41, st, 1, 0, "qr-test/1,qr-test/0");
+    EXPECT(server != NULL);
+    qr_addr sa;
+    EXPECT(qr_engine_local_addr(server, &sa) == QR_OK);
+
+    struct { tls_files t; const char *alpn; int ok; const char *what; } cases[] = {
+        {{ccert, ccert_len, ckey, ckey_len, root, root_len}, "qr-test/1", 1, "CA client (DER)"},
+        {{NULL, 0, NULL, 0, root, root_len}, "qr-test/1", 0, "no client certificate"},
+        {{fcert, fcert_len, fkey, fkey_len, root, root_len}, "qr-test/1", 0, "foreign CA"},
+        {{ccert, ccert_len, ckey, ckey_len, root, root_len}, "other/1", 0, "no common ALPN"},
+    };
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char gid[32];
+        snprintf(gid, sizeof gid, "fd00::5%u", i);
+        qr_engine *client = engine_v2(f, gid, 0x50 + i, cases[i].t, 0, 0, cases[i].alpn);
+        EXPECT(client != NULL);
+        uint64_t conn, sconn;
+        EXPECT(qr_connect(client, &sa, "server.test", &conn) == QR_OK);
+        int ok = drive_connect(client, server, conn, &sconn);
+        if (ok != cases[i].ok) fprintf(stderr, "case %s: connected=%d\n", cases[i].what, ok);
+        EXPECT(ok == cases[i].ok);
+        if (!ok) {
+            char why[256];
+            size_t need = 0;
+            int n = qr_conn_close_reason(client, conn, (uint8_t *)why, sizeof why - 1, &need);
+            EXPECT(n > 0 && (size_t)n == need);
+        }
+        qr_engine_free(client);
+    }
+    /* A key that is not the certificate's is refused with a hint. */
+    tls_files bad = {chain, chain_len, fkey, fkey_len, NULL, 0};
+    qr_engine_config c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.gid = "fd00::5f";
+    c.cert_der = bad.cert; c.cert_der_len = bad.cert_len;
+    c.key_der = bad.key; c.key_der_len = bad.key_len;
+    qr_engine *e = NULL;
+    EXPECT(qr_engine_new(f, &c, &e) == QR_ETLS);
+    EXPECT(strstr(qr_last_error(), "key") != NULL);
+    qr_engine_free(server);
+    qr_fabric_free(f);
+    return 0;
+}
+
+/* Transport settings from C, on the caller's clock: idle timeout 40 ms and
+ * no keep-alives time the connection out 40 ms after the last packet; bad
+ * settings are refused with a reason. A version-1-sized config still works. */
+static int test_transport_settings(void) {
+    qr_fabric_config fc;
+    memset(&fc, 0, sizeof fc);
+    fc.struct_size = sizeof fc;
+    qr_fabric *f = NULL;
+    EXPECT(qr_fabric_new(&fc, &f) == QR_OK);
+    static uint8_t cert[8192], key[8192];
+    size_t cl = 0, kl = 0;
+    EXPECT(qr_tls_selfsigned("localhost", cert, sizeof cert, &cl, key, sizeof key, &kl) == QR_OK);
+    qr_engine_config c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.gid = "fd00::61";
+    c.cert_der = cert; c.cert_der_len = cl;
+    c.key_der = key; c.key_der_len = kl;
+    c.idle_timeout_ms = 40;
+    c.keep_alive_ms = QR_TIMER_OFF;
+    c.congestion = QR_CC_NEWRENO;
+    c.stream_window = 1 << 20;
+    c.conn_window = 8 << 20;
+    c.recv_batch = 64;
+    c.recv_depth = 1024;
+    c.send_slots = 256;
+    c.max_bidi_streams = 8;
+    qr_engine *server = NULL, *client = NULL, *bad = NULL;
+    EXPECT(qr_engine_new(f, &c, &server) == QR_OK);
+    c.keep_alive_ms = 100; /* not below the idle timeout */
+    EXPECT(qr_engine_new(f, &c, &bad) == QR_EINVAL);
+    EXPECT(strstr(qr_last_error(), "keep-alive") != NULL);
+    c.keep_alive_ms = QR_TIMER_OFF;
+    c.congestion = 99;
+    EXPECT(qr_engine_new(f, &c, &bad) == QR_EINVAL);
+    EXPECT(strstr(qr_last_error(), "QR_CC_") != NULL);
+    c.congestion = QR_CC_BBR;
+    c.gid = "fd00::62";
+    c.cert_der = NULL; c.cert_der_len = 0;
+    c.key_der = NULL; c.key_der_len = 0;
+    c.ca_der = cert; c.ca_der_len = cl;
+    EXPECT(qr_engine_new(f, &c, &client) == QR_OK);
+    /* A caller built against version 1 passes the smaller size: defaults. */
+    c.struct_size = offsetof(qr_engine_config, require_client_cert);
+    c.gid = "fd00::63";
+    c.idle_timeout_ms = 7; /* beyond the caller's size: never read */
+    EXPECT(qr_engine_new(f, &c, &bad) == QR_OK);
+    qr_engine_free(bad);
+
+    qr_addr sa;
+    EXPECT(qr_engine_local_addr(server, &sa) == QR_OK);
+    uint64_t conn;
+    EXPECT(qr_connect(client, &sa, "localhost", &conn) == QR_OK);
+    uint64_t now = 1000000000ull;
+    qr_event ev[16];
+    int connected = 0;
+    for (int i = 0; i < 2000 && !connected; i++) {
+        now += 100000; /* 0.1 ms steps */
+        int n = qr_engine_poll_at(client, now, ev, 16, sizeof ev[0]);
+        for (int k = 0; k < n; k++) connected |= ev[k].kind == QR_EVENT_CONNECTED;
+        EXPECT(qr_engine_poll_at(server, now, ev, 16, sizeof ev[0]) >= 0);
+    }
+    EXPECT(connected);
+    /* Let the last packets land, then leave the server silent. */
+    for (int i = 0; i < 20; i++) {
+        now += 100000;
+        qr_engine_poll_at(client, now, ev, 16, sizeof ev[0]);
+        qr_engine_poll_at(server, now, ev, 16, sizeof ev[0]);
+    }
+    uint64_t quiet = now;
+    int lost = 0;
+    while (!lost && now < quiet + 200000000ull) {
+        now += 1000000; /* 1 ms steps; the server is not polled */
+        int n = qr_engine_poll_at(client, now, ev, 16, sizeof ev[0]);
+        for (int k = 0; k < n; k++)
+            if (ev[k].kind == QR_EVENT_CONNECTION_LOST && ev[k].reason == QR_CLOSE_TIMED_OUT) lost = 1;
+    }
+    EXPECT(lost);
+    /* RFC 9000 §10.1: the idle timeout, and the 3×PTO floor, are well under 100 ms here. */
+    EXPECT(now - quiet >= 40000000ull && now - quiet <= 100000000ull);
+    qr_engine_free(client);
+    qr_engine_free(server);
+    qr_fabric_free(f);
+    return 0;
+}
+
+/* A user pointer rides on every event of its connection through
+ * QR_EVENT_CLOSED; event times are the caller's; the peer's address and the
+ * reason phrase of its CONNECTION_CLOSE are readable. */
+static int test_user_context_and_close_reason(void) {
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    EXPECT(qr_pair_connect(&p) == 0);
+    static int ctx;
+    void *got = (void *)1;
+    EXPECT(qr_conn_user(p.client, p.client_conn, &got) == QR_OK && got == NULL);
+    EXPECT(qr_conn_set_user(p.client, p.client_conn, &ctx) == QR_OK);
+    EXPECT(qr_conn_user(p.client, p.client_conn, &got) == QR_OK && got == &ctx);
+    EXPECT(qr_conn_set_user(p.client, p.server_conn, &ctx) == QR_ENOCONN);
+    qr_addr sa, remote;
+    EXPECT(qr_engine_local_addr(p.server, &sa) == QR_OK);
+    EXPECT(qr_conn_remote(p.client, p.client_conn, &remote) == QR_OK);
+    EXPECT(memcmp(&sa, &remote, sizeof sa) == 0);
+    size_t need = 7;
+    EXPECT(qr_conn_close_reason(p.client, p.client_conn, NULL, 0, &need) == 0 && need == 0);
+
+    static const char bye[] = "end of session";
+    EXPECT(qr_close(p.server, p.server_conn, 42, (const uint8_t *)bye, strlen(bye)) == QR_OK);
+    uint64_t now = 9000000000ull;
+    int lost = 0, closed = 0;
+    for (int i = 0; i < 100000 && !closed; i++) {
+        now += 1000000;
+        qr_event ev[16];
+        int n = qr_engine_poll_at(p.client, now, ev, 16, sizeof ev[0]);
+        EXPECT(n >= 0);
+        for (int k = 0; k < n; k++) {
+            EXPECT(ev[k].time_ns == now);
+            if (ev[k].conn != p.client_conn) continue;
+            EXPECT(ev[k].user == &ctx);
+            if (ev[k].kind == QR_EVENT_CONNECTION_LOST) {
+                EXPECT(ev[k].reason == QR_CLOSE_APPLICATION && ev[k].code == 42);
+                char why[64];
+                int m = qr_conn_close_reason(p.client, p.client_conn, (uint8_t *)why, 3, &need);
+                EXPECT(m == QR_ETOOSMALL && need == strlen(bye));
+                m = qr_conn_close_reason(p.client, p.client_conn, (uint8_t *)why, sizeof why, &need);
+                EXPECT(m == (int)strlen(bye) && memcmp(why, bye, strlen(bye)) == 0);
+                lost = 1;
+            }
+            if (ev[k].kind == QR_EVENT_CLOSED) closed = 1;
+        }
+        qr_engine_poll_at(p.server, now, NULL, 0, sizeof(qr_event));
+    }
+    EXPECT(lost && closed);
+    qr_pair_free(&p);
+    return 0;
+}
+
+/* 0-RTT (RFC 9001 §4.6): the second connection to a server that accepts early
+ * data opens a stream and writes before any packet is exchanged; the server
+ * reads it, the client sees QR_0RTT_ACCEPTED and CONNECTED with code 1. A
+ * server without accept_0rtt takes the same bytes after the handshake. */
+static int test_zero_rtt_resumption(void) {
+    for (int accept = 1; accept >= 0; accept--) {
+        qr_fabric_config fc;
+        memset(&fc, 0, sizeof fc);
+        fc.struct_size = sizeof fc;
+        qr_fabric *f = NULL;
+        EXPECT(qr_fabric_new(&fc, &f) == QR_OK);
+        static uint8_t cert[8192], key[8192];
+        size_t cl = 0, kl = 0;
+        EXPECT(qr_tls_selfsigned("localhost", cert, sizeof cert, &cl, key, sizeof key, &kl) == QR_OK);
+        tls_files st = {cert, cl, key, kl, NULL, 0}, ct = {NULL, 0, NULL, 0, cert, cl};
+        qr_engine *server = engine_v2(f, "fd00::71", 0x71, st, 0, (uint32_t)accept, "qr/1");
+        qr_engine *client = engine_v2(f, "fd00::72", 0x72, ct, 0, 0, "qr/1");
+        EXPECT(server && client);
+        qr_addr sa;
+        EXPECT(qr_engine_local_addr(server, &sa) == QR_OK);
+        uint64_t conn, sconn;
+        EXPECT(qr_connect(client, &sa, "localhost", &conn) == QR_OK);
+        EXPECT(qr_conn_0rtt(client, conn) == 0); /* nothing to resume yet */
+        EXPECT(drive_connect(client, server, conn, &sconn) == 1);
+        EXPECT(qr_close(client, conn, 0, NULL, 0) == QR_OK);
+        for (int i = 0; i < 2000; i++) {
+            qr_engine_poll(client, NULL, 0);
+            qr_engine_poll(server, NULL, 0);
+        }
+
+        EXPECT(qr_connect(client, &sa, "localhost", &conn) == QR_OK);
+        int z = qr_conn_0rtt(client, conn);
+        EXPECT(accept ? z == QR_0RTT_POSSIBLE : z == 0);
+        uint64_t s = 0;
+        static const char early[] = "early bird";
+        if (accept) {
+            /* Before any packet: the stream and its bytes ride the first flight. */
+            EXPECT(qr_stream_open(client, conn, 1, &s) == QR_OK);
+            EXPECT(qr_stream_write(client, conn, s, (const uint8_t *)early, strlen(early)) ==
+                   (int64_t)strlen(early));
+            EXPECT(qr_stream_finish(client, conn, s) == QR_OK);
+        }
+        int connected = 0, got = 0;
+        uint64_t connected_code = 9;
+        char buf[64];
+        size_t have = 0;
+        for (long i = 0; i < 2000000 && !(connected && got); i++) {
+            qr_event ev[32];
+            int n = qr_engine_poll_at(client, 0, ev, 32, sizeof ev[0]);
+            for (int k = 0; k < n; k++)
+                if (ev[k].kind == QR_EVENT_CONNECTED && ev[k].conn == conn) {
+                    connected = 1;
+                    connected_code = ev[k].code;
+                    if (!accept) {
+                        EXPECT(qr_stream_open(client, conn, 1, &s) == QR_OK);
+                        EXPECT(qr_stream_write(client, conn, s, (const uint8_t *)early,
+                                               strlen(early)) == (int64_t)strlen(early));
+                        EXPECT(qr_stream_finish(client, conn, s) == QR_OK);
+                    }
+                }
+            n = qr_engine_poll(server, ev, 32);
+            for (int k = 0; k < n; k++) {
+                if (ev[k].kind != QR_EVENT_STREAM_READABLE && ev[k].kind != QR_EVENT_STREAM_OPENED)
+                    continue;
+                int fin = 0;
+                int64_t r = qr_stream_read(server, ev[k].conn, ev[k].stream, (uint8_t *)buf + have,
+                                           sizeof buf - have, &fin);
+                if (r > 0) have += (size_t)r;
+                if (fin) got = 1;
+            }
+        }
+        if (!(connected && got)) fprintf(stderr, "accept=%d connected=%d got=%d have=%zu\n", accept, connected, got, have);
+        EXPECT(connected && got);
+        EXPECT(have == strlen(early) && memcmp(buf, early, have) == 0);
+        EXPECT(connected_code == (uint64_t)accept);
+        EXPECT(qr_conn_0rtt(client, conn) == (accept ? QR_0RTT_POSSIBLE | QR_0RTT_ACCEPTED : 0));
+        qr_engine_free(client);
+        qr_engine_free(server);
+        qr_fabric_free(f);
+    }
+    return 0;
+}
+
+static int log_lines, log_bad;
+static void on_log(void *user, int32_t level, const char *target, const char *message) {
+    if (user != &log_lines || level < QR_LOG_ERROR || level > QR_LOG_TRACE || !target || !message)
+        log_bad++;
+    log_lines++;
+}
+
+/* The log hook, the version, the panic policy, pinning. */
+static int test_log_version_policy_pinning(void) {
+    EXPECT(qr_log_set(on_log, &log_lines, QR_LOG_TRACE) == QR_OK);
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    EXPECT(qr_pair_connect(&p) == 0);
+    EXPECT(qr_log_set(NULL, NULL, QR_LOG_OFF) == QR_OK);
+    int seen = log_lines;
+    EXPECT(seen > 0 && log_bad == 0);
+    qr_pair_free(&p);
+    EXPECT(log_lines == seen); /* off means off */
+    EXPECT(qr_log_set(on_log, &log_lines, 17) == QR_EINVAL);
+
+    unsigned v = qr_version_number();
+    char text[32];
+    snprintf(text, sizeof text, "%u.%u.%u", v >> 16, (v >> 8) & 0xff, v & 0xff);
+    EXPECT(strcmp(text, qr_version()) == 0);
+    EXPECT(qr_set_panic_policy(QR_PANIC_ABORT) == QR_PANIC_RETURN);
+    EXPECT(qr_set_panic_policy(QR_PANIC_RETURN) == QR_PANIC_ABORT);
+    EXPECT(qr_set_panic_policy(5) == QR_EINVAL);
+    EXPECT(qr_pin_thread(0) == QR_OK);
+    EXPECT(qr_pin_thread(1u << 30) == QR_EINVAL);
+    EXPECT(strstr(qr_last_error(), "cpu") != NULL);
+    return 0;
+}
+
 int main(void) {
     RUN(test_sha256_known_answer);
     RUN(test_error_paths);
@@ -531,6 +931,11 @@ int main(void) {
     RUN(test_conn_ids_are_per_engine);
     RUN(test_config_contract);
     RUN(test_poll_at_caller_time);
+    RUN(test_mtls_pem_chains_alpn);
+    RUN(test_transport_settings);
+    RUN(test_user_context_and_close_reason);
+    RUN(test_zero_rtt_resumption);
+    RUN(test_log_version_policy_pinning);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
