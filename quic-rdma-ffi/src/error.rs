@@ -115,17 +115,15 @@ pub(crate) fn code_of(e: &EngineError) -> i32 {
         EngineError::DatagramTooLarge { .. } => QR_ETOOLARGE,
         EngineError::DatagramsUnsupported => QR_EUNSUPPORTED,
         EngineError::ConnectionLost(_) => QR_ECLOSED,
-        EngineError::NoClientConfig => {
-            return fail(
-                QR_ETLS,
-                "no client TLS config: set ca_der in qr_engine_config",
-            )
-        }
-        EngineError::Tls(m) => return fail(QR_ETLS, m),
-        EngineError::Connect(_) => return fail(QR_ECONNECT, e),
-        EngineError::InvalidArgument(_) => return fail(QR_EINVAL, e),
-        EngineError::Socket(_) => return fail(QR_EFABRIC, e),
-        _ => return fail(QR_EINVAL, e),
+        EngineError::NoClientConfig => fail(
+            QR_ETLS,
+            "no client TLS config: set ca_der in qr_engine_config",
+        ),
+        EngineError::Tls(m) => fail(QR_ETLS, m),
+        EngineError::Connect(_) => fail(QR_ECONNECT, e),
+        EngineError::InvalidArgument(_) => fail(QR_EINVAL, e),
+        EngineError::Socket(_) => fail(QR_EFABRIC, e),
+        _ => fail(QR_EINVAL, e),
     }
 }
 

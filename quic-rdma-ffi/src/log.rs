@@ -183,32 +183,21 @@ mod tests {
         ));
     }
 
+    fn set(cb: qr_log_fn, level: i32) -> i32 {
+        // SAFETY: `collect` is callable from any thread with any user pointer.
+        unsafe { qr_log_set(cb, 0x1234 as *mut c_void, level) }
+    }
+
     #[test]
     fn events_reach_the_callback_at_the_level_set() {
-        // SAFETY: `collect` is callable from any thread with any user pointer.
-        assert_eq!(
-            unsafe { qr_log_set(Some(collect), 0x1234 as *mut c_void, QR_LOG_WARN) },
-            QR_OK
-        );
+        assert_eq!(set(Some(collect), QR_LOG_WARN), QR_OK);
         tracing::warn!(target: "qr_test", peer = 7, "hello {}", 5);
         tracing::info!(target: "qr_test", "not at WARN");
-        // SAFETY: as above.
-        assert_eq!(
-            unsafe { qr_log_set(Some(collect), 0x1234 as *mut c_void, QR_LOG_INFO) },
-            QR_OK
-        );
+        assert_eq!(set(Some(collect), QR_LOG_INFO), QR_OK);
         tracing::info!(target: "qr_test", "now at INFO");
-        // SAFETY: turning off needs no callback.
-        assert_eq!(
-            unsafe { qr_log_set(None, std::ptr::null_mut(), QR_LOG_TRACE) },
-            QR_OK
-        );
+        assert_eq!(set(None, QR_LOG_TRACE), QR_OK);
         tracing::error!(target: "qr_test", "off");
-        // SAFETY: as above.
-        assert_eq!(
-            unsafe { qr_log_set(None, std::ptr::null_mut(), 9) },
-            QR_EINVAL
-        );
+        assert_eq!(set(None, 9), QR_EINVAL);
         let seen = SEEN.lock().unwrap().clone();
         let ours: Vec<_> = seen
             .into_iter()

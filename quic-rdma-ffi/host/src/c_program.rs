@@ -63,12 +63,21 @@ fn pkg_config(args: &[&str]) -> Vec<String> {
 
 /// Compile `sources` into the executable `out_dir/name` with warnings as
 /// errors, the examples' helpers on the include path, and `extra` flags (for
-/// example a sanitizer). Panics with the command when compiling fails.
+/// example a sanitizer): C11 with `cc`, or C++20 with `c++` when the first
+/// source is a `.cpp` file. Panics with the command when compiling fails.
 pub fn compile(out_dir: &Path, name: &str, sources: &[PathBuf], extra: &[&str]) -> PathBuf {
     let out = out_dir.join(name);
-    let mut cmd = Command::new("cc");
+    let cpp = sources
+        .first()
+        .is_some_and(|s| s.extension().is_some_and(|e| e == "cpp"));
+    let (compiler, std) = if cpp {
+        ("c++", "-std=c++20")
+    } else {
+        ("cc", "-std=c11")
+    };
+    let mut cmd = Command::new(compiler);
     cmd.args([
-        "-std=c11",
+        std,
         "-D_POSIX_C_SOURCE=200809L",
         "-Wall",
         "-Wextra",
@@ -89,7 +98,9 @@ pub fn compile(out_dir: &Path, name: &str, sources: &[PathBuf], extra: &[&str]) 
     )
     .arg("-o")
     .arg(&out);
-    let st = cmd.status().expect("cc runs");
+    let st = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("{compiler} runs (apt-get install gcc g++): {e}"));
     assert!(st.success(), "compiling {name} failed: {cmd:?}");
     out
 }
