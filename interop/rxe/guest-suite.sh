@@ -2,8 +2,8 @@
 # Runs inside the rxe guest (via run.sh): rdma-core's own tools over rxe0, then the
 # verbs provider's test binaries given as arguments. Prints one line per check and
 # "N passed, M failed"; exits non-zero if anything failed.
-# Usage: guest-suite.sh RAW_TEST_BIN QUIC_TEST_BIN PINGPONG_TEST_BIN [QR_VERBS_BIN]
-RAW="$1"; QUIC="$2"; PP="$3"; QR="$4"
+# Usage: guest-suite.sh RAW_TEST_BIN QUIC_TEST_BIN PINGPONG_TEST_BIN [QR_VERBS_BIN [C_LATENCY_BIN]]
+RAW="$1"; QUIC="$2"; PP="$3"; QR="$4"; LAT="$5"
 pass=0; fail=0
 check() { # name, command...
   name="$1"; shift
@@ -84,6 +84,19 @@ qr_devices() { # qr devices agrees with ibv_devinfo -v: every GID, its type, the
   echo "qr devices matches ibv_devinfo -v on $n GIDs"
   [ "$(grep -c "GID\[" /tmp/qd.txt)" = "$n" ]
 }
+c_latency_verbs() { # the C API over verbs: C server and C client, found by the address service
+  "$LAT" --serve 127.0.0.1 /tmp/lat-cert.der --provider verbs --service 127.0.0.1:18620 \
+    </dev/null >/tmp/lat-srv.log 2>&1 &
+  ls=$!
+  wait_listen 18620 $ls || { kill $ls 2>/dev/null; cat /tmp/lat-srv.log; return 1; }
+  "$LAT" --connect-service 127.0.0.1 127.0.0.1:18620 /tmp/lat-cert.der 2000 --provider verbs \
+    >/tmp/lat-cli.log 2>&1; c=$?
+  [ $c = 0 ] || kill $ls 2>/dev/null
+  wait $ls; s=$?
+  cat /tmp/lat-cli.log; sed 's/^/  server: /' /tmp/lat-srv.log
+  [ $c = 0 ] && [ $s = 0 ] && grep -q "provider=verbs .* iterations=2000" /tmp/lat-cli.log &&
+    grep -q "served bytes=[1-9]" /tmp/lat-srv.log
+}
 check "ibv_devinfo: rxe0 active, MTU 4096" devinfo
 [ -n "$QR" ] && check "qr devices lists rxe0 like ibv_devinfo -v (GIDs, types, MTU)" qr_devices
 check "ibv_ud_pingpong client <-> server over rxe0" ud_pingpong
@@ -94,5 +107,6 @@ check "verbs provider raw UD tests" env QR_REQUIRE_RDMA=1 QR_EXPECT_MTU=4096 "$R
   --skip readiness_fd_turns_readable_on_an_async_event
 check "verbs provider <-> rdma-core ibv_ud_pingpong (both roles)" env QR_REQUIRE_RDMA=1 "$PP" --test-threads=1 --nocapture
 check "QUIC over verbs: handshake + 64 MiB, sha256 equal" env QR_REQUIRE_RDMA=1 "$QUIC" --nocapture
+[ -n "$LAT" ] && check "C API over verbs: C latency server <-> client via the address service (2000 x 64 B)" c_latency_verbs
 echo "guest suite: $pass passed, $fail failed"
 [ $fail = 0 ]

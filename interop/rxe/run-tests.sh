@@ -50,6 +50,24 @@ for l in open(sys.argv[1]):
 cp "$QR" "$QR-verbs"; QR="$QR-verbs"
 [[ -x "$QR" ]] || { log "qr not built"; exit 1; }
 
+# The C API over verbs: the static library built with its `verbs` feature, and
+# the C latency example (quic-rdma-ffi/examples/latency.c) linked against it.
+log "building the C library with --features verbs and the C latency example"
+cargo build -p quic-rdma-ffi --features verbs --message-format=json >"${TMPDIR:-/tmp}/ffi-verbs-build.json"
+FFI_A="$(python3 -c '
+import json,sys
+for l in open(sys.argv[1]):
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="quic_rdma_ffi":
+        for f in m["filenames"]:
+            if f.endswith(".a"): print(f)' "${TMPDIR:-/tmp}/ffi-verbs-build.json" | tail -1)"
+[[ -f "$FFI_A" ]] || { log "libquic_rdma_ffi.a (verbs) not built"; exit 1; }
+LAT="$(dirname "$FFI_A")/latency-verbs"
+cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -O2 \
+  -I"$ROOT/quic-rdma-ffi/include" -I"$ROOT/quic-rdma-ffi/examples" \
+  "$ROOT/quic-rdma-ffi/examples/latency.c" "$FFI_A" \
+  -libverbs -lpthread -ldl -lm -lrt -lgcc_s -lutil -lc -o "$LAT"
+
 # The host half of each QUIC step shares the guest half's timers (guest-net.sh):
 # the guest runs emulated and may stall for seconds.
 QR_LIVENESS="--idle-timeout 30s --keep-alive 1s"
@@ -63,8 +81,13 @@ step() { # name, command...
   else fail=$((fail+1)); log "--- FAIL $name ($(( $(date +%s) - s )) s)"; fi
 }
 step "host: verbs unit tests (no RDMA here -> NoDevice)" "$LIB" fabric::verbs
+no_device_from_c() { # the C API names the missing device and the fix
+  ! "$LAT" --serve 127.0.0.1 /dev/null --provider verbs 2>"${TMPDIR:-/tmp}/lat-nodev.txt" &&
+    grep -q "no RDMA device" "${TMPDIR:-/tmp}/lat-nodev.txt" && cat "${TMPDIR:-/tmp}/lat-nodev.txt"
+}
+step "host: the C API on verbs without a device -> QR_ENODEVICE naming the fix" no_device_from_c
 step "guest (rxe0 on lo): rdma-core tools, raw UD, ibv_ud_pingpong interop (library + qr ud-pingpong --provider verbs), QUIC 64 MiB" \
-  "$HERE/run.sh" --timeout 900 "$HERE/guest-suite.sh" "$RAW" "$QUIC" "$PP" "$QR"
+  "$HERE/run.sh" --timeout 900 "$HERE/guest-suite.sh" "$RAW" "$QUIC" "$PP" "$QR" "$LAT"
 # This one runs from a directory under the host's /tmp, with the test binary copied
 # there: the guest's /tmp shows the host's beneath its own writes (init.sh), so a
 # checkout or target dir under /tmp works like any other path.

@@ -4,13 +4,18 @@
  *   latency [iterations] [provider]
  *       client and C echo server in one process on one fabric ("sim" or
  *       "soft"), one busy-poll loop (defaults: 100000 sim)
- *   latency --serve GID CERT_OUT
- *       C echo server over "soft" at GID (an IP address); writes its
- *       self-signed certificate (DER) to CERT_OUT, prints
- *       "ready qpn=N qkey=K", serves one connection, prints "served bytes=N"
+ *   latency --serve GID CERT_OUT [--provider P] [--service IP:PORT]
+ *       C echo server at GID (an IP address) over provider P ("soft", the
+ *       default, or "verbs"); writes its self-signed certificate (DER) to
+ *       CERT_OUT, publishes its address on the address-exchange service
+ *       IP:PORT if given, prints "ready qpn=N qkey=K", serves one
+ *       connection, prints "served bytes=N"
  *   latency --connect GID SERVER_GID SERVER_QPN SERVER_QKEY CA_FILE [iterations]
  *       client over "soft" at GID against any server: this program's
  *       --serve, or one written in Rust on quic_rdma::engine
+ *   latency --connect-service GID SERVICE CA_FILE [iterations] [--provider P]
+ *       the same, finding the server through its address-exchange service
+ *       (IP:PORT) instead of being told its QPN
  *
  * The measurement itself is qr_latency.h. */
 #include <arpa/inet.h>
@@ -81,14 +86,20 @@ static int run_pair(long iters, const char *provider) {
 
 /* ---- separate processes over soft ---- */
 
-static qr_fabric *soft_fabric(void) {
+/* A fabric of `provider`: "soft" (MTU 4096) or "verbs" (the first RDMA
+ * device, port 1, its active MTU). Exits with the library's reason if not. */
+static qr_fabric *fabric_of(const char *provider) {
     qr_fabric_config fc;
     memset(&fc, 0, sizeof fc);
     fc.struct_size = sizeof fc;
-    fc.provider = "soft";
-    fc.mtu = 4096;
+    fc.provider = provider;
+    fc.mtu = strcmp(provider, "verbs") == 0 ? 0 : 4096;
     qr_fabric *f;
-    QR_CHECK(qr_fabric_new(&fc, &f));
+    int rc = qr_fabric_new(&fc, &f);
+    if (rc < 0) {
+        fprintf(stderr, "fabric %s: %s: %s\n", provider, qr_strerror(rc), qr_last_error());
+        exit(1);
+    }
     return f;
 }
 
@@ -102,7 +113,8 @@ static void server_poll(void *ctx) {
     QR_CHECK(qr_engine_poll(s->e, s->ev, QR_PAIR_EVENTS));
 }
 
-static int serve(const char *gid, const char *cert_out) {
+static int serve(const char *provider, const char *gid, const char *cert_out,
+                 const char *service) {
     static uint8_t cert[8192], key[8192];
     size_t cert_len = 0, key_len = 0;
     QR_CHECK(qr_tls_selfsigned("localhost", cert, sizeof cert, &cert_len, key, sizeof key,
@@ -112,7 +124,7 @@ static int serve(const char *gid, const char *cert_out) {
         perror(cert_out);
         return 1;
     }
-    qr_fabric *fabric = soft_fabric();
+    qr_fabric *fabric = fabric_of(provider);
     qr_engine_config sc;
     memset(&sc, 0, sizeof sc);
     sc.struct_size = sizeof sc;
@@ -124,7 +136,13 @@ static int serve(const char *gid, const char *cert_out) {
     sc.key_der = key;
     sc.key_der_len = key_len;
     server s;
-    QR_CHECK(qr_engine_new(fabric, &sc, &s.e));
+    int rc = qr_engine_new(fabric, &sc, &s.e);
+    if (rc < 0) {
+        fprintf(stderr, "engine at %s: %s: %s\n", gid, qr_strerror(rc), qr_last_error());
+        return 1;
+    }
+    qr_bootstrap *published = NULL;
+    if (service) QR_CHECK(qr_bootstrap_serve(s.e, service, &published));
     qr_addr me;
     QR_CHECK(qr_engine_local_addr(s.e, &me));
     printf("ready qpn=%u qkey=%u\n", me.qpn, me.qkey);
@@ -158,6 +176,7 @@ static int serve(const char *gid, const char *cert_out) {
     /* Let the close complete before the engine is dropped. */
     for (int i = 0; i < 1000; i++) server_poll(&s);
     printf("served bytes=%lld\n", bytes);
+    qr_bootstrap_free(published);
     qr_engine_free(s.e);
     qr_fabric_free(fabric);
     return 0;
@@ -175,6 +194,29 @@ static int parse_gid(const char *text, uint8_t gid[16]) {
     return inet_pton(AF_INET6, text, gid) == 1 ? 0 : -1;
 }
 
+static int measure(const char *provider, const char *gid, const qr_addr *server,
+                   const char *peer, const char *ca_file, long iters) {
+    static uint8_t ca[8192];
+    FILE *f = fopen(ca_file, "rb");
+    if (!f) {
+        perror(ca_file);
+        return 1;
+    }
+    size_t ca_len = fread(ca, 1, sizeof ca, f);
+    fclose(f);
+    qr_fabric *fabric = fabric_of(provider);
+    qr_latency_result r;
+    int rc = qr_latency_remote(fabric, gid, server, ca, ca_len, iters, &r);
+    qr_fabric_free(fabric);
+    if (rc != 0) {
+        fprintf(stderr, "latency against %s: %s %s\n", peer,
+                rc < -1 ? qr_strerror(rc) : "measurement failed", rc < -1 ? qr_last_error() : "");
+        return 1;
+    }
+    qr_latency_print(provider, peer, &r);
+    return 0;
+}
+
 static int connect_to(const char *gid, const char *server_gid, const char *qpn, const char *qkey,
                       const char *ca_file, long iters) {
     qr_addr server;
@@ -185,34 +227,51 @@ static int connect_to(const char *gid, const char *server_gid, const char *qpn, 
     }
     server.qpn = (uint32_t)strtoul(qpn, NULL, 0);
     server.qkey = (uint32_t)strtoul(qkey, NULL, 0);
-    static uint8_t ca[8192];
-    FILE *f = fopen(ca_file, "rb");
-    if (!f) {
-        perror(ca_file);
+    return measure("soft", gid, &server, server_gid, ca_file, iters);
+}
+
+static int connect_service(const char *provider, const char *gid, const char *service,
+                           const char *ca_file, long iters) {
+    qr_addr server;
+    int rc = qr_bootstrap_query(service, 30000, &server);
+    if (rc < 0) {
+        fprintf(stderr, "%s: %s\n", qr_strerror(rc), qr_last_error());
         return 1;
     }
-    size_t ca_len = fread(ca, 1, sizeof ca, f);
-    fclose(f);
-    qr_fabric *fabric = soft_fabric();
-    qr_latency_result r;
-    int rc = qr_latency_remote(fabric, gid, &server, ca, ca_len, iters, &r);
-    qr_fabric_free(fabric);
-    if (rc != 0) {
-        fprintf(stderr, "latency against %s: %s\n", server_gid,
-                rc < -1 ? qr_strerror(rc) : "measurement failed");
-        return 1;
+    return measure(provider, gid, &server, service, ca_file, iters);
+}
+
+/* Take "--provider P" and "--service ADDR" out of argv wherever they are. */
+static int take_options(int argc, char **argv, const char **provider, const char **service) {
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i + 1 < argc && strcmp(argv[i], "--provider") == 0) *provider = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--service") == 0) *service = argv[++i];
+        else argv[n++] = argv[i];
     }
-    qr_latency_print("soft", server_gid, &r);
-    return 0;
+    return n;
 }
 
 int main(int argc, char **argv) {
+    const char *provider = "soft", *service = NULL;
     if (argc > 1 && strcmp(argv[1], "--serve") == 0) {
+        argc = take_options(argc, argv, &provider, &service);
         if (argc != 4) {
-            fprintf(stderr, "usage: latency --serve GID CERT_OUT\n");
+            fprintf(stderr,
+                    "usage: latency --serve GID CERT_OUT [--provider P] [--service IP:PORT]\n");
             return 2;
         }
-        return serve(argv[2], argv[3]);
+        return serve(provider, argv[2], argv[3], service);
+    }
+    if (argc > 1 && strcmp(argv[1], "--connect-service") == 0) {
+        argc = take_options(argc, argv, &provider, &service);
+        if (argc != 5 && argc != 6) {
+            fprintf(stderr, "usage: latency --connect-service GID SERVICE CA_FILE [iterations] "
+                            "[--provider P]\n");
+            return 2;
+        }
+        return connect_service(provider, argv[2], argv[3], argv[4],
+                               argc == 6 ? atol(argv[5]) : 100000);
     }
     if (argc > 1 && strcmp(argv[1], "--connect") == 0) {
         if (argc != 7 && argc != 8) {

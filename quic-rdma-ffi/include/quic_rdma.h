@@ -325,6 +325,11 @@
 #define QR_LOG_TRACE 5
 
 /**
+ * A running address-exchange service (`qr_bootstrap_serve`).
+ */
+typedef struct qr_bootstrap qr_bootstrap;
+
+/**
  * An engine. Not thread-safe: use one from one thread at a time.
  */
 typedef struct qr_engine qr_engine;
@@ -332,7 +337,8 @@ typedef struct qr_engine qr_engine;
 /**
  * A fabric: for "sim", an in-process network shared by every engine made on
  * it; for "soft", userspace RoCEv2 over UDP (each engine opens its own port on
- * its GID's IP address, so engines in different processes talk).
+ * its GID's IP address, so engines in different processes talk); for
+ * "verbs", an RDMA device (a RoCE NIC, kernel rxe) through libibverbs.
  */
 typedef struct qr_fabric qr_fabric;
 
@@ -534,7 +540,8 @@ typedef struct {
 } qr_event;
 
 /**
- * How to build a fabric (`qr_fabric_new`). Version 1.
+ * How to build a fabric (`qr_fabric_new`). Version 2 (version 1 ended at
+ * `reorder`).
  */
 typedef struct {
   /**
@@ -543,10 +550,12 @@ typedef struct {
   uint32_t struct_size;
   /**
    * Active MTU in bytes (256, 512, 1024, 2048 or 4096); 0 means 4096.
+   * `verbs`: must be 0 (the port's active MTU applies).
    */
   uint32_t mtu;
   /**
-   * Provider name: "sim" (in-process fabric). NULL means "sim".
+   * Provider name: "sim" (in-process fabric), "soft" (RoCEv2 over UDP),
+   * "verbs" (an RDMA device through libibverbs). NULL means "sim".
    */
   const char *provider;
   /**
@@ -565,6 +574,18 @@ typedef struct {
    * sim: probability a packet is reordered.
    */
   double reorder;
+  /**
+   * v2. verbs: the device name ("mlx5_0", "rxe0"); NULL: the first device.
+   */
+  const char *device;
+  /**
+   * v2. verbs: the port number, 1-based (0: port 1).
+   */
+  uint32_t port;
+  /**
+   * Reserved: must be zero.
+   */
+  uint32_t reserved;
 } qr_fabric_config;
 
 /**
@@ -686,6 +707,37 @@ extern "C" {
  * taskset limit); `qr_last_error` says which.
  */
 int32_t qr_pin_thread(uint32_t cpu);
+
+/**
+ * Publish `e`'s address on TCP `listen` ("IP:PORT") so peers find it with
+ * `qr_bootstrap_query`. Answers on one background thread of its own (the
+ * only thread the library starts; the exchange is off the data path) until
+ * `qr_bootstrap_free`. `QR_EFABRIC` when the port cannot be bound
+ * (`qr_last_error` says why).
+ *
+ * # Safety
+ * `e` is a live engine; `listen` NUL-terminated; `out` writable.
+ */
+int32_t qr_bootstrap_serve(const qr_engine *e, const char *listen, qr_bootstrap **out);
+
+/**
+ * Stop the service (exchanges in progress end by their 5 s deadline). NULL is a no-op.
+ *
+ * # Safety
+ * `b` is NULL or came from `qr_bootstrap_serve` and is not used afterwards.
+ */
+void qr_bootstrap_free(qr_bootstrap *b);
+
+/**
+ * Ask the service at `server` ("HOST:PORT") for its engine's address, within
+ * `timeout_ms` (0: 5 s); the answer goes to `*out`, ready for `qr_connect`.
+ * `QR_ECONNECT` when nobody answers or the answer is malformed
+ * (`qr_last_error` says which).
+ *
+ * # Safety
+ * `server` NUL-terminated; `out` writable.
+ */
+int32_t qr_bootstrap_query(const char *server, uint32_t timeout_ms, qr_addr *out);
 
 /**
  * Attach the application's pointer `user` to `conn` (NULL detaches). Events
@@ -964,12 +1016,16 @@ int32_t qr_set_panic_policy(uint32_t policy);
 
 /**
  * Create a fabric from `cfg` into `*out`. Providers: "sim" (in-process, with
- * the fault knobs of the config) and "soft" (RoCEv2 over UDP; the fault knobs
- * must be zero). Others ("verbs") return `QR_ENOPROVIDER`.
+ * the fault knobs of the config), "soft" (RoCEv2 over UDP; the fault knobs
+ * must be zero) and "verbs" (an RDMA device: `device`, `port`; in a library
+ * built with the `verbs` feature, else `QR_ENOPROVIDER`). With no RDMA
+ * device, the first `qr_engine_new` on a verbs fabric returns
+ * `QR_ENODEVICE`, `qr_last_error` naming the fix.
  *
  * # Safety
  * `cfg` points to a `qr_fabric_config` of at least `cfg->struct_size` bytes
- * whose `provider` is NULL or a NUL-terminated string; `out` is writable.
+ * whose `provider` and `device` are NULL or NUL-terminated strings; `out` is
+ * writable.
  */
 int32_t qr_fabric_new(const qr_fabric_config *cfg, qr_fabric **out);
 

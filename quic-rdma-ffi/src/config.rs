@@ -55,15 +55,18 @@ impl From<qr_addr> for UdAddr {
     }
 }
 
-/// How to build a fabric (`qr_fabric_new`). Version 1.
+/// How to build a fabric (`qr_fabric_new`). Version 2 (version 1 ended at
+/// `reorder`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct qr_fabric_config {
     /// `sizeof(qr_fabric_config)` as the caller knows it.
     pub struct_size: u32,
     /// Active MTU in bytes (256, 512, 1024, 2048 or 4096); 0 means 4096.
+    /// `verbs`: must be 0 (the port's active MTU applies).
     pub mtu: u32,
-    /// Provider name: "sim" (in-process fabric). NULL means "sim".
+    /// Provider name: "sim" (in-process fabric), "soft" (RoCEv2 over UDP),
+    /// "verbs" (an RDMA device through libibverbs). NULL means "sim".
     pub provider: *const c_char,
     /// Seed of the sim's fault injection.
     pub seed: u64,
@@ -73,12 +76,18 @@ pub struct qr_fabric_config {
     pub duplicate: f64,
     /// sim: probability a packet is reordered.
     pub reorder: f64,
+    /// v2. verbs: the device name ("mlx5_0", "rxe0"); NULL: the first device.
+    pub device: *const c_char,
+    /// v2. verbs: the port number, 1-based (0: port 1).
+    pub port: u32,
+    /// Reserved: must be zero.
+    pub reserved: u32,
 }
 
 // SAFETY: repr(C), first field u32 struct_size, fields valid when zeroed.
 unsafe impl Versioned for qr_fabric_config {
-    // Every field of version 1 is needed to read it.
-    const V1_SIZE: usize = size_of::<qr_fabric_config>();
+    // Version 1 ended with `reorder`.
+    const V1_SIZE: usize = std::mem::offset_of!(qr_fabric_config, device);
 }
 
 /// A timer value meaning "none": no idle timeout, or no keep-alives.
@@ -177,25 +186,16 @@ unsafe impl Versioned for qr_engine_config {
     const V1_SIZE: usize = std::mem::offset_of!(qr_engine_config, require_client_cert);
 }
 
-/// The pieces of an [`EngineConfig`] a `qr_engine_config` describes.
-pub(crate) struct Built<'a> {
-    pub(crate) engine: EngineConfig,
-    pub(crate) gid_text: &'a str,
-}
-
 impl qr_engine_config {
-    /// Check and convert (`mtu`: the fabric's active MTU). Errors are codes,
-    /// with the reason in `qr_last_error`.
+    /// Check and convert (`mtu`: the queue pair's active MTU). Errors are
+    /// codes, with the reason in `qr_last_error`.
     ///
     /// # Safety
-    /// The string and buffer pointers are valid as the struct's docs say, for
-    /// as long as the returned `gid_text` is used.
-    pub(crate) unsafe fn build<'a>(&self, mtu: usize) -> Result<Built<'a>, i32> {
+    /// The string and buffer pointers are valid as the struct's docs say.
+    pub(crate) unsafe fn build(&self, mtu: usize) -> Result<EngineConfig, i32> {
         if self.reserved != 0 {
             return Err(fail(QR_EINVAL, "qr_engine_config.reserved must be 0"));
         }
-        // SAFETY: NUL-terminated by contract (null-checked).
-        let gid_text = unsafe { text(self.gid) }?;
         // SAFETY: buffer pointers with their lengths, by contract (NULL allowed with 0).
         let (cert, key, ca) = unsafe {
             (
@@ -253,7 +253,7 @@ impl qr_engine_config {
                     .map_err(|e| tls_err("client TLS", e))?,
             );
         }
-        Ok(Built { engine, gid_text })
+        Ok(engine)
     }
 
     /// The transport settings (v2 fields; 0 keeps each default).

@@ -3,18 +3,15 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use quic_rdma::engine::{ConnHandle, Engine, Event, IncomingId};
-use quic_rdma::fabric::sim::SimQpOptions;
-use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
-use quic_rdma::fabric::{Gid, UdQueuePair, DEFAULT_QKEY};
+use quic_rdma::fabric::UdQueuePair;
 
-use crate::config::{qr_addr, qr_engine_config, Built};
-use crate::error::{code_of, fail, guard, guard64, QR_EFABRIC, QR_EINVAL, QR_OK};
+use crate::config::{qr_addr, qr_engine_config};
+use crate::error::{code_of, guard, guard64, QR_EINVAL, QR_OK};
 use crate::events::{qr_event, QR_EVENT_INCOMING, QR_EVENT_V1_SIZE};
-use crate::fabric::{qr_fabric, FabricKind};
+use crate::fabric::qr_fabric;
 use crate::ptr::{bytes, obj, obj_ref, put, read_versioned, text};
 
 /// An engine. Not thread-safe: use one from one thread at a time.
@@ -45,39 +42,11 @@ pub unsafe extern "C" fn qr_engine_new(
     guard(|| {
         // SAFETY: the caller's contract above.
         let (f, c) = unsafe { (obj_ref(fabric)?, read_versioned(cfg)?) };
+        // SAFETY: NUL-terminated by contract (null-checked).
+        let gid_text = unsafe { text(c.gid) }?;
+        let qp = f.open_qp(gid_text)?;
         // SAFETY: the config's pointers are valid by the caller's contract.
-        let Built {
-            engine: ecfg,
-            gid_text,
-        } = unsafe { c.build(f.mtu().bytes()) }?;
-        let gid: Gid = match gid_text.parse::<IpAddr>() {
-            Ok(IpAddr::V4(v4)) => v4.into(),
-            Ok(IpAddr::V6(v6)) => v6.into(),
-            Err(_) => {
-                return Err(fail(
-                    QR_EINVAL,
-                    format!("gid {gid_text:?} is not an IPv4 or IPv6 address"),
-                ))
-            }
-        };
-        let qp: Box<dyn UdQueuePair> = match &f.kind {
-            FabricKind::Sim(sim) => Box::new(
-                sim.create_qp(gid, SimQpOptions::default())
-                    .map_err(|e| fail(QR_EFABRIC, e))?,
-            ),
-            FabricKind::Soft { mtu } => {
-                let ip: IpAddr = gid_text.parse().map_err(|_| QR_EINVAL)?;
-                let port = SoftPort::open(SoftConfig {
-                    mtu: *mtu,
-                    ..SoftConfig::new(ip)
-                })
-                .map_err(|e| fail(QR_EFABRIC, format!("soft port on {ip}: {e}")))?;
-                Box::new(
-                    port.create_qp(DEFAULT_QKEY)
-                        .map_err(|e| fail(QR_EFABRIC, e))?,
-                )
-            }
-        };
+        let ecfg = unsafe { c.build(qp.attr().active_mtu.bytes()) }?;
         let engine = Engine::new(qp, ecfg).map_err(|e| code_of(&e))?;
         let e = Box::into_raw(Box::new(qr_engine {
             engine,

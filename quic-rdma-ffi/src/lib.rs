@@ -19,6 +19,7 @@
 //! - time is the monotonic clock, read at each call.
 
 mod affinity;
+mod bootstrap;
 mod config;
 mod conn;
 mod datagrams;
@@ -34,6 +35,7 @@ mod tls;
 mod version;
 
 pub use affinity::*;
+pub use bootstrap::*;
 pub use config::*;
 pub use conn::*;
 pub use datagrams::*;

@@ -21,6 +21,9 @@ fn c_api_sim_fabric(reorder: f64) -> SimFabric {
         loss: 0.0,
         duplicate: 0.0,
         reorder,
+        device: std::ptr::null(),
+        port: 0,
+        reserved: 0,
     };
     let mut f = std::ptr::null_mut();
     // SAFETY: `cfg` is a whole qr_fabric_config whose provider is a NUL-terminated

@@ -231,3 +231,37 @@ fn latency_program_against_itself_as_two_processes_over_soft() {
         "{report}"
     );
 }
+
+/// Two processes that find each other through the address-exchange service
+/// (`qr_bootstrap_serve` / `qr_bootstrap_query`) instead of passing the QPN.
+#[test]
+fn latency_program_finds_its_server_through_the_address_service() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ca = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("latency-service.der");
+    let server = ServerProcess::start(Command::new(latency_program()).args([
+        "--serve",
+        "127.0.0.67",
+        ca.to_str().unwrap(),
+        "--service",
+        "127.0.0.67:19361",
+    ]));
+    let out = run_program(Command::new(latency_program()).args([
+        "--connect-service",
+        "127.0.0.68",
+        "127.0.0.67:19361",
+        ca.to_str().unwrap(),
+        &ITERS.to_string(),
+    ]));
+    print!("{out}");
+    assert!(
+        out.contains(&format!(
+            "provider=soft peer=127.0.0.67:19361 iterations={ITERS}"
+        )),
+        "{out}"
+    );
+    let report = server.finish();
+    assert!(
+        report.contains(&format!("served bytes={}", sent_bytes(ITERS))),
+        "{report}"
+    );
+}

@@ -885,6 +885,50 @@ static int test_zero_rtt_resumption(void) {
     return 0;
 }
 
+/* The address-exchange service: a client learns the server's UD address
+ * from IP:PORT and connects with it; nobody listening is QR_ECONNECT with a
+ * reason. The verbs provider is either built in (then, with no RDMA device
+ * here, an engine on it is QR_ENODEVICE naming the fix) or QR_ENOPROVIDER
+ * naming the build flag. */
+static int test_bootstrap_and_verbs(void) {
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    qr_bootstrap *b = NULL;
+    EXPECT(qr_bootstrap_serve(p.server, "127.0.114.1:19362", &b) == QR_OK);
+    qr_bootstrap *b2 = NULL;
+    EXPECT(qr_bootstrap_serve(p.server, "127.0.114.1:19362", &b2) == QR_EFABRIC);
+    qr_addr got, want;
+    EXPECT(qr_bootstrap_query("127.0.114.1:19362", 5000, &got) == QR_OK);
+    EXPECT(qr_engine_local_addr(p.server, &want) == QR_OK);
+    EXPECT(memcmp(&got, &want, sizeof got) == 0);
+    EXPECT(qr_connect(p.client, &got, "localhost", &p.client_conn) == QR_OK);
+    qr_bootstrap_free(b);
+    EXPECT(qr_bootstrap_query("127.0.114.1:19363", 2000, &got) == QR_ECONNECT);
+    EXPECT(strstr(qr_last_error(), "127.0.114.1:19363") != NULL);
+    qr_pair_free(&p);
+
+    qr_fabric_config fc;
+    memset(&fc, 0, sizeof fc);
+    fc.struct_size = sizeof fc;
+    fc.provider = "verbs";
+    qr_fabric *f = NULL;
+    int rc = qr_fabric_new(&fc, &f);
+    if (rc == QR_ENOPROVIDER) {
+        EXPECT(strstr(qr_last_error(), "--features verbs") != NULL);
+    } else {
+        EXPECT(rc == QR_OK);
+        qr_engine_config c;
+        memset(&c, 0, sizeof c);
+        c.struct_size = sizeof c;
+        c.gid = "127.0.0.1";
+        qr_engine *e = NULL;
+        EXPECT(qr_engine_new(f, &c, &e) == QR_ENODEVICE);
+        EXPECT(strstr(qr_last_error(), "soft") != NULL);
+        qr_fabric_free(f);
+    }
+    return 0;
+}
+
 static int log_lines, log_bad;
 static void on_log(void *user, int32_t level, const char *target, const char *message) {
     if (user != &log_lines || level < QR_LOG_ERROR || level > QR_LOG_TRACE || !target || !message)
@@ -936,6 +980,7 @@ int main(void) {
     RUN(test_user_context_and_close_reason);
     RUN(test_zero_rtt_resumption);
     RUN(test_log_version_policy_pinning);
+    RUN(test_bootstrap_and_verbs);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
