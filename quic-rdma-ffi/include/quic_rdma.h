@@ -697,6 +697,12 @@ typedef struct {
   uint64_t qp_recoveries;
 } qr_socket_stats;
 
+/**
+ * Called when the library holds no more references to a buffer given to
+ * `qr_stream_write_zc`; `user`, `data` and `len` are what that call got.
+ */
+typedef void (*qr_release_fn)(void *user, const uint8_t *data, size_t len);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -797,6 +803,17 @@ int32_t qr_conn_close_reason(const qr_engine *e,
  * `e` is a live engine.
  */
 int32_t qr_conn_0rtt(const qr_engine *e, uint64_t conn);
+
+/**
+ * Start a key update on `conn` now (RFC 9001 §6) rather than at the AEAD's
+ * confidentiality limit, e.g. at a quiet moment of the trading day.
+ * `QR_EINVAL` before the handshake is confirmed. An update while the
+ * previous one is still in flight is ignored (RFC 9001 §6.5).
+ *
+ * # Safety
+ * `e` is a live engine.
+ */
+int32_t qr_conn_key_update(qr_engine *e, uint64_t conn);
 
 /**
  * Send `len` bytes as one datagram on `conn`.
@@ -1089,6 +1106,29 @@ int64_t qr_stream_write(qr_engine *e,
                         uint64_t stream,
                         const uint8_t *data,
                         size_t len);
+
+/**
+ * `qr_stream_write` without the copy: quinn-proto keeps references into
+ * `data` until the peer acknowledges the bytes (or the stream ends), then
+ * `release(user, data, len)` runs — exactly once per call, on the thread
+ * polling the engine, or before this call returns when nothing was taken
+ * (`QR_EAGAIN` and other errors). Returns the bytes taken (a prefix of
+ * `data`); write the rest with another call. Keep `data` valid and
+ * unchanged until `release`. One small allocation per call (the reference
+ * count of the lent buffer); no copy of the payload.
+ *
+ * # Safety
+ * `e` is a live engine; `data` points to `len` readable bytes that stay valid
+ * and unchanged until `release` runs; `release` is non-NULL and callable with
+ * `user` from the polling thread.
+ */
+int64_t qr_stream_write_zc(qr_engine *e,
+                           uint64_t conn,
+                           uint64_t stream,
+                           const uint8_t *data,
+                           size_t len,
+                           qr_release_fn release,
+                           void *user);
 
 /**
  * Read up to `cap` bytes into `buf`; returns the count (≥ 0). `*fin` (if not

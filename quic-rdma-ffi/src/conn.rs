@@ -156,3 +156,22 @@ pub unsafe extern "C" fn qr_conn_0rtt(e: *const qr_engine, conn: u64) -> i32 {
             | if z.accepted { QR_0RTT_ACCEPTED } else { 0 })
     })
 }
+
+/// Start a key update on `conn` now (RFC 9001 §6) rather than at the AEAD's
+/// confidentiality limit, e.g. at a quiet moment of the trading day.
+/// `QR_EINVAL` before the handshake is confirmed. An update while the
+/// previous one is still in flight is ignored (RFC 9001 §6.5).
+///
+/// # Safety
+/// `e` is a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn qr_conn_key_update(e: *mut qr_engine, conn: u64) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        e.engine
+            .force_key_update(ConnHandle::from_bits(conn))
+            .map_err(|err| code_of(&err))?;
+        Ok(QR_OK)
+    })
+}

@@ -1,5 +1,9 @@
 //! Streams over the C API.
+#![allow(non_camel_case_types)]
 
+use std::ffi::c_void;
+
+use bytes::Bytes;
 use quic_rdma::engine::{ConnHandle, StreamId};
 use quinn_proto::VarInt;
 
@@ -65,6 +69,85 @@ pub unsafe extern "C" fn qr_stream_write(
         let n = e
             .engine
             .write(ConnHandle::from_bits(conn), sid(stream)?, data)
+            .map_err(|err| code_of(&err))?;
+        Ok(n as i64)
+    })
+}
+
+/// Called when the library holds no more references to a buffer given to
+/// `qr_stream_write_zc`; `user`, `data` and `len` are what that call got.
+pub type qr_release_fn =
+    Option<unsafe extern "C" fn(user: *mut c_void, data: *const u8, len: usize)>;
+
+/// A caller's buffer lent to quinn-proto; its release callback runs when the
+/// last reference (the unacknowledged bytes quinn-proto keeps) is dropped.
+struct Lent {
+    data: *const u8,
+    len: usize,
+    release: unsafe extern "C" fn(*mut c_void, *const u8, usize),
+    user: *mut c_void,
+}
+
+// SAFETY: the caller of `qr_stream_write_zc` keeps `data` valid and unchanged
+// until `release` runs and makes `release` callable from the thread dropping
+// the last reference (the thread that polls the engine).
+unsafe impl Send for Lent {}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `data` points to `len` readable bytes until release, by the
+        // contract of `qr_stream_write_zc`.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        // SAFETY: the callback the caller gave, with its own arguments, once.
+        unsafe { (self.release)(self.user, self.data, self.len) }
+    }
+}
+
+/// `qr_stream_write` without the copy: quinn-proto keeps references into
+/// `data` until the peer acknowledges the bytes (or the stream ends), then
+/// `release(user, data, len)` runs — exactly once per call, on the thread
+/// polling the engine, or before this call returns when nothing was taken
+/// (`QR_EAGAIN` and other errors). Returns the bytes taken (a prefix of
+/// `data`); write the rest with another call. Keep `data` valid and
+/// unchanged until `release`. One small allocation per call (the reference
+/// count of the lent buffer); no copy of the payload.
+///
+/// # Safety
+/// `e` is a live engine; `data` points to `len` readable bytes that stay valid
+/// and unchanged until `release` runs; `release` is non-NULL and callable with
+/// `user` from the polling thread.
+#[no_mangle]
+pub unsafe extern "C" fn qr_stream_write_zc(
+    e: *mut qr_engine,
+    conn: u64,
+    stream: u64,
+    data: *const u8,
+    len: usize,
+    release: qr_release_fn,
+    user: *mut c_void,
+) -> i64 {
+    guard64(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        let release = release.ok_or(QR_ENULL)?;
+        if data.is_null() {
+            return Err(QR_ENULL);
+        }
+        let stream = sid(stream)?;
+        let mut chunk = Bytes::from_owner(Lent {
+            data,
+            len,
+            release,
+            user,
+        });
+        let n = e
+            .engine
+            .write_chunk(ConnHandle::from_bits(conn), stream, &mut chunk)
             .map_err(|err| code_of(&err))?;
         Ok(n as i64)
     })

@@ -213,6 +213,21 @@ impl<Q: UdQueuePair> Engine<Q> {
         })
     }
 
+    /// Start a key update on `conn` now (RFC 9001 §6) instead of at the AEAD's
+    /// confidentiality limit: rotates the 1-RTT packet keys at a moment of the
+    /// application's choosing (a quiet one). `InvalidArgument` before the
+    /// handshake is confirmed, when no key update is possible yet.
+    pub fn force_key_update(&mut self, conn: ConnHandle) -> Result<(), EngineError> {
+        let c = &mut self.conns.get(conn)?.inner;
+        if c.is_handshaking() {
+            return Err(EngineError::InvalidArgument(
+                "key update before the handshake is confirmed",
+            ));
+        }
+        c.force_key_update();
+        Ok(())
+    }
+
     /// Live connections (not yet drained).
     pub fn connection_count(&self) -> usize {
         self.conns.live()

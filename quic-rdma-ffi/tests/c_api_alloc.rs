@@ -1,0 +1,403 @@
+//! Allocations per call of the C API's hot path, counted by a global
+//! allocator (on this thread only, only inside the measured calls): 64-byte
+//! request/response round trips over `sim` after a warm-up, with a key update
+//! (RFC 9001 §6) forced inside the measured window. `qr_engine_poll_at`,
+//! `qr_stream_read` and `qr_datagram_recv` must not allocate per packet;
+//! the figures for sends and for the key update are printed and bounded.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use quic_rdma_ffi::*;
+
+struct Counting;
+
+thread_local! {
+    static ON: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    // `try_with`: the allocator also runs during thread teardown.
+    let _ = ON.try_with(|on| {
+        if on.get() {
+            COUNT.with(|c| c.set(c.get() + 1));
+        }
+    });
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        note();
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        note();
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        note();
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(p, l, n) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// `f`'s result and the allocations it made on this thread.
+fn counted<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    let before = COUNT.with(|c| c.get());
+    ON.with(|on| on.set(true));
+    let r = f();
+    ON.with(|on| on.set(false));
+    (r, COUNT.with(|c| c.get()) - before)
+}
+
+static RELEASED: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "C" fn released(_user: *mut c_void, _data: *const u8, _len: usize) {
+    RELEASED.fetch_add(1, Ordering::Relaxed);
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    poll: u64,
+    polls: u64,
+    read: u64,
+    write_copy: u64,
+    write_zc: u64,
+    datagram_send: u64,
+    datagram_recv: u64,
+    key_update: u64,
+}
+
+struct Pair {
+    fabric: *mut qr_fabric,
+    client: *mut qr_engine,
+    server: *mut qr_engine,
+    cconn: u64,
+    sconn: u64,
+    ev: Vec<qr_event>,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let fc = qr_fabric_config {
+            struct_size: size_of::<qr_fabric_config>() as u32,
+            mtu: 4096,
+            provider: c"sim".as_ptr(),
+            seed: 3,
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            device: std::ptr::null(),
+            port: 0,
+            reserved: 0,
+        };
+        let mut fabric = std::ptr::null_mut();
+        // SAFETY: a whole config with a NUL-terminated provider; `fabric` writable.
+        assert_eq!(unsafe { qr_fabric_new(&fc, &mut fabric) }, QR_OK);
+        let (mut cert, mut key) = (vec![0u8; 8192], vec![0u8; 8192]);
+        let (mut cl, mut kl) = (0usize, 0usize);
+        // SAFETY: buffers of the capacities given; lengths writable.
+        let rc = unsafe {
+            qr_tls_selfsigned(
+                c"localhost".as_ptr(),
+                cert.as_mut_ptr(),
+                cert.len(),
+                &mut cl,
+                key.as_mut_ptr(),
+                key.len(),
+                &mut kl,
+            )
+        };
+        assert_eq!(rc, QR_OK);
+        let engine = |gid: &std::ffi::CStr, server: bool| {
+            // SAFETY: all-zero is a valid config (null pointers, zero numbers).
+            let mut c: qr_engine_config = unsafe { std::mem::zeroed() };
+            c.struct_size = size_of::<qr_engine_config>() as u32;
+            c.gid = gid.as_ptr();
+            c.routing_key = if server { 0x11 } else { 0x22 };
+            if server {
+                (c.cert_der, c.cert_der_len) = (cert.as_ptr(), cl);
+                (c.key_der, c.key_der_len) = (key.as_ptr(), kl);
+            } else {
+                (c.ca_der, c.ca_der_len) = (cert.as_ptr(), cl);
+            }
+            let mut e = std::ptr::null_mut();
+            // SAFETY: `fabric` is live, `c` valid with live buffers, `e` writable.
+            assert_eq!(unsafe { qr_engine_new(fabric, &c, &mut e) }, QR_OK);
+            e
+        };
+        let server = engine(c"fd00::a1", true);
+        let client = engine(c"fd00::a2", false);
+        let mut p = Pair {
+            fabric,
+            client,
+            server,
+            cconn: 0,
+            sconn: 0,
+            ev: vec![qr_event::default(); 64],
+        };
+        let mut sa = qr_addr::default();
+        // SAFETY: live engine; `sa` and the id are writable; the name is NUL-terminated.
+        unsafe {
+            assert_eq!(qr_engine_local_addr(p.server, &mut sa), QR_OK);
+            assert_eq!(
+                qr_connect(p.client, &sa, c"localhost".as_ptr(), &mut p.cconn),
+                QR_OK
+            );
+        }
+        let mut connected = false;
+        for _ in 0..1_000_000 {
+            if connected && p.sconn != 0 {
+                break;
+            }
+            let cconn = p.cconn;
+            connected |= p
+                .poll(true)
+                .iter()
+                .any(|e| e.kind == QR_EVENT_CONNECTED && e.conn == cconn);
+            if let Some(e) = p.poll(false).iter().find(|e| e.kind == QR_EVENT_CONNECTED) {
+                p.sconn = e.conn;
+            }
+        }
+        assert!(connected && p.sconn != 0, "handshake");
+        p
+    }
+
+    fn poll(&mut self, client: bool) -> &[qr_event] {
+        let e = if client { self.client } else { self.server };
+        // SAFETY: live engine; `ev` holds 64 events of this size.
+        let n = unsafe {
+            qr_engine_poll_at(
+                e,
+                0,
+                self.ev.as_mut_ptr(),
+                self.ev.len(),
+                size_of::<qr_event>(),
+            )
+        };
+        assert!(n >= 0, "poll: {n}");
+        &self.ev[..n as usize]
+    }
+
+    fn poll_both(&mut self, t: &mut Tally) {
+        let (_, a) = counted(|| {
+            self.poll(true);
+            self.poll(false);
+        });
+        t.poll += a;
+        t.polls += 2;
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        // SAFETY: from qr_engine_new / qr_fabric_new, freed once.
+        unsafe {
+            qr_engine_free(self.client);
+            qr_engine_free(self.server);
+            qr_fabric_free(self.fabric);
+        }
+    }
+}
+
+const WARMUP: u64 = 2_000;
+const MEASURED: u64 = 10_000;
+
+/// Read exactly `buf.len()` bytes of `stream` on `e`, polling both meanwhile.
+fn read_all(p: &mut Pair, client: bool, stream: u64, buf: &mut [u8], t: &mut Tally) {
+    let (e, conn) = if client {
+        (p.client, p.cconn)
+    } else {
+        (p.server, p.sconn)
+    };
+    let mut got = 0;
+    while got < buf.len() {
+        p.poll_both(t);
+        let rest = &mut buf[got..];
+        // SAFETY: live engine; `rest` is writable for its length; fin may be NULL.
+        let (n, a) = counted(|| unsafe {
+            qr_stream_read(
+                e,
+                conn,
+                stream,
+                rest.as_mut_ptr(),
+                rest.len(),
+                std::ptr::null_mut(),
+            )
+        });
+        t.read += a;
+        match n {
+            n if n > 0 => got += n as usize,
+            n if n == i64::from(QR_EAGAIN) => {}
+            n => panic!("read: {n}"),
+        }
+    }
+}
+
+/// Stream round trips: the client lends its request (`qr_stream_write_zc`),
+/// the server echoes with a copying write; a key update at the start of the
+/// measured window, then one halfway.
+fn stream_round_trips() -> (Tally, Tally) {
+    let mut p = Pair::new();
+    let mut s = 0u64;
+    // SAFETY: live engine, writable id.
+    let rc = unsafe { qr_stream_open(p.client, p.cconn, 1, &mut s) };
+    assert_eq!(rc, QR_OK);
+    // Requests stay valid until released: one buffer per round trip.
+    let requests: Vec<[u8; 64]> = (0..WARMUP + MEASURED)
+        .map(|i| {
+            let mut m = [0u8; 64];
+            m[..8].copy_from_slice(&i.to_le_bytes());
+            m
+        })
+        .collect();
+    let (mut warm, mut t) = (Tally::default(), Tally::default());
+    let mut buf = [0u8; 64];
+    for (i, req) in requests.iter().enumerate() {
+        let i = i as u64;
+        let tally = if i < WARMUP { &mut warm } else { &mut t };
+        if i == WARMUP || i == WARMUP + MEASURED / 2 {
+            // SAFETY: live engine.
+            let (rc, a) = counted(|| unsafe { qr_conn_key_update(p.client, p.cconn) });
+            assert_eq!(rc, QR_OK);
+            tally.key_update += a;
+        }
+        let mut off = 0;
+        while off < 64 {
+            // SAFETY: `req` lives (in `requests`) until after the pair is dropped.
+            let (n, a) = counted(|| unsafe {
+                qr_stream_write_zc(
+                    p.client,
+                    p.cconn,
+                    s,
+                    req[off..].as_ptr(),
+                    64 - off,
+                    Some(released),
+                    std::ptr::null_mut(),
+                )
+            });
+            tally.write_zc += a;
+            if n > 0 {
+                off += n as usize;
+            } else {
+                assert_eq!(n, i64::from(QR_EAGAIN));
+                p.poll_both(tally);
+            }
+        }
+        read_all(&mut p, false, s, &mut buf, tally);
+        assert_eq!(&buf, req);
+        // SAFETY: live engine; `buf` readable.
+        let (n, a) = counted(|| unsafe { qr_stream_write(p.server, p.sconn, s, buf.as_ptr(), 64) });
+        assert_eq!(n, 64);
+        tally.write_copy += a;
+        read_all(&mut p, true, s, &mut buf, tally);
+        assert_eq!(&buf, req);
+    }
+    // Everything lent was acknowledged and released, once per call.
+    for _ in 0..10_000 {
+        p.poll_both(&mut Tally::default());
+    }
+    drop(p);
+    (warm, t)
+}
+
+/// Datagram round trips (copying sends; receives into the caller's buffer).
+fn datagram_round_trips() -> Tally {
+    let mut p = Pair::new();
+    let mut t = Tally::default();
+    let mut buf = [0u8; 64];
+    for i in 0..WARMUP + MEASURED {
+        if i == WARMUP {
+            t = Tally::default();
+        }
+        let msg = i.to_le_bytes().repeat(8);
+        for (from_client, data) in [(true, msg.clone()), (false, msg.clone())] {
+            let (se, sc) = if from_client {
+                (p.client, p.cconn)
+            } else {
+                (p.server, p.sconn)
+            };
+            let (re, rc_) = if from_client {
+                (p.server, p.sconn)
+            } else {
+                (p.client, p.cconn)
+            };
+            // SAFETY: live engine; `data` readable.
+            let (rc, a) =
+                counted(|| unsafe { qr_datagram_send(se, sc, data.as_ptr(), data.len()) });
+            assert_eq!(rc, QR_OK);
+            t.datagram_send += a;
+            loop {
+                p.poll_both(&mut t);
+                // SAFETY: live engine; `buf` writable; `needed` may be NULL.
+                let (n, a) = counted(|| unsafe {
+                    qr_datagram_recv(re, rc_, buf.as_mut_ptr(), buf.len(), std::ptr::null_mut())
+                });
+                t.datagram_recv += a;
+                if n == 64 {
+                    assert_eq!(&buf[..], &data[..]);
+                    break;
+                }
+                assert_eq!(n, i64::from(QR_EAGAIN));
+            }
+        }
+    }
+    t
+}
+
+#[test]
+fn the_c_api_hot_path_does_not_allocate_per_packet() {
+    let (warm, st) = stream_round_trips();
+    eprintln!("stream warm-up: {warm:?}");
+    eprintln!(
+        "stream, {MEASURED} round trips, 2 key updates: {st:?}; per round trip: write_zc {:.3}, \
+         write {:.3}",
+        st.write_zc as f64 / MEASURED as f64,
+        st.write_copy as f64 / MEASURED as f64
+    );
+    assert_eq!(
+        RELEASED.load(Ordering::Relaxed),
+        WARMUP + MEASURED,
+        "every lent request released exactly once"
+    );
+    let dg = datagram_round_trips();
+    eprintln!("datagram, {MEASURED} round trips: {dg:?}");
+    // Receiving and reading into the caller's buffers: nothing.
+    assert_eq!(st.read, 0);
+    assert_eq!(dg.datagram_recv, 0);
+    assert_eq!(dg.poll, 0, "datagram round trips: allocations in poll");
+    // Polling: nothing per packet; a key update makes rustls derive and box the
+    // next packet keys (on both sides, in poll): bounded per update.
+    assert!(
+        st.poll <= 2 * KEY_UPDATE_BOUND,
+        "stream round trips: {} allocations in poll with 2 key updates",
+        st.poll
+    );
+    // quinn-proto 0.11 owns sent data as `Bytes`: a copying write allocates the
+    // copy, a lent buffer its shared reference count (no copy); a datagram is
+    // one `Bytes`. Bounded per call.
+    assert!(st.write_zc <= 2 * MEASURED, "write_zc: {}", st.write_zc);
+    assert!(st.write_copy <= 2 * MEASURED, "write: {}", st.write_copy);
+    assert!(
+        dg.datagram_send <= 2 * MEASURED,
+        "datagram send: {}",
+        dg.datagram_send
+    );
+}
+
+/// Allocations one key update may make in poll (measured: 4, the peer's
+/// side deriving its next keys; the initiator's 4 are in qr_conn_key_update).
+const KEY_UPDATE_BOUND: u64 = 8;
