@@ -11,13 +11,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use quic_rdma::quic::tls::{parse_certificates, parse_private_key};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
@@ -70,10 +70,9 @@ impl Mtls {
         let chain = read_certs(cert)?;
         let key_pem = read(key)?;
         let key_path = key;
-        let key = PrivateKeyDer::from_pem_slice(&key_pem).with_context(|| {
+        let key = parse_private_key(&key_pem).with_context(|| {
             format!(
-                "{}: no PEM private key (PKCS#8, PKCS#1 or SEC1) found; give the key \
-                 file `qr cert` wrote next to the certificate (NAME-key.pem)",
+                "{}: give the key file `qr cert` wrote next to the certificate (NAME-key.pem)",
                 key_path.display()
             )
         })?;
@@ -161,14 +160,7 @@ fn read(path: &Path) -> Result<Vec<u8>> {
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
-    let bytes = read(path)?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("{}: bad PEM", path.display()))?;
-    if certs.is_empty() {
-        bail!("{}: no CERTIFICATE block in the PEM file", path.display());
-    }
-    Ok(certs)
+    parse_certificates(&read(path)?).with_context(|| path.display().to_string())
 }
 
 /// One leaf certificate to issue: its file name stem and its subject

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// The name the certificate is issued for and the client asks for (SNI).
@@ -92,23 +91,10 @@ impl ServerIdentity {
 }
 
 /// Read the certificates in `path`: PEM (one or more `CERTIFICATE` blocks) or a
-/// single DER certificate.
+/// single DER certificate ([`quic_rdma::quic::tls::parse_certificates`]).
 pub(crate) fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    if bytes.trim_ascii_start().starts_with(b"-----BEGIN") {
-        let certs = CertificateDer::pem_slice_iter(&bytes)
-            .collect::<Result<Vec<_>, _>>()
-            .with_context(|| format!("{}: bad PEM", path.display()))?;
-        anyhow::ensure!(
-            !certs.is_empty(),
-            "{}: no CERTIFICATE in the PEM file",
-            path.display()
-        );
-        Ok(certs)
-    } else {
-        anyhow::ensure!(!bytes.is_empty(), "{}: empty file", path.display());
-        Ok(vec![CertificateDer::from(bytes)])
-    }
+    quic_rdma::quic::tls::parse_certificates(&bytes).with_context(|| path.display().to_string())
 }
 
 /// Server side: TLS 1.3, ALPN [`ALPN`], the identity's certificate and key.
@@ -279,7 +265,11 @@ mod tests {
         std::fs::write(&path, "-----BEGIN CERTIFICATE-----\n!!!\n").unwrap();
         let err = load_certs(&path).unwrap_err();
         std::fs::remove_file(&path).unwrap();
-        assert!(err.to_string().ends_with("bad PEM"), "{err:#}");
+        let chain = format!("{err:#}");
+        assert!(
+            chain.starts_with(&format!("{}: bad PEM: ", path.display())),
+            "{chain}"
+        );
         assert!(
             err.root_cause()
                 .downcast_ref::<rustls::pki_types::pem::Error>()

@@ -23,8 +23,8 @@ pub enum TlsError {
     #[error("no certificate found: give PEM (-----BEGIN CERTIFICATE-----) or one DER certificate")]
     NoCertificate,
     /// A PEM block could not be decoded.
-    #[error("bad PEM: {0}")]
-    Pem(String),
+    #[error("bad PEM")]
+    Pem(#[source] rustls::pki_types::pem::Error),
     /// The bytes hold no private key in a form rustls reads.
     #[error(
         "no private key found: give a PEM key (PKCS#8 `PRIVATE KEY`, PKCS#1 `RSA PRIVATE KEY` \
@@ -56,7 +56,7 @@ pub fn parse_certificates(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, 
     if bytes.trim_ascii_start().starts_with(b"-----BEGIN") {
         let certs = CertificateDer::pem_slice_iter(bytes)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| TlsError::Pem(e.to_string()))?;
+            .map_err(TlsError::Pem)?;
         if certs.is_empty() {
             return Err(TlsError::NoCertificate);
         }
