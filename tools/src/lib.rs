@@ -17,6 +17,7 @@
 pub mod channel_endpoint;
 mod cmd;
 mod endpoint;
+pub mod gateway;
 pub mod image;
 pub mod kv;
 pub mod pki;
@@ -117,6 +118,14 @@ enum Command {
     /// Exit codes: runs until killed; 1 it could not start; 2 bad usage or a
     /// provider not built in.
     KvRelay(kv_relay::KvRelayArgs),
+
+    /// Forward QUIC datagrams between UDP and the fabric without terminating
+    /// QUIC (TLS stays end to end): `to-fabric` lets plain UDP clients reach a
+    /// `qr serve`, `to-udp` lets fabric clients reach a QUIC server on UDP.
+    ///
+    /// Exit codes: runs until killed; 1 it could not start; 2 bad usage or a
+    /// provider it cannot use.
+    Gateway(cmd::gateway::GatewayArgs),
 }
 
 /// Parse the command line, run the subcommand and return its exit code: the
@@ -141,5 +150,6 @@ pub fn run() -> ExitCode {
         Command::NodeAgent(args) => node_agent::main(&args),
         Command::Pull(args) => pull::main(&args),
         Command::KvRelay(args) => kv_relay::main(&args),
+        Command::Gateway(args) => cmd::gateway::main(&args),
     }
 }

@@ -13,6 +13,7 @@ pub(crate) mod cert;
 pub(crate) mod connect;
 pub(crate) mod demo;
 pub(crate) mod devices;
+pub(crate) mod gateway;
 pub(crate) mod kv_relay;
 pub(crate) mod node_agent;
 pub(crate) mod pull;
