@@ -19,6 +19,7 @@ pub(crate) mod node_agent;
 pub(crate) mod pull;
 pub(crate) mod registry_agent;
 pub(crate) mod serve;
+pub(crate) mod stats;
 pub(crate) mod ud_pingpong;
 
 use std::process::ExitCode;
