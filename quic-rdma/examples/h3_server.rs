@@ -20,10 +20,12 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use h3_common::Error;
-use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
-use quic_rdma::fabric::{UdQueuePair, DEFAULT_QKEY};
-use quic_rdma::quinn_adapter::{self, RdmaUdpSocket};
-use quic_rdma::socket::{SocketConfig, UdSocket};
+use quic_rdma::fabric::UdAddr;
+use quic_rdma::{
+    fabric::{soft::*, DEFAULT_QKEY},
+    quinn_adapter::{self as qa, RdmaUdpSocket},
+    socket::*,
+};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Error> {
@@ -32,22 +34,23 @@ async fn main() -> Result<(), Error> {
     let ip: IpAddr = args.next().ok_or(usage)?.parse()?;
     let cert_path = args.next().ok_or(usage)?;
 
-    let port = SoftPort::open(SoftConfig::new(ip))?;
-    let qp = port.create_qp(DEFAULT_QKEY)?;
-    let (qpn, qkey) = (qp.attr().qpn, qp.attr().qkey);
+    // What a UDP server has: a server config (TLS, ALPN h3) with default transport.
+    let (cert, mut server_config) = h3_common::server_config(Default::default())?;
+    std::fs::write(&cert_path, &cert)?;
+    // The fabric: these three lines replace
+    // `let endpoint = quinn::Endpoint::server(server_config, addr)?;` (README, "Moving a quinn or h3 application").
     let sock = Arc::new(RdmaUdpSocket::new(UdSocket::new(
-        qp,
+        SoftPort::open(SoftConfig::new(ip))?.create_qp(DEFAULT_QKEY)?,
         SocketConfig::default(),
     )?));
-    let mtu = sock.mtu();
-    let (cert, server_cfg) = h3_common::server_config(quinn_adapter::transport(mtu))?;
-    std::fs::write(&cert_path, &cert)?;
+    server_config.transport_config(qa::transport(sock.mtu()));
     let endpoint = quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(mtu, 0x4e3),
-        Some(server_cfg),
-        sock,
+        qa::endpoint_config(sock.mtu(), 1),
+        Some(server_config),
+        sock.clone(),
         Arc::new(quinn::TokioRuntime),
     )?;
+    let UdAddr { qpn, qkey, .. } = sock.ud_addr();
     tokio::spawn(h3_common::serve(endpoint.clone()));
     println!("READY ip={ip} qpn={qpn} qkey={qkey}");
 
@@ -57,6 +60,5 @@ async fn main() -> Result<(), Error> {
     )
     .await?;
     endpoint.close(h3_common::H3_NO_ERROR.into(), b"server exiting");
-    drop(port);
     Ok(())
 }
