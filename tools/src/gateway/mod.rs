@@ -14,6 +14,10 @@
 //!   socket of its own, connected to the target, so the UDP server sees one
 //!   4-tuple per fabric client.
 //!
+//! A client whose address changes (NAT rebinding) becomes a new entry with a new
+//! fabric address, which the server sees as a connection migration to be
+//! validated (RFC 9000 §9) — not exercised by the tests; the old entry expires.
+//!
 //! Datagrams are forwarded as they are: one UDP payload is one UD SEND (with the
 //! routing-key immediate of docs/architecture.md §3, so the fabric side's
 //! routing check holds). The QUIC connection IDs are not needed to demultiplex:

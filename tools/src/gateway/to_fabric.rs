@@ -50,6 +50,11 @@ struct Client {
 }
 
 /// Run the gateway until the UDP socket fails.
+///
+/// One task reads the UDP socket and posts to the clients' queue pairs in
+/// turn: a client whose send queue is full holds the others back for at most
+/// `FABRIC_SEND_WAIT` (then its datagram is dropped and counted), as a NIC's
+/// shared transmit path would.
 pub async fn to_fabric(cfg: ToFabric, stats: Arc<GatewayStats>) -> io::Result<()> {
     let ToFabric {
         udp,
