@@ -17,9 +17,12 @@
 pub mod channel_endpoint;
 mod cmd;
 mod endpoint;
+mod endpoint_metrics;
+pub mod gateway;
 pub mod image;
 pub mod kv;
 pub mod pki;
+pub mod prom_text;
 mod provider;
 mod report;
 mod tls;
@@ -117,6 +120,22 @@ enum Command {
     /// Exit codes: runs until killed; 1 it could not start; 2 bad usage or a
     /// provider not built in.
     KvRelay(kv_relay::KvRelayArgs),
+
+    /// Forward QUIC datagrams between UDP and the fabric without terminating
+    /// QUIC (TLS stays end to end): `to-fabric` lets plain UDP clients reach a
+    /// `qr serve`, `to-udp` lets fabric clients reach a QUIC server on UDP.
+    ///
+    /// Exit codes: runs until killed; 1 it could not start; 2 bad usage or a
+    /// provider it cannot use.
+    Gateway(cmd::gateway::GatewayArgs),
+
+    /// A live view of a metrics endpoint (`qr serve --metrics`, `qr gateway
+    /// --metrics`, the channels' agents): each counter's rate and each gauge
+    /// per interval, after checking the scrape is valid Prometheus text.
+    ///
+    /// Exit codes: 0 after --count intervals; 1 the endpoint failed or answered
+    /// something else; 2 bad usage.
+    Stats(cmd::stats::StatsArgs),
 }
 
 /// Parse the command line, run the subcommand and return its exit code: the
@@ -141,5 +160,7 @@ pub fn run() -> ExitCode {
         Command::NodeAgent(args) => node_agent::main(&args),
         Command::Pull(args) => pull::main(&args),
         Command::KvRelay(args) => kv_relay::main(&args),
+        Command::Gateway(args) => cmd::gateway::main(&args),
+        Command::Stats(args) => cmd::stats::main(&args),
     }
 }

@@ -13,11 +13,13 @@ pub(crate) mod cert;
 pub(crate) mod connect;
 pub(crate) mod demo;
 pub(crate) mod devices;
+pub(crate) mod gateway;
 pub(crate) mod kv_relay;
 pub(crate) mod node_agent;
 pub(crate) mod pull;
 pub(crate) mod registry_agent;
 pub(crate) mod serve;
+pub(crate) mod stats;
 pub(crate) mod ud_pingpong;
 
 use std::process::ExitCode;

@@ -26,6 +26,7 @@ use quic_rdma::quinn_adapter;
 
 use super::args::{LivenessArgs, DEFAULT_SERVICE_PORT};
 use crate::endpoint::endpoint;
+use crate::endpoint_metrics::EndpointMetrics;
 use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError, ProviderKind};
 use crate::report::{hex, ServeSummary, SocketReport, SoftPortReport, UdEndpointReport};
 use crate::tls::{self, ServerIdentity};
@@ -86,6 +87,11 @@ pub(crate) struct ServeArgs {
     /// --cert-out file, and its directory if that leaves it empty.
     #[arg(long, hide = true)]
     pub(crate) exit_with_parent: bool,
+
+    /// Serve the endpoint's socket, provider and quinn counters as Prometheus
+    /// text on http://ADDR/metrics (watch them live with `qr stats ADDR`).
+    #[arg(long)]
+    pub(crate) metrics: Option<SocketAddr>,
 
     /// Print each connection's summary as one JSON line instead of text.
     #[arg(long)]
@@ -225,6 +231,23 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             args.cert_out.display()
         );
         let ep = Arc::new(ep);
+        let metrics = Arc::new(EndpointMetrics::new(ep.socket.clone(), ep.soft.clone()));
+        let _metrics_http = match args.metrics {
+            Some(addr) => {
+                let m = metrics.clone();
+                let (bound, task) = crate::kv::http::serve_routes(
+                    addr,
+                    Arc::new(move |path: &str| {
+                        (path == "/metrics").then(|| ("text/plain; version=0.0.4", m.prometheus()))
+                    }),
+                )
+                .await
+                .with_context(|| format!("metrics listener on {addr}"))?;
+                eprintln!("qr serve: metrics on http://{bound}/metrics");
+                Some(task)
+            }
+            None => None,
+        };
         if args.once {
             // One deadline for the whole run, from start-up: a client that never
             // comes must not keep the process (its IP:port, its service port).
@@ -240,23 +263,26 @@ fn serve(args: &ServeArgs) -> Result<bool> {
                     )
                 })?
                 .ok_or_else(|| anyhow!("endpoint closed"))?;
-            let s = tokio::time::timeout_at(deadline, connection(incoming, ep.clone()))
-                .await
-                .map_err(|_| {
-                    anyhow!(
-                        "the connection did not finish within {} s of start-up (--timeout)",
-                        args.timeout
-                    )
-                })?;
+            let s = tokio::time::timeout_at(
+                deadline,
+                connection(incoming, ep.clone(), metrics.clone()),
+            )
+            .await
+            .map_err(|_| {
+                anyhow!(
+                    "the connection did not finish within {} s of start-up (--timeout)",
+                    args.timeout
+                )
+            })?;
             print_summary(&s, args.json);
             endpoint.close(0u32.into(), b"bye");
             let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
             Ok(s.ok)
         } else {
             while let Some(incoming) = endpoint.accept().await {
-                let (ep, json) = (ep.clone(), args.json);
+                let (ep, json, metrics) = (ep.clone(), args.json, metrics.clone());
                 tokio::spawn(async move {
-                    let s = connection(incoming, ep).await;
+                    let s = connection(incoming, ep, metrics).await;
                     print_summary(&s, json);
                 });
             }
@@ -277,7 +303,11 @@ fn print_summary(s: &ServeSummary, json: bool) {
 
 /// Handshake, workload, wait for the client to close; never fails (errors go
 /// into the summary).
-async fn connection(incoming: quinn::Incoming, ep: Arc<EndpointSocket>) -> ServeSummary {
+async fn connection(
+    incoming: quinn::Incoming,
+    ep: Arc<EndpointSocket>,
+    metrics: Arc<EndpointMetrics>,
+) -> ServeSummary {
     let client = ep
         .socket
         .ud_addr_of(incoming.remote_address())
@@ -287,6 +317,7 @@ async fn connection(incoming: quinn::Incoming, ep: Arc<EndpointSocket>) -> Serve
     let mut server_name = None;
     let outcome = async {
         let conn = incoming.await.context("server handshake")?;
+        metrics.track(&conn);
         server_name = conn
             .handshake_data()
             .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())

@@ -311,11 +311,14 @@ impl RegistryMetrics {
     }
 }
 
-fn counter(o: &mut String, name: &str, help: &str, v: u64) {
+/// Append one counter `name` with its HELP and TYPE lines (exposition format
+/// 0.0.4); shared by every `/metrics` of `qr` (channels, gateway, `qr serve`).
+pub fn counter(o: &mut String, name: &str, help: &str, v: u64) {
     let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
 }
 
-fn gauge(o: &mut String, name: &str, help: &str, v: i64) {
+/// Append one gauge `name` with its HELP and TYPE lines (see [`counter`]).
+pub fn gauge(o: &mut String, name: &str, help: &str, v: i64) {
     let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
 }
 

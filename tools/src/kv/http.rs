@@ -18,11 +18,32 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     role: &'static str,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    serve_routes(
+        addr,
+        Arc::new(move |path: &str| match path {
+            "/metrics" => Some(("text/plain; version=0.0.4", metrics.prometheus(role))),
+            "/status" => Some(("application/json", metrics.status(role).to_string())),
+            _ => None,
+        }),
+    )
+    .await
+}
+
+/// What a path answers: (content type, body), or `None` for a 404.
+pub type Routes = Arc<dyn Fn(&str) -> Option<(&'static str, String)> + Send + Sync>;
+
+/// Serve `routes` on `addr` until the task is dropped (the HTTP side of every
+/// `/metrics` endpoint outside the image channel: kv relays, `qr serve
+/// --metrics`, `qr gateway --metrics`); returns the bound address once listening.
+pub async fn serve_routes(
+    addr: SocketAddr,
+    routes: Routes,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let task = tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
-            let metrics = metrics.clone();
+            let routes = routes.clone();
             tokio::spawn(async move {
                 let mut req = [0u8; 1024];
                 let mut n = 0;
@@ -41,18 +62,9 @@ pub async fn serve(
                 .await;
                 let head = String::from_utf8_lossy(&req[..n]);
                 let path = head.split_whitespace().nth(1).unwrap_or("");
-                let (status, ctype, body) = match path {
-                    "/metrics" => (
-                        "200 OK",
-                        "text/plain; version=0.0.4",
-                        metrics.prometheus(role),
-                    ),
-                    "/status" => (
-                        "200 OK",
-                        "application/json",
-                        metrics.status(role).to_string(),
-                    ),
-                    _ => (
+                let (status, ctype, body) = match routes(path) {
+                    Some((ctype, body)) => ("200 OK", ctype, body),
+                    None => (
                         "404 Not Found",
                         "text/plain",
                         "try /metrics or /status\n".into(),

@@ -1,0 +1,286 @@
+//! `qr gateway`: forward QUIC datagrams between UDP and the fabric without
+//! terminating QUIC (the library side is `crate::gateway`, which documents the
+//! mapping, the MTU rule and the counters).
+//!
+//! - `qr gateway to-fabric --listen UDP_ADDR --fabric-ip IP --target HOST:PORT`:
+//!   plain QUIC clients send to UDP_ADDR; the target is a `qr serve` (or any
+//!   endpoint with a bootstrap service) found at HOST:PORT.
+//! - `qr gateway to-udp --fabric-ip IP --target UDP_ADDR`: fabric clients find
+//!   the gateway at IP:--service-port (a bootstrap service, like `qr serve`)
+//!   and reach the QUIC server at UDP_ADDR.
+//!
+//! Both print one `qr gateway: ...` line on stderr once forwarding, serve the
+//! counters as Prometheus text on `--metrics ADDR` (`/metrics`), and run until
+//! killed.
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
+use quic_rdma::fabric::{Mtu, UdQueuePair};
+use quic_rdma::socket::SocketConfig;
+
+use super::args::DEFAULT_SERVICE_PORT;
+use crate::channel_endpoint::query_bootstrap;
+use crate::gateway::{self, GatewayStats, Limits, QpFactory, ToFabric, ToUdp};
+use crate::provider::{self, EndpointOptions, ProviderKind};
+
+/// Options of `qr gateway`.
+#[derive(Clone, Debug, clap::Args)]
+pub(crate) struct GatewayArgs {
+    #[command(subcommand)]
+    direction: Direction,
+}
+
+/// Which way the gateway forwards.
+#[derive(Clone, Debug, clap::Subcommand)]
+enum Direction {
+    /// UDP clients -> a server on the fabric.
+    ToFabric(ToFabricArgs),
+    /// Fabric clients -> a server on UDP.
+    ToUdp(ToUdpArgs),
+}
+
+/// What both directions take.
+#[derive(Clone, Debug, clap::Args)]
+struct Common {
+    /// Local IP of the gateway's fabric port (its GID).
+    #[arg(long)]
+    fabric_ip: IpAddr,
+
+    /// Fabric provider (`soft` only for now: the gateway opens one queue pair per
+    /// client on one port).
+    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
+    provider: ProviderKind,
+
+    /// Active MTU of the gateway's fabric port (1024, 2048 or 4096... QUIC
+    /// needs at least 1200). UDP datagrams above it are dropped and counted.
+    #[arg(long, default_value_t = 4096, value_parser = parse_mtu)]
+    fabric_mtu: usize,
+
+    /// Clients at most (queue pairs or UDP sockets); more are refused until one
+    /// expires.
+    #[arg(long, default_value_t = Limits::default().max_clients)]
+    max_clients: usize,
+
+    /// Remove a client after this long without traffic (e.g. 30s); keep it
+    /// above the QUIC idle timeout of the endpoints.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
+
+    /// Serve the gateway's counters as Prometheus text on http://ADDR/metrics.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+struct ToFabricArgs {
+    /// UDP address clients send to.
+    #[arg(long)]
+    listen: SocketAddr,
+
+    /// The fabric server's bootstrap service, HOST:PORT (`qr serve --service-port`).
+    #[arg(long)]
+    target: String,
+
+    /// Keep asking the bootstrap service this many seconds while it refuses.
+    #[arg(long, default_value_t = 10)]
+    wait: u64,
+
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+struct ToUdpArgs {
+    /// The QUIC server on UDP.
+    #[arg(long)]
+    target: SocketAddr,
+
+    /// Local IP of the per-client UDP sockets (default: unspecified, the kernel
+    /// picks the source towards the target).
+    #[arg(long)]
+    udp_bind: Option<IpAddr>,
+
+    /// TCP port of the gateway's bootstrap service (on --fabric-ip), which
+    /// fabric clients (`qr connect`) ask for the gateway's queue pair.
+    #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
+    service_port: u16,
+
+    #[command(flatten)]
+    common: Common,
+}
+
+fn parse_mtu(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    match Mtu::from_bytes(n) {
+        Some(m) if m.check_quic().is_ok() => Ok(n),
+        _ => Err(format!(
+            "{n} is not a RoCE MTU QUIC fits in: use 2048 or 4096 (QUIC needs 1200 bytes)"
+        )),
+    }
+}
+
+/// Run `qr gateway` until killed; 1 if it cannot start, 2 for a provider it cannot use.
+pub(crate) fn main(args: &GatewayArgs) -> ExitCode {
+    let common = match &args.direction {
+        Direction::ToFabric(a) => &a.common,
+        Direction::ToUdp(a) => &a.common,
+    };
+    if common.provider != ProviderKind::Soft {
+        eprintln!(
+            "qr gateway: provider `{}` is not supported by the gateway yet: use `--provider soft`",
+            common.provider
+        );
+        return ExitCode::from(2);
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("qr gateway: starting the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        match &args.direction {
+            Direction::ToFabric(a) => to_fabric(a).await,
+            Direction::ToUdp(a) => to_udp(a).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("qr gateway: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn limits(c: &Common) -> Result<Limits> {
+    if c.max_clients == 0 {
+        bail!("--max-clients 0 would refuse everyone: give at least 1");
+    }
+    Ok(Limits {
+        max_clients: c.max_clients,
+        idle_timeout: c.idle_timeout,
+    })
+}
+
+/// Serve the counters on `--metrics`, if asked.
+async fn metrics(
+    c: &Common,
+    stats: &Arc<GatewayStats>,
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(addr) = c.metrics else {
+        return Ok(None);
+    };
+    let stats = stats.clone();
+    let (bound, task) = crate::kv::http::serve_routes(
+        addr,
+        Arc::new(move |path: &str| {
+            (path == "/metrics").then(|| ("text/plain; version=0.0.4", stats.prometheus()))
+        }),
+    )
+    .await
+    .with_context(|| format!("metrics listener on {addr}"))?;
+    eprintln!("qr gateway: metrics on http://{bound}/metrics");
+    Ok(Some(task))
+}
+
+async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
+    let limits = limits(&a.common)?;
+    let target = a.target.clone();
+    let wait = Duration::from_secs(a.wait);
+    let peer = tokio::task::spawn_blocking(move || query_bootstrap(&target, wait)).await??;
+    let mut cfg = provider::soft_config(a.common.fabric_ip, quic_rdma::fabric::ROCEV2_UDP_PORT)?;
+    cfg.mtu = Mtu::from_bytes(a.common.fabric_mtu).expect("checked by parse_mtu");
+    let port = provider::open_soft_port(cfg)?;
+    // Every client QP sends to the target's UDP port (set before any AH exists).
+    peer.apply(&port);
+    let qkey = peer.addr.qkey;
+    let new_qp: QpFactory = {
+        let port = port.clone();
+        Arc::new(move || {
+            port.create_qp(qkey)
+                .map(|q| Box::new(q) as Box<dyn UdQueuePair>)
+        })
+    };
+    let udp = tokio::net::UdpSocket::bind(a.listen)
+        .await
+        .with_context(|| format!("UDP socket on {}", a.listen))?;
+    let stats = Arc::new(GatewayStats::default());
+    let _metrics = metrics(&a.common, &stats).await?;
+    eprintln!(
+        "qr gateway: UDP {} -> fabric GID {} QPN {:#x} (UDP port {}), from GID {} MTU {}; \
+         max {} clients, idle timeout {:?}",
+        udp.local_addr()?,
+        peer.addr.gid,
+        peer.addr.qpn,
+        peer.udp_port,
+        port.gid(),
+        a.common.fabric_mtu,
+        limits.max_clients,
+        limits.idle_timeout
+    );
+    gateway::to_fabric(
+        ToFabric {
+            udp,
+            new_qp,
+            target: peer.addr,
+            limits,
+            socket_config: SocketConfig::default(),
+        },
+        stats,
+    )
+    .await
+    .context("forwarding")
+}
+
+async fn to_udp(a: &ToUdpArgs) -> Result<()> {
+    let limits = limits(&a.common)?;
+    let mut opts = EndpointOptions::new(a.common.fabric_ip);
+    opts.mtu = Mtu::from_bytes(a.common.fabric_mtu).expect("checked by parse_mtu");
+    let ep = provider::open_endpoint(ProviderKind::Soft, &opts)?;
+    let publish = ep
+        .publish
+        .context("the soft endpoint has no bootstrap record")?;
+    let bind = SocketAddr::new(a.common.fabric_ip, a.service_port);
+    let bootstrap = BootstrapServer::bind(bind, publish)
+        .with_context(|| format!("bootstrap service on TCP {bind}"))?;
+    let bound = bootstrap.local_addr()?;
+    let _bootstrap = bootstrap.spawn()?;
+    let stats = Arc::new(GatewayStats::default());
+    let _metrics = metrics(&a.common, &stats).await?;
+    let bind_ip = a.udp_bind.unwrap_or(match a.target {
+        SocketAddr::V4(_) => IpAddr::from([0, 0, 0, 0]),
+        SocketAddr::V6(_) => IpAddr::from([0u16; 8]),
+    });
+    eprintln!(
+        "qr gateway: fabric GID {} QPN {:#x} MTU {} (bootstrap on TCP {bound}) -> UDP {}; \
+         max {} clients, idle timeout {:?}",
+        publish.addr.gid,
+        publish.addr.qpn,
+        a.common.fabric_mtu,
+        a.target,
+        limits.max_clients,
+        limits.idle_timeout
+    );
+    gateway::to_udp(
+        ToUdp {
+            listener: ep.socket.clone(),
+            bind_ip,
+            target: a.target,
+            limits,
+        },
+        stats,
+    )
+    .await
+    .context("forwarding")
+}

@@ -1,0 +1,230 @@
+//! The counters of a running endpoint — its UD socket, its provider and quinn's
+//! connections — as Prometheus text (exposition format 0.0.4), for
+//! `qr serve --metrics ADDR` and any scraper or `qr stats`.
+//!
+//! The socket and provider counters are rendered from the same records the JSON
+//! reports use (`report::SocketReport`, `report::SoftPortReport`), so a counter
+//! added there appears here with no second list; the lines themselves are
+//! written by the helpers every `qr` `/metrics` shares
+//! (`crate::image::metrics::{counter, gauge}`).
+
+use std::sync::Mutex;
+
+use quic_rdma::fabric::soft::SoftPort;
+use serde_json::Value;
+
+use crate::image::metrics::{counter, gauge};
+use crate::provider::Socket;
+use crate::report::{SocketReport, SoftPortReport};
+
+/// quinn's per-connection counters, summed.
+#[derive(Clone, Copy, Debug, Default)]
+struct QuinnTotals {
+    udp_tx_datagrams: u64,
+    udp_tx_bytes: u64,
+    udp_rx_datagrams: u64,
+    udp_rx_bytes: u64,
+    sent_packets: u64,
+    lost_packets: u64,
+    lost_bytes: u64,
+    congestion_events: u64,
+}
+
+impl QuinnTotals {
+    fn add(&mut self, s: &quinn::ConnectionStats) {
+        self.udp_tx_datagrams += s.udp_tx.datagrams;
+        self.udp_tx_bytes += s.udp_tx.bytes;
+        self.udp_rx_datagrams += s.udp_rx.datagrams;
+        self.udp_rx_bytes += s.udp_rx.bytes;
+        self.sent_packets += s.path.sent_packets;
+        self.lost_packets += s.path.lost_packets;
+        self.lost_bytes += s.path.lost_bytes;
+        self.congestion_events += s.path.congestion_events;
+    }
+}
+
+/// Connections seen: the live ones, and the totals of those that ended.
+#[derive(Default)]
+struct Connections {
+    live: Vec<quinn::Connection>,
+    ended: QuinnTotals,
+    accepted: u64,
+}
+
+/// A running endpoint's counters.
+pub(crate) struct EndpointMetrics {
+    socket: Socket,
+    soft: Option<SoftPort>,
+    conns: Mutex<Connections>,
+}
+
+impl EndpointMetrics {
+    /// Metrics of the endpoint on `socket` (and its `soft` port, if any).
+    pub(crate) fn new(socket: Socket, soft: Option<SoftPort>) -> Self {
+        EndpointMetrics {
+            socket,
+            soft,
+            conns: Mutex::default(),
+        }
+    }
+
+    fn conns(&self) -> std::sync::MutexGuard<'_, Connections> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Count `conn` (an established connection) from now on.
+    pub(crate) fn track(&self, conn: &quinn::Connection) {
+        let mut c = self.conns();
+        c.accepted += 1;
+        // Fold the connections that ended into the totals: the list stays as
+        // long as the number of live connections.
+        let Connections { live, ended, .. } = &mut *c;
+        live.retain(|l| {
+            if l.close_reason().is_some() {
+                ended.add(&l.stats());
+                false
+            } else {
+                true
+            }
+        });
+        live.push(conn.clone());
+    }
+
+    /// Prometheus text of every counter now.
+    pub(crate) fn prometheus(&self) -> String {
+        let mut o = String::new();
+        if let Ok(v) = serde_json::to_value(SocketReport::of(&self.socket)) {
+            flatten(&mut o, "qr_socket", &v);
+        }
+        let p = self.socket.peer_stats();
+        gauge(
+            &mut o,
+            "qr_peers_live",
+            "UD peers in the peer table",
+            p.peers as i64,
+        );
+        gauge(
+            &mut o,
+            "qr_peers_pending",
+            "UD peers not yet confirmed",
+            p.pending as i64,
+        );
+        for (name, help, v) in [
+            ("admitted", "UD peers admitted", p.admitted),
+            (
+                "evicted_pending",
+                "Unconfirmed peers evicted",
+                p.evicted_pending,
+            ),
+            ("evicted_idle", "Idle peers evicted", p.evicted_idle),
+            (
+                "refused_full",
+                "Peers refused by a full table",
+                p.refused_full,
+            ),
+            (
+                "unknown_destination",
+                "Sends to an unknown peer dropped",
+                p.unknown_destination,
+            ),
+        ] {
+            counter(&mut o, &format!("qr_peers_{name}_total"), help, v);
+        }
+        if let Some(port) = &self.soft {
+            if let Ok(v) = serde_json::to_value(SoftPortReport::from(&port.stats())) {
+                flatten(&mut o, "qr_soft", &v);
+            }
+        }
+        let c = self.conns();
+        let mut t = c.ended;
+        let mut open = 0i64;
+        let mut rtt_max = 0f64;
+        let mut cwnd = 0u64;
+        for l in &c.live {
+            let s = l.stats();
+            t.add(&s);
+            if l.close_reason().is_none() {
+                open += 1;
+                rtt_max = rtt_max.max(s.path.rtt.as_secs_f64());
+                cwnd += s.path.cwnd;
+            }
+        }
+        gauge(
+            &mut o,
+            "qr_quinn_connections_open",
+            "QUIC connections open",
+            open,
+        );
+        counter(
+            &mut o,
+            "qr_quinn_connections_total",
+            "QUIC connections established",
+            c.accepted,
+        );
+        for (name, help, v) in [
+            (
+                "udp_tx_datagrams",
+                "Datagrams quinn sent",
+                t.udp_tx_datagrams,
+            ),
+            ("udp_tx_bytes", "Bytes quinn sent", t.udp_tx_bytes),
+            (
+                "udp_rx_datagrams",
+                "Datagrams quinn received",
+                t.udp_rx_datagrams,
+            ),
+            ("udp_rx_bytes", "Bytes quinn received", t.udp_rx_bytes),
+            ("sent_packets", "QUIC packets sent", t.sent_packets),
+            ("lost_packets", "QUIC packets declared lost", t.lost_packets),
+            (
+                "lost_bytes",
+                "Bytes of QUIC packets declared lost",
+                t.lost_bytes,
+            ),
+            (
+                "congestion_events",
+                "Congestion events",
+                t.congestion_events,
+            ),
+        ] {
+            counter(&mut o, &format!("qr_quinn_{name}_total"), help, v);
+        }
+        float_gauge(
+            &mut o,
+            "qr_quinn_rtt_max_seconds",
+            "Largest smoothed RTT of the open connections",
+            rtt_max,
+        );
+        gauge(
+            &mut o,
+            "qr_quinn_cwnd_bytes",
+            "Congestion windows of the open connections, summed",
+            cwnd as i64,
+        );
+        o
+    }
+}
+
+/// A gauge with a fractional value.
+fn float_gauge(o: &mut String, name: &str, help: &str, v: f64) {
+    use std::fmt::Write as _;
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+}
+
+/// Every number in the JSON record `v` as a counter `<prefix>_<path>_total`
+/// (nested objects join their keys with `_`); fractions (ratios such as
+/// `wrs_per_post`) are gauges.
+fn flatten(o: &mut String, prefix: &str, v: &Value) {
+    let Value::Object(m) = v else { return };
+    for (k, v) in m {
+        let name = format!("{prefix}_{k}");
+        match v {
+            Value::Object(_) => flatten(o, &name, v),
+            Value::Number(n) => match n.as_u64() {
+                Some(u) => counter(o, &format!("{name}_total"), &k.replace('_', " "), u),
+                None => float_gauge(o, &name, &k.replace('_', " "), n.as_f64().unwrap_or(0.0)),
+            },
+            _ => {}
+        }
+    }
+}

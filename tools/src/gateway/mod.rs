@@ -1,0 +1,146 @@
+//! `qr gateway`: plain QUIC-over-UDP clients reach servers on the fabric, and
+//! fabric clients reach QUIC servers on UDP, through a datagram forwarder that
+//! never terminates QUIC — the TLS 1.3 session is end to end, the gateway sees
+//! only encrypted packets.
+//!
+//! Two directions, one per gateway instance:
+//! - [`to_fabric`]: a UDP socket listens; each UDP client (its source address:
+//!   with one listening socket that is the 4-tuple) gets a queue pair of its own
+//!   on the gateway's fabric port, so the fabric server sees one UD peer per
+//!   UDP client (its connection IDs and its peer table need nothing else). The
+//!   target's UD address comes from its bootstrap service (`qr serve`).
+//! - [`to_udp`]: a queue pair listens (published by a bootstrap service, so
+//!   `qr connect` finds it like any `qr serve`); each fabric peer gets a UDP
+//!   socket of its own, connected to the target, so the UDP server sees one
+//!   4-tuple per fabric client.
+//!
+//! A client whose address changes (NAT rebinding) becomes a new entry with a new
+//! fabric address, which the server sees as a connection migration to be
+//! validated (RFC 9000 §9) — not exercised by the tests; the old entry expires.
+//!
+//! Datagrams are forwarded as they are: one UDP payload is one UD SEND (with the
+//! routing-key immediate of docs/architecture.md §3, so the fabric side's
+//! routing check holds). The QUIC connection IDs are not needed to demultiplex:
+//! every client has its own address on the far side.
+//!
+//! **MTU.** A UD message is never fragmented (IBA 9.7.7.2.1), so a UDP datagram
+//! larger than the fabric MTU cannot cross: it is dropped and counted
+//! (`drop_too_big`). QUIC on the UDP side copes by itself: datagrams above
+//! 1200 bytes are only ever path-MTU probes (RFC 9000 §14.3, DPLPMTUD RFC 8899
+//! §5), a lost probe caps the search, and the connection settles on the largest
+//! size that crossed. The fabric side's MTU is what its endpoints advertise as
+//! `max_udp_payload_size`, so a fabric endpoint never sends the UDP side more.
+//!
+//! State is bounded ([`Limits`]): at most `max_clients` entries (a client beyond
+//! is refused, its datagrams dropped and counted), each removed after
+//! `idle_timeout` without traffic either way. Counters: [`GatewayStats`].
+
+pub mod stats;
+pub mod table;
+mod to_fabric;
+mod to_udp;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quic_rdma::fabric::{FabricError, UdQueuePair};
+use quic_rdma::quinn_adapter::RdmaUdpSocket;
+use quinn::udp::{RecvMeta, Transmit};
+use quinn::AsyncUdpSocket;
+
+pub use stats::{GatewaySnapshot, GatewayStats};
+pub use to_fabric::{to_fabric, ToFabric};
+pub use to_udp::{to_udp, ToUdp};
+
+/// A quinn-style datagram socket on the fabric (any provider).
+pub type FabricSocket = Arc<RdmaUdpSocket<Box<dyn UdQueuePair>>>;
+
+/// Makes a new queue pair on the gateway's fabric port (one per UDP client).
+pub type QpFactory = Arc<dyn Fn() -> Result<Box<dyn UdQueuePair>, FabricError> + Send + Sync>;
+
+/// How much state the gateway keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Clients at most; more are refused until one expires.
+    pub max_clients: usize,
+    /// A client silent this long (both directions) is removed, with its queue
+    /// pair or socket. Choose it above the QUIC idle timeout of the endpoints.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_clients: 1024,
+            idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How long a datagram waits for room in a fabric send queue before it is
+/// dropped (`drop_fabric_send`): QUIC treats it as lost, which is what a full
+/// NIC queue does too.
+const FABRIC_SEND_WAIT: Duration = Duration::from_millis(50);
+
+/// Receive one datagram from the fabric: (length, the sender's quinn-style address).
+async fn fabric_recv(sock: &FabricSocket, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+    std::future::poll_fn(|cx| {
+        let mut bufs = [io::IoSliceMut::new(buf)];
+        let mut meta = [RecvMeta::default()];
+        sock.poll_recv(cx, &mut bufs, &mut meta)
+            .map_ok(|_| (meta[0].len, meta[0].addr))
+    })
+    .await
+}
+
+/// Post `data` to `dest` on the fabric, waiting up to [`FABRIC_SEND_WAIT`] for
+/// send-queue room; counts the outcome in `stats`.
+async fn fabric_send(sock: &FabricSocket, dest: SocketAddr, data: &[u8], stats: &GatewayStats) {
+    let t = Transmit {
+        destination: dest,
+        ecn: None,
+        contents: data,
+        segment_size: None,
+        src_ip: None,
+    };
+    let mut poller = None;
+    let deadline = tokio::time::Instant::now() + FABRIC_SEND_WAIT;
+    loop {
+        match sock.try_send(&t) {
+            Ok(()) => {
+                stats.fabric_tx.inc();
+                return;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let p = poller.get_or_insert_with(|| sock.clone().create_io_poller());
+                let writable = std::future::poll_fn(|cx| p.as_mut().poll_writable(cx));
+                if tokio::time::timeout_at(deadline, writable).await.is_err() {
+                    stats.drop_fabric_send.inc();
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(%e, %dest, "fabric send failed");
+                stats.drop_fabric_send.inc();
+                return;
+            }
+        }
+    }
+}
+
+/// A forwarding task that ends when its client entry is dropped.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How often expiry runs: a quarter of the idle timeout, within 10 ms..1 s.
+fn sweep_interval(idle: Duration) -> Duration {
+    (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}

@@ -1,0 +1,155 @@
+//! `qr serve --metrics` and `qr stats`: scraped during a transfer over `soft`
+//! between processes, every scrape is valid Prometheus text and the socket,
+//! provider and quinn counters move; `qr stats` reports their rates.
+//! Addresses 127.0.116.40-41, ports 19811-19812.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{json_of, qr, wait_for_file, Guard, TempDir};
+use quic_rdma_tools::prom_text;
+use serde_json::Value;
+
+const METRICS: &str = "127.0.116.40:19812";
+
+fn scrape() -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(METRICS).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out.split_once("\r\n\r\n")?.1.to_string())
+}
+
+#[test]
+fn serve_metrics_move_during_a_transfer_and_qr_stats_shows_rates() {
+    let dir = TempDir::new("serve-metrics");
+    let cert = dir.path("serve.der");
+    let _serve = Guard::spawn(qr().args([
+        "serve",
+        "--ip",
+        "127.0.116.40",
+        "--service-port",
+        "19811",
+        "--metrics",
+        METRICS,
+        "--cert-out",
+        cert.to_str().unwrap(),
+    ]));
+    wait_for_file(&cert, Duration::from_secs(20));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let idle = loop {
+        if let Some(t) = scrape() {
+            break t;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "metrics never answered"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let idle = prom_text::parse(&idle).unwrap();
+    assert_eq!(idle.value("qr_quinn_connections_open"), Some(0.0));
+    assert_eq!(idle.type_of("qr_socket_recv_wrs_total"), Some("counter"));
+
+    // Scrape in the background while the client runs.
+    let stop = Arc::new(AtomicBool::new(false));
+    let scraper = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(t) = scrape() {
+                    got.push(t);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            got
+        })
+    };
+    let stats = Guard::spawn(qr().args([
+        "stats",
+        METRICS,
+        "--interval",
+        "200ms",
+        "--count",
+        "8",
+        "--json",
+    ]));
+    let client = Guard::spawn(qr().args([
+        "connect",
+        "127.0.116.40:19811",
+        "--cert",
+        cert.to_str().unwrap(),
+        "--ip",
+        "127.0.116.41",
+        "--bytes",
+        "256M",
+        "--pings",
+        "5000",
+        "--json",
+    ]))
+    .wait(Duration::from_secs(120));
+    let report = json_of("qr connect", &client);
+    assert_eq!(report["transfer"]["sha256_match"], true, "{report:#}");
+    let stats = stats.wait(Duration::from_secs(60));
+    stop.store(true, Ordering::Relaxed);
+    let scrapes = scraper.join().unwrap();
+
+    // Every scrape is valid Prometheus text; the receive counter moved between
+    // scrapes while the connection was open.
+    let parsed: Vec<_> = scrapes
+        .iter()
+        .map(|t| prom_text::parse(t).unwrap_or_else(|e| panic!("{e}:\n{t}")))
+        .collect();
+    let during = parsed
+        .iter()
+        .filter(|e| e.value("qr_quinn_connections_open") == Some(1.0))
+        .count();
+    assert!(during >= 2, "{during} scrapes saw the connection open");
+    let recv: Vec<f64> = parsed
+        .iter()
+        .map(|e| e.value("qr_socket_recv_wrs_total").unwrap())
+        .collect();
+    assert!(
+        recv.windows(2).all(|w| w[1] >= w[0]),
+        "a counter went down: {recv:?}"
+    );
+    let rises = recv.windows(2).filter(|w| w[1] > w[0]).count();
+    assert!(
+        rises >= 2,
+        "the receive counter rose between scrapes only {rises} times: {recv:?}"
+    );
+    let last = parsed.last().unwrap();
+    assert!(last.value("qr_quinn_udp_rx_bytes_total").unwrap() >= (256u64 << 20) as f64);
+    assert!(last.value("qr_soft_rx_datagrams_total").unwrap() >= ((256u64 << 20) / 4096) as f64);
+    assert_eq!(last.value("qr_quinn_connections_total"), Some(1.0));
+
+    // qr stats: one JSON object per interval, with rates of the moving counters.
+    let out = String::from_utf8_lossy(&stats.stdout);
+    assert!(
+        stats.status.success(),
+        "qr stats: {}",
+        String::from_utf8_lossy(&stats.stderr)
+    );
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 8, "{out}");
+    let moving = lines
+        .iter()
+        .filter(|l| {
+            l["rates"]["qr_socket_recv_wrs_total"]
+                .as_f64()
+                .unwrap_or(0.0)
+                > 0.0
+        })
+        .count();
+    assert!(moving >= 1, "no interval showed the receive rate:\n{out}");
+}
