@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 use super::cache::TempBlob;
 use super::client::{FabricClient, FetchError};
 use super::digest::Digest;
-use super::metrics::NodeMetrics;
+use super::metrics::{NodeMetrics, Path};
 use super::wire::Request;
 
 /// Smallest adaptive chunk.
@@ -45,6 +45,9 @@ pub struct TransferOptions {
     pub fixed_chunk: bool,
     /// Give up when no chunk has arrived for this long (redials included).
     pub stall_timeout: Duration,
+    /// Request a failed chunk again after a redial. Off for peers: a node
+    /// agent with a registry agent behind it gives up on a peer at once.
+    pub resume: bool,
 }
 
 impl Default for TransferOptions {
@@ -54,6 +57,7 @@ impl Default for TransferOptions {
             chunk: 1 << 20,
             fixed_chunk: false,
             stall_timeout: Duration::from_secs(30),
+            resume: true,
         }
     }
 }
@@ -69,10 +73,13 @@ pub fn adapt(current: u64, bytes: u64, took: Duration, rtt: Duration) -> u64 {
     next.clamp(MIN_CHUNK, MAX_CHUNK) / 4096 * 4096
 }
 
-/// Fetch blob `digest` of `size` bytes into `temp`; returns what it hashed
-/// to. `progress` is told the verified prefix as it grows.
+/// Fetch blob `digest` of `size` bytes into `temp` from `client`, counting
+/// its bytes under `path`; returns what it hashed to. `progress` is told the
+/// verified prefix as it grows.
+#[allow(clippy::too_many_arguments)]
 pub async fn fetch_blob(
     client: &Arc<FabricClient>,
+    path: Path,
     repo: &str,
     digest: &Digest,
     temp: &TempBlob,
@@ -147,7 +154,7 @@ pub async fn fetch_blob(
                     )));
                 }
                 metrics.chunks.inc();
-                metrics.bytes_fabric.add(len);
+                metrics.bytes(path, len);
                 pending.insert(off, a.body.clone());
                 let mut ready = Vec::new();
                 while let Some(b) = pending.remove(&verified) {
@@ -189,7 +196,7 @@ pub async fn fetch_blob(
                         .add(chunk as i64 - metrics.chunk_size.get());
                 }
             }
-            Err(e) if e.retryable() => {
+            Err(e) if e.retryable() && opts.resume => {
                 // A chunk that fails its own hash was damaged in flight (the
                 // registry agent hashed what it sent): fetch it again. A lost
                 // connection: redial (in `request`) and go on from here.
