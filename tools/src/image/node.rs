@@ -301,7 +301,7 @@ impl Node {
                 .cache
                 .temp(d, size)
                 .map_err(|e| FetchError::Local(e.to_string()))?;
-            let actual = fetch_blob(
+            let got = fetch_blob(
                 &self.client,
                 Path::Fabric,
                 repo,
@@ -311,31 +311,41 @@ impl Node {
                 &self.metrics,
                 &|n| progress(n, size),
             )
-            .await
-            .inspect_err(|e| {
-                // The registry agent found the upstream's bytes wrong before we did.
-                if matches!(e, FetchError::DigestMismatch(_)) {
-                    self.metrics.verify_failures.inc();
+            .await;
+            // Dropping `temp` on any path but commit deletes it: nothing
+            // corrupt is cached.
+            let why = match got {
+                Ok(actual) if actual == *d => {
+                    let (file, size) = temp
+                        .commit(actual)
+                        .map_err(|e| FetchError::Local(e.to_string()))?;
+                    self.metrics.objects_fabric.inc();
+                    return Ok(Blob {
+                        file,
+                        size,
+                        path: Path::Fabric,
+                    });
                 }
-            })?;
-            if actual == *d {
-                let (file, size) = temp
-                    .commit(actual)
-                    .map_err(|e| FetchError::Local(e.to_string()))?;
-                self.metrics.objects_fabric.inc();
-                return Ok(Blob {
-                    file,
-                    size,
-                    path: Path::Fabric,
-                });
-            }
-            // Dropping `temp` deletes it: nothing corrupt is cached.
+                Ok(actual) => format!(
+                    "blob {d} arrived as {actual}: the upstream copy is corrupt (re-push the \
+                     image, or repair the registry's storage)"
+                ),
+                // Chunks damaged after the registry agent hashed them: a
+                // fresh transfer may well be intact.
+                Err(FetchError::ChunkCorrupt(m)) => m,
+                Err(e) => {
+                    // The registry agent found the upstream's bytes wrong before we did.
+                    if matches!(e, FetchError::DigestMismatch(_)) {
+                        self.metrics.verify_failures.inc();
+                    }
+                    return Err(e);
+                }
+            };
             self.metrics.verify_failures.inc();
-            tracing::warn!("blob {d} arrived as {actual} (attempt {})", attempt + 1);
+            tracing::warn!("{why} (attempt {})", attempt + 1);
             if attempt >= REFETCHES {
                 return Err(FetchError::DigestMismatch(format!(
-                    "blob {d} arrived as {actual} {} times: the upstream copy is corrupt \
-                     (re-push the image, or repair the registry's storage)",
+                    "{why}; {} attempts",
                     attempt + 1
                 )));
             }
