@@ -38,7 +38,7 @@ pub async fn serve(endpoint: quinn::Endpoint, spool: Arc<Spool>, metrics: Arc<Re
 /// Serve every connection `endpoint` accepts until it is closed, from `store`.
 pub async fn serve_store(endpoint: quinn::Endpoint, store: Store, metrics: Arc<RegistryMetrics>) {
     while let Some(incoming) = endpoint.accept().await {
-        let (spool, metrics) = (store.clone(), metrics.clone());
+        let (store, metrics) = (store.clone(), metrics.clone());
         tokio::spawn(async move {
             let conn = match incoming.await {
                 Ok(c) => c,
@@ -52,12 +52,12 @@ pub async fn serve_store(endpoint: quinn::Endpoint, store: Store, metrics: Arc<R
                 }
             };
             metrics.connections.inc();
-            connection(conn, spool, metrics).await;
+            connection(conn, store, metrics).await;
         });
     }
 }
 
-async fn connection(conn: quinn::Connection, spool: Store, metrics: Arc<RegistryMetrics>) {
+async fn connection(conn: quinn::Connection, store: Store, metrics: Arc<RegistryMetrics>) {
     loop {
         let (send, recv) = match conn.accept_bi().await {
             Ok(s) => s,
@@ -66,9 +66,9 @@ async fn connection(conn: quinn::Connection, spool: Store, metrics: Arc<Registry
                 return;
             }
         };
-        let (spool, metrics) = (spool.clone(), metrics.clone());
+        let (store, metrics) = (store.clone(), metrics.clone());
         tokio::spawn(async move {
-            if let Err(e) = stream(send, recv, &spool, &metrics).await {
+            if let Err(e) = stream(send, recv, &store, &metrics).await {
                 tracing::debug!("stream: {e}");
             }
         });
@@ -95,7 +95,7 @@ fn source_err(e: &SourceError) -> Response {
 async fn stream(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
-    spool: &Store,
+    store: &Store,
     metrics: &RegistryMetrics,
 ) -> anyhow::Result<()> {
     metrics.requests.inc();
@@ -123,7 +123,7 @@ async fn stream(
                 Vec::new(),
             )
         }
-        Ok(req) => match spool {
+        Ok(req) => match store {
             Store::Registry(spool) => answer(req, spool, metrics).await,
             Store::Peer(cache) => answer_peer(req, cache).await,
         },
