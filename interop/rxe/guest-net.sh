@@ -7,6 +7,9 @@
 #   pp-client    ibv_ud_pingpong as the client of the host's qr ud-pingpong server
 #   quic-server  QR serve --provider verbs (host: qr connect --provider soft)
 #   quic-client  QR connect --provider verbs to the host's qr serve --provider soft
+#   image-node   QR node-agent --provider verbs pulls a blob from the host's
+#                qr registry-agent --provider soft (host-image.sh) over HTTP; the
+#                blob's sha256 must equal its digest
 # Environment: PP_SIZE, PP_ITERS (ping-pong), QUIC_BYTES (transfer size).
 MODE="$1"; QR="$2"
 PP_SIZE="${PP_SIZE:-1024}"; PP_ITERS="${PP_ITERS:-500}"; QUIC_BYTES="${QUIC_BYTES:-16M}"
@@ -29,10 +32,33 @@ echo "[guest] rxe0 on eth0: RoCE v2 GID ::ffff:10.77.0.2 at index $g, active_mtu
 # timeout) would call such a stall a dead peer. Both ends widen the timers.
 QR_LIVENESS="--idle-timeout 30s --keep-alive 1s"
 
+image_node() { # the node agent on rxe0, its pull API on the guest's loopback
+  for _ in $(seq 1 600); do [ -f /tmp/xfer/ready ] && break; sleep 1; done
+  [ -f /tmp/xfer/ready ] || { echo "[guest] the host's registry agent never got ready"; return 1; }
+  want=$(cat /tmp/xfer/blob.digest)
+  P=/tmp/xfer/pki
+  "$QR" node-agent --provider verbs --ip 10.77.0.2 --registry 10.77.0.1:19651 \
+    --listen 127.0.0.1:19653 --cache-dir /tmp/node-cache --stall-timeout 300 \
+    --cert $P/node.pem --key $P/node-key.pem --ca $P/ca.pem $QR_LIVENESS >/tmp/na.out 2>/tmp/na.log &
+  na=$!
+  for _ in $(seq 1 600); do grep -q ready /tmp/na.out 2>/dev/null && break; kill -0 $na || break; sleep 0.5; done
+  grep -q ready /tmp/na.out || { echo "[guest] node agent did not start:"; cat /tmp/na.log; return 1; }
+  t0=$(date +%s)
+  curl -fsS --max-time 900 -o /tmp/blob "http://127.0.0.1:19653/v2/qr/rxe/blobs/$want"; crc=$?
+  t1=$(date +%s)
+  curl -fsS http://127.0.0.1:19653/metrics | grep -E '^qr_node_(bytes|objects)_total' | sed 's/^/[guest] /'
+  kill $na 2>/dev/null; wait $na 2>/dev/null
+  [ $crc = 0 ] || { echo "[guest] GET of the blob failed (curl $crc):"; tail -20 /tmp/na.log; return 1; }
+  got="sha256:$(sha256sum /tmp/blob | cut -d' ' -f1)"
+  echo "[guest] $(stat -c %s /tmp/blob) bytes in $((t1 - t0)) s over verbs, sha256 $got (want $want)"
+  [ "$got" = "$want" ] && [ "$(stat -c %s /tmp/blob)" -ge $((64 << 20)) ]
+}
+
 case "$MODE" in
   pp-server) exec ibv_ud_pingpong -d rxe0 -g "$g" -s "$PP_SIZE" -n "$PP_ITERS" ;;
   pp-client) exec ibv_ud_pingpong -d rxe0 -g "$g" -s "$PP_SIZE" -n "$PP_ITERS" 10.77.0.1 ;;
   quic-server) exec "$QR" serve --provider verbs --ip 10.77.0.2 --cert-out /tmp/xfer/cert.der --once --timeout 900 $QR_LIVENESS ;;
   quic-client) exec "$QR" connect --provider verbs --cert /tmp/xfer/cert.der --bytes "$QUIC_BYTES" --pings 200 --wait 60 --timeout 900 $QR_LIVENESS 10.77.0.1:18515 ;;
+  image-node) image_node; rc=$?; echo $rc >/tmp/xfer/done; exit $rc ;;
   *) echo "guest-net.sh: unknown mode $MODE"; exit 2 ;;
 esac

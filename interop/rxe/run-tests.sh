@@ -5,7 +5,8 @@
 # dummy netdev (the MTU error; run from a directory under /tmp, which the guest must
 # see as the host does), and four times with rxe0 on a virtio NIC linked by a
 # tap to the host (in a network namespace run.sh creates): rdma-core's ibv_ud_pingpong
-# <-> qr ud-pingpong --provider soft and QUIC soft <-> verbs, each side in each role.
+# <-> qr ud-pingpong --provider soft and QUIC soft <-> verbs, each side in each role,
+# and an image blob pulled by a verbs node agent from a soft registry agent.
 # Also builds qr with --features verbs. Exits non-zero on any failure.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,7 +17,8 @@ log() { echo "[run-tests] $*" >&2; }
 
 # Build dependencies of rdma-sys (bindgen over libibverbs/librdmacm headers).
 need=()
-for p in libibverbs-dev librdmacm-dev libclang-dev pkg-config; do
+# curl: the image step's guest half GETs the blob from its node agent.
+for p in libibverbs-dev librdmacm-dev libclang-dev pkg-config curl; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if ((${#need[@]})); then
@@ -118,6 +120,10 @@ step "tap: QUIC 16 MiB, qr connect --provider verbs (guest rxe) -> qr serve --pr
   "${TAP[@]}" --env QUIC_BYTES=16M \
   --host "$QR serve --provider soft --ip 10.77.0.1 --cert-out \$RXE_XFER/cert.der --once --timeout 900 $QR_LIVENESS" \
   "$HERE/guest-net.sh" quic-client "$QR"
+step "tap: image blob 64 MiB, qr node-agent --provider verbs (guest rxe) <- qr registry-agent --provider soft (host), sha256 equal" \
+  "${TAP[@]}" \
+  --host "$HERE/host-image.sh $QR 64" \
+  "$HERE/guest-net.sh" image-node "$QR"
 log "total $(( $(date +%s) - t0 )) s"
 echo "verbs: $pass passed, $fail failed"
 [[ $fail == 0 ]]

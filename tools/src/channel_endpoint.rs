@@ -200,7 +200,21 @@ impl ChannelClient {
         config: quinn::ClientConfig,
         server_name: &str,
     ) -> Result<quinn::Connection> {
-        let peer = query_async(service, self.opts.wait).await?;
+        self.connect_within(service, config, server_name, self.opts.wait)
+            .await
+    }
+
+    /// [`connect`](Self::connect), asking the bootstrap service for at most
+    /// `wait` (one client endpoint can reach servers that deserve different
+    /// patience: a node agent waits for its registry agent, not for a peer).
+    pub async fn connect_within(
+        &self,
+        service: &str,
+        config: quinn::ClientConfig,
+        server_name: &str,
+        wait: Duration,
+    ) -> Result<quinn::Connection> {
+        let peer = query_async(service, wait).await?;
         self.connect_to(peer, config, server_name).await
     }
 

@@ -10,12 +10,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::args::{parse_bytes, LivenessArgs};
-use crate::channel_endpoint::DialOptions;
+use crate::channel_endpoint::{listen, ChannelServer, DialOptions, ListenOptions};
 use crate::image::cache::Cache;
 use crate::image::client::FabricClient;
 use crate::image::fabric::FabricDialer;
 use crate::image::metrics::NodeMetrics;
 use crate::image::node::Node;
+use crate::image::peer::{Peer, PEER_WAIT};
+use crate::image::server::{self, Store};
 use crate::image::transfer::TransferOptions;
 use crate::image::upstream::Upstream;
 use crate::image::{http, wire};
@@ -86,7 +88,29 @@ pub(crate) struct NodeAgentArgs {
     #[arg(long, value_parser = parse_bytes, requires = "direct_upstream")]
     direct_threshold: Option<u64>,
 
-    /// Certificate, key and CA (PEM) of mutual TLS with the registry agent.
+    /// A peer node agent's peer service (HOST:PORT, its --serve-peers port):
+    /// blobs it has are fetched from it, the registry agent being the
+    /// fallback. Repeatable; asked in order.
+    #[arg(long = "peer")]
+    peers: Vec<String>,
+
+    /// Name the peers' certificates must be valid for. Default: HOST of each --peer.
+    #[arg(long)]
+    peer_server_name: Option<String>,
+
+    /// Serve this node agent's verified cache to peer node agents: TCP port
+    /// of the bootstrap service they dial (on --ip), over the fabric with the
+    /// same mutual TLS.
+    #[arg(long, requires = "ip")]
+    serve_peers: Option<u16>,
+
+    /// UDP port of the peer service's RoCEv2 socket (`soft`: not the fabric
+    /// client's 4791, which this node agent already holds).
+    #[arg(long, default_value_t = 4792)]
+    peer_udp_port: u16,
+
+    /// Certificate, key and CA (PEM) of mutual TLS with the registry agent
+    /// and the peers.
     #[command(flatten)]
     tls: MtlsArgs,
 
@@ -129,6 +153,8 @@ pub(crate) fn node(
     liveness: &LivenessArgs,
     cache: Arc<Cache>,
     transfer: TransferOptions,
+    peers: &[String],
+    peer_server_name: Option<&str>,
 ) -> Result<Arc<Node>> {
     let mtls = tls.load()?;
     let config = mtls.client_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
@@ -142,12 +168,56 @@ pub(crate) fn node(
         None => host_of(registry)?,
     };
     let dialer = FabricDialer::new(registry, &name, opts, config);
-    Ok(Node::new(
+    let mut ps = Vec::new();
+    for p in peers {
+        let name = match peer_server_name {
+            Some(n) => n.to_string(),
+            None => host_of(p).context("--peer")?,
+        };
+        let d = dialer.sharing(p, &name, PEER_WAIT);
+        ps.push(Peer::new(p, FabricClient::new(Box::new(d))));
+    }
+    let node = Node::new(
         FabricClient::new(Box::new(dialer)),
         cache,
         Arc::new(NodeMetrics::default()),
         transfer,
-    ))
+    );
+    if !ps.is_empty() {
+        node.set_peers(ps);
+    }
+    Ok(node)
+}
+
+/// The peer service: this node agent's verified cache over the fabric.
+fn serve_peers(
+    args: &NodeAgentArgs,
+    ip: IpAddr,
+    port: u16,
+    node: &Node,
+    cache: Arc<Cache>,
+) -> Result<ChannelServer> {
+    let config = args
+        .tls
+        .load()?
+        .server_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
+    let mut opts = ListenOptions::new(ip);
+    opts.provider = args.provider;
+    opts.udp_port = args.peer_udp_port;
+    opts.service_port = port;
+    opts.liveness = args.liveness.liveness()?;
+    let server = listen(&opts, config).context("--serve-peers")?;
+    println!(
+        "qr node-agent: serving peers on {} ({})",
+        args.provider,
+        server.describe()
+    );
+    tokio::spawn(server::serve_store(
+        server.endpoint.clone(),
+        Store::Peer(cache),
+        node.metrics.peer_server.clone(),
+    ));
+    Ok(server)
 }
 
 fn run(args: &NodeAgentArgs) -> Result<()> {
@@ -158,6 +228,7 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
         chunk: args.chunk_size,
         fixed_chunk: args.fixed_chunk,
         stall_timeout: Duration::from_secs(args.stall_timeout),
+        resume: true,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -172,9 +243,16 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
             args.ip,
             args.udp_port,
             &args.liveness,
-            cache,
+            cache.clone(),
             transfer,
+            &args.peers,
+            args.peer_server_name.as_deref(),
         )?;
+        // Kept for the process's life: dropping it stops the bootstrap service.
+        let _peer_service = match (args.serve_peers, args.ip) {
+            (Some(port), Some(ip)) => Some(serve_peers(args, ip, port, &node, cache)?),
+            _ => None,
+        };
         if let (Some(u), Some(t)) = (&args.direct_upstream, args.direct_threshold) {
             node.set_direct(Arc::new(Upstream::new(u)?), t);
         }

@@ -155,6 +155,8 @@ fn run(args: &PullArgs) -> Result<()> {
             &args.liveness,
             cache,
             transfer,
+            &[],
+            None,
         )?;
         let start = Instant::now();
         let (manifest, media_type, mdigest) = resolve(&node, &repo, &reference).await?;

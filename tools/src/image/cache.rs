@@ -233,6 +233,14 @@ impl TempWriter {
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<bool, CacheError> {
         write_counted(&self.file, &self.path, &self.unflushed, offset, data)
     }
+
+    /// As [`TempBlob::flush`], on this (blocking) thread.
+    pub fn flush(&self) -> Result<(), CacheError> {
+        self.unflushed.store(0, Ordering::Relaxed);
+        self.file
+            .sync_data()
+            .map_err(io_err("flushing", &self.path))
+    }
 }
 
 /// Bytes a temp blob takes before the writer flushes them (see [`TempBlob::flush`]).
@@ -292,6 +300,11 @@ impl TempBlob {
                 source: io::Error::other(e),
             })?
             .map_err(io_err("flushing", &self.path))
+    }
+
+    /// The temp file, for reading back from another thread.
+    pub fn reader(&self) -> Result<File, CacheError> {
+        self.file.try_clone().map_err(io_err("opening", &self.path))
     }
 
     /// Read back `buf.len()` bytes at `offset`.

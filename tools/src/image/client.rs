@@ -30,8 +30,8 @@ pub enum FetchError {
     /// chunk damaged on the way): never served, never cached.
     #[error("digest mismatch: {0}")]
     DigestMismatch(String),
-    /// A chunk did not hash to the value its header carried (damaged between
-    /// the agents' hashing points): fetched again.
+    /// An answer did not hash to the value its header carried (damaged
+    /// between the agents' hashing points): fetched again.
     #[error("chunk corrupt: {0}")]
     ChunkCorrupt(String),
     /// The connection to the registry agent failed or was lost: retried.
@@ -86,8 +86,11 @@ pub struct Answer {
     pub digest: Digest,
     /// The whole object's size.
     pub total: u64,
-    /// The body (verified against the header's body hash).
+    /// The body: checked against `body_sha256` already unless it is a blob
+    /// chunk (see [`FabricClient::request`]).
     pub body: Bytes,
+    /// The sha256 of the body the server sent, from the header.
+    pub body_sha256: [u8; 32],
 }
 
 impl FabricClient {
@@ -116,8 +119,8 @@ impl FabricClient {
         Ok(c)
     }
 
-    /// One request on its own stream; the answer's body is read whole and
-    /// checked against the hash in its header.
+    /// One request on its own stream; the answer's body is read whole and,
+    /// unless it is a blob chunk, checked against the hash in its header.
     pub async fn request(&self, req: &Request) -> Result<Answer, FetchError> {
         let conn = self.connection().await?;
         let lost = |e: &dyn std::fmt::Display| FetchError::Connection(e.to_string());
@@ -156,25 +159,41 @@ impl FabricClient {
                         "body of {body_len} bytes, expected {expect}"
                     )));
                 }
-                let mut body = vec![0u8; body_len as usize];
-                recv.read_exact(&mut body).await.map_err(|e| lost(&e))?;
-                // Off the async workers: see server::ok_hashed.
-                let (body, got) = tokio::task::spawn_blocking(move || {
+                // No zero-fill: quinn's chunks are appended as they come.
+                let mut body = Vec::with_capacity(body_len as usize);
+                while body.len() < body_len as usize {
+                    match recv
+                        .read_chunk(body_len as usize - body.len(), true)
+                        .await
+                        .map_err(|e| lost(&e))?
+                    {
+                        Some(c) => body.extend_from_slice(&c.bytes),
+                        None => {
+                            return Err(lost(&format!(
+                                "stream ended after {} of {body_len} body bytes",
+                                body.len()
+                            )))
+                        }
+                    }
+                }
+                // A blob chunk's hash is checked by the transfer only if the
+                // whole blob does not match its digest (transfer::fetch_blob):
+                // one sha256 pass per byte on the node, not two. Anything
+                // else (manifests) is checked here.
+                if !matches!(req, Request::Blob { .. }) {
                     let got: [u8; 32] = Sha256::digest(&body).into();
-                    (body, got)
-                })
-                .await
-                .map_err(|e| FetchError::Local(format!("hashing a chunk: {e}")))?;
-                if got != body_sha256 {
-                    return Err(FetchError::ChunkCorrupt(format!(
-                        "a {body_len}-byte answer for {digest} does not match its header's hash"
-                    )));
+                    if got != body_sha256 {
+                        return Err(FetchError::ChunkCorrupt(format!(
+                            "a {body_len}-byte answer for {digest} does not match its header's hash"
+                        )));
+                    }
                 }
                 Ok(Answer {
                     media_type,
                     digest,
                     total,
                     body: Bytes::from(body),
+                    body_sha256,
                 })
             }
         }

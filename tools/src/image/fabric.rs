@@ -1,9 +1,11 @@
 //! The node agent's dialer over the fabric: [`crate::channel_endpoint`]'s
 //! bootstrap query and handshake, one client endpoint kept and reused for
 //! redials (a restarted registry agent publishes a new QPN, found again
-//! through its bootstrap service).
+//! through its bootstrap service) and shared by the dialers of its peers
+//! (one RoCEv2 socket per node agent, whoever it talks to).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Mutex;
 
@@ -37,6 +39,21 @@ impl FabricDialer {
             client: Arc::new(Mutex::new(None)),
         }
     }
+
+    /// A dialer of another server (a peer node agent's bootstrap service)
+    /// through this one's client endpoint, asking its bootstrap service for
+    /// at most `wait`.
+    pub fn sharing(&self, service: &str, server_name: &str, wait: Duration) -> FabricDialer {
+        let mut opts = self.opts.clone();
+        opts.wait = wait;
+        FabricDialer {
+            service: service.to_string(),
+            server_name: server_name.to_string(),
+            opts,
+            config: self.config.clone(),
+            client: self.client.clone(),
+        }
+    }
 }
 
 impl Dialer for FabricDialer {
@@ -45,7 +62,12 @@ impl Dialer for FabricDialer {
             let mut g = self.client.lock().await;
             if let Some(c) = g.as_ref() {
                 let conn = c
-                    .connect(&self.service, self.config.clone(), &self.server_name)
+                    .connect_within(
+                        &self.service,
+                        self.config.clone(),
+                        &self.server_name,
+                        self.opts.wait,
+                    )
                     .await?;
                 return Ok((c.endpoint().clone(), conn));
             }

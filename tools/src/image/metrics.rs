@@ -48,6 +48,8 @@ pub enum Path {
     Fabric,
     /// The upstream registry over plain HTTP (objects under the threshold).
     Direct,
+    /// Another node agent over the fabric (`--peer`).
+    Peer,
 }
 
 impl Path {
@@ -57,6 +59,7 @@ impl Path {
             Path::Cache => "cache",
             Path::Fabric => "fabric",
             Path::Direct => "direct",
+            Path::Peer => "peer",
         }
     }
 }
@@ -80,6 +83,16 @@ pub struct NodeMetrics {
     pub objects_fabric: Counter,
     /// Objects fetched straight from the upstream.
     pub objects_direct: Counter,
+    /// Body bytes fetched from peer node agents.
+    pub bytes_peer: Counter,
+    /// Objects fetched from peer node agents.
+    pub objects_peer: Counter,
+    /// Blob fetches from a peer that failed (unreachable, lost, bad data)
+    /// and went on to the next peer or the registry agent.
+    pub peer_fallbacks: Counter,
+    /// This node agent's own peer server (`--serve-peers`): what it served
+    /// other node agents from its cache.
+    pub peer_server: std::sync::Arc<RegistryMetrics>,
     /// Blob lookups found in the cache.
     pub cache_hits: Counter,
     /// Blob lookups not found in the cache.
@@ -105,6 +118,7 @@ impl NodeMetrics {
             Path::Cache => self.bytes_cache.add(n),
             Path::Fabric => self.bytes_fabric.add(n),
             Path::Direct => self.bytes_direct.add(n),
+            Path::Peer => self.bytes_peer.add(n),
         }
     }
 
@@ -137,6 +151,7 @@ impl NodeMetrics {
             (Path::Cache, &self.bytes_cache),
             (Path::Fabric, &self.bytes_fabric),
             (Path::Direct, &self.bytes_direct),
+            (Path::Peer, &self.bytes_peer),
         ] {
             let _ = writeln!(
                 o,
@@ -149,6 +164,7 @@ impl NodeMetrics {
         for (p, c) in [
             (Path::Fabric, &self.objects_fabric),
             (Path::Direct, &self.objects_direct),
+            (Path::Peer, &self.objects_peer),
         ] {
             let _ = writeln!(
                 o,
@@ -156,6 +172,37 @@ impl NodeMetrics {
                 p.name(),
                 c.get()
             );
+        }
+        counter(
+            &mut o,
+            "qr_node_peer_fallbacks_total",
+            "Peer fetches that failed and fell back",
+            self.peer_fallbacks.get(),
+        );
+        let ps = &self.peer_server;
+        for (name, help, v) in [
+            (
+                "qr_node_peer_served_requests_total",
+                "Requests served to peers",
+                ps.requests.get(),
+            ),
+            (
+                "qr_node_peer_served_bytes_total",
+                "Blob bytes served to peers",
+                ps.bytes_sent.get(),
+            ),
+            (
+                "qr_node_peer_served_errors_total",
+                "Error answers to peers (mostly: blob not cached here)",
+                ps.errors.get(),
+            ),
+            (
+                "qr_node_peer_handshake_failures_total",
+                "Peer handshakes refused",
+                ps.handshake_failures.get(),
+            ),
+        ] {
+            counter(&mut o, name, help, v);
         }
         counter(
             &mut o,

@@ -8,8 +8,10 @@
 //! images), [`cache`] (the verified, bounded, crash-safe blob store both
 //! agents use), [`spool`] (the registry agent's single-flight pull-through),
 //! [`server`] (its QUIC side), [`client`] and [`transfer`] (the node agent's
-//! QUIC side: parallel, adaptive, resumable chunk streams), [`node`] (the node
-//! agent's store), [`http`] (its HTTP side) and [`metrics`].
+//! QUIC side: parallel, adaptive, resumable chunk streams, written and hashed
+//! by a [`sink`]), [`node`] (the node
+//! agent's store), [`peer`] (other node agents it may fetch from, whose
+//! caches the [`server`] also serves), [`http`] (its HTTP side) and [`metrics`].
 
 pub mod cache;
 pub mod client;
@@ -18,7 +20,9 @@ pub mod fabric;
 pub mod http;
 pub mod metrics;
 pub mod node;
+pub mod peer;
 pub mod server;
+pub mod sink;
 pub mod source;
 pub mod spool;
 pub mod transfer;

@@ -1,4 +1,5 @@
-//! The node agent's object store: blobs from the cache, else over the fabric
+//! The node agent's object store: blobs from the cache, else from a peer node
+//! agent that has them, else from the registry agent over the fabric
 //! (single-flight per blob, so concurrent requests for one blob share one
 //! transfer), verified whole before they are cached or served.
 
@@ -10,6 +11,7 @@ use super::cache::Cache;
 use super::client::{Answer, FabricClient, FetchError};
 use super::digest::{Digest, Reference};
 use super::metrics::{NodeMetrics, Path};
+use super::peer::Peer;
 use super::transfer::{fetch_blob, TransferOptions};
 use super::upstream::Upstream;
 
@@ -30,6 +32,7 @@ pub struct Node {
     pub transfer: TransferOptions,
     flights: std::sync::Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>,
     direct: std::sync::OnceLock<(Arc<Upstream>, u64)>,
+    peers: std::sync::OnceLock<Vec<Peer>>,
 }
 
 /// A verified blob, opened for reading.
@@ -58,6 +61,7 @@ impl Node {
             transfer,
             flights: std::sync::Mutex::new(HashMap::new()),
             direct: std::sync::OnceLock::new(),
+            peers: std::sync::OnceLock::new(),
         })
     }
 
@@ -67,6 +71,12 @@ impl Node {
     /// later calls are ignored.
     pub fn set_direct(&self, upstream: Arc<Upstream>, threshold: u64) {
         let _ = self.direct.set((upstream, threshold));
+    }
+
+    /// Ask `peers`, in order, for each blob before the registry agent. Set
+    /// once; later calls are ignored.
+    pub fn set_peers(&self, peers: Vec<Peer>) {
+        let _ = self.peers.set(peers);
     }
 
     /// A manifest by tag or digest.
@@ -177,12 +187,108 @@ impl Node {
         })
     }
 
+    /// The blob from the first peer that has it whole and sends it intact;
+    /// `None` (after counting why) sends the caller to the registry agent.
+    /// A peer's bytes pass the same checks as the registry agent's: each
+    /// chunk against its header's hash, the whole blob against its digest
+    /// before it is committed — a bad copy is dropped, never served or cached.
+    async fn fetch_from_peers(
+        &self,
+        repo: &str,
+        d: &Digest,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Option<Blob> {
+        let peers = self.peers.get()?;
+        let opts = TransferOptions {
+            resume: false,
+            ..self.transfer.clone()
+        };
+        for peer in peers.iter().filter(|p| p.usable()) {
+            let size = match peer.client.stat(repo, d).await {
+                Ok(size) => size,
+                // It does not have the blob (complete and verified): next.
+                Err(FetchError::NotFound(_)) => continue,
+                Err(e) => {
+                    tracing::info!("peer {}: {e}; leaving it out for a while", peer.name);
+                    peer.mark_down();
+                    self.metrics.peer_fallbacks.inc();
+                    continue;
+                }
+            };
+            let temp = match self.cache.temp(d, size) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!("cache temp for {d}: {e}");
+                    return None;
+                }
+            };
+            let got = fetch_blob(
+                &peer.client,
+                Path::Peer,
+                repo,
+                d,
+                &temp,
+                &opts,
+                &self.metrics,
+                &|n| progress(n, size),
+            )
+            .await;
+            match got {
+                Ok(actual) if actual == *d => match temp.commit(actual) {
+                    Ok((file, size)) => {
+                        self.metrics.objects_peer.inc();
+                        return Some(Blob {
+                            file,
+                            size,
+                            path: Path::Peer,
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!("committing {d} from peer {}: {e}", peer.name);
+                        return None;
+                    }
+                },
+                Ok(actual) => {
+                    // Dropping `temp` deletes it: nothing corrupt is cached.
+                    self.metrics.verify_failures.inc();
+                    self.metrics.peer_fallbacks.inc();
+                    tracing::warn!(
+                        "peer {} sent blob {d} as {actual}: dropped; asking the next peer or \
+                         the registry agent",
+                        peer.name
+                    );
+                }
+                Err(e) => {
+                    self.metrics.peer_fallbacks.inc();
+                    if matches!(
+                        e,
+                        FetchError::ChunkCorrupt(_) | FetchError::DigestMismatch(_)
+                    ) {
+                        self.metrics.verify_failures.inc();
+                    }
+                    if matches!(e, FetchError::Connection(_)) {
+                        peer.mark_down();
+                    }
+                    tracing::info!(
+                        "peer {} failed on blob {d} ({e}); asking the next peer or the \
+                         registry agent",
+                        peer.name
+                    );
+                }
+            }
+        }
+        None
+    }
+
     async fn fetch(
         &self,
         repo: &str,
         d: &Digest,
         progress: &(dyn Fn(u64, u64) + Send + Sync),
     ) -> Result<Blob, FetchError> {
+        if let Some(b) = self.fetch_from_peers(repo, d, progress).await {
+            return Ok(b);
+        }
         let size = self.client.stat(repo, d).await?;
         if let Some((up, threshold)) = self.direct.get() {
             if size < *threshold {
@@ -195,8 +301,9 @@ impl Node {
                 .cache
                 .temp(d, size)
                 .map_err(|e| FetchError::Local(e.to_string()))?;
-            let actual = fetch_blob(
+            let got = fetch_blob(
                 &self.client,
+                Path::Fabric,
                 repo,
                 d,
                 &temp,
@@ -204,31 +311,41 @@ impl Node {
                 &self.metrics,
                 &|n| progress(n, size),
             )
-            .await
-            .inspect_err(|e| {
-                // The registry agent found the upstream's bytes wrong before we did.
-                if matches!(e, FetchError::DigestMismatch(_)) {
-                    self.metrics.verify_failures.inc();
+            .await;
+            // Dropping `temp` on any path but commit deletes it: nothing
+            // corrupt is cached.
+            let why = match got {
+                Ok(actual) if actual == *d => {
+                    let (file, size) = temp
+                        .commit(actual)
+                        .map_err(|e| FetchError::Local(e.to_string()))?;
+                    self.metrics.objects_fabric.inc();
+                    return Ok(Blob {
+                        file,
+                        size,
+                        path: Path::Fabric,
+                    });
                 }
-            })?;
-            if actual == *d {
-                let (file, size) = temp
-                    .commit(actual)
-                    .map_err(|e| FetchError::Local(e.to_string()))?;
-                self.metrics.objects_fabric.inc();
-                return Ok(Blob {
-                    file,
-                    size,
-                    path: Path::Fabric,
-                });
-            }
-            // Dropping `temp` deletes it: nothing corrupt is cached.
+                Ok(actual) => format!(
+                    "blob {d} arrived as {actual}: the upstream copy is corrupt (re-push the \
+                     image, or repair the registry's storage)"
+                ),
+                // Chunks damaged after the registry agent hashed them: a
+                // fresh transfer may well be intact.
+                Err(FetchError::ChunkCorrupt(m)) => m,
+                Err(e) => {
+                    // The registry agent found the upstream's bytes wrong before we did.
+                    if matches!(e, FetchError::DigestMismatch(_)) {
+                        self.metrics.verify_failures.inc();
+                    }
+                    return Err(e);
+                }
+            };
             self.metrics.verify_failures.inc();
-            tracing::warn!("blob {d} arrived as {actual} (attempt {})", attempt + 1);
+            tracing::warn!("{why} (attempt {})", attempt + 1);
             if attempt >= REFETCHES {
                 return Err(FetchError::DigestMismatch(format!(
-                    "blob {d} arrived as {actual} {} times: the upstream copy is corrupt \
-                     (re-push the image, or repair the registry's storage)",
+                    "{why}; {} attempts",
                     attempt + 1
                 )));
             }

@@ -1,25 +1,44 @@
-//! The registry agent's side of `qr-image/1`: accept connections (mutual TLS
-//! was checked by the endpoint's server config), one task per stream, one
-//! request per stream (see [`super::wire`]).
+//! The serving side of `qr-image/1`: accept connections (mutual TLS was
+//! checked by the endpoint's server config), one task per stream, one request
+//! per stream (see [`super::wire`]). A registry agent serves its pull-through
+//! [`Spool`]; a node agent serves its peers from its verified cache only.
 
 use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 
+use super::cache::Cache;
 use super::digest::Digest;
 use super::metrics::RegistryMetrics;
 use super::source::SourceError;
-use super::spool::Spool;
+use super::spool::{read_range, Spool};
 use super::wire::{self, read_frame, Request, Response, Status};
 
 /// Largest chunk a node may ask for in one request: the agent holds a chunk
 /// in memory to hash it before sending.
 pub const MAX_CHUNK: u64 = 16 << 20;
 
-/// Serve every connection `endpoint` accepts until it is closed.
+/// What a server answers from.
+#[derive(Clone, Debug)]
+pub enum Store {
+    /// A registry agent: manifests and blobs from its source, pulled through.
+    Registry(Arc<Spool>),
+    /// A node agent serving its peers: blobs that are complete and verified in
+    /// its cache, nothing else (no manifests: tags move, and the registry
+    /// agent is the authority on them; no partial blobs: a peer that lacks a
+    /// blob answers "not found" and the asker falls back to the registry agent).
+    Peer(Arc<Cache>),
+}
+
+/// Serve every connection `endpoint` accepts until it is closed, from `spool`.
 pub async fn serve(endpoint: quinn::Endpoint, spool: Arc<Spool>, metrics: Arc<RegistryMetrics>) {
+    serve_store(endpoint, Store::Registry(spool), metrics).await
+}
+
+/// Serve every connection `endpoint` accepts until it is closed, from `store`.
+pub async fn serve_store(endpoint: quinn::Endpoint, store: Store, metrics: Arc<RegistryMetrics>) {
     while let Some(incoming) = endpoint.accept().await {
-        let (spool, metrics) = (spool.clone(), metrics.clone());
+        let (store, metrics) = (store.clone(), metrics.clone());
         tokio::spawn(async move {
             let conn = match incoming.await {
                 Ok(c) => c,
@@ -33,12 +52,12 @@ pub async fn serve(endpoint: quinn::Endpoint, spool: Arc<Spool>, metrics: Arc<Re
                 }
             };
             metrics.connections.inc();
-            connection(conn, spool, metrics).await;
+            connection(conn, store, metrics).await;
         });
     }
 }
 
-async fn connection(conn: quinn::Connection, spool: Arc<Spool>, metrics: Arc<RegistryMetrics>) {
+async fn connection(conn: quinn::Connection, store: Store, metrics: Arc<RegistryMetrics>) {
     loop {
         let (send, recv) = match conn.accept_bi().await {
             Ok(s) => s,
@@ -47,9 +66,9 @@ async fn connection(conn: quinn::Connection, spool: Arc<Spool>, metrics: Arc<Reg
                 return;
             }
         };
-        let (spool, metrics) = (spool.clone(), metrics.clone());
+        let (store, metrics) = (store.clone(), metrics.clone());
         tokio::spawn(async move {
-            if let Err(e) = stream(send, recv, &spool, &metrics).await {
+            if let Err(e) = stream(send, recv, &store, &metrics).await {
                 tracing::debug!("stream: {e}");
             }
         });
@@ -76,7 +95,7 @@ fn source_err(e: &SourceError) -> Response {
 async fn stream(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
-    spool: &Arc<Spool>,
+    store: &Store,
     metrics: &RegistryMetrics,
 ) -> anyhow::Result<()> {
     metrics.requests.inc();
@@ -84,6 +103,7 @@ async fn stream(
         Ok(m) => Request::decode(&m).map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
+    let is_blob = matches!(req, Ok(Request::Blob { .. }));
     let (header, body) = match req {
         Err(why) => {
             metrics.bad_requests.inc();
@@ -92,14 +112,32 @@ async fn stream(
                 Vec::new(),
             )
         }
-        Ok(req) => answer(req, spool, metrics).await,
+        // Both stores hold a chunk in memory to hash it.
+        Ok(Request::Blob { len, .. }) if len > MAX_CHUNK => {
+            metrics.bad_requests.inc();
+            (
+                err(
+                    Status::BadRequest,
+                    format!("chunk of {len} bytes above {MAX_CHUNK}"),
+                ),
+                Vec::new(),
+            )
+        }
+        Ok(req) => match store {
+            Store::Registry(spool) => answer(req, spool, metrics).await,
+            Store::Peer(cache) => answer_peer(req, cache).await,
+        },
     };
     if matches!(header, Response::Err { .. }) {
         metrics.errors.inc();
     }
     send.write_all(&wire::frame(&header.encode())).await?;
-    send.write_all(&body).await?;
-    metrics.bytes_sent.add(body.len() as u64);
+    let n = body.len() as u64;
+    // Handed over, not copied into quinn's send buffer.
+    send.write_chunk(bytes::Bytes::from(body)).await?;
+    if is_blob {
+        metrics.bytes_sent.add(n);
+    }
     send.finish()?;
     // Wait for the peer to have read everything (or to go away) so the stream
     // is not reset by dropping it early.
@@ -144,6 +182,25 @@ async fn ok_hashed(digest: Digest, total: u64, body: Vec<u8>) -> (Response, Vec<
     }
 }
 
+/// A blob chunk read from a store, or why not.
+async fn chunk(
+    digest: Digest,
+    offset: u64,
+    read: Result<Option<(Vec<u8>, u64)>, SourceError>,
+) -> (Response, Vec<u8>) {
+    match read {
+        Ok(Some((data, size))) => ok_hashed(digest, size, data).await,
+        Ok(None) => (
+            err(
+                Status::RangeInvalid,
+                format!("offset {offset} is past the blob's end"),
+            ),
+            Vec::new(),
+        ),
+        Err(e) => (source_err(&e), Vec::new()),
+    }
+}
+
 async fn answer(
     req: Request,
     spool: &Arc<Spool>,
@@ -174,27 +231,48 @@ async fn answer(
             offset,
             len,
         } => {
-            if len > MAX_CHUNK {
-                metrics.bad_requests.inc();
-                return (
-                    err(
-                        Status::BadRequest,
-                        format!("chunk of {len} bytes above {MAX_CHUNK}"),
-                    ),
-                    Vec::new(),
-                );
-            }
-            match spool.read(&repo, &digest, offset, len).await {
-                Ok(Some((data, size))) => ok_hashed(digest, size, data).await,
-                Ok(None) => (
-                    err(
-                        Status::RangeInvalid,
-                        format!("offset {offset} is past the blob's end"),
-                    ),
-                    Vec::new(),
-                ),
-                Err(e) => (source_err(&e), Vec::new()),
-            }
+            chunk(
+                digest,
+                offset,
+                spool.read(&repo, &digest, offset, len).await,
+            )
+            .await
+        }
+    }
+}
+
+/// A node agent's answer to a peer: only what its cache holds, which is
+/// complete and was verified against its digest before it was committed
+/// (cache::TempBlob::commit). Chunks are hashed as the registry agent's are,
+/// so the asker checks them the same way (and the whole blob after).
+async fn answer_peer(req: Request, cache: &Cache) -> (Response, Vec<u8>) {
+    let not_here = |what: &str| {
+        (
+            err(
+                Status::NotFound,
+                format!("{what}: not in this node agent's cache"),
+            ),
+            Vec::new(),
+        )
+    };
+    match req {
+        Request::Manifest { reference, .. } => {
+            not_here(&format!("manifest {reference} (peers serve blobs only)"))
+        }
+        Request::Stat { digest, .. } => match cache.get(&digest) {
+            Some((_, size)) => ok("application/octet-stream", digest, size, Vec::new()),
+            None => not_here(&digest.to_string()),
+        },
+        Request::Blob {
+            digest,
+            offset,
+            len,
+            ..
+        } => {
+            let Some((file, size)) = cache.get(&digest) else {
+                return not_here(&digest.to_string());
+            };
+            chunk(digest, offset, read_range(&file, size, offset, len).await).await
         }
     }
 }

@@ -201,7 +201,9 @@ async fn fill(
     Ok(Digest::from_bytes(hasher.finalize().into()))
 }
 
-async fn read_range(
+/// Bytes `offset..offset+len` of an open blob file of `size` bytes (cut at
+/// its end); `None` if `offset` lies past the end.
+pub(super) async fn read_range(
     f: &File,
     size: u64,
     offset: u64,

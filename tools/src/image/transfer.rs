@@ -1,9 +1,10 @@
 //! A blob over the fabric as parallel chunk streams.
 //!
 //! Up to `parallel` chunk requests are in flight, each its own QUIC stream.
-//! Each chunk is checked against the hash in its answer's header, written to
-//! the temp file at its offset and, once every chunk before it is in, fed to
-//! the whole-blob sha256 in order (the "verified prefix"). A lost connection
+//! Each chunk is checked against the hash in its answer's header, then handed
+//! to the blob's [`Sink`], which writes it at its offset and, once every
+//! chunk before it is in, feeds it to the whole-blob sha256 in order (the
+//! "verified prefix"). A lost connection
 //! or failed chunk is requested again after a redial: the transfer resumes
 //! with every chunk already in, never from zero. Only when the whole blob
 //! hashes to its digest may the caller commit it to the cache.
@@ -13,18 +14,17 @@
 //! `TARGET_TIME` (so parallel streams stay balanced and a lost chunk costs
 //! little), measured per stream, within [`MIN_CHUNK`] .. [`MAX_CHUNK`].
 
-use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use sha2::{Digest as _, Sha256};
 use tokio::task::JoinSet;
 
 use super::cache::TempBlob;
 use super::client::{FabricClient, FetchError};
 use super::digest::Digest;
-use super::metrics::NodeMetrics;
+use super::metrics::{NodeMetrics, Path};
+use super::sink::Sink;
 use super::wire::Request;
 
 /// Smallest adaptive chunk.
@@ -45,6 +45,9 @@ pub struct TransferOptions {
     pub fixed_chunk: bool,
     /// Give up when no chunk has arrived for this long (redials included).
     pub stall_timeout: Duration,
+    /// Request a failed chunk again after a redial. Off for peers: a node
+    /// agent with a registry agent behind it gives up on a peer at once.
+    pub resume: bool,
 }
 
 impl Default for TransferOptions {
@@ -54,6 +57,7 @@ impl Default for TransferOptions {
             chunk: 1 << 20,
             fixed_chunk: false,
             stall_timeout: Duration::from_secs(30),
+            resume: true,
         }
     }
 }
@@ -69,10 +73,13 @@ pub fn adapt(current: u64, bytes: u64, took: Duration, rtt: Duration) -> u64 {
     next.clamp(MIN_CHUNK, MAX_CHUNK) / 4096 * 4096
 }
 
-/// Fetch blob `digest` of `size` bytes into `temp`; returns what it hashed
-/// to. `progress` is told the verified prefix as it grows.
+/// Fetch blob `digest` of `size` bytes into `temp` from `client`, counting
+/// its bytes under `path`; returns what it hashed to. `progress` is told the
+/// verified prefix as it grows.
+#[allow(clippy::too_many_arguments)]
 pub async fn fetch_blob(
     client: &Arc<FabricClient>,
+    path: Path,
     repo: &str,
     digest: &Digest,
     temp: &TempBlob,
@@ -81,16 +88,18 @@ pub async fn fetch_blob(
     progress: &(dyn Fn(u64) + Send + Sync),
 ) -> Result<Digest, FetchError> {
     let size = temp.size();
-    let mut hasher = Sha256::new();
-    let mut verified = 0u64; // bytes hashed in order
-    let mut pending: BTreeMap<u64, Bytes> = BTreeMap::new(); // arrived past the prefix
+    let sink = Sink::start(temp, opts.parallel.max(1) * 2)?;
+    let mut received = 0u64; // bytes of chunks handed to the sink
+                             // Each chunk's hash as its server sent it, checked only if the whole
+                             // blob does not match (see `diagnose`).
+    let mut hashes: Vec<(u64, u64, [u8; 32])> = Vec::new();
     let mut retry: Vec<(u64, u64)> = Vec::new();
     let mut next = 0u64;
     let mut chunk = opts.chunk.clamp(1, super::server::MAX_CHUNK);
     let mut tasks = JoinSet::new();
     let mut last_progress = Instant::now();
     let mut backoff = Duration::from_millis(50);
-    while verified < size {
+    while received < size {
         // Fill the window.
         while tasks.len() < opts.parallel.max(1) {
             let (off, len) = if let Some(r) = retry.pop() {
@@ -130,7 +139,7 @@ pub async fn fetch_blob(
             }
             Err(_) => {
                 return Err(FetchError::Connection(format!(
-                    "no progress for {} s at byte {verified} of {size} (is the registry agent \
+                    "no progress for {} s at byte {received} of {size} (is the registry agent \
                      running? see its log)",
                     opts.stall_timeout.as_secs()
                 )))
@@ -147,35 +156,15 @@ pub async fn fetch_blob(
                     )));
                 }
                 metrics.chunks.inc();
-                metrics.bytes_fabric.add(len);
-                pending.insert(off, a.body.clone());
-                let mut ready = Vec::new();
-                while let Some(b) = pending.remove(&verified) {
-                    verified += b.len() as u64;
-                    ready.push(b);
+                metrics.bytes(path, len);
+                received += len;
+                hashes.push((off, len, a.body_sha256));
+                // Written and hashed on the sink's thread; this loop goes on
+                // filling the window.
+                if let Err(e) = sink.put(off, a.body).await {
+                    return Err(sink.finish().await.err().unwrap_or(e));
                 }
-                // The write and the in-order hashing on a blocking thread,
-                // off the async workers quinn's endpoint driver runs on.
-                let file = temp
-                    .writer()
-                    .map_err(|e| FetchError::Local(e.to_string()))?;
-                let (h, flush_due) = tokio::task::spawn_blocking(move || {
-                    let due = file.write_at(off, &a.body)?;
-                    for b in &ready {
-                        hasher.update(b);
-                    }
-                    Ok::<_, super::cache::CacheError>((hasher, due))
-                })
-                .await
-                .map_err(|e| FetchError::Local(format!("writing a chunk: {e}")))?
-                .map_err(|e| FetchError::Local(e.to_string()))?;
-                hasher = h;
-                if flush_due {
-                    temp.flush()
-                        .await
-                        .map_err(|e| FetchError::Local(e.to_string()))?;
-                }
-                progress(verified);
+                progress(sink.hashed());
                 last_progress = Instant::now();
                 backoff = Duration::from_millis(50);
                 if !opts.fixed_chunk {
@@ -189,7 +178,7 @@ pub async fn fetch_blob(
                         .add(chunk as i64 - metrics.chunk_size.get());
                 }
             }
-            Err(e) if e.retryable() => {
+            Err(e) if e.retryable() && opts.resume => {
                 // A chunk that fails its own hash was damaged in flight (the
                 // registry agent hashed what it sent): fetch it again. A lost
                 // connection: redial (in `request`) and go on from here.
@@ -197,7 +186,9 @@ pub async fn fetch_blob(
                     metrics.verify_failures.inc();
                 }
                 metrics.resumes.inc();
-                tracing::info!("chunk at {off} failed ({e}); resuming after byte {verified}");
+                tracing::info!(
+                    "chunk at {off} failed ({e}); resuming with {received} of {size} bytes in"
+                );
                 retry.push((off, len));
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -207,12 +198,88 @@ pub async fn fetch_blob(
     }
     // Drain the tasks (none should be left) so no write lands after return.
     tasks.shutdown().await;
-    Ok(Digest::from_bytes(hasher.finalize().into()))
+    let actual = sink.finish().await?;
+    if actual != *digest {
+        diagnose(temp, hashes, digest, actual).await?;
+    }
+    progress(size);
+    Ok(actual)
+}
+
+/// The whole blob hashed to `actual`, not `digest`: were chunks damaged
+/// between the server's hashing and the sink (each chunk read back from the
+/// temp file against the hash its server sent), or are the server's bytes
+/// wrong as they are (a corrupt upstream copy, a peer's rotten cache)?
+/// Checking chunks only here keeps the node at one sha256 pass per byte on
+/// the success path; QUIC's AEAD already protects the bytes in flight, so the
+/// chunk hashes guard the servers' and our own memory, disk and code.
+async fn diagnose(
+    temp: &TempBlob,
+    hashes: Vec<(u64, u64, [u8; 32])>,
+    digest: &Digest,
+    actual: Digest,
+) -> Result<(), FetchError> {
+    use sha2::{Digest as _, Sha256};
+    let file = temp
+        .reader()
+        .map_err(|e| FetchError::Local(e.to_string()))?;
+    let bad = tokio::task::spawn_blocking(move || {
+        let mut bad = Vec::new();
+        for (off, len, want) in hashes {
+            let mut buf = vec![0u8; len as usize];
+            file.read_exact_at(&mut buf, off)?;
+            if <[u8; 32]>::from(Sha256::digest(&buf)) != want {
+                bad.push(off);
+            }
+        }
+        Ok::<_, std::io::Error>(bad)
+    })
+    .await
+    .map_err(|e| FetchError::Local(format!("checking chunks: {e}")))?
+    .map_err(|e| FetchError::Local(format!("reading chunks back: {e}")))?;
+    if bad.is_empty() {
+        return Ok(());
+    }
+    Err(FetchError::ChunkCorrupt(format!(
+        "blob {digest} hashed to {actual}: {} chunk(s) (first at byte {}) differ from \
+         what the server hashed",
+        bad.len(),
+        bad[0]
+    )))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest as _, Sha256};
+
+    #[tokio::test]
+    async fn a_mismatching_blob_names_its_damaged_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = super::super::cache::Cache::open(dir.path(), 1 << 20).unwrap();
+        let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let temp = cache.temp(&Digest::of(&data), 3000).unwrap();
+        let mut hashes = Vec::new();
+        for off in [0u64, 1000, 2000] {
+            let c = &data[off as usize..off as usize + 1000];
+            temp.write_at(off, c).unwrap();
+            hashes.push((off, 1000, <[u8; 32]>::from(Sha256::digest(c))));
+        }
+        let (want, other) = (Digest::of(&data), Digest::of(b"x"));
+        // Every chunk as its server hashed it: the server's bytes are wrong.
+        assert!(diagnose(&temp, hashes.clone(), &want, other).await.is_ok());
+        // One byte damaged after hashing: named as chunk damage, retryable.
+        temp.write_at(1500, &[data[1500] ^ 1]).unwrap();
+        match diagnose(&temp, hashes, &want, other).await {
+            Err(e @ FetchError::ChunkCorrupt(_)) => {
+                assert!(
+                    e.to_string().contains("1 chunk(s) (first at byte 1000)"),
+                    "{e}"
+                )
+            }
+            r => panic!("{r:?}"),
+        }
+    }
 
     #[test]
     fn adapt_stays_in_bounds_and_grows_with_fast_links() {

@@ -1,0 +1,85 @@
+//! Where a transfer's chunks go: one blocking thread per blob writes each
+//! chunk at its offset, feeds the whole-blob sha256 in order (the verified
+//! prefix) and flushes every [`FLUSH_EVERY`](super::cache::FLUSH_EVERY)
+//! bytes, while the transfer loop goes on receiving and asking for chunks.
+//! Before, the loop itself waited for each write, hash and `fdatasync`, and
+//! every such wait left a chunk slot of the window empty (benches/RESULTS.md,
+//! "Image layers").
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::cache::{CacheError, TempBlob};
+use super::client::FetchError;
+use super::digest::Digest;
+
+/// The writer and hasher of one blob's chunks.
+#[derive(Debug)]
+pub struct Sink {
+    tx: mpsc::Sender<(u64, Bytes)>,
+    task: JoinHandle<Result<Digest, CacheError>>,
+    hashed: Arc<AtomicU64>,
+}
+
+fn local(e: impl std::fmt::Display) -> FetchError {
+    FetchError::Local(e.to_string())
+}
+
+impl Sink {
+    /// A sink into `temp` that queues at most `depth` chunks (the transfer
+    /// waits when it is full: memory stays bounded by the window).
+    pub fn start(temp: &TempBlob, depth: usize) -> Result<Sink, FetchError> {
+        let w = temp.writer().map_err(local)?;
+        let (tx, mut rx) = mpsc::channel::<(u64, Bytes)>(depth.max(1));
+        let hashed = Arc::new(AtomicU64::new(0));
+        let prefix = hashed.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let mut hasher = Sha256::new();
+            let mut at = 0u64;
+            // Chunks that arrived before the ones in front of them.
+            let mut pending: BTreeMap<u64, Bytes> = BTreeMap::new();
+            while let Some((off, body)) = rx.blocking_recv() {
+                if w.write_at(off, &body)? {
+                    w.flush()?;
+                }
+                pending.insert(off, body);
+                while let Some(b) = pending.remove(&at) {
+                    hasher.update(&b);
+                    at += b.len() as u64;
+                }
+                prefix.store(at, Ordering::Relaxed);
+            }
+            Ok(Digest::from_bytes(hasher.finalize().into()))
+        });
+        Ok(Sink { tx, task, hashed })
+    }
+
+    /// Queue chunk `body` at `off` (each offset once).
+    pub async fn put(&self, off: u64, body: Bytes) -> Result<(), FetchError> {
+        // A closed channel means the thread stopped on an error: `finish` has it.
+        self.tx
+            .send((off, body))
+            .await
+            .map_err(|_| local("the blob writer stopped (see the error that follows)"))
+    }
+
+    /// Bytes hashed in order so far.
+    pub fn hashed(&self) -> u64 {
+        self.hashed.load(Ordering::Relaxed)
+    }
+
+    /// Wait for every queued chunk; what the blob hashed to.
+    pub async fn finish(self) -> Result<Digest, FetchError> {
+        drop(self.tx);
+        self.task
+            .await
+            .map_err(|e| local(format!("blob writer: {e}")))?
+            .map_err(local)
+    }
+}
