@@ -461,10 +461,7 @@ fn manual_accept_refuse_and_retry() {
     let mut p = EnginePair::with(SimConfig::default(), AcceptPolicy::Manual);
     let server_addr = p.server.local_addr();
     // Refused: the client's connection is lost with CONNECTION_REFUSED (0x2).
-    let c = p
-        .client
-        .connect(p.now(), server_addr, "localhost")
-        .unwrap();
+    let c = p.client.connect(p.now(), server_addr, "localhost").unwrap();
     let mut lost = None;
     p.run_until(|p| {
         for e in p.sev.clone() {
@@ -487,10 +484,7 @@ fn manual_accept_refuse_and_retry() {
     });
     assert_eq!(lost, Some(CloseReason::PeerTransportError { code: 0x2 }));
     // Retry, then accept the validated second attempt.
-    let c = p
-        .client
-        .connect(p.now(), server_addr, "localhost")
-        .unwrap();
+    let c = p.client.connect(p.now(), server_addr, "localhost").unwrap();
     let (mut retried, mut accepted, mut connected) = (false, false, false);
     p.run_until(|p| {
         for e in p.sev.clone() {
