@@ -116,7 +116,7 @@ fn trace_on() {
 
 /// 64-byte request/response on one long-lived bidirectional stream.
 fn stream_ping_pong() -> Tally {
-    let mut p = EnginePair::new(SimConfig::default());
+    let mut p = EnginePair::real_time(SimConfig::default());
     let (c, s) = p.connect();
     let stream = p.client.open_bi(c).unwrap();
     let mut msg = [0u8; 64];
@@ -169,7 +169,7 @@ fn stream_ping_pong() -> Tally {
 
 /// 64-byte request/response as datagrams.
 fn datagram_ping_pong() -> Tally {
-    let mut p = EnginePair::new(SimConfig::default());
+    let mut p = EnginePair::real_time(SimConfig::default());
     let (c, s) = p.connect();
     let mut msg = [0u8; 64];
     let mut buf = [0u8; 64];

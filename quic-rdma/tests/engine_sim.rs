@@ -313,7 +313,7 @@ fn stream_reset_and_stop_are_reported() {
     // Client writes then resets: the server sees a reset with the code.
     let a = p.client.open_uni(c).unwrap();
     assert_eq!(p.client.write(c, a, b"doomed").unwrap(), 6);
-    p.client.flush(Instant::now());
+    p.client.flush(p.now());
     p.client.reset(c, a, 42).unwrap();
     let mut reset = None;
     p.run_until(|p| {
@@ -408,7 +408,7 @@ fn finished_stream_reports_finished_and_fin() {
 fn close_reports_reason_then_frees_the_handle() {
     let mut p = EnginePair::new(SimConfig::default());
     let (c, s) = p.connect();
-    p.client.close(Instant::now(), c, 99, b"bye").unwrap();
+    p.client.close(p.now(), c, 99, b"bye").unwrap();
     let mut lost = None;
     let (mut c_closed, mut s_closed) = (false, false);
     p.run_until(|p| {
@@ -451,7 +451,7 @@ fn close_reports_reason_then_frees_the_handle() {
     ));
     assert!(p.client.open_bi(c2).is_ok());
     assert!(matches!(
-        p.client.close(Instant::now(), c2, 1 << 62, b""),
+        p.client.close(p.now(), c2, 1 << 62, b""),
         Err(EngineError::InvalidArgument(_))
     ));
 }
@@ -461,10 +461,7 @@ fn manual_accept_refuse_and_retry() {
     let mut p = EnginePair::with(SimConfig::default(), AcceptPolicy::Manual);
     let server_addr = p.server.local_addr();
     // Refused: the client's connection is lost with CONNECTION_REFUSED (0x2).
-    let c = p
-        .client
-        .connect(Instant::now(), server_addr, "localhost")
-        .unwrap();
+    let c = p.client.connect(p.now(), server_addr, "localhost").unwrap();
     let mut lost = None;
     p.run_until(|p| {
         for e in p.sev.clone() {
@@ -487,10 +484,7 @@ fn manual_accept_refuse_and_retry() {
     });
     assert_eq!(lost, Some(CloseReason::PeerTransportError { code: 0x2 }));
     // Retry, then accept the validated second attempt.
-    let c = p
-        .client
-        .connect(Instant::now(), server_addr, "localhost")
-        .unwrap();
+    let c = p.client.connect(p.now(), server_addr, "localhost").unwrap();
     let (mut retried, mut accepted, mut connected) = (false, false, false);
     p.run_until(|p| {
         for e in p.sev.clone() {
@@ -500,7 +494,7 @@ fn manual_accept_refuse_and_retry() {
                     retried = true;
                 }
                 Event::IncomingConnection { incoming, .. } => {
-                    p.server.accept(Instant::now(), incoming).unwrap();
+                    p.server.accept(p.now(), incoming).unwrap();
                     accepted = true;
                 }
                 _ => {}
@@ -526,7 +520,7 @@ fn refuse_policy_refuses() {
     let mut p = EnginePair::with(SimConfig::default(), AcceptPolicy::RefuseAll);
     let c = p
         .client
-        .connect(Instant::now(), p.server.local_addr(), "localhost")
+        .connect(p.now(), p.server.local_addr(), "localhost")
         .unwrap();
     let mut lost = None;
     p.run_until(|p| {

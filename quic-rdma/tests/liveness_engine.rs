@@ -1,8 +1,11 @@
 //! Liveness of engine connections over `sim`, in virtual time: a dead peer is
 //! reported as timed out within the default idle timeout (not quinn's 30 s),
 //! keep-alives hold an idle but live connection open, and other timers can be
-//! configured. Every poll gets a synthetic `now` that advances 1 ms per step,
-//! so seconds of protocol time pass in milliseconds and nothing sleeps.
+//! configured. The pair runs on the harness's virtual clock (`EnginePair`:
+//! a manual-clock fabric, time jumping to the next timer when nothing
+//! moves), and a lone surviving engine is polled at each of its deadlines in
+//! turn, so seconds of protocol time pass in milliseconds, nothing sleeps,
+//! and the instants measured are the timers' own.
 
 mod engine_common;
 
@@ -13,46 +16,20 @@ use quic_rdma::engine::{CloseReason, ConnHandle, Engine, Event};
 use quic_rdma::fabric::sim::{SimConfig, SimQp};
 use quic_rdma::quinn_adapter::{transport_with, Liveness};
 
-/// Virtual time per step.
-const TICK: Duration = Duration::from_millis(1);
 /// How long a test waits (virtual) for a close before giving up: past quinn's 30 s default.
 const GIVE_UP: Duration = Duration::from_secs(45);
 
-/// Poll both engines at `*now`, then advance it one tick.
-fn step(p: &mut EnginePair, now: &mut Instant) {
-    p.cev.clear();
-    p.sev.clear();
-    p.client.poll(*now, &mut p.cev);
-    p.server.poll(*now, &mut p.sev);
-    *now += TICK;
+/// Handshake in virtual time: the client's and the server's handle, and the
+/// virtual time it ended at.
+fn connect(p: &mut EnginePair) -> (ConnHandle, ConnHandle, Instant) {
+    assert!(p.is_virtual(), "EnginePair::new runs in virtual time");
+    let (c, s) = p.connect();
+    (c, s, p.now())
 }
 
-/// Handshake in virtual time: the client's and the server's handle.
-fn connect(p: &mut EnginePair, now: &mut Instant) -> (ConnHandle, ConnHandle) {
-    let c = p
-        .client
-        .connect(*now, p.server.local_addr(), "localhost")
-        .unwrap();
-    let (mut c_ok, mut s_conn) = (false, None);
-    for _ in 0..10_000 {
-        step(p, now);
-        c_ok |= p.cev.contains(&Event::Connected { conn: c });
-        for e in &p.sev {
-            if let Event::Connected { conn } = *e {
-                s_conn = Some(conn);
-            }
-        }
-        if c_ok {
-            if let Some(s) = s_conn {
-                return (c, s);
-            }
-        }
-    }
-    panic!("no handshake in 10 s of virtual time");
-}
-
-/// Poll only `e` (its peer is gone) until `conn` is lost; the virtual time it
-/// took from `*now` and the reason. Also checks the drained close follows.
+/// Poll only `e` (its peer is gone) at each of its deadlines from `*now` on
+/// until `conn` is lost; the virtual time it took and the reason. Also checks
+/// the drained close follows.
 fn wait_lost(
     e: &mut Engine<SimQp>,
     conn: ConnHandle,
@@ -86,7 +63,11 @@ fn wait_lost(
                 _ => {}
             }
         }
-        *now += TICK;
+        // Nothing answers: the next thing to happen is the engine's own timer.
+        match e.next_deadline() {
+            Some(t) => *now = (*now).max(t),
+            None => panic!("no timer left and {conn:?} not lost"),
+        }
     }
     match lost {
         Some((t, r)) => panic!("lost after {t:?} ({r}) but never drained"),
@@ -100,12 +81,14 @@ const REPORT_BOUND: Duration = Duration::from_secs(3);
 #[test]
 fn killed_server_is_reported_timed_out_within_3s() {
     let mut p = EnginePair::new(SimConfig::default());
-    let mut now = Instant::now();
-    let (c, _) = connect(&mut p, &mut now);
-    // Some traffic first, so the connection is in its steady state.
-    for _ in 0..50 {
-        step(&mut p, &mut now);
+    let (c, _, _) = connect(&mut p);
+    // Let 50 ms of the connection's life pass (acks, the server's
+    // HANDSHAKE_DONE), so it is in its steady state.
+    let until = p.now() + Duration::from_millis(50);
+    while p.now() < until {
+        p.step();
     }
+    let mut now = p.now();
     // The server process dies: its engine and queue pair vanish without a
     // CONNECTION_CLOSE; the fabric drops what the client sends it.
     let EnginePair {
@@ -127,8 +110,7 @@ fn killed_server_is_reported_timed_out_within_3s() {
 #[test]
 fn killed_client_is_reported_timed_out_within_3s() {
     let mut p = EnginePair::new(SimConfig::default());
-    let mut now = Instant::now();
-    let (_, s) = connect(&mut p, &mut now);
+    let (_, s, mut now) = connect(&mut p);
     let EnginePair {
         client, mut server, ..
     } = p;
@@ -141,13 +123,12 @@ fn killed_client_is_reported_timed_out_within_3s() {
 #[test]
 fn keep_alive_holds_an_idle_connection_past_the_idle_timeout() {
     let mut p = EnginePair::new(SimConfig::default());
-    let mut now = Instant::now();
-    let (c, s) = connect(&mut p, &mut now);
+    let (c, s, now) = connect(&mut p);
     let pings_before = p.client.conn_stats(c).unwrap().frame_tx.ping;
     // Idle (no application data) for three idle timeouts.
     let idle_until = now + 3 * Liveness::DEFAULT_IDLE_TIMEOUT;
-    while now < idle_until {
-        step(&mut p, &mut now);
+    while p.now() < idle_until {
+        p.step();
         for e in p.cev.iter().chain(&p.sev) {
             assert!(
                 !matches!(e, Event::ConnectionLost { .. }),
@@ -163,7 +144,7 @@ fn keep_alive_holds_an_idle_connection_past_the_idle_timeout() {
     let mut sink: Option<Sink> = None;
     for _ in 0..10_000 {
         src.pump(&mut p.client, c);
-        step(&mut p, &mut now);
+        p.step();
         for e in &p.sev {
             if let Event::StreamOpened { stream, .. } = *e {
                 sink = Some(Sink::new(stream, false));
@@ -192,9 +173,9 @@ fn liveness_is_configurable_through_engine_config() {
     let (mut ccfg, mut scfg) = engine_common::configs(mtu, Default::default());
     ccfg.set_transport(transport_with(mtu, live));
     scfg.set_transport(transport_with(mtu, live));
-    let mut p = EnginePair::from_configs(quic_rdma::fabric::sim::SimFabric::new(cfg), ccfg, scfg);
-    let mut now = Instant::now();
-    let (c, _) = connect(&mut p, &mut now);
+    let fabric = quic_rdma::fabric::sim::SimFabric::manual(cfg, Instant::now());
+    let mut p = EnginePair::from_configs(fabric, ccfg, scfg);
+    let (c, _, mut now) = connect(&mut p);
     let EnginePair {
         mut client, server, ..
     } = p;

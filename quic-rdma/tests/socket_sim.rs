@@ -452,14 +452,6 @@ fn scarce_slots_and_a_short_send_queue_never_deadlock() {
 }
 
 #[test]
-fn a_send_completing_in_error_fails_the_qp_until_recovered() {
-    let f = SimFabric::new(SimConfig::default());
-    let a = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
-    let b = f.create_qp(g6(2), SimQpOptions::default()).unwrap();
-    conformance::error_state_and_recovery(a, b, SYNCHRONOUS);
-}
-
-#[test]
 fn the_socket_recovers_a_failed_qp_with_its_qpn_and_every_buffer() {
     let f = SimFabric::new(SimConfig::default());
     let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
@@ -498,30 +490,15 @@ fn the_socket_recovers_a_failed_qp_with_its_qpn_and_every_buffer() {
     assert_eq!(b.stats().qp_recovery_failures, 0);
 }
 
-fn sim_qps() -> (SimQp, SimQp, SimFabric) {
+/// Two QPs on a fresh fabric, for the conformance suite.
+fn sim_qps(_check: usize) -> Option<(SimQp, SimQp, SimFabric)> {
     let f = SimFabric::new(SimConfig::default());
     let a = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
     let b = f.create_qp(g6(2), SimQpOptions::default()).unwrap();
-    (a, b, f)
+    Some((a, b, f))
 }
 
-#[test]
-fn conformance_delivery_semantics() {
-    let (a, b, _f) = sim_qps();
-    conformance::delivery_semantics(a, b, SYNCHRONOUS);
-}
-
-#[test]
-fn conformance_oversize_send_completes_and_never_arrives() {
-    let (a, b, _f) = sim_qps();
-    conformance::oversize_send_completes_and_never_arrives(a, b, SYNCHRONOUS);
-}
-
-#[test]
-fn conformance_one_signaled_send_retires_the_earlier_ones() {
-    let (a, b, _f) = sim_qps();
-    conformance::one_signaled_send_retires_the_earlier_ones(a, b, SYNCHRONOUS);
-}
+conformance::suite!(sim_qps, SYNCHRONOUS);
 
 /// Under the caller's clock a delayed packet travels until the caller moves
 /// time past its due instant, and not a moment earlier; time never goes back.

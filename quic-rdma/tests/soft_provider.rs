@@ -477,14 +477,6 @@ fn wire_ipv4_header_matches_icrc_assumptions() {
     }
 }
 
-#[test]
-fn a_send_completing_in_error_fails_the_qp_until_recovered() {
-    let (pa, pb) = pair("127.77.0.31", "127.77.0.32");
-    let a = pa.create_qp(DEFAULT_QKEY).unwrap();
-    let b = pb.create_qp(DEFAULT_QKEY).unwrap();
-    conformance::error_state_and_recovery(a, b, Duration::from_millis(300));
-}
-
 /// Post `sizes.len()` sends to `to` in one `post_send` (one doorbell), payload
 /// `i` filled with `i + 1`, the last one signaled; wait for its completion.
 fn post_chain(ep: &mut Ep, to: (Gid, u32), sizes: &[usize]) {
@@ -648,32 +640,19 @@ fn kernel_receive_buffer_overflow_is_counted_and_reconciles() {
     assert_eq!(pb.stats().rx_delivered, received);
 }
 
-#[test]
-fn conformance_delivery_semantics() {
-    let (pa, pb) = pair("127.77.0.51", "127.77.0.52");
-    let (a, b) = (
-        pa.create_qp(DEFAULT_QKEY).unwrap(),
-        pb.create_qp(DEFAULT_QKEY).unwrap(),
-    );
-    conformance::delivery_semantics(a, b, Duration::from_millis(300));
+/// Two QPs on two ports of their own, for the `check`-th conformance check
+/// (addresses 127.77.0.31/32 for the first, then 127.77.0.51–56).
+fn soft_qps(check: usize) -> Option<(SoftQp, SoftQp, (SoftPort, SoftPort))> {
+    const ADDRS: [(&str, &str); conformance::CHECKS] = [
+        ("127.77.0.31", "127.77.0.32"),
+        ("127.77.0.51", "127.77.0.52"),
+        ("127.77.0.53", "127.77.0.54"),
+        ("127.77.0.55", "127.77.0.56"),
+    ];
+    let (pa, pb) = pair(ADDRS[check].0, ADDRS[check].1);
+    let a = pa.create_qp(DEFAULT_QKEY).unwrap();
+    let b = pb.create_qp(DEFAULT_QKEY).unwrap();
+    Some((a, b, (pa, pb)))
 }
 
-#[test]
-fn conformance_oversize_send_completes_and_never_arrives() {
-    let (pa, pb) = pair("127.77.0.53", "127.77.0.54");
-    let (a, b) = (
-        pa.create_qp(DEFAULT_QKEY).unwrap(),
-        pb.create_qp(DEFAULT_QKEY).unwrap(),
-    );
-    conformance::oversize_send_completes_and_never_arrives(a, b, Duration::from_millis(300));
-}
-
-#[test]
-fn conformance_one_signaled_send_retires_the_earlier_ones() {
-    let (pa, pb) = pair("127.77.0.55", "127.77.0.56");
-    let (a, b) = (
-        pa.create_qp(DEFAULT_QKEY).unwrap(),
-        pb.create_qp(DEFAULT_QKEY).unwrap(),
-    );
-    conformance::one_signaled_send_retires_the_earlier_ones(a, b, Duration::from_millis(300));
-}
+conformance::suite!(soft_qps, Duration::from_millis(300));

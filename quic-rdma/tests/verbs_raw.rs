@@ -506,35 +506,10 @@ fn readiness_fd_turns_readable_on_an_async_event() {
     });
 }
 
-#[test]
-fn a_send_completing_in_error_fails_the_qp_until_recovered() {
-    let Some(a) = open(&VerbsOptions::default()) else {
-        return;
-    };
-    let b = open(&VerbsOptions::default()).unwrap();
-    conformance::error_state_and_recovery(a, b, QUIET);
-}
-
-/// The conformance suite's checks (tests/conformance) on kernel rxe.
-fn verbs_qps() -> Option<(VerbsQp, VerbsQp)> {
+/// Two QPs on the guest's device, for the conformance suite (tests/conformance).
+fn verbs_qps(_check: usize) -> Option<(VerbsQp, VerbsQp, ())> {
     let a = open(&VerbsOptions::default())?;
-    Some((a, open(&VerbsOptions::default()).unwrap()))
+    Some((a, open(&VerbsOptions::default()).unwrap(), ()))
 }
 
-#[test]
-fn conformance_delivery_semantics() {
-    let Some((a, b)) = verbs_qps() else { return };
-    conformance::delivery_semantics(a, b, QUIET);
-}
-
-#[test]
-fn conformance_oversize_send_completes_and_never_arrives() {
-    let Some((a, b)) = verbs_qps() else { return };
-    conformance::oversize_send_completes_and_never_arrives(a, b, QUIET);
-}
-
-#[test]
-fn conformance_one_signaled_send_retires_the_earlier_ones() {
-    let Some((a, b)) = verbs_qps() else { return };
-    conformance::one_signaled_send_retires_the_earlier_ones(a, b, QUIET);
-}
+conformance::suite!(verbs_qps, QUIET);

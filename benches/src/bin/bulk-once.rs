@@ -2,21 +2,28 @@
 //!
 //! ```text
 //! bulk-once --peer ROW [--bytes 64M] [--verify] [--placement same-core|separate-cores] [--idle yield|sleep]
+//! bulk-once --peer ROW --handshakes N [--bytes 0] [--placement …] [--idle …]
 //! ```
 //! The server side runs in the process's second thread and the client in its
 //! third (the first only sets up), so `valgrind --tool=callgrind
 //! --separate-threads=yes` gives one profile per side; `benches/callgrind.sh`
 //! does that. Without `--verify` the receiver discards the bytes (no sha256), so
 //! the profile is the transport's own work plus one copy into the application.
+//! With `--handshakes N` it runs the row's handshake workload instead (N
+//! connections one after another, as `compare` does): two runs with different
+//! N give the instructions of one handshake per side. A non-zero `--bytes`
+//! runs a bulk transfer of that size first on the same row (as `compare` does
+//! before its handshake series), so its effect on the handshakes shows.
 
 use quic_rdma_benches::affinity::Placement;
 use quic_rdma_benches::rows::{all_rows, BulkParams};
 
 fn main() -> anyhow::Result<()> {
     let mut peer = None;
-    let mut bytes = 64u64 << 20;
+    let mut bytes = None;
     let mut verify = false;
     let mut place = Placement::SameCore;
+    let mut handshakes = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = || {
@@ -25,8 +32,9 @@ fn main() -> anyhow::Result<()> {
         };
         match a.as_str() {
             "--peer" => peer = Some(val()?),
-            "--bytes" => bytes = parse_size(&val()?)?,
+            "--bytes" => bytes = Some(parse_size(&val()?)?),
             "--verify" => verify = true,
+            "--handshakes" => handshakes = Some(val()?.parse::<usize>()?),
             "--idle" => match val()?.as_str() {
                 "sleep" => quic_rdma_benches::rows::engine::set_idle_sleep(true),
                 "yield" => quic_rdma_benches::rows::engine::set_idle_sleep(false),
@@ -53,6 +61,16 @@ fn main() -> anyhow::Result<()> {
         .into_iter()
         .find(|r| r.name() == peer)
         .ok_or_else(|| anyhow::anyhow!("no row {peer} (see --list)"))?;
+    if let Some(n) = handshakes {
+        if let Some(bytes) = bytes.filter(|&b| b > 0) {
+            let b = row.bulk(BulkParams { bytes, verify }, place)?;
+            anyhow::ensure!(b.sha256_ok || !verify, "transfer not verified");
+        }
+        let h = row.handshakes(n, place)?;
+        println!("{}", serde_json::to_string(&h)?);
+        return Ok(());
+    }
+    let bytes = bytes.unwrap_or(64 << 20);
     let b = row.bulk(BulkParams { bytes, verify }, place)?;
     println!("{}", serde_json::to_string(&b)?);
     anyhow::ensure!(b.sha256_ok, "transfer not verified");

@@ -24,6 +24,7 @@ pub mod keys;
 pub mod memory;
 pub mod port;
 mod recv_queue;
+mod send_ledger;
 mod send_queue;
 pub mod sim;
 pub mod soft;

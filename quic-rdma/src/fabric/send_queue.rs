@@ -10,27 +10,22 @@
 //! - a send above the active MTU is dropped and still completes as success —
 //!   what hardware does, and why the socket enforces the MTU itself;
 //! - address handles count the sends in flight that use them, so destroying one
-//!   under an in-flight send is refused (undefined behaviour on hardware);
+//!   under an in-flight send is refused (undefined behaviour on hardware) — the
+//!   [`SendLedger`] that `verbs` keeps too;
 //! - a WR that completes in error moves the QP to the error state (IBA 10.8.3):
 //!   every later WR completes with `WrFlushErr` and sends nothing, until
 //!   [`SendQueue::reset`] (the provider's `recover`).
 
 use std::collections::VecDeque;
 
-use slab::Slab;
-
+use super::send_ledger::SendLedger;
 use super::{AhId, Completion, FabricError, Memory, QpAttr, Region, SendWr, WcStatus};
-
-struct SqEntry {
-    signaled: bool,
-    ah: AhId,
-}
 
 /// Software send queue, completion queue, AH table and lkey table of one QP.
 /// `A` is the provider's per-AH data (e.g. the resolved destination).
 pub(crate) struct SendQueue<A> {
-    ahs: Slab<(A, u32)>,
-    sq: VecDeque<SqEntry>,
+    /// The AH table and the sends in flight (the send queue's entries).
+    ledger: SendLedger<A>,
     cq: VecDeque<Completion>,
     lkeys: Vec<u32>,
     max_send_wr: usize,
@@ -44,8 +39,7 @@ pub(crate) struct SendQueue<A> {
 impl<A> SendQueue<A> {
     pub(crate) fn new(attr: &QpAttr) -> Self {
         SendQueue {
-            ahs: Slab::new(),
-            sq: VecDeque::with_capacity(attr.max_send_wr as usize),
+            ledger: SendLedger::new(attr.max_send_wr as usize),
             cq: VecDeque::with_capacity(attr.max_send_wr as usize),
             lkeys: Vec::new(),
             max_send_wr: attr.max_send_wr as usize,
@@ -68,19 +62,12 @@ impl<A> SendQueue<A> {
     }
 
     pub(crate) fn create_ah(&mut self, a: A) -> AhId {
-        AhId(self.ahs.insert((a, 0)) as u32)
+        self.ledger.create_ah(a)
     }
 
     /// Destroy an AH; `AhBusy` while sends using it are in flight.
     pub(crate) fn destroy_ah(&mut self, ah: AhId) -> Result<(), FabricError> {
-        match self.ahs.get(ah.0 as usize) {
-            None => Err(FabricError::InvalidAh(ah.0)),
-            Some((_, inflight)) if *inflight > 0 => Err(FabricError::AhBusy(ah.0)),
-            Some(_) => {
-                self.ahs.remove(ah.0 as usize);
-                Ok(())
-            }
-        }
+        self.ledger.destroy_ah(ah).map(drop)
     }
 
     /// Post one WR: validate it, hand its payload to `transmit` unless the
@@ -92,10 +79,10 @@ impl<A> SendQueue<A> {
         wr: &SendWr,
         transmit: impl FnOnce(&A, &[u8]),
     ) -> Result<(), FabricError> {
-        if self.sq.len() >= self.max_send_wr {
-            return Err(FabricError::QueueFull(self.sq.len()));
+        if self.ledger.outstanding() >= self.max_send_wr {
+            return Err(FabricError::QueueFull(self.ledger.outstanding()));
         }
-        let Some((ah, inflight)) = self.ahs.get_mut(wr.ah.0 as usize) else {
+        let Some(ah) = self.ledger.ah(wr.ah) else {
             return Err(FabricError::InvalidAh(wr.ah.0));
         };
         if wr.flags.inline && wr.sge.len > self.max_inline {
@@ -128,13 +115,8 @@ impl<A> SendQueue<A> {
                 WcStatus::Success
             }
         };
-        *inflight += 1;
-        let signaled = wr.flags.signaled || status != WcStatus::Success;
-        self.sq.push_back(SqEntry {
-            signaled,
-            ah: wr.ah,
-        });
-        if signaled {
+        self.ledger.posted(wr.wr_id, wr.ah);
+        if wr.flags.signaled || status != WcStatus::Success {
             self.cq.push_back(Completion {
                 status,
                 ..Completion::send(wr.wr_id)
@@ -157,11 +139,8 @@ impl<A> SendQueue<A> {
     /// unpolled completions are discarded; address handles stay (they belong
     /// to the protection domain, not the QP) with no sends counted against them.
     pub(crate) fn reset(&mut self) {
-        self.sq.clear();
+        self.ledger.reset();
         self.cq.clear();
-        for (_, (_, inflight)) in self.ahs.iter_mut() {
-            *inflight = 0;
-        }
         self.error = false;
     }
 
@@ -172,14 +151,7 @@ impl<A> SendQueue<A> {
             let Some(c) = self.cq.pop_front() else {
                 break;
             };
-            while let Some(e) = self.sq.pop_front() {
-                if let Some((_, inflight)) = self.ahs.get_mut(e.ah.0 as usize) {
-                    *inflight -= 1;
-                }
-                if e.signaled {
-                    break;
-                }
-            }
+            self.ledger.retire(c.wr_id);
             out[n] = c;
             n += 1;
         }
@@ -193,7 +165,7 @@ impl<A> SendQueue<A> {
 
     /// Sends posted and not yet retired.
     pub(crate) fn outstanding(&self) -> usize {
-        self.sq.len()
+        self.ledger.outstanding()
     }
 
     /// Sends dropped for exceeding the MTU (completed as success).

@@ -1,6 +1,8 @@
 //! The conformance suite: one set of `UdQueuePair` checks every provider must
 //! pass the same way, run by the `sim` (socket_sim), `soft` (soft_provider) and
-//! `verbs` (verbs_raw, in the rxe guest) test binaries (docs/architecture.md §2):
+//! `verbs` (verbs_raw, in the rxe guest) test binaries (docs/architecture.md §2).
+//! Each binary instantiates the whole set with [`suite!`], so a check added
+//! here runs on every provider without touching them:
 //! - delivery: the GRH area carries the source GID, `byte_len` counts it, the
 //!   completion names the source QPN and carries the immediate data exactly
 //!   when the sender used SEND with immediate;
@@ -22,6 +24,51 @@ use quic_rdma::fabric::{
     AhAttr, Completion, Grh, GrhLayout, Memory, RecvWr, Region, SendFlags, SendWr, Sge,
     UdQueuePair, WcStatus, GRH_LEN,
 };
+
+/// One `#[test]` per check of the suite, for one provider: `$pair(n)` makes
+/// two fresh QPs that reach each other, for the `n`-th check (a provider
+/// needing distinct addresses per test picks them by `n`), plus whatever must
+/// outlive them; `None` skips (no device, and none required). `$wait` bounds
+/// how long a packet may take to arrive (see the module docs).
+macro_rules! conformance_suite {
+    ($pair:path, $wait:expr) => {
+        #[test]
+        fn conformance_error_state_and_recovery() {
+            let Some((a, b, _keep)) = $pair(0) else {
+                return;
+            };
+            conformance::error_state_and_recovery(a, b, $wait);
+        }
+
+        #[test]
+        fn conformance_delivery_semantics() {
+            let Some((a, b, _keep)) = $pair(1) else {
+                return;
+            };
+            conformance::delivery_semantics(a, b, $wait);
+        }
+
+        #[test]
+        fn conformance_oversize_send_completes_and_never_arrives() {
+            let Some((a, b, _keep)) = $pair(2) else {
+                return;
+            };
+            conformance::oversize_send_completes_and_never_arrives(a, b, $wait);
+        }
+
+        #[test]
+        fn conformance_one_signaled_send_retires_the_earlier_ones() {
+            let Some((a, b, _keep)) = $pair(3) else {
+                return;
+            };
+            conformance::one_signaled_send_retires_the_earlier_ones(a, b, $wait);
+        }
+    };
+}
+pub(crate) use conformance_suite as suite;
+
+/// How many checks [`suite!`] instantiates (the `n` its pair maker sees is below it).
+pub const CHECKS: usize = 4;
 
 const SLOT: u32 = 4096 + 64;
 const RECVS: u32 = 4;

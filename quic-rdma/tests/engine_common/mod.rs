@@ -2,6 +2,16 @@
 //! fabric, driven by one loop on the test thread. It shares the quinn
 //! harness's certificates, GIDs and test data (`tests/common`), so both
 //! transports are exercised with the same inputs.
+//!
+//! Time: [`EnginePair::new`] and [`EnginePair::with`] run on a fabric on the
+//! caller's clock (`SimFabric::manual`): the harness keeps the time
+//! ([`EnginePair::now`]), reads the wall clock once for the epoch, and a
+//! step that finds nothing to do moves time straight to the next instant
+//! anything is due (a QUIC timer or a delayed packet), as quinn's `Pair`
+//! does. So timers fire at their exact instants, however slow the machine,
+//! and nothing sleeps. [`EnginePair::from_configs`] keeps the clock of the
+//! fabric it is given: the soak and fault-matrix tests, which measure wall
+//! time on purpose, pass a real-time one.
 #![allow(dead_code, unreachable_pub)]
 
 #[path = "../common/mod.rs"]
@@ -12,7 +22,7 @@ use std::time::Instant;
 use quic_rdma::engine::{
     AcceptPolicy, ConnHandle, Engine, EngineConfig, EngineError, Event, StreamId,
 };
-use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpHandle, SimQpOptions};
+use quic_rdma::fabric::sim::{SimClock, SimConfig, SimFabric, SimQp, SimQpHandle, SimQpOptions};
 use quic_rdma::fabric::Gid;
 use quic_rdma::socket::SocketConfig;
 use sha2::{Digest, Sha256};
@@ -32,6 +42,8 @@ pub struct EnginePair {
     /// Events of the last step, per side.
     pub cev: Vec<Event>,
     pub sev: Vec<Event>,
+    /// The harness's time on a manual-clock fabric (`None`: the wall clock).
+    virtual_now: Option<Instant>,
 }
 
 /// Engine configs (client, server) trusting one fresh self-signed "localhost" cert.
@@ -67,9 +79,19 @@ impl EnginePair {
         Self::with(cfg, AcceptPolicy::AcceptAll)
     }
 
+    /// A pair on a real-time fabric, for tests that are not about time and
+    /// poll with the wall clock themselves (the allocation counter).
+    pub fn real_time(cfg: SimConfig) -> Self {
+        let mtu = cfg.mtu.bytes();
+        let (ccfg, scfg) = configs(mtu, AcceptPolicy::AcceptAll);
+        Self::from_configs(SimFabric::new(cfg), ccfg, scfg)
+    }
+
+    /// A pair on a fabric on the harness's clock (see the module docs).
     pub fn with(cfg: SimConfig, accept: AcceptPolicy) -> Self {
         let mtu = cfg.mtu.bytes();
-        let fabric = SimFabric::new(cfg);
+        // The one wall-clock read: the epoch of virtual time.
+        let fabric = SimFabric::manual(cfg, Instant::now());
         let (ccfg, scfg) = configs(mtu, accept);
         Self::from_configs(fabric, ccfg, scfg)
     }
@@ -82,6 +104,10 @@ impl EnginePair {
             .create_qp(gid(2, false), SimQpOptions::default())
             .unwrap();
         let (server_qp, client_qp) = (sqp.handle(), cqp.handle());
+        let virtual_now = match fabric.config().clock {
+            SimClock::Manual { .. } => Some(fabric.now()),
+            _ => None,
+        };
         EnginePair {
             server: Engine::new(sqp, scfg).unwrap(),
             client: Engine::new(cqp, ccfg).unwrap(),
@@ -90,16 +116,68 @@ impl EnginePair {
             server_qp,
             cev: Vec::with_capacity(256),
             sev: Vec::with_capacity(256),
+            virtual_now,
         }
     }
 
-    /// Poll both engines once; their events are in `cev` / `sev`.
+    /// The harness's time: virtual on a manual-clock fabric, else the wall
+    /// clock. Engine calls made between steps take this `now`.
+    pub fn now(&self) -> Instant {
+        self.virtual_now.unwrap_or_else(Instant::now)
+    }
+
+    /// Whether time is virtual (the fabric is on the harness's clock).
+    pub fn is_virtual(&self) -> bool {
+        self.virtual_now.is_some()
+    }
+
+    /// Poll both engines once at [`EnginePair::now`]; their events are in
+    /// `cev` / `sev`. In virtual time a poll that moved nothing (no event, no
+    /// packet sent or delivered) is followed by a jump to the next due
+    /// instant and a poll there: what the caller did between steps happens
+    /// at the instant the last step ended, and idle time costs nothing.
     pub fn step(&mut self) {
-        let now = Instant::now();
+        if !self.poll_both() {
+            if let Some(t) = self.next_instant() {
+                let now = self.virtual_now.as_mut().expect("virtual time");
+                *now = (*now).max(t);
+                self.poll_both();
+            }
+        }
+    }
+
+    /// One poll of each side; whether anything moved (always `true` in real time).
+    fn poll_both(&mut self) -> bool {
+        let now = self.now();
+        let before = self.fabric.stats();
+        self.fabric.advance(now);
         self.cev.clear();
         self.sev.clear();
         self.client.poll(now, &mut self.cev);
         self.server.poll(now, &mut self.sev);
+        self.fabric.advance(now);
+        let after = self.fabric.stats();
+        !self.is_virtual()
+            || !self.cev.is_empty()
+            || !self.sev.is_empty()
+            || (after.sent, after.delivered) != (before.sent, before.delivered)
+    }
+
+    /// The next instant anything is due in virtual time: a timer of either
+    /// engine or a packet held on the wire (`None` in real time, or when
+    /// nothing at all is pending).
+    pub fn next_instant(&mut self) -> Option<Instant> {
+        if !self.is_virtual() {
+            return None;
+        }
+        [
+            self.fabric.next_due(),
+            self.client.next_deadline(),
+            self.server.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Step until `done` says so (it sees both sides' events of each step).
@@ -118,7 +196,7 @@ impl EnginePair {
         let server_addr = self.server.local_addr();
         let c = self
             .client
-            .connect(Instant::now(), server_addr, "localhost")
+            .connect(self.now(), server_addr, "localhost")
             .unwrap();
         let (mut c_ok, mut s_conn) = (false, None);
         self.run_until(|p| {

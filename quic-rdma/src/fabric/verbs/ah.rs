@@ -31,23 +31,18 @@ impl VerbsQp {
                 _ => FabricError::QpError(format!("ibv_create_ah({}): {e}", attr.dgid)),
             });
         }
-        Ok(AhId(self.ahs.insert((ah, 0)) as u32))
+        Ok(self.sends.create_ah(ah))
     }
 
     /// `UdQueuePair::destroy_ah`: `AhBusy` while an in-flight send holds the AH.
     pub(super) fn destroy_address_handle(&mut self, ah: AhId) -> Result<(), FabricError> {
-        match self.ahs.get(ah.0 as usize) {
-            None => Err(FabricError::InvalidAh(ah.0)),
-            Some((_, inflight)) if *inflight > 0 => Err(FabricError::AhBusy(ah.0)),
-            Some(_) => {
-                let (p, _) = self.ahs.remove(ah.0 as usize);
-                // SAFETY: `p` was created by ibv_create_ah and no WR in flight uses it.
-                let rc = unsafe { ibv_destroy_ah(p) };
-                if rc != 0 {
-                    return Err(os_err("ibv_destroy_ah", rc));
-                }
-                Ok(())
-            }
+        // The ledger refuses (AhBusy) while a send in flight holds the AH.
+        let p = self.sends.destroy_ah(ah)?;
+        // SAFETY: `p` was created by ibv_create_ah and no WR in flight uses it.
+        let rc = unsafe { ibv_destroy_ah(p) };
+        if rc != 0 {
+            return Err(os_err("ibv_destroy_ah", rc));
         }
+        Ok(())
     }
 }

@@ -12,7 +12,8 @@
 //! - selective signaling and in-order retirement: every AH reference held by an
 //!   unsignaled send is released by the next completion, so `destroy_ah` refuses
 //!   (`AhBusy`) while a send that used the AH is in flight — destroying it would be
-//!   undefined behaviour on hardware;
+//!   undefined behaviour on hardware. The accounting is the
+//!   `SendLedger` (`fabric/send_ledger.rs`) that `sim` and `soft` keep too;
 //! - wake-ups through the completion channel: see [`notify`] and [`VerbsNotifier`];
 //! - async events (`ibv_get_async_event`): port up/down, GID change, QP fatal.
 //!
@@ -79,7 +80,7 @@ impl UdQueuePair for VerbsQp {
     fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize {
         let n = self.cq.poll_send(&self.dev, out);
         for c in &out[..n] {
-            self.retire_sends(c.wr_id);
+            self.sends.retire(c.wr_id);
         }
         n
     }

@@ -1,13 +1,15 @@
 //! Posting work requests: send and receive WRs validated against the QP's limits
 //! and registered memory, then chained into one `ibv_post_send` /
-//! `ibv_post_recv` (one doorbell); and retiring sends as completions arrive, which
-//! releases the AH references that keep `destroy_ah` safe.
+//! `ibv_post_recv` (one doorbell). Each posted send is recorded in the QP's
+//! `SendLedger` (`fabric/send_ledger.rs`), whose in-order
+//! retirement as completions arrive releases the AH references that keep
+//! `destroy_ah` safe.
 
 use std::ptr;
 
 use rdma_sys::*;
 
-use super::qp::{os_err, SqEntry, VerbsQp};
+use super::qp::{os_err, VerbsQp};
 use crate::fabric::{FabricError, Memory, RecvWr, SendWr, Sge};
 
 impl VerbsQp {
@@ -20,21 +22,20 @@ impl VerbsQp {
         if wrs.is_empty() {
             return Ok(());
         }
-        let room = (self.attr.max_send_wr as usize).saturating_sub(self.sq.len());
+        let room = (self.attr.max_send_wr as usize).saturating_sub(self.sends.outstanding());
         // Validate first and post at most what fits: a chain is one doorbell.
         let mut take = 0;
         let mut failure = None;
         self.sges.clear();
         for wr in wrs {
             if take >= room {
-                failure = Some(FabricError::QueueFull(self.sq.len()));
+                failure = Some(FabricError::QueueFull(self.sends.outstanding()));
                 break;
             }
-            let Some(&(ah, _)) = self.ahs.get(wr.ah.0 as usize) else {
+            if self.sends.ah(wr.ah).is_none() {
                 failure = Some(FabricError::InvalidAh(wr.ah.0));
                 break;
-            };
-            let _ = ah;
+            }
             if wr.flags.inline && wr.sge.len > self.attr.max_inline {
                 failure = Some(FabricError::QpError(format!(
                     "inline send of {} bytes exceeds the granted max_inline_data {}",
@@ -65,7 +66,7 @@ impl VerbsQp {
         if take > 0 {
             self.send_wrs.clear();
             for (i, wr) in wrs[..take].iter().enumerate() {
-                let ah = self.ahs[wr.ah.0 as usize].0;
+                let ah = *self.sends.ah(wr.ah).expect("checked above");
                 let mut flags = 0u32;
                 if wr.flags.signaled {
                     flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
@@ -114,13 +115,7 @@ impl VerbsQp {
                 idx
             };
             for wr in &wrs[..posted] {
-                if let Some(a) = self.ahs.get_mut(wr.ah.0 as usize) {
-                    a.1 += 1;
-                }
-                self.sq.push_back(SqEntry {
-                    wr_id: wr.wr_id,
-                    ah: wr.ah,
-                });
+                self.sends.posted(wr.wr_id, wr.ah);
             }
             if let Some(e) = failure {
                 return Err((posted, e));
@@ -198,18 +193,6 @@ impl VerbsQp {
         match failure {
             Some(e) => Err((posted, e)),
             None => Ok(()),
-        }
-    }
-
-    /// Retire send-queue entries up to and including `wr_id` (in-order completion).
-    pub(super) fn retire_sends(&mut self, wr_id: u64) {
-        while let Some(e) = self.sq.pop_front() {
-            if let Some(a) = self.ahs.get_mut(e.ah.0 as usize) {
-                a.1 = a.1.saturating_sub(1);
-            }
-            if e.wr_id == wr_id {
-                break;
-            }
         }
     }
 

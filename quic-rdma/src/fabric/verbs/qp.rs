@@ -10,7 +10,6 @@ use std::io;
 use std::sync::Arc;
 
 use rdma_sys::*;
-use slab::Slab;
 
 use super::cq::CqPoller;
 use super::device::{mtu_from_ibv, Device, GidEntry};
@@ -18,7 +17,8 @@ use super::events;
 use super::gid::select_gid;
 use super::mr::KeptRegions;
 use super::notify::{NotifyShared, VerbsNotifier};
-use crate::fabric::{check_qkey, AhId, AsyncEvent, FabricError, Gid, QpAttr, DEFAULT_QKEY};
+use crate::fabric::send_ledger::SendLedger;
+use crate::fabric::{check_qkey, AsyncEvent, FabricError, Gid, QpAttr, DEFAULT_QKEY};
 
 /// How to open a [`VerbsQp`].
 #[derive(Clone, Debug)]
@@ -56,12 +56,6 @@ impl Default for VerbsOptions {
     }
 }
 
-/// A send queue entry not yet retired by a polled completion.
-pub(super) struct SqEntry {
-    pub(super) wr_id: u64,
-    pub(super) ah: AhId,
-}
-
 /// Port counters at open time: drops are reported as deltas.
 #[derive(Clone, Copy, Default)]
 pub(super) struct PortBaseline {
@@ -81,9 +75,9 @@ pub struct VerbsQp {
     pub(super) attr: QpAttr,
     /// Registered MRs; the region's lkey maps back to its MR for deregistration.
     pub(super) mrs: Vec<*mut ibv_mr>,
-    /// Address handles with their in-flight send count.
-    pub(super) ahs: Slab<(*mut ibv_ah, u32)>,
-    pub(super) sq: VecDeque<SqEntry>,
+    /// Address handles and the sends in flight that hold them, retired in
+    /// order as completions are polled (shared with `sim` and `soft`).
+    pub(super) sends: SendLedger<*mut ibv_ah>,
     pub(super) recv_posted: usize,
     /// Completions polled ahead, and the scratch to poll into.
     pub(super) cq: CqPoller,
@@ -197,8 +191,7 @@ impl VerbsQp {
                 max_recv_wr: init.cap.max_recv_wr,
             },
             mrs: Vec::new(),
-            ahs: Slab::new(),
-            sq: VecDeque::new(),
+            sends: SendLedger::new(init.cap.max_send_wr as usize),
             recv_posted: 0,
             cq: CqPoller::new(),
             events: VecDeque::new(),
@@ -321,7 +314,7 @@ impl VerbsQp {
 
     /// Sends posted and not yet retired by a polled completion.
     pub fn sends_outstanding(&self) -> usize {
-        self.sq.len()
+        self.sends.outstanding()
     }
 
     /// Registered regions dropped before this QP whose storage is kept
@@ -364,10 +357,7 @@ impl VerbsQp {
         a.qp_state = ibv_qp_state::IBV_QPS_RESET;
         self.modify(&mut a, ibv_qp_attr_mask::IBV_QP_STATE, "modify_qp(RESET)")?;
         self.cq.discard(&self.dev);
-        for (_, (_, inflight)) in self.ahs.iter_mut() {
-            *inflight = 0;
-        }
-        self.sq.clear();
+        self.sends.reset();
         self.recv_posted = 0;
         // A failure reported before the reset was about the QP just reset: drop
         // it, or it would reset the recovered QP again. Keep every other event.
@@ -392,7 +382,7 @@ impl Drop for VerbsQp {
         // PD, context) goes when the last Arc does.
         unsafe {
             ibv_destroy_qp(self.qp);
-            for (ah, _) in self.ahs.drain() {
+            for ah in self.sends.drain_ahs() {
                 ibv_destroy_ah(ah);
             }
             for mr in self.mrs.drain(..) {
