@@ -7,9 +7,11 @@
 //! - [`routing`]: the routing key in the immediate data, both ways;
 //! - [`peers`]: the bounded table of UD peers ↔ the addresses quinn-proto sees;
 //! - [`config`]: endpoint and transport configuration for a fabric (MTU,
-//!   timers, windows), in quinn-proto's types, so the engine needs no quinn.
+//!   timers, windows), in quinn-proto's types, so the engine needs no quinn;
+//! - [`suites`]: the TLS 1.3 cipher suites offered and their order.
 
 pub mod cid;
 pub mod config;
 pub mod peers;
 pub mod routing;
+pub mod suites;
