@@ -111,7 +111,9 @@ impl std::fmt::Debug for EngineConfig {
     }
 }
 
-/// A server config with one certificate chain and key, and the fabric-tuned
+/// A server config with one certificate chain and key, TLS 1.3 with the
+/// default [`CipherPreference`](crate::quic::suites::CipherPreference)
+/// (AES-128-GCM first), and the fabric-tuned
 /// transport ([`transport_config`](crate::quic::config::transport_config)) for `mtu`,
 /// with the default [`Liveness`](crate::quic::config::Liveness): a dead client is
 /// reported as [`CloseReason::TimedOut`](super::CloseReason::TimedOut) within 1.5–1.8 s
@@ -121,13 +123,26 @@ pub fn server_config(
     key: PrivateKeyDer<'static>,
     mtu: usize,
 ) -> Result<Arc<ServerConfig>, EngineError> {
-    let mut s =
-        ServerConfig::with_single_cert(chain, key).map_err(|e| EngineError::Tls(e.to_string()))?;
+    let tls = |e: &dyn std::fmt::Display| EngineError::Tls(e.to_string());
+    let provider = crate::quic::suites::CipherPreference::default().provider();
+    let mut rustls_config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| tls(&e))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| tls(&e))?;
+    // As quinn-proto's own `with_single_cert`: 0-RTT accepted (RFC 9001 §4.6.1
+    // allows only 0 or u32::MAX here).
+    rustls_config.max_early_data_size = u32::MAX;
+    let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(rustls_config)
+        .map_err(|e| tls(&e))?;
+    let mut s = ServerConfig::with_crypto(Arc::new(crypto));
     s.transport_config(transport(mtu));
     Ok(Arc::new(s))
 }
 
 /// A client config trusting `roots` (certificate verification is always on),
+/// TLS 1.3 with the default cipher-suite preference (as [`server_config`]),
 /// with the fabric-tuned transport for `mtu` and the default
 /// [`Liveness`](crate::quic::config::Liveness), as [`server_config`].
 pub fn client_config(
@@ -138,8 +153,17 @@ pub fn client_config(
     for r in roots {
         store.add(r).map_err(|e| EngineError::Tls(e.to_string()))?;
     }
-    let mut c = ClientConfig::with_root_certificates(Arc::new(store))
+    let provider = crate::quic::suites::CipherPreference::default().provider();
+    let mut rustls_config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| EngineError::Tls(e.to_string()))?
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    // As quinn-proto's own `with_root_certificates`.
+    rustls_config.enable_early_data = true;
+    let crypto = quinn_proto::crypto::rustls::QuicClientConfig::try_from(rustls_config)
         .map_err(|e| EngineError::Tls(e.to_string()))?;
+    let mut c = ClientConfig::new(Arc::new(crypto));
     c.transport_config(transport(mtu));
     Ok(c)
 }
