@@ -202,3 +202,24 @@ pub fn side_main(
     println!("{}", serde_json::to_string(&out)?);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV6};
+
+    #[test]
+    fn addresses_keep_flow_info_and_scope_through_text() {
+        // A UD address: GID, port 4791, Q_Key in the flow info, QPN in the scope id.
+        let v6 = SocketAddr::V6(SocketAddrV6::new(
+            Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 7),
+            4791,
+            0x1111_0001,
+            0x00ab_cdef,
+        ));
+        assert_eq!(addr_from_str(&addr_to_string(v6)).unwrap(), v6);
+        let v4 = SocketAddr::from((Ipv4Addr::new(127, 0, 130, 1), 19700));
+        assert_eq!(addr_from_str(&addr_to_string(v4)).unwrap(), v4);
+        assert!(addr_from_str("[fd00::7]:4791/x/1").is_err());
+    }
+}
