@@ -1,15 +1,32 @@
 //! Per-thread CPU time: `getrusage(RUSAGE_THREAD)`, user + system.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// CPU time (user, system) the calling thread has used so far.
+/// See [`measure_whole_process`].
+static WHOLE_PROCESS: AtomicBool = AtomicBool::new(false);
+
+/// Make every [`CpuSpan`] of this process measure the whole process
+/// (`RUSAGE_SELF`) instead of the calling thread: for the side processes of the
+/// two-process placement, where one process is one side, threads and all.
+pub fn measure_whole_process() {
+    WHOLE_PROCESS.store(true, Ordering::Relaxed);
+}
+
+/// CPU time (user, system) the calling thread (or, after
+/// [`measure_whole_process`], the process) has used so far.
 pub fn thread_cpu() -> (Duration, Duration) {
+    let who = if WHOLE_PROCESS.load(Ordering::Relaxed) {
+        libc::RUSAGE_SELF
+    } else {
+        libc::RUSAGE_THREAD
+    };
     // SAFETY: `rusage` is plain old data for which all-zero bytes are a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_THREAD is valid on Linux and `ru` is a valid, exclusively
-    // borrowed `rusage` that getrusage fills in; it retains no pointer.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    assert_eq!(rc, 0, "getrusage(RUSAGE_THREAD) failed");
+    // SAFETY: RUSAGE_THREAD and RUSAGE_SELF are valid on Linux and `ru` is a valid,
+    // exclusively borrowed `rusage` that getrusage fills in; it retains no pointer.
+    let rc = unsafe { libc::getrusage(who, &mut ru) };
+    assert_eq!(rc, 0, "getrusage({who}) failed");
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     (tv(ru.ru_utime), tv(ru.ru_stime))
 }

@@ -18,8 +18,11 @@
 pub mod affinity;
 pub mod cpu;
 pub mod data;
+pub mod peer;
+pub mod procs;
 pub mod report;
 pub mod rows;
 pub mod side;
 pub mod stats;
 pub mod tls;
+pub mod tuning;

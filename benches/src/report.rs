@@ -31,6 +31,9 @@ pub struct Report {
     pub params: Params,
     /// One entry per transport.
     pub rows: Vec<RowReport>,
+    /// The standalone peer pairs (`peer-*` binaries), bulk in two processes only.
+    #[serde(default)]
+    pub standalone: Vec<RowReport>,
     /// The issue's targets, evaluated from this run.
     pub targets: Vec<Target>,
 }
@@ -105,8 +108,12 @@ pub struct RowReport {
     pub name: String,
     /// What runs.
     pub description: String,
-    /// Bulk throughput and CPU (sides on separate cores).
+    /// Bulk throughput and CPU (sides on separate cores, threads of one process).
     pub bulk: Option<BulkReport>,
+    /// The same with each side a process of its own (absent for the in-process
+    /// `sim` fabric, which cannot cross processes).
+    #[serde(default)]
+    pub bulk_processes: Option<BulkReport>,
     /// RTT per placement.
     pub rtt: Vec<RttReport>,
     /// Handshake rate (sides on separate cores).
@@ -247,6 +254,15 @@ impl Report {
         Some(self.row(name)?.bulk.as_ref()?.gbit_s.median)
     }
 
+    fn bulk_proc_median(&self, name: &str) -> Option<f64> {
+        let r = self
+            .rows
+            .iter()
+            .chain(&self.standalone)
+            .find(|r| r.name == name)?;
+        Some(r.bulk_processes.as_ref()?.gbit_s.median)
+    }
+
     fn rtt_p50(&self, name: &str, place: Placement) -> Option<f64> {
         let r = self.row(name)?.rtt.iter().find(|r| r.placement == place)?;
         Some(r.p50_us.median)
@@ -270,36 +286,65 @@ impl Report {
                 met,
             });
         };
-        let e = self.bulk_median("engine/sim");
-        push(
-            "bulk: engine/sim ÷ tcp+rustls".into(),
-            ">= 1.3",
-            ratio(e, self.bulk_median("tcp+rustls")),
-        );
-        push(
-            "bulk: engine/sim ÷ quinn/udp (default MTU)".into(),
-            ">= 2.5",
-            ratio(e, self.bulk_median("quinn/udp")),
-        );
-        push(
-            format!("bulk: {soft_row} ÷ quinn/udp-4096 (equal MTU)"),
-            ">= 1.0",
-            ratio(
-                self.bulk_median(soft_row),
-                self.bulk_median("quinn/udp-4096"),
-            ),
-        );
-        for place in [Placement::SeparateCores, Placement::SameCore] {
-            let e = self.rtt_p50("engine/sim", place);
+        // Issue 13, item 1: every peer row within 10 % of the standalone pair
+        // of that peer, run in the same repeats.
+        for (row, peer) in [
+            ("quinn/udp-4096", "peer-quinn-udp"),
+            ("tcp+rustls", "peer-tcp-rustls"),
+        ] {
+            let sa = self.bulk_proc_median(peer);
             push(
-                format!("RTT p50 ({}): engine/sim ÷ quinn/udp", place.label()),
-                "<= 0.25",
-                ratio(e, self.rtt_p50("quinn/udp", place)),
+                format!("bulk: {row} (threads) ÷ standalone {peer}"),
+                ">= 0.9",
+                ratio(self.bulk_median(row), sa),
             );
             push(
+                format!("bulk: {row} (processes) ÷ standalone {peer}"),
+                ">= 0.9",
+                ratio(self.bulk_proc_median(row), sa),
+            );
+        }
+        // Issue 13's goals, against the peers as users run them: quinn over
+        // UDP at MTU 4096 and TCP + rustls, each as two processes.
+        let quinn = self.bulk_proc_median("quinn/udp-4096");
+        let tls = self.bulk_proc_median("tcp+rustls");
+        let e = self.bulk_median("engine/sim");
+        push(
+            "bulk: engine/sim ÷ quinn/udp-4096 (processes)".into(),
+            ">= 1.5",
+            ratio(e, quinn),
+        );
+        push(
+            "bulk: engine/sim ÷ tcp+rustls (processes)".into(),
+            ">= 1.0",
+            ratio(e, tls),
+        );
+        push(
+            format!("bulk: {soft_row} (processes) ÷ quinn/udp-4096 (processes)"),
+            ">= 1.0",
+            ratio(self.bulk_proc_median(soft_row), quinn),
+        );
+        push(
+            "bulk: quinn-adapter/sim ÷ quinn/udp-4096 (processes)".into(),
+            ">= 1.2",
+            ratio(self.bulk_median("quinn-adapter/sim"), quinn),
+        );
+        push(
+            "bulk: quinn-adapter/soft (processes) ÷ quinn/udp-4096 (processes)".into(),
+            ">= 1.0",
+            ratio(self.bulk_proc_median("quinn-adapter/soft"), quinn),
+        );
+        for (place, goal) in [
+            (Placement::SeparateCores, "<= 0.5"),
+            (Placement::SameCore, "<= 1.0"),
+        ] {
+            push(
                 format!("RTT p50 ({}): engine/sim ÷ tcp", place.label()),
-                "<= 0.35",
-                ratio(e, self.rtt_p50("tcp", place)),
+                goal,
+                ratio(
+                    self.rtt_p50("engine/sim", place),
+                    self.rtt_p50("tcp", place),
+                ),
             );
         }
         self.targets = t;
@@ -383,6 +428,32 @@ impl Report {
         }
         let _ = writeln!(
             s,
+            "\nBulk by placement — threads: both sides in this process, on CPU 0/1; processes: each side a process of its own, pinned to CPU 0/1 (`sim` cannot cross processes); CPU per side is getrusage of the side's thread, or of its whole process:\n"
+        );
+        let _ = writeln!(s, "| row | threads Gbit/s | threads CPU s/GiB client / server | processes Gbit/s | processes CPU s/GiB client / server |");
+        let _ = writeln!(s, "|---|---|---|---|---|");
+        let cell = |b: &Option<BulkReport>| match b {
+            Some(b) => (
+                format!(
+                    "{}{}",
+                    sp(&b.gbit_s, 2),
+                    if b.sha256_ok { "" } else { " **MISMATCH**" }
+                ),
+                format!(
+                    "{} / {}",
+                    sp(&b.client_cpu_s_per_gib, 2),
+                    sp(&b.server_cpu_s_per_gib, 2)
+                ),
+            ),
+            None => ("–".into(), "–".into()),
+        };
+        for r in self.rows.iter().chain(&self.standalone) {
+            let (tg, tc) = cell(&r.bulk);
+            let (pg, pc) = cell(&r.bulk_processes);
+            let _ = writeln!(s, "| {} | {tg} | {tc} | {pg} | {pc} |", r.name);
+        }
+        let _ = writeln!(
+            s,
             "\nRTT cells with min–max of each percentile over repeats:\n"
         );
         let _ = writeln!(s, "| row | placement | p50 µs | p99 µs | p99.9 µs |");
@@ -422,6 +493,7 @@ impl Report {
         let errs: Vec<_> = self
             .rows
             .iter()
+            .chain(&self.standalone)
             .flat_map(|r| r.errors.iter().map(move |e| (r.name.clone(), e)))
             .collect();
         if !errs.is_empty() {
@@ -431,7 +503,7 @@ impl Report {
             }
         }
         let _ = writeln!(s, "\nRows:\n");
-        for r in &self.rows {
+        for r in self.rows.iter().chain(&self.standalone) {
             let _ = writeln!(s, "- `{}`: {}", r.name, r.description);
         }
         s

@@ -1,8 +1,14 @@
 //! TLS for every row: one self-signed certificate, TLS 1.3 only, AES-128-GCM only
 //! (forced through the rustls `CryptoProvider`'s cipher-suite list), session
 //! resumption off so every handshake is a full one.
+//!
+//! Every row of one process uses the same certificate ([`Tls::new`]), and the
+//! side processes of the two-process placement load it from the file
+//! [`Tls::export`] wrote (named by the [`TLS_ENV`] environment variable), so a
+//! client process trusts its server process.
 
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -10,7 +16,12 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 /// The server name the certificate is issued for.
 pub const SERVER_NAME: &str = "localhost";
 
+/// Environment variable naming the file a side process loads its certificate
+/// and key from (see [`Tls::export`]).
+pub const TLS_ENV: &str = "QUIC_RDMA_BENCH_TLS";
+
 /// A certificate, its key, and the provider all configs use.
+#[derive(Clone)]
 pub struct Tls {
     cert: CertificateDer<'static>,
     key_der: Vec<u8>,
@@ -30,17 +41,47 @@ impl Default for Tls {
 }
 
 impl Tls {
-    /// A fresh self-signed certificate for [`SERVER_NAME`] (ECDSA P-256).
+    /// This process's certificate for [`SERVER_NAME`] (ECDSA P-256, self-signed):
+    /// made on first use, or loaded from the file [`TLS_ENV`] names.
     pub fn new() -> Self {
-        let ck = rcgen::generate_simple_self_signed(vec![SERVER_NAME.into()])
-            .expect("rcgen self-signed certificate");
-        let mut provider = rustls::crypto::ring::default_provider();
-        provider.cipher_suites = vec![rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256];
+        static SHARED: OnceLock<Tls> = OnceLock::new();
+        SHARED
+            .get_or_init(|| match std::env::var_os(TLS_ENV) {
+                Some(path) => Self::load(Path::new(&path))
+                    .unwrap_or_else(|e| panic!("{TLS_ENV}={}: {e:#}", Path::new(&path).display())),
+                None => {
+                    let ck = rcgen::generate_simple_self_signed(vec![SERVER_NAME.into()])
+                        .expect("rcgen self-signed certificate");
+                    Self::of(ck.cert.der().to_vec(), ck.key_pair.serialize_der())
+                }
+            })
+            .clone()
+    }
+
+    fn of(cert: Vec<u8>, key_der: Vec<u8>) -> Self {
         Tls {
-            cert: ck.cert.der().clone(),
-            key_der: ck.key_pair.serialize_der(),
-            provider: Arc::new(provider),
+            cert: CertificateDer::from(cert),
+            key_der,
+            provider: quic_rdma::quic::suites::CipherPreference::Aes128Only.provider(),
         }
+    }
+
+    /// Write the certificate and key to `path` (for side processes: set
+    /// [`TLS_ENV`] to it). Test material only: the key is written in the clear.
+    pub fn export(&self, path: &Path) -> anyhow::Result<()> {
+        let mut out = (self.cert.len() as u32).to_le_bytes().to_vec();
+        out.extend_from_slice(&self.cert);
+        out.extend_from_slice(&self.key_der);
+        std::fs::write(path, out)?;
+        Ok(())
+    }
+
+    fn load(path: &Path) -> anyhow::Result<Self> {
+        let b = std::fs::read(path)?;
+        anyhow::ensure!(b.len() > 4, "too short for a certificate and key");
+        let n = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        anyhow::ensure!(b.len() > 4 + n, "certificate length past the end");
+        Ok(Self::of(b[4..4 + n].to_vec(), b[4 + n..].to_vec()))
     }
 
     fn key(&self) -> PrivateKeyDer<'static> {

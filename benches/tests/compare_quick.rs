@@ -1,6 +1,7 @@
 //! `compare --quick` runs and writes well-formed outputs: the JSON parses into
 //! the report schema with every row, every cell present, every bulk transfer's
-//! sha256 matched; the Markdown and SVG are there. No timing is asserted.
+//! sha256 matched (threads, two processes, and the standalone peers); the
+//! Markdown and SVG are there. No timing is asserted.
 
 use std::process::Command;
 
@@ -53,6 +54,17 @@ fn compare_quick_writes_a_complete_report() {
         }
         assert!(bulk.sha256_ok);
         assert!(bulk.gbit_s.min <= bulk.gbit_s.median && bulk.gbit_s.median <= bulk.gbit_s.max);
+        // Every row whose fabric can cross processes also ran as two processes.
+        let in_process_only = row.name.ends_with("/sim");
+        match &row.bulk_processes {
+            Some(b) => {
+                assert!(!in_process_only, "{}: sim cannot cross processes", row.name);
+                assert_eq!(b.runs.len(), r.params.repeats, "{}", row.name);
+                assert!(b.sha256_ok, "{}: two-process sha256", row.name);
+                assert!(b.runs.iter().all(|x| x.client_cpu.total_s() > 0.0));
+            }
+            None => assert!(in_process_only, "{}: no two-process bulk", row.name),
+        }
         assert_eq!(row.rtt.len(), 2, "{}: both placements", row.name);
         for x in &row.rtt {
             assert_eq!(x.runs.len(), r.params.repeats);
@@ -70,6 +82,15 @@ fn compare_quick_writes_a_complete_report() {
             .runs
             .iter()
             .all(|h| h.count == r.params.handshakes as u64));
+    }
+    // The standalone peers ran in the same repeats, verified.
+    let sa: Vec<&str> = r.standalone.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(sa, ["peer-quinn-udp", "peer-tcp-rustls"]);
+    for x in &r.standalone {
+        assert!(x.errors.is_empty(), "{}: {:?}", x.name, x.errors);
+        let b = x.bulk_processes.as_ref().expect("standalone bulk");
+        assert_eq!(b.runs.len(), r.params.repeats);
+        assert!(b.sha256_ok, "{}: sha256", x.name);
     }
     assert!(!r.targets.is_empty());
 

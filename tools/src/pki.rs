@@ -117,7 +117,7 @@ impl Mtls {
         alpn: &[u8],
         transport: Arc<quinn::TransportConfig>,
     ) -> Result<quinn::ClientConfig> {
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider()?)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .context("TLS 1.3 client config")?
             .with_root_certificates(self.roots.clone())
@@ -132,10 +132,10 @@ impl Mtls {
     }
 
     fn server_tls(&self, alpn: &[u8]) -> Result<rustls::ServerConfig> {
-        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider())
+        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider()?)
             .build()
             .context("building the client-certificate verifier")?;
-        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider()?)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .context("TLS 1.3 server config")?
             .with_client_cert_verifier(verifier)
@@ -146,8 +146,8 @@ impl Mtls {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+fn provider() -> Result<Arc<rustls::crypto::CryptoProvider>> {
+    crate::tls::provider()
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {

@@ -97,12 +97,31 @@ pub(crate) fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     quic_rdma::quic::tls::parse_certificates(&bytes).with_context(|| path.display().to_string())
 }
 
+/// Environment variable choosing the TLS 1.3 cipher suites every `qr` endpoint
+/// offers and their order: `aes128` (default: AES-128-GCM first), `aes256`, or
+/// `aes128-only` (see `quic_rdma::quic::suites`).
+pub(crate) const CIPHERS_ENV: &str = "QR_TLS_CIPHERS";
+
+/// The one `CryptoProvider` of every rustls config `qr` builds (this file's and
+/// [`crate::pki`]'s): ring with the suites [`CIPHERS_ENV`] chooses. A value it
+/// does not know is an error naming the choices.
+pub(crate) fn provider() -> Result<Arc<rustls::crypto::CryptoProvider>> {
+    use quic_rdma::quic::suites::CipherPreference;
+    let pref = match std::env::var(CIPHERS_ENV) {
+        Ok(v) => v
+            .parse::<CipherPreference>()
+            .with_context(|| format!("environment variable {CIPHERS_ENV}"))?,
+        Err(_) => CipherPreference::default(),
+    };
+    Ok(pref.provider())
+}
+
 /// Server side: TLS 1.3, ALPN [`ALPN`], the identity's certificate and key.
 pub(crate) fn server_config(
     id: &ServerIdentity,
     transport: Arc<quinn::TransportConfig>,
 ) -> Result<quinn::ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = provider()?;
     let key = PrivateKeyDer::Pkcs8(id.key.clone_key());
     let mut server_tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -126,7 +145,7 @@ pub(crate) fn client_config(
     transport: Arc<quinn::TransportConfig>,
     suite: Arc<SuiteProbe>,
 ) -> Result<quinn::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = provider()?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in trusted {
         roots

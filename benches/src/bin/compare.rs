@@ -1,7 +1,7 @@
 //! `compare`: every transport, same machine, same payloads, one run.
 //!
 //! ```text
-//! compare [--quick] [--out DIR] [--rows NAME,NAME] [--repeats N]
+//! compare [--quick] [--out DIR] [--rows NAME,NAME] [--only bulk,rtt,handshakes] [--repeats N]
 //!         [--bulk-bytes N] [--rtt-iters N] [--handshakes N]
 //! ```
 //! Writes `compare.json`, `compare.md` and `compare.svg` into DIR
@@ -12,24 +12,42 @@ use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use quic_rdma_benches::affinity::Placement;
+use quic_rdma_benches::peer::run_standalone;
+use quic_rdma_benches::procs;
 use quic_rdma_benches::report::{
     load_avg, BulkReport, HandshakeReport, Machine, Params, Report, RowReport, RttReport, RttRun,
     SCHEMA,
 };
-use quic_rdma_benches::rows::{all_rows, BulkParams};
+use quic_rdma_benches::rows::{all_rows, BulkOutcome, BulkParams};
+use quic_rdma_benches::tls::Tls;
 
 struct Args {
     quick: bool,
     out: PathBuf,
     rows: Option<Vec<String>>,
     params: Params,
+    /// Workloads to run (`bulk`, `rtt`, `handshakes`); all by default.
+    work: Vec<String>,
+    /// Hidden: run one side of a bulk transfer in this process (see `procs`).
+    side: Option<SideArgs>,
+}
+
+/// `--side ROLE --row NAME --cpu K [--addr IP:PORT]`, set by `procs::bulk_in_processes`.
+#[derive(Default)]
+struct SideArgs {
+    role: String,
+    row: String,
+    cpu: usize,
+    addr: Option<std::net::SocketAddr>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut quick = false;
     let mut out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results"));
     let mut rows = None;
+    let mut work: Vec<String> = ["bulk", "rtt", "handshakes"].map(String::from).to_vec();
     let (mut repeats, mut bulk, mut rtt, mut hs) = (None, None, None, None);
+    let mut side: Option<SideArgs> = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = || {
@@ -40,12 +58,28 @@ fn parse_args() -> anyhow::Result<Args> {
             "--quick" => quick = true,
             "--out" => out = PathBuf::from(val()?),
             "--rows" => rows = Some(val()?.split(',').map(str::to_string).collect()),
+            "--only" => {
+                work = val()?.split(',').map(str::to_string).collect();
+                if let Some(w) = work
+                    .iter()
+                    .find(|w| !["bulk", "rtt", "handshakes"].contains(&w.as_str()))
+                {
+                    anyhow::bail!("--only takes bulk,rtt,handshakes; not {w}");
+                }
+            }
+            "--side" => side.get_or_insert_with(SideArgs::default).role = val()?,
+            "--row" => side.get_or_insert_with(SideArgs::default).row = val()?,
+            "--cpu" => side.get_or_insert_with(SideArgs::default).cpu = val()?.parse()?,
+            "--addr" => {
+                side.get_or_insert_with(SideArgs::default).addr =
+                    Some(procs::addr_from_str(&val()?)?)
+            }
             "--repeats" => repeats = Some(val()?.parse()?),
             "--bulk-bytes" => bulk = Some(parse_size(&val()?)?),
             "--rtt-iters" => rtt = Some(val()?.parse()?),
             "--handshakes" => hs = Some(val()?.parse()?),
             "-h" | "--help" => {
-                println!("compare [--quick] [--out DIR] [--rows NAME,NAME] [--repeats N] [--bulk-bytes N[K|M|G]] [--rtt-iters N] [--handshakes N]");
+                println!("compare [--quick] [--out DIR] [--rows NAME,NAME] [--only bulk,rtt,handshakes] [--repeats N] [--bulk-bytes N[K|M|G]] [--rtt-iters N] [--handshakes N]");
                 std::process::exit(0);
             }
             // `cargo bench` passes --bench to every bench target's binary.
@@ -64,6 +98,8 @@ fn parse_args() -> anyhow::Result<Args> {
         out,
         rows,
         params,
+        work,
+        side,
     })
 }
 
@@ -81,6 +117,21 @@ fn parse_size(s: &str) -> anyhow::Result<u64> {
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     let p = args.params;
+    if let Some(side) = &args.side {
+        let rows = all_rows();
+        let row = rows
+            .iter()
+            .find(|r| r.name() == side.row)
+            .ok_or_else(|| anyhow::anyhow!("--row {}: no such row", side.row))?;
+        let bp = BulkParams {
+            bytes: p.bulk_bytes,
+            verify: true,
+        };
+        return procs::side_main(&**row, &side.role, bp, side.cpu, side.addr);
+    }
+    // The side processes of the two-process placement trust this certificate.
+    let tls_file = std::env::temp_dir().join(format!("compare-tls-{}.bin", std::process::id()));
+    Tls::new().export(&tls_file)?;
     let t0 = Instant::now();
     let started_unix = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
     let machine = Machine::probe();
@@ -103,7 +154,8 @@ fn main() -> anyhow::Result<()> {
         machine.load_before
     );
     struct Acc {
-        bulk: Vec<quic_rdma_benches::rows::BulkOutcome>,
+        bulk: Vec<BulkOutcome>,
+        bulk_proc: Vec<BulkOutcome>,
         rtt: [Vec<RttRun>; 2],
         hs: Vec<quic_rdma_benches::rows::HandshakeOutcome>,
         errors: Vec<String>,
@@ -112,12 +164,16 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .map(|_| Acc {
             bulk: vec![],
+            bulk_proc: vec![],
             rtt: [vec![], vec![]],
             hs: vec![],
             errors: vec![],
         })
         .collect();
     let places = [Placement::SeparateCores, Placement::SameCore];
+    let run_any = |w: &str| args.work.iter().any(|x| x == w);
+    let mut sa_acc: Vec<(Vec<BulkOutcome>, Vec<String>)> =
+        STANDALONE.iter().map(|_| (vec![], vec![])).collect();
     // Repeats outermost: noise from the shared machine spreads over every row.
     for rep in 0..p.repeats {
         for (row, a) in rows.iter().zip(acc.iter_mut()) {
@@ -126,20 +182,33 @@ fn main() -> anyhow::Result<()> {
                 bytes: p.bulk_bytes,
                 verify: true,
             };
-            match row.bulk(bp, Placement::SeparateCores) {
-                Ok(b) => {
-                    eprintln!(
-                        "[{rep}] {name:18} bulk {:7.2} Gbit/s  cpu c/s {:.2}/{:.2} s  sha256 {}",
-                        b.bytes as f64 * 8.0 / b.secs / 1e9,
-                        b.client_cpu.total_s(),
-                        b.server_cpu.total_s(),
-                        if b.sha256_ok { "ok" } else { "MISMATCH" }
-                    );
+            let run = |w: &str| args.work.iter().any(|x| x == w);
+            let bulk = run("bulk").then(|| row.bulk(bp, Placement::SeparateCores));
+            match bulk {
+                None => {}
+                Some(Ok(b)) => {
+                    log_bulk(rep, &name, &b);
                     a.bulk.push(b);
                 }
-                Err(e) => a.errors.push(format!("bulk repeat {rep}: {e:#}")),
+                Some(Err(e)) => a.errors.push(format!("bulk repeat {rep}: {e:#}")),
             }
-            for (k, place) in places.into_iter().enumerate() {
+            if run("bulk") && row.crosses_processes() {
+                match procs::bulk_in_processes(
+                    &**row,
+                    bp,
+                    Placement::SeparateCores.cpus(),
+                    &tls_file,
+                ) {
+                    Ok(b) => {
+                        log_bulk(rep, &format!("{name} ×2proc"), &b);
+                        a.bulk_proc.push(b);
+                    }
+                    Err(e) => a
+                        .errors
+                        .push(format!("bulk, two processes, repeat {rep}: {e:#}")),
+                }
+            }
+            for (k, place) in places.into_iter().enumerate().filter(|_| run("rtt")) {
                 match row.rtt(p.rtt_iters, place) {
                     Ok(r) => {
                         let run = RttRun::of(r.samples_ns);
@@ -157,18 +226,45 @@ fn main() -> anyhow::Result<()> {
                         .push(format!("rtt {} repeat {rep}: {e:#}", place.label())),
                 }
             }
-            match row.handshakes(p.handshakes, Placement::SeparateCores) {
-                Ok(h) => {
+            let hs =
+                run("handshakes").then(|| row.handshakes(p.handshakes, Placement::SeparateCores));
+            match hs {
+                None => {}
+                Some(Ok(h)) => {
                     eprintln!(
                         "[{rep}] {name:18} handshakes {:8.0}/s",
                         h.count as f64 / h.secs
                     );
                     a.hs.push(h);
                 }
-                Err(e) => a.errors.push(format!("handshakes repeat {rep}: {e:#}")),
+                Some(Err(e)) => a.errors.push(format!("handshakes repeat {rep}: {e:#}")),
+            }
+        }
+        // The standalone peers, in the same repeat as the rows they check.
+        for (k, (bin, row, _)) in STANDALONE.iter().enumerate() {
+            if !run_any("bulk") || !rows.iter().any(|r| r.name() == *row) {
+                continue;
+            }
+            // A fresh port each run (19700..19799 are this harness's).
+            let port = 19700 + ((rep * STANDALONE.len() + k) % 100) as u16;
+            let addr = std::net::SocketAddr::from(([127, 0, 130, 1], port));
+            match run_standalone(bin, addr, p.bulk_bytes, Placement::SeparateCores.cpus()) {
+                Ok(o) => {
+                    let b = BulkOutcome {
+                        bytes: p.bulk_bytes,
+                        secs: o.client.secs,
+                        sha256_ok: o.client.ok && o.server.ok,
+                        client_cpu: o.client.cpu,
+                        server_cpu: o.server.cpu,
+                    };
+                    log_bulk(rep, bin, &b);
+                    sa_acc[k].0.push(b);
+                }
+                Err(e) => sa_acc[k].1.push(format!("bulk repeat {rep}: {e:#}")),
             }
         }
     }
+    let _ = std::fs::remove_file(&tls_file);
     let reports = rows
         .iter()
         .zip(acc)
@@ -178,6 +274,7 @@ fn main() -> anyhow::Result<()> {
                 name: row.name(),
                 description: row.description(),
                 bulk: BulkReport::of(a.bulk),
+                bulk_processes: BulkReport::of(a.bulk_proc),
                 rtt: [(places[0], sep), (places[1], same)]
                     .into_iter()
                     .filter_map(|(pl, runs)| RttReport::of(pl, runs))
@@ -197,6 +294,20 @@ fn main() -> anyhow::Result<()> {
         machine,
         params: p,
         rows: reports,
+        standalone: STANDALONE
+            .iter()
+            .zip(sa_acc)
+            .filter(|(_, (runs, errors))| !runs.is_empty() || !errors.is_empty())
+            .map(|((bin, row, desc), (runs, errors))| RowReport {
+                name: (*bin).into(),
+                description: format!("{desc} (checks row {row})"),
+                bulk: None,
+                bulk_processes: BulkReport::of(runs),
+                rtt: vec![],
+                handshakes: None,
+                errors,
+            })
+            .collect(),
         targets: vec![],
     };
     report.judge(quic_rdma_benches::rows::SOFT_ROW);
@@ -206,9 +317,40 @@ fn main() -> anyhow::Result<()> {
     let failed: Vec<_> = report
         .rows
         .iter()
-        .filter(|r| !r.errors.is_empty() || r.bulk.as_ref().is_some_and(|b| !b.sha256_ok))
+        .chain(&report.standalone)
+        .filter(|r| {
+            !r.errors.is_empty()
+                || [&r.bulk, &r.bulk_processes]
+                    .iter()
+                    .any(|b| b.as_ref().is_some_and(|b| !b.sha256_ok))
+        })
         .map(|r| r.name.clone())
         .collect();
     anyhow::ensure!(failed.is_empty(), "rows with failed cells: {failed:?}");
     Ok(())
+}
+
+/// The standalone peers (binary, the row each checks, what it is), run as two
+/// processes in every repeat when their row is selected.
+const STANDALONE: [(&str, &str, &str); 2] = [
+    (
+        "peer-quinn-udp",
+        "quinn/udp-4096",
+        "standalone quinn 0.11 client/server processes over UDP, MTU 4096, same transport tuning as the rows",
+    ),
+    (
+        "peer-tcp-rustls",
+        "tcp+rustls",
+        "standalone tokio-rustls client/server processes, TLS 1.3 AES-128-GCM, TCP_NODELAY",
+    ),
+];
+
+fn log_bulk(rep: usize, name: &str, b: &BulkOutcome) {
+    eprintln!(
+        "[{rep}] {name:24} bulk {:7.2} Gbit/s  cpu c/s {:.2}/{:.2} s  sha256 {}",
+        b.bytes as f64 * 8.0 / b.secs / 1e9,
+        b.client_cpu.total_s(),
+        b.server_cpu.total_s(),
+        if b.sha256_ok { "ok" } else { "MISMATCH" }
+    );
 }

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use quic_rdma::engine::{ConnHandle, Engine, EngineConfig, EngineError, Event, StreamId};
 use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpOptions};
 use quic_rdma::fabric::{UdAddr, UdQueuePair};
-use quic_rdma::quinn_adapter;
 
 use super::{
-    BulkOutcome, BulkParams, HandshakeOutcome, Row, RttOutcome, RTT_MSG, RTT_WARMUP, WRITE_CHUNK,
+    BulkOutcome, BulkParams, BulkSide, HandshakeOutcome, Row, RttOutcome, SideOutcome, RTT_MSG,
+    RTT_WARMUP, WRITE_CHUNK,
 };
 use crate::affinity::Placement;
 use crate::cpu::{CpuSpan, CpuUsed};
@@ -53,6 +53,10 @@ pub trait QpPairs: Send + Sync {
     fn description(&self) -> String;
     /// A fresh (client, server) pair that can reach each other.
     fn make(&self) -> anyhow::Result<(Self::Qp, Self::Qp)>;
+    /// Whether a queue pair can reach one in another process.
+    fn crosses_processes(&self) -> bool;
+    /// One queue pair reachable from another process.
+    fn make_one(&self) -> anyhow::Result<Self::Qp>;
 }
 
 /// The `sim` fabric: an ideal in-process NIC (MTU 4096, no faults).
@@ -79,6 +83,14 @@ impl QpPairs for SimPairs {
         let c = self.fabric.create_qp(gid(n), SimQpOptions::default())?;
         let s = self.fabric.create_qp(gid(n + 1), SimQpOptions::default())?;
         Ok((c, s))
+    }
+
+    fn crosses_processes(&self) -> bool {
+        false
+    }
+
+    fn make_one(&self) -> anyhow::Result<SimQp> {
+        anyhow::bail!("the sim fabric lives inside one process: it cannot cross processes")
     }
 }
 
@@ -111,25 +123,26 @@ impl<P: QpPairs> EngineRow<P> {
     /// Fresh (client, server) engines.
     fn engines(&self) -> anyhow::Result<EnginePair<P::Qp>> {
         let (cq, sq) = self.pairs.make()?;
-        let mtu = cq.attr().active_mtu.bytes();
-        let transport = quinn_adapter::transport(mtu);
-        let client = Engine::new(
-            cq,
-            EngineConfig {
-                client: Some(self.tls.quinn_client(transport.clone())),
-                routing_key: 0xc1,
-                ..EngineConfig::default()
-            },
-        )?;
-        let server = Engine::new(
-            sq,
+        Ok((self.engine(cq, false)?, self.engine(sq, true)?))
+    }
+
+    /// An engine over `qp`: a server (accepting) or a client.
+    fn engine(&self, qp: P::Qp, server: bool) -> anyhow::Result<Engine<P::Qp>> {
+        let transport = crate::tuning::transport(qp.attr().active_mtu.bytes());
+        let config = if server {
             EngineConfig {
                 server: Some(std::sync::Arc::new(self.tls.quinn_server(transport))),
                 routing_key: 0x5e,
                 ..EngineConfig::default()
-            },
-        )?;
-        Ok((client, server))
+            }
+        } else {
+            EngineConfig {
+                client: Some(self.tls.quinn_client(transport)),
+                routing_key: 0xc1,
+                ..EngineConfig::default()
+            }
+        };
+        Ok(Engine::new(qp, config)?)
     }
 }
 
@@ -267,6 +280,15 @@ impl<Q: UdQueuePair> Side<Q> {
         Ok(())
     }
 
+    /// Server in its own process: poll until the client closed the connection
+    /// (bounded by the hang guard).
+    fn linger_until_closed(&mut self) -> anyhow::Result<()> {
+        while self.e.connection_count() > 0 {
+            self.poll()?;
+        }
+        Ok(())
+    }
+
     /// Server: poll until the client says it is done (then let closes drain).
     fn linger(&mut self, done: &AtomicBool) -> anyhow::Result<()> {
         while !done.load(Ordering::Acquire) {
@@ -292,6 +314,94 @@ fn read_some<Q: UdQueuePair>(
         Err(EngineError::WouldBlock) => Ok(false),
         Err(err) => Err(err.into()),
     }
+}
+
+/// The client's reply buffer holds the server's 34 bytes: the one-byte
+/// acknowledgement, 1 (a digest follows), the sha256 — equal to `expected`
+/// when verifying.
+fn reply_ok((got, reply): (usize, [u8; 64]), expected: Option<[u8; 32]>) -> bool {
+    got == 34
+        && match expected {
+            Some(e) => reply[1] == 1 && reply[2..34] == e[..],
+            None => true,
+        }
+}
+
+/// The client of a bulk transfer: connect to `server_addr`, send `p.bytes` of
+/// `pattern`, stop clock and CPU at the acknowledgement, read the reply, close.
+fn bulk_client<Q: UdQueuePair>(
+    mut side: Side<Q>,
+    server_addr: UdAddr,
+    p: BulkParams,
+    pattern: &bytes::Bytes,
+) -> anyhow::Result<(f64, CpuUsed, (usize, [u8; 64]))> {
+    let c = side.connect(server_addr)?;
+    let s = side.e.open_bi(c)?;
+    let t0 = Instant::now();
+    let cpu = CpuSpan::start();
+    let (mut off, mut finished) = (0u64, false);
+    // Room past the 34 reply bytes: a read into a full buffer cannot see the end.
+    let mut reply = [0u8; 64];
+    let mut got = 0;
+    let mut acked: Option<(f64, CpuUsed)> = None;
+    loop {
+        while off < p.bytes {
+            let mut chunk = data::bytes_at(pattern, off, WRITE_CHUNK, p.bytes);
+            match side.e.write_chunk(c, s, &mut chunk) {
+                Ok(n) => off += n as u64,
+                Err(EngineError::WouldBlock) => break,
+                Err(err) => return Err(err.into()),
+            }
+        }
+        if off == p.bytes && !finished {
+            side.e.finish(c, s)?;
+            finished = true;
+        }
+        let fin = read_some(&mut side.e, c, s, &mut reply, &mut got)?;
+        if got >= 1 && acked.is_none() {
+            acked = Some((t0.elapsed().as_secs_f64(), cpu.stop()));
+        }
+        if fin {
+            break;
+        }
+        side.poll()?;
+        side.check_lost(c)?;
+    }
+    side.close(c)?;
+    let (secs, ccpu) = acked.ok_or_else(|| anyhow::anyhow!("no acknowledgement"))?;
+    Ok((secs, ccpu, (got, reply)))
+}
+
+/// The server of a bulk transfer: accept, receive into `sink`, acknowledge the
+/// last byte (CPU stops), reply with the digest and finish the stream.
+fn bulk_server<Q: UdQueuePair>(side: &mut Side<Q>, sink: &mut SinkBuf) -> anyhow::Result<CpuUsed> {
+    let c = side.accept()?;
+    let cpu = CpuSpan::start();
+    let s = side.accept_stream(c)?;
+    loop {
+        anyhow::ensure!(!sink.overrun(), "peer sent more than announced");
+        let mut n = 0;
+        let fin = read_some(&mut side.e, c, s, sink.spare(), &mut n)?;
+        sink.advance(n);
+        if fin {
+            break;
+        }
+        if n == 0 {
+            side.poll()?;
+            side.check_lost(c)?;
+        }
+    }
+    anyhow::ensure!(side.e.write(c, s, &[1])? == 1, "ack refused");
+    side.e.flush(Instant::now());
+    let cpu = cpu.stop();
+    let mut reply = [0u8; 33];
+    if let Some(d) = sink.digest() {
+        reply[0] = 1;
+        reply[1..].copy_from_slice(&d);
+    }
+    anyhow::ensure!(side.e.write(c, s, &reply)? == reply.len(), "reply refused");
+    side.e.finish(c, s)?;
+    Ok(cpu)
 }
 
 /// Sets the flag when dropped: the client tells the server it is done even when it fails.
@@ -327,82 +437,16 @@ impl<P: QpPairs> Row for EngineRow<P> {
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                let mut side = Side::new(ce, place);
-                let c = side.connect(server_addr)?;
-                let s = side.e.open_bi(c)?;
-                let t0 = Instant::now();
-                let cpu = CpuSpan::start();
-                let (mut off, mut finished) = (0u64, false);
-                // Room past the 34 reply bytes: a read into a full buffer cannot see the end.
-                let mut reply = [0u8; 64];
-                let mut got = 0;
-                let mut acked: Option<(f64, CpuUsed)> = None;
-                loop {
-                    while off < p.bytes {
-                        let mut chunk = data::bytes_at(pattern, off, WRITE_CHUNK, p.bytes);
-                        match side.e.write_chunk(c, s, &mut chunk) {
-                            Ok(n) => off += n as u64,
-                            Err(EngineError::WouldBlock) => break,
-                            Err(err) => return Err(err.into()),
-                        }
-                    }
-                    if off == p.bytes && !finished {
-                        side.e.finish(c, s)?;
-                        finished = true;
-                    }
-                    let fin = read_some(&mut side.e, c, s, &mut reply, &mut got)?;
-                    if got >= 1 && acked.is_none() {
-                        acked = Some((t0.elapsed().as_secs_f64(), cpu.stop()));
-                    }
-                    if fin {
-                        break;
-                    }
-                    side.poll()?;
-                    side.check_lost(c)?;
-                }
-                side.close(c)?;
-                let (secs, ccpu) = acked.ok_or_else(|| anyhow::anyhow!("no acknowledgement"))?;
-                Ok((secs, ccpu, (got, reply)))
+                bulk_client(Side::new(ce, place), server_addr, p, pattern)
             },
             move || {
                 let mut side = Side::new(se, place);
-                let c = side.accept()?;
-                let cpu = CpuSpan::start();
-                let s = side.accept_stream(c)?;
-                loop {
-                    anyhow::ensure!(!sink_ref.overrun(), "peer sent more than announced");
-                    let mut n = 0;
-                    let fin = read_some(&mut side.e, c, s, sink_ref.spare(), &mut n)?;
-                    sink_ref.advance(n);
-                    if fin {
-                        break;
-                    }
-                    if n == 0 {
-                        side.poll()?;
-                        side.check_lost(c)?;
-                    }
-                }
-                anyhow::ensure!(side.e.write(c, s, &[1])? == 1, "ack refused");
-                side.e.flush(Instant::now());
-                let cpu = cpu.stop();
-                let mut reply = [0u8; 33];
-                if let Some(d) = sink_ref.digest() {
-                    reply[0] = 1;
-                    reply[1..].copy_from_slice(&d);
-                }
-                anyhow::ensure!(side.e.write(c, s, &reply)? == reply.len(), "reply refused");
-                side.e.finish(c, s)?;
+                let cpu = bulk_server(&mut side, sink_ref)?;
                 side.linger(done)?;
                 Ok(cpu)
             },
         )?;
-        let (got, reply) = reply;
-        let sha256_ok = got == 34
-            && sink.received() == p.bytes
-            && match expected {
-                Some(e) => reply[1] == 1 && reply[2..34] == e[..],
-                None => true,
-            };
+        let sha256_ok = sink.received() == p.bytes && reply_ok(reply, expected);
         Ok(BulkOutcome {
             bytes: p.bytes,
             secs,
@@ -410,6 +454,41 @@ impl<P: QpPairs> Row for EngineRow<P> {
             client_cpu: ccpu,
             server_cpu: scpu,
         })
+    }
+
+    fn crosses_processes(&self) -> bool {
+        self.pairs.crosses_processes()
+    }
+
+    fn bulk_side(&self, p: BulkParams, side: BulkSide<'_>) -> anyhow::Result<SideOutcome> {
+        let qp = self.pairs.make_one()?;
+        match side {
+            BulkSide::Server(ready) => {
+                let e = self.engine(qp, true)?;
+                ready(e.local_addr().to_socket_addr())?;
+                let mut sink = SinkBuf::new(p.bytes, p.verify);
+                let mut side = Side::new(e, Placement::SeparateCores);
+                let cpu = bulk_server(&mut side, &mut sink)?;
+                side.linger_until_closed()?;
+                Ok(SideOutcome {
+                    secs: 0.0,
+                    cpu,
+                    ok: sink.received() == p.bytes,
+                })
+            }
+            BulkSide::Client(addr) => {
+                let pattern = bytes::Bytes::from(data::pattern());
+                let expected = p.verify.then(|| data::expected_digest(&pattern, p.bytes));
+                let side = Side::new(self.engine(qp, false)?, Placement::SeparateCores);
+                let server = UdAddr::from_socket_addr(addr)?;
+                let (secs, cpu, reply) = bulk_client(side, server, p, &pattern)?;
+                Ok(SideOutcome {
+                    secs,
+                    cpu,
+                    ok: reply_ok(reply, expected),
+                })
+            }
+        }
     }
 
     fn rtt(&self, iters: usize, place: Placement) -> anyhow::Result<RttOutcome> {

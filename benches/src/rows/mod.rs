@@ -13,6 +13,8 @@ pub mod soft;
 pub mod stack;
 pub mod tcp;
 
+use std::net::SocketAddr;
+
 use serde::{Deserialize, Serialize};
 
 use crate::affinity::Placement;
@@ -65,6 +67,26 @@ pub struct BulkParams {
     pub verify: bool,
 }
 
+/// One side of a bulk transfer run in a process of its own (the two-process
+/// placement, [`crate::procs`]).
+pub enum BulkSide<'a> {
+    /// Listen, hand the address to dial to the callback, receive and verify.
+    Server(&'a mut dyn FnMut(SocketAddr) -> anyhow::Result<()>),
+    /// Dial this address and send.
+    Client(SocketAddr),
+}
+
+/// What one side process of a bulk transfer reports.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct SideOutcome {
+    /// Client: first write → the server's acknowledgement. Server: 0.
+    pub secs: f64,
+    /// The process's CPU over its part of the transfer.
+    pub cpu: CpuUsed,
+    /// Client: the server's sha256 equals the expected one. Server: every byte arrived.
+    pub ok: bool,
+}
+
 /// A transport under comparison.
 pub trait Row: Send + Sync {
     /// Short unique name (used as the JSON key and in the plot).
@@ -77,6 +99,11 @@ pub trait Row: Send + Sync {
     fn rtt(&self, iters: usize, place: Placement) -> anyhow::Result<RttOutcome>;
     /// `count` handshakes, each connection closed before the next starts.
     fn handshakes(&self, count: usize, place: Placement) -> anyhow::Result<HandshakeOutcome>;
+    /// Whether the two sides can run in separate processes (`false` for the
+    /// in-process `sim` fabric).
+    fn crosses_processes(&self) -> bool;
+    /// One side of a bulk transfer in this process (see [`crate::procs`]).
+    fn bulk_side(&self, p: BulkParams, side: BulkSide<'_>) -> anyhow::Result<SideOutcome>;
 }
 
 /// Every row this build can run, in table order.

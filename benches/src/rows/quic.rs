@@ -75,6 +75,9 @@ impl Session for QuinnSession {
     fn close(self: Box<Self>) -> BoxFut<'static, ()> {
         Box::pin(async move {
             if self.client {
+                if std::env::var_os("BENCH_QUINN_STATS").is_some() {
+                    eprintln!("{:?}", self.conn.stats().path);
+                }
                 self.conn.close(0u32.into(), b"done");
             } else {
                 let _ = tokio::time::timeout(Duration::from_secs(2), self.conn.closed()).await;

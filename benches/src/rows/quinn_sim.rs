@@ -42,7 +42,7 @@ impl QuinnSim {
         let qp = self.fabric.create_qp(gid, SimQpOptions::default())?;
         let sock = RdmaUdpSocket::new(UdSocket::new(qp, SocketConfig::default())?);
         let mtu = sock.mtu();
-        let server = server.then(|| self.tls.quinn_server(quinn_adapter::transport(mtu)));
+        let server = server.then(|| self.tls.quinn_server(crate::tuning::transport(mtu)));
         let ep = quinn::Endpoint::new_with_abstract_socket(
             quinn_adapter::endpoint_config(mtu, u32::from(n)),
             server,
@@ -63,6 +63,10 @@ impl AsyncStack for QuinnSim {
             .into()
     }
 
+    fn crosses_processes(&self) -> bool {
+        false
+    }
+
     fn listen(&self) -> BoxFut<'_, (Box<dyn Listener>, SocketAddr)> {
         Box::pin(async move {
             let (ep, _) = self.endpoint(true)?;
@@ -77,7 +81,7 @@ impl AsyncStack for QuinnSim {
             Ok(Box::new(QuinnDialer {
                 endpoint,
                 server,
-                config: self.tls.quinn_client(quinn_adapter::transport(mtu)),
+                config: self.tls.quinn_client(crate::tuning::transport(mtu)),
             }) as Box<dyn Dialer>)
         })
     }

@@ -7,6 +7,11 @@ use super::quic::{QuinnDialer, QuinnListener};
 use super::stack::{AsyncStack, BoxFut, Dialer, Listener};
 use crate::tls::Tls;
 
+/// `SO_RCVBUF`/`SO_SNDBUF` of the tuned rows: what the `soft` provider asks for
+/// (`quic_rdma::fabric::soft::SoftConfig::recv_buffer`, 4 MiB; the kernel caps
+/// it at `net.core.rmem_max`).
+pub const SOCKET_BUFFER: usize = 4 << 20;
+
 /// quinn over a UDP socket on 127.0.0.1.
 #[derive(Debug)]
 pub struct QuinnUdp {
@@ -16,7 +21,11 @@ pub struct QuinnUdp {
 
 impl QuinnUdp {
     /// `mtu: None` keeps quinn's defaults (1200 initial, discovery up to 1452);
-    /// `Some(m)` sets `max_udp_payload_size` and `initial_mtu` to `m` on both sides.
+    /// `Some(m)` tunes it as the fabric rows are tuned, so the comparison is
+    /// equal: `max_udp_payload_size`, `initial_mtu` and `min_mtu` `m` (no
+    /// discovery), the same `TransportConfig` as the engine and adapter rows
+    /// ([`quic_rdma::quinn_adapter::transport_config`]: 16/64 MiB windows), and
+    /// the `soft` provider's socket buffers ([`SOCKET_BUFFER`]).
     pub fn new(mtu: Option<u16>) -> Self {
         QuinnUdp {
             mtu,
@@ -33,15 +42,19 @@ impl QuinnUdp {
     }
 
     fn transport(&self) -> Arc<quinn::TransportConfig> {
-        let mut t = quinn::TransportConfig::default();
-        if let Some(m) = self.mtu {
-            t.initial_mtu(m);
+        match self.mtu {
+            Some(m) => crate::tuning::transport(m.into()),
+            None => Arc::new(quinn::TransportConfig::default()),
         }
-        Arc::new(t)
     }
 
     fn endpoint(&self, server: Option<quinn::ServerConfig>) -> anyhow::Result<quinn::Endpoint> {
         let sock = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+        if self.mtu.is_some() {
+            let s = socket2::SockRef::from(&sock);
+            s.set_recv_buffer_size(SOCKET_BUFFER)?;
+            s.set_send_buffer_size(SOCKET_BUFFER)?;
+        }
         Ok(quinn::Endpoint::new(
             self.endpoint_config(),
             server,
@@ -63,7 +76,7 @@ impl AsyncStack for QuinnUdp {
         match self.mtu {
             None => "quinn 0.11 over UDP loopback, quinn defaults (MTU 1200 + discovery)".into(),
             Some(m) => {
-                format!("quinn 0.11 over UDP loopback, max_udp_payload_size = initial_mtu = {m}")
+                format!("quinn 0.11 over UDP loopback, MTU {m} fixed, transport and socket buffers tuned as the fabric rows")
             }
         }
     }

@@ -69,6 +69,14 @@ impl QpPairs for SoftPairs {
     fn make(&self) -> anyhow::Result<(SoftQp, SoftQp)> {
         Ok((self.0.qp()?, self.0.qp()?))
     }
+
+    fn crosses_processes(&self) -> bool {
+        true
+    }
+
+    fn make_one(&self) -> anyhow::Result<SoftQp> {
+        self.0.qp()
+    }
 }
 
 /// quinn through the adapter over `soft` queue pairs.
@@ -90,7 +98,7 @@ impl QuinnSoft {
     fn endpoint(&self, server: bool) -> anyhow::Result<(quinn::Endpoint, usize)> {
         let sock = RdmaUdpSocket::new(UdSocket::new(self.addrs.qp()?, SocketConfig::default())?);
         let mtu = sock.mtu();
-        let server = server.then(|| self.tls.quinn_server(quinn_adapter::transport(mtu)));
+        let server = server.then(|| self.tls.quinn_server(crate::tuning::transport(mtu)));
         let ep = quinn::Endpoint::new_with_abstract_socket(
             quinn_adapter::endpoint_config(mtu, if server.is_some() { 0x50f } else { 0xc11 }),
             server,
@@ -130,7 +138,7 @@ impl AsyncStack for QuinnSoft {
             Ok(Box::new(QuinnDialer {
                 endpoint,
                 server,
-                config: self.tls.quinn_client(quinn_adapter::transport(mtu)),
+                config: self.tls.quinn_client(crate::tuning::transport(mtu)),
             }) as Box<dyn Dialer>)
         })
     }

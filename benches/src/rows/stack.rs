@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{
-    BulkOutcome, BulkParams, HandshakeOutcome, Row, RttOutcome, RTT_MSG, RTT_WARMUP, WRITE_CHUNK,
+    BulkOutcome, BulkParams, BulkSide, HandshakeOutcome, Row, RttOutcome, SideOutcome, RTT_MSG,
+    RTT_WARMUP, WRITE_CHUNK,
 };
 use crate::affinity::Placement;
-use crate::cpu::CpuSpan;
+use crate::cpu::{CpuSpan, CpuUsed};
 use crate::data::{self, SinkBuf};
 use crate::side::{block_on, run_pair};
 
@@ -55,6 +56,10 @@ pub trait AsyncStack: Send + Sync {
     fn listen(&self) -> BoxFut<'_, (Box<dyn Listener>, SocketAddr)>;
     /// In the client thread: something that connects to `addr`.
     fn dialer(&self, addr: SocketAddr) -> BoxFut<'_, Box<dyn Dialer>>;
+    /// Whether client and server may live in different processes.
+    fn crosses_processes(&self) -> bool {
+        true
+    }
 }
 
 /// The server end: accepts connections.
@@ -140,11 +145,7 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
 
     fn bulk(&self, p: BulkParams, place: Placement) -> anyhow::Result<BulkOutcome> {
         let pattern = data::pattern();
-        let expected = if p.verify {
-            Some(data::expected_digest(&pattern, p.bytes))
-        } else {
-            None
-        };
+        let expected = p.verify.then(|| data::expected_digest(&pattern, p.bytes));
         let mut sink = SinkBuf::new(p.bytes, p.verify);
         // Owned by the futures (their lifetime is tied to the dialer/listener
         // borrow); shared slices of it are handed to the stream.
@@ -152,54 +153,10 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
         let ((secs, ccpu, got), (scpu, sink)) = two_sides(
             &self.0,
             place,
-            move |d| {
-                Box::pin(async move {
-                    let mut sess = d.connect().await?;
-                    let (mut r, mut w) = sess.open().await?;
-                    let t0 = Instant::now();
-                    let cpu = CpuSpan::start();
-                    let mut off = 0u64;
-                    while off < p.bytes {
-                        let s = data::bytes_at(&pattern, off, WRITE_CHUNK, p.bytes);
-                        off += s.len() as u64;
-                        w.write_bytes(s).await?;
-                    }
-                    w.shutdown().await?;
-                    let mut ack = [0u8; 1];
-                    r.read_exact(&mut ack).await?;
-                    let secs = t0.elapsed().as_secs_f64();
-                    let cpu = cpu.stop();
-                    let mut got = [0u8; 33];
-                    r.read_exact(&mut got).await?;
-                    sess.close().await?;
-                    Ok((secs, cpu, got))
-                })
-            },
+            move |d| Box::pin(bulk_client(d, p, pattern)),
             move |l| {
                 Box::pin(async move {
-                    let mut sess = l.accept().await?;
-                    let cpu = CpuSpan::start();
-                    let (mut r, mut w) = sess.accept().await?;
-                    loop {
-                        anyhow::ensure!(!sink.overrun(), "peer sent more than announced");
-                        let n = r.read(sink.spare()).await?;
-                        if n == 0 {
-                            break;
-                        }
-                        sink.advance(n);
-                    }
-                    w.write_all(&[1]).await?;
-                    w.flush().await?;
-                    let cpu = cpu.stop();
-                    let mut reply = [0u8; 33];
-                    if let Some(d) = sink.digest() {
-                        reply[0] = 1;
-                        reply[1..].copy_from_slice(&d);
-                    }
-                    w.write_all(&reply).await?;
-                    w.shutdown().await?;
-                    drop((r, w));
-                    sess.close().await?;
+                    let cpu = bulk_server(l, &mut sink).await?;
                     Ok((cpu, sink))
                 })
             },
@@ -216,6 +173,44 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
             client_cpu: ccpu,
             server_cpu: scpu,
         })
+    }
+
+    fn crosses_processes(&self) -> bool {
+        self.0.crosses_processes()
+    }
+
+    fn bulk_side(&self, p: BulkParams, side: BulkSide<'_>) -> anyhow::Result<SideOutcome> {
+        match side {
+            BulkSide::Server(ready) => {
+                let mut sink = SinkBuf::new(p.bytes, p.verify);
+                let cpu = block_on(async {
+                    let (mut l, addr) = self.0.listen().await?;
+                    ready(addr)?;
+                    bulk_server(&mut *l, &mut sink).await
+                })?;
+                Ok(SideOutcome {
+                    secs: 0.0,
+                    cpu,
+                    ok: sink.received() == p.bytes,
+                })
+            }
+            BulkSide::Client(addr) => {
+                let pattern = data::pattern();
+                let expected = p.verify.then(|| data::expected_digest(&pattern, p.bytes));
+                let pattern = bytes::Bytes::from(pattern);
+                let (secs, cpu, got) = block_on(async {
+                    let mut d = self.0.dialer(addr).await?;
+                    let r = bulk_client(&mut *d, p, pattern).await;
+                    d.shutdown().await?;
+                    r
+                })?;
+                let ok = match expected {
+                    Some(e) => got[0] == 1 && got[1..] == e[..],
+                    None => true,
+                };
+                Ok(SideOutcome { secs, cpu, ok })
+            }
+        }
     }
 
     fn rtt(&self, iters: usize, place: Placement) -> anyhow::Result<RttOutcome> {
@@ -302,4 +297,62 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
             secs,
         })
     }
+}
+
+/// The client of a bulk transfer: send `p.bytes` of the pattern, wait for the
+/// one-byte acknowledgement (clock and CPU stop), then read the server's
+/// 33-byte reply (1 = digest follows, then the sha256).
+async fn bulk_client(
+    d: &mut dyn Dialer,
+    p: BulkParams,
+    pattern: bytes::Bytes,
+) -> anyhow::Result<(f64, CpuUsed, [u8; 33])> {
+    let mut sess = d.connect().await?;
+    let (mut r, mut w) = sess.open().await?;
+    let t0 = Instant::now();
+    let cpu = CpuSpan::start();
+    let mut off = 0u64;
+    while off < p.bytes {
+        let s = data::bytes_at(&pattern, off, WRITE_CHUNK, p.bytes);
+        off += s.len() as u64;
+        w.write_bytes(s).await?;
+    }
+    w.shutdown().await?;
+    let mut ack = [0u8; 1];
+    r.read_exact(&mut ack).await?;
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu.stop();
+    let mut got = [0u8; 33];
+    r.read_exact(&mut got).await?;
+    sess.close().await?;
+    Ok((secs, cpu, got))
+}
+
+/// The server of a bulk transfer: receive into `sink`, acknowledge the last
+/// byte (CPU stops), reply with the digest. Returns the CPU used.
+async fn bulk_server(l: &mut dyn Listener, sink: &mut SinkBuf) -> anyhow::Result<CpuUsed> {
+    let mut sess = l.accept().await?;
+    let cpu = CpuSpan::start();
+    let (mut r, mut w) = sess.accept().await?;
+    loop {
+        anyhow::ensure!(!sink.overrun(), "peer sent more than announced");
+        let n = r.read(sink.spare()).await?;
+        if n == 0 {
+            break;
+        }
+        sink.advance(n);
+    }
+    w.write_all(&[1]).await?;
+    w.flush().await?;
+    let cpu = cpu.stop();
+    let mut reply = [0u8; 33];
+    if let Some(d) = sink.digest() {
+        reply[0] = 1;
+        reply[1..].copy_from_slice(&d);
+    }
+    w.write_all(&reply).await?;
+    w.shutdown().await?;
+    drop((r, w));
+    sess.close().await?;
+    Ok(cpu)
 }

@@ -9,6 +9,7 @@ use super::EngineError;
 use crate::quic::config::transport;
 use crate::quic::peers::PeerLimits;
 use crate::quic::routing::RoutingCheck;
+use crate::quic::tls::TlsSettings;
 use crate::socket::SocketConfig;
 
 /// What the engine does with a new incoming connection attempt.
@@ -111,35 +112,41 @@ impl std::fmt::Debug for EngineConfig {
     }
 }
 
-/// A server config with one certificate chain and key, and the fabric-tuned
+/// A server config with one certificate chain and key, TLS 1.3 with the
+/// default [`CipherPreference`](crate::quic::suites::CipherPreference)
+/// (AES-128-GCM first), 0-RTT accepted, and the fabric-tuned
 /// transport ([`transport_config`](crate::quic::config::transport_config)) for `mtu`,
 /// with the default [`Liveness`](crate::quic::config::Liveness): a dead client is
 /// reported as [`CloseReason::TimedOut`](super::CloseReason::TimedOut) within 1.5–1.8 s
-/// (change it with [`EngineConfig::set_transport`]).
+/// (change it with [`EngineConfig::set_transport`]). For client certificates,
+/// ALPN or other suites, build a [`TlsSettings`] yourself.
 pub fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     mtu: usize,
 ) -> Result<Arc<ServerConfig>, EngineError> {
-    let mut s =
-        ServerConfig::with_single_cert(chain, key).map_err(|e| EngineError::Tls(e.to_string()))?;
-    s.transport_config(transport(mtu));
-    Ok(Arc::new(s))
+    TlsSettings {
+        identity: Some((chain, key)),
+        // As quinn-proto's own `with_single_cert`.
+        accept_0rtt: true,
+        ..TlsSettings::default()
+    }
+    .server_config(transport(mtu))
+    .map_err(|e| EngineError::Tls(e.to_string()))
 }
 
 /// A client config trusting `roots` (certificate verification is always on),
+/// TLS 1.3 with the default cipher-suite preference (as [`server_config`]),
 /// with the fabric-tuned transport for `mtu` and the default
 /// [`Liveness`](crate::quic::config::Liveness), as [`server_config`].
 pub fn client_config(
     roots: impl IntoIterator<Item = CertificateDer<'static>>,
     mtu: usize,
 ) -> Result<ClientConfig, EngineError> {
-    let mut store = rustls::RootCertStore::empty();
-    for r in roots {
-        store.add(r).map_err(|e| EngineError::Tls(e.to_string()))?;
+    TlsSettings {
+        roots: roots.into_iter().collect(),
+        ..TlsSettings::default()
     }
-    let mut c = ClientConfig::with_root_certificates(Arc::new(store))
-        .map_err(|e| EngineError::Tls(e.to_string()))?;
-    c.transport_config(transport(mtu));
-    Ok(c)
+    .client_config(transport(mtu))
+    .map_err(|e| EngineError::Tls(e.to_string()))
 }

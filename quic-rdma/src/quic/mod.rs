@@ -8,6 +8,7 @@
 //! - [`peers`]: the bounded table of UD peers ↔ the addresses quinn-proto sees;
 //! - [`config`]: endpoint and transport configuration for a fabric (MTU,
 //!   timers, windows), in quinn-proto's types, so the engine needs no quinn;
+//! - [`suites`]: the TLS 1.3 cipher suites offered and their order;
 //! - [`tls`]: certificates, keys, mutual TLS and ALPN as deployed (PEM/DER),
 //!   made into quinn-proto client and server configs.
 
@@ -15,4 +16,5 @@ pub mod cid;
 pub mod config;
 pub mod peers;
 pub mod routing;
+pub mod suites;
 pub mod tls;

@@ -9,11 +9,13 @@
 use std::sync::Arc;
 
 use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use quinn_proto::{ClientConfig, ServerConfig, TransportConfig};
+use quinn_proto::{ClientConfig, ServerConfig, TransportConfig, ValidationTokenConfig};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
+
+use crate::quic::suites::CipherPreference;
 
 /// Why TLS material or a TLS config was refused. Each message names the fix.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +102,8 @@ pub struct TlsSettings {
     /// data can be replayed by an attacker (RFC 9001 §9.2, RFC 8446 §8): turn
     /// it on only for requests that are safe to run twice.
     pub accept_0rtt: bool,
+    /// The cipher suites offered and their order (AES-128-GCM first by default).
+    pub ciphers: CipherPreference,
 }
 
 impl Clone for TlsSettings {
@@ -113,12 +117,9 @@ impl Clone for TlsSettings {
             require_client_cert: self.require_client_cert,
             alpn: self.alpn.clone(),
             accept_0rtt: self.accept_0rtt,
+            ciphers: self.ciphers,
         }
     }
-}
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 fn config_error(e: impl std::fmt::Display) -> TlsError {
@@ -142,17 +143,19 @@ impl TlsSettings {
         transport: Arc<TransportConfig>,
     ) -> Result<Arc<ServerConfig>, TlsError> {
         let (chain, key) = self.identity.as_ref().ok_or(TlsError::NoIdentity)?;
-        let builder = rustls::ServerConfig::builder_with_provider(provider())
+        let builder = rustls::ServerConfig::builder_with_provider(self.ciphers.provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(config_error)?;
         let builder = if self.require_client_cert {
             if self.roots.is_empty() {
                 return Err(TlsError::ClientAuthWithoutRoots);
             }
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(self.root_store()?, provider())
-                    .build()
-                    .map_err(config_error)?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(
+                self.root_store()?,
+                self.ciphers.provider(),
+            )
+            .build()
+            .map_err(config_error)?;
             builder.with_client_cert_verifier(verifier)
         } else {
             builder.with_no_client_auth()
@@ -166,6 +169,13 @@ impl TlsSettings {
         let crypto = QuicServerConfig::try_from(tls).map_err(config_error)?;
         let mut s = ServerConfig::with_crypto(Arc::new(crypto));
         s.transport_config(transport);
+        // Spelled out so the behaviour does not follow which quinn-proto
+        // features a build happens to unify (its `bloom` feature turns on two
+        // NEW_TOKEN frames per connection, RFC 9000 §8.1.3): no NEW_TOKEN
+        // tokens; Retry tokens still validate addresses.
+        let mut tokens = ValidationTokenConfig::default();
+        tokens.sent(0);
+        s.validation_token_config(tokens);
         Ok(Arc::new(s))
     }
 
@@ -175,7 +185,7 @@ impl TlsSettings {
         if self.roots.is_empty() {
             return Err(TlsError::NoRoots);
         }
-        let builder = rustls::ClientConfig::builder_with_provider(provider())
+        let builder = rustls::ClientConfig::builder_with_provider(self.ciphers.provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(config_error)?
             .with_root_certificates(self.root_store()?);
