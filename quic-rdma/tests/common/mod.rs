@@ -34,6 +34,13 @@ pub fn certs_with(mtu: usize, tweak: impl Fn(&mut quinn::TransportConfig)) -> Ce
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.key_pair.serialize_der().into());
     let mut server = quinn::ServerConfig::with_single_cert(vec![cert.clone()], key).unwrap();
     server.transport_config(transport.clone());
+    // No NEW_TOKEN frames, as `quic::tls::TlsSettings` configures servers:
+    // quinn-proto's default depends on its `bloom` feature, which a workspace
+    // test build may unify in (web-transport-quinn), and the tokens' store
+    // allocates on the client (engine_alloc counts that).
+    let mut tokens = quinn::ValidationTokenConfig::default();
+    tokens.sent(0);
+    server.validation_token_config(tokens);
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
     let mut client = quinn::ClientConfig::with_root_certificates(Arc::new(roots)).unwrap();
