@@ -8,8 +8,8 @@ use quinn_proto::ConnectionError;
 
 use crate::config::qr_addr;
 use crate::engine::qr_engine;
-use crate::error::{code_of, guard, QR_ENULL, QR_ETOOSMALL, QR_OK};
-use crate::ptr::{obj, obj_ref, put};
+use crate::error::{code_of, guard, QR_ENULL, QR_OK};
+use crate::ptr::{copy_out, obj, obj_ref, put};
 
 /// Attach the application's pointer `user` to `conn` (NULL detaches). Events
 /// of the connection then carry it in `qr_event.user` (version 2 events,
@@ -112,16 +112,8 @@ pub unsafe extern "C" fn qr_conn_close_reason(
             Some(ConnectionError::ConnectionClosed(c)) if !c.reason.is_empty() => c.reason.to_vec(),
             Some(other) => other.to_string().into_bytes(),
         };
-        if !needed.is_null() {
-            // SAFETY: non-null and writable by contract.
-            unsafe { put(needed, text.len()) }?;
-        }
-        if text.len() > cap {
-            return Err(QR_ETOOSMALL);
-        }
-        // SAFETY: `buf` holds `cap` >= len writable bytes by contract (non-null
-        // when len > 0, checked above); the source is our own vector.
-        unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len()) };
+        // SAFETY: `buf`/`cap` and `needed` as the caller's contract says.
+        unsafe { copy_out(&text, buf, cap, needed) }?;
         Ok(text.len().min(i32::MAX as usize) as i32)
     })
 }

@@ -3,7 +3,7 @@
 use std::ffi::{c_char, CStr};
 use std::mem::MaybeUninit;
 
-use crate::error::{QR_EINVAL, QR_ENULL};
+use crate::error::{QR_EINVAL, QR_ENULL, QR_ETOOSMALL};
 
 /// `&mut *p`, or `QR_ENULL`.
 ///
@@ -69,6 +69,35 @@ pub(crate) unsafe fn put<T>(out: *mut T, v: T) -> Result<(), i32> {
     }
     // SAFETY: non-null and writable by the caller's contract.
     unsafe { out.write(v) };
+    Ok(())
+}
+
+/// Copy `src` out to the caller's `buf` of `cap` bytes with the size-query
+/// protocol: `*len` (unless NULL) gets `src.len()`; `QR_ETOOSMALL` when it
+/// does not fit, and then nothing is copied. `buf` may be NULL only with 0.
+///
+/// # Safety
+/// If non-null, `buf` points to `cap` writable bytes not overlapping `src`;
+/// `len` is NULL or writable.
+pub(crate) unsafe fn copy_out(
+    src: &[u8],
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> Result<(), i32> {
+    if buf.is_null() && cap > 0 {
+        return Err(QR_ENULL);
+    }
+    if !len.is_null() {
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { put(len, src.len()) }?;
+    }
+    if src.len() > cap {
+        return Err(QR_ETOOSMALL);
+    }
+    // SAFETY: `buf` holds `cap` >= `src.len()` writable bytes (non-null when
+    // `src` is non-empty, checked above), distinct from `src`, by contract.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buf, src.len()) };
     Ok(())
 }
 

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::ffi::c_char;
 
 use crate::error::{fail, guard, QR_EINVAL, QR_ENULL, QR_ETLS, QR_ETOOSMALL, QR_OK};
-use crate::ptr::{put, text};
+use crate::ptr::{copy_out, put, text};
 
 /// A certificate made for a size query: its name, certificate and key (DER).
 struct Kept {
@@ -117,14 +117,8 @@ pub unsafe extern "C" fn qr_tls_load_file(
         }
         let data =
             std::fs::read(path).map_err(|e| fail(QR_EINVAL, format!("cannot read {path}: {e}")))?;
-        // SAFETY: writable by contract (checked non-null above).
-        unsafe { put(len, data.len()) }?;
-        if data.len() > cap {
-            return Err(QR_ETOOSMALL);
-        }
-        // SAFETY: `buf` holds `cap` >= len writable bytes by contract; the
-        // source is our own vector.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, data.len()) };
+        // SAFETY: `buf`/`cap` and `len` as the caller's contract says.
+        unsafe { copy_out(&data, buf, cap, len) }?;
         Ok(QR_OK)
     })
 }

@@ -137,30 +137,12 @@ pub(crate) fn main(args: &GatewayArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("qr gateway: starting the tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = rt.block_on(async {
+    super::run_on_runtime("gateway", async {
         match &args.direction {
             Direction::ToFabric(a) => to_fabric(a).await,
             Direction::ToUdp(a) => to_udp(a).await,
         }
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("qr gateway: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 fn limits(c: &Common) -> Result<Limits> {

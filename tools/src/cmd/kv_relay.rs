@@ -144,30 +144,12 @@ pub(crate) fn main(args: &KvRelayArgs) -> ExitCode {
         eprintln!("qr kv-relay: {e}");
         return ExitCode::from(2);
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("qr kv-relay: starting the tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let r = rt.block_on(async {
+    super::run_on_runtime("kv-relay", async {
         match &args.side {
             Side::Upstream(a) => run_upstream(a).await,
             Side::Downstream(a) => run_downstream(a).await,
         }
-    });
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("qr kv-relay: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    })
 }
 
 /// Metrics endpoint and progress printer, common to both sides.

@@ -27,6 +27,33 @@ use std::process::ExitCode;
 use crate::provider::OpenError;
 use crate::report::Report;
 
+/// Run a long-lived subcommand's body on a two-worker tokio runtime; errors
+/// (the runtime's own included) are printed as `qr NAME: ...` and become
+/// exit code 1.
+pub(crate) fn run_on_runtime(
+    name: &str,
+    body: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("qr {name}: starting the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(body) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("qr {name}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// How a client-side run (`qr demo`, `qr connect`) ended badly.
 #[derive(Debug)]
 #[non_exhaustive]
