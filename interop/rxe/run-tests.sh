@@ -26,8 +26,12 @@ if ((${#need[@]})); then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") >&2
 fi
 
+# Release builds: they reuse the dependencies the workspace test step already built
+# (a debug build would compile every dependency again, with full debug info: on a
+# CI machine with a small disk that second copy is what ran out of space), and the
+# emulated guest runs optimised code faster.
 log "building quic-rdma with --features verbs"
-cargo test -p quic-rdma --features verbs --no-run --message-format=json \
+cargo test --release -p quic-rdma --features verbs --no-run --message-format=json \
   --lib --test verbs_raw --test verbs_quic --test verbs_ud_pingpong >"${TMPDIR:-/tmp}/verbs-build.json"
 exe() { # executable of a test target
   python3 -c '
@@ -41,21 +45,21 @@ LIB="$(exe quic_rdma)"; RAW="$(exe verbs_raw)"; QUIC="$(exe verbs_quic)"; PP="$(
 [[ -x "$LIB" && -x "$RAW" && -x "$QUIC" && -x "$PP" ]] || { log "test executables not found"; exit 1; }
 
 log "building qr with --features verbs"
-cargo build -p quic-rdma-tools --features verbs --message-format=json >"${TMPDIR:-/tmp}/qr-verbs-build.json"
+cargo build --release -p quic-rdma-tools --features verbs --message-format=json >"${TMPDIR:-/tmp}/qr-verbs-build.json"
 QR="$(python3 -c '
 import json,sys
 for l in open(sys.argv[1]):
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="qr" and m.get("executable"):
         print(m["executable"])' "${TMPDIR:-/tmp}/qr-verbs-build.json" | tail -1)"
-# A copy of its own: a later default build would overwrite target/debug/qr.
+# A copy of its own: a later default build would overwrite target/release/qr.
 cp "$QR" "$QR-verbs"; QR="$QR-verbs"
 [[ -x "$QR" ]] || { log "qr not built"; exit 1; }
 
 # The C API over verbs: the static library built with its `verbs` feature, and
 # the C latency example (quic-rdma-ffi/examples/latency.c) linked against it.
 log "building the C library with --features verbs and the C latency example"
-cargo build -p quic-rdma-ffi --features verbs --message-format=json >"${TMPDIR:-/tmp}/ffi-verbs-build.json"
+cargo build --release -p quic-rdma-ffi --features verbs --message-format=json >"${TMPDIR:-/tmp}/ffi-verbs-build.json"
 FFI_A="$(python3 -c '
 import json,sys
 for l in open(sys.argv[1]):
