@@ -27,6 +27,7 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 //! ```
 
+mod coalesce;
 mod wake;
 
 use std::fmt;
@@ -37,7 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
+use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 
 pub use crate::quic::config::{
@@ -49,6 +50,7 @@ use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::peers::{PeerLimits, PeerStats, PeerTable};
 use crate::quic::routing::{self, RoutingCheck, RoutingStats};
 use crate::socket::{SocketError, SocketStats, UdSocket};
+use coalesce::{Coalescer, RECV_SEGMENTS};
 use wake::WakeHub;
 
 /// A [`UdSocket`] as a `quinn::AsyncUdpSocket`.
@@ -248,24 +250,23 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
             // Send completions also wake the QP: retire them here so an armed QP
             // with only send completions pending does not spin this loop.
             s.reap_sends();
-            let mut i = 0;
-            s.recv(max, |r| {
-                if !check.accept(r.imm, r.data, routing_stats) {
-                    return;
+            let mut out = Coalescer::new(&mut *bufs, &mut *meta);
+            // Each call may deliver one packet per free entry (none might
+            // coalesce); go on while a call filled its quota and entries remain.
+            loop {
+                let quota = max - out.used();
+                let got = s.recv(quota, |r| {
+                    if !check.accept(r.imm, r.data, routing_stats) {
+                        return;
+                    }
+                    out.push(&r, dst_ip, |ud| peers.on_receive(ud, now));
+                });
+                if got < quota || out.used() == max {
+                    break;
                 }
-                let len = r.data.len().min(bufs[i].len());
-                bufs[i][..len].copy_from_slice(&r.data[..len]);
-                meta[i] = RecvMeta {
-                    addr: peers.on_receive(r.src, now),
-                    len,
-                    stride: len,
-                    ecn: EcnCodepoint::from_bits(r.ecn),
-                    dst_ip,
-                };
-                i += 1;
-            });
-            if i > 0 {
-                return Poll::Ready(Ok(i));
+            }
+            if out.used() > 0 {
+                return Poll::Ready(Ok(out.used()));
             }
             if !self.arm(&mut s, cx.waker()) {
                 return Poll::Pending;
@@ -279,6 +280,14 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
 
     fn max_transmit_segments(&self) -> usize {
         self.max_segments
+    }
+
+    /// Packets from one peer arrive back to back and equally sized (a bulk
+    /// stream's full-MTU datagrams): [`Coalescer`] hands them to quinn like
+    /// UDP GRO, so quinn allocates and dispatches once per batch, not once per
+    /// packet (quinn copies each `RecvMeta`'s buffer into one allocation).
+    fn max_receive_segments(&self) -> usize {
+        RECV_SEGMENTS
     }
 
     fn may_fragment(&self) -> bool {
