@@ -5,7 +5,6 @@ use std::net::{IpAddr, SocketAddr};
 
 use quinn::udp::{EcnCodepoint, RecvMeta};
 
-use crate::fabric::UdAddr;
 use crate::socket::Received;
 
 /// Datagrams per [`RecvMeta`] handed to quinn (like UDP GRO's segments): quinn
@@ -23,9 +22,6 @@ pub(super) struct Coalescer<'a, 'b> {
     used: usize,
     /// Datagrams in the last entry.
     segments: usize,
-    /// The last datagram's UD source and the address quinn knows it by: the
-    /// peer table is asked once per run of datagrams from one peer.
-    last_src: Option<(UdAddr, SocketAddr)>,
 }
 
 impl<'a, 'b> Coalescer<'a, 'b> {
@@ -36,7 +32,6 @@ impl<'a, 'b> Coalescer<'a, 'b> {
             meta,
             used: 0,
             segments: 0,
-            last_src: None,
         }
     }
 
@@ -45,22 +40,10 @@ impl<'a, 'b> Coalescer<'a, 'b> {
         self.used
     }
 
-    /// Add one datagram; the caller never hands more datagrams than entries
-    /// left, so there is always room for a new entry.
-    pub(super) fn push(
-        &mut self,
-        r: &Received<'_>,
-        dst_ip: Option<IpAddr>,
-        addr_of: impl FnOnce(UdAddr) -> SocketAddr,
-    ) {
-        let addr = match self.last_src {
-            Some((ud, a)) if ud == r.src => a,
-            _ => {
-                let a = addr_of(r.src);
-                self.last_src = Some((r.src, a));
-                a
-            }
-        };
+    /// Add one datagram from `addr` (its source as quinn knows it); the caller
+    /// never hands more datagrams than entries left, so there is always room
+    /// for a new entry.
+    pub(super) fn push(&mut self, r: &Received<'_>, addr: SocketAddr, dst_ip: Option<IpAddr>) {
         let ecn = EcnCodepoint::from_bits(r.ecn);
         if let Some(i) = self.used.checked_sub(1) {
             let m = &mut self.meta[i];
@@ -96,7 +79,7 @@ impl<'a, 'b> Coalescer<'a, 'b> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::Gid;
+    use crate::fabric::{Gid, UdAddr};
 
     fn ud(n: u16) -> UdAddr {
         UdAddr::new(
@@ -124,11 +107,7 @@ mod tests {
             .collect();
         let mut meta = [RecvMeta::default(); 4];
         let mut out = Coalescer::new(&mut bufs, &mut meta);
-        let mut lookups = 0;
-        let mut addr = |u: UdAddr| {
-            lookups += 1;
-            SocketAddr::new(u.gid.to_ipv6().into(), 1)
-        };
+        let addr = |u: UdAddr| SocketAddr::new(u.gid.to_ipv6().into(), 1);
         let (a, b) = (ud(1), ud(2));
         // a: 16, 16, 8 (closes), 16 (new entry); b: 16; a with ECN 1: 16.
         for (src, ecn, fill, len) in [
@@ -139,7 +118,7 @@ mod tests {
             (b, 0, 5, 16),
             (a, 1, 6, 16),
         ] {
-            out.push(&rx(src, ecn, &[fill; 16][..len]), None, &mut addr);
+            out.push(&rx(src, ecn, &[fill; 16][..len]), addr(src), None);
         }
         assert_eq!(out.used(), 4);
         let m: Vec<(usize, usize)> = meta.iter().map(|m| (m.len, m.stride)).collect();
@@ -148,8 +127,6 @@ mod tests {
         assert_eq!(storage[0][..40], first[..]);
         assert_eq!((storage[1][0], storage[2][0], storage[3][0]), (4, 5, 6));
         assert_eq!(meta[3].ecn, EcnCodepoint::from_bits(1));
-        // The peer table was asked once per run of one source: a, b, a.
-        assert_eq!(lookups, 3);
     }
 
     #[test]
@@ -163,7 +140,7 @@ mod tests {
         let mut out = Coalescer::new(&mut bufs, &mut meta);
         let addr = |u: UdAddr| SocketAddr::new(u.gid.to_ipv6().into(), 1);
         for i in 0..3u8 {
-            out.push(&rx(ud(1), 0, &[i; 16]), None, addr);
+            out.push(&rx(ud(1), 0, &[i; 16]), addr(ud(1)), None);
         }
         assert_eq!(out.used(), 2);
         assert_eq!((meta[0].len, meta[1].len), (32, 16));

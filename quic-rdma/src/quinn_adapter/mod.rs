@@ -47,7 +47,7 @@ pub use crate::quic::config::{
 };
 
 use crate::fabric::{UdAddr, UdQueuePair};
-use crate::quic::peers::{PeerLimits, PeerStats, PeerTable};
+use crate::quic::peers::{LastSource, PeerLimits, PeerStats, PeerTable};
 use crate::quic::routing::{self, RoutingCheck, RoutingStats};
 use crate::socket::{SocketError, SocketStats, UdSocket};
 use coalesce::{Coalescer, RECV_SEGMENTS};
@@ -251,6 +251,7 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
             // with only send completions pending does not spin this loop.
             s.reap_sends();
             let mut out = Coalescer::new(&mut *bufs, &mut *meta);
+            let mut last_source = LastSource::default();
             // Each call may deliver one packet per free entry (none might
             // coalesce); go on while a call filled its quota and entries remain.
             loop {
@@ -259,7 +260,8 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
                     if !check.accept(r.imm, r.data, routing_stats) {
                         return;
                     }
-                    out.push(&r, dst_ip, |ud| peers.on_receive(ud, now));
+                    let addr = last_source.on_receive(peers, r.src, now);
+                    out.push(&r, addr, dst_ip);
                 });
                 if got < quota || out.used() == max {
                     break;
