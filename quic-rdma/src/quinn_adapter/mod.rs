@@ -285,9 +285,10 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
     }
 
     /// Packets from one peer arrive back to back and equally sized (a bulk
-    /// stream's full-MTU datagrams): [`Coalescer`] hands them to quinn like
-    /// UDP GRO, so quinn allocates and dispatches once per batch, not once per
-    /// packet (quinn copies each `RecvMeta`'s buffer into one allocation).
+    /// stream's full-MTU datagrams): the coalescer hands them to quinn like
+    /// UDP GRO, so quinn allocates once per batch, not once per packet (it
+    /// copies each `RecvMeta`'s buffer into one allocation). The cost: quinn's
+    /// receive buffer is MTU × 16 × 32 (2 MiB at MTU 4096) per endpoint.
     fn max_receive_segments(&self) -> usize {
         RECV_SEGMENTS
     }
