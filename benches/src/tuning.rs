@@ -101,9 +101,14 @@ mod tests {
     #[test]
     fn settings_parse_and_unknown_ones_are_refused() {
         let mut t = TransportConfig::default();
-        apply(&mut t, "ackfreq=8,ackdelay=200,bbr,window=1000000,nofair").unwrap();
+        apply(
+            &mut t,
+            "ackfreq=8,ackdelay=200,bbr,window=1000000,nofair,idle=60000",
+        )
+        .unwrap();
         let e = apply(&mut t, "turbo").unwrap_err().to_string();
         assert!(e.contains("turbo") && e.contains("ackfreq"), "{e}");
         assert!(apply(&mut t, "ackfreq=x").is_err());
+        assert!(apply(&mut t, "idle=-1").is_err());
     }
 }
