@@ -100,7 +100,7 @@ mod tests {
 
     #[test]
     fn runs_from_one_peer_share_an_entry_until_a_short_one() {
-        let mut storage = vec![[0u8; 64]; 4];
+        let mut storage = [[0u8; 64]; 4];
         let mut bufs: Vec<IoSliceMut<'_>> = storage
             .iter_mut()
             .map(|b| IoSliceMut::new(&mut b[..]))
@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn an_entry_holds_what_its_buffer_holds() {
-        let mut storage = vec![[0u8; 40]; 2];
+        let mut storage = [[0u8; 40]; 2];
         let mut bufs: Vec<IoSliceMut<'_>> = storage
             .iter_mut()
             .map(|b| IoSliceMut::new(&mut b[..]))
