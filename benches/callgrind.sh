@@ -12,6 +12,16 @@
 # Sides run on one core and an idle engine side sleeps on its waker (--idle
 # sleep; valgrind serialises threads anyway), so idle polls are not counted.
 # The receiver copies into a scratch buffer and does not hash (no --verify).
+# glibc's memcpy copies blocks above `x86_rep_movsb_threshold` (4 KiB here)
+# with `rep movsb`, which callgrind counts as one instruction per byte, and
+# smaller ones with a vector loop (~0.1 per byte): the same bytes copied would
+# count 10x apart by block size. The tunable below keeps every size on the
+# vector loop, so copies count by bytes copied, whatever their size.
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.cpu.x86_rep_movsb_threshold=1073741824}
+# Under valgrind a side runs ~50x slower, and starved on a loaded machine it
+# can pass quinn rows' 1.5 s idle timeout: 60 s instead (keep-alives are a
+# handful of packets either way).
+export BENCH_TUNE=${BENCH_TUNE:-idle=60000}
 # Top self-cost functions of each side go to OUT/<row>.<side>.top.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,7 +11,10 @@
 //! - `ackdelay=US`: with it, the peer's max ACK delay in microseconds;
 //! - `newreno` / `bbr`: that congestion controller instead of CUBIC;
 //! - `window=BYTES`: the controller's initial window;
-//! - `nofair`: `send_fairness(false)` (one stream at a time fills packets).
+//! - `nofair`: `send_fairness(false)` (one stream at a time fills packets);
+//! - `idle=MS`: idle timeout MS milliseconds, keep-alive a fifth of it (for
+//!   runs under valgrind, which slows a side past the default 1.5 s when the
+//!   machine is loaded; `benches/callgrind.sh` sets `idle=60000`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,8 +55,13 @@ pub fn apply(t: &mut TransportConfig, spec: &str) -> anyhow::Result<()> {
             "nofair" => {
                 t.send_fairness(false);
             }
+            "idle" => {
+                let ms: u32 = v.parse()?;
+                t.max_idle_timeout(Some(VarInt::from_u32(ms).into()))
+                    .keep_alive_interval(Some(Duration::from_millis(u64::from(ms / 5))));
+            }
             other => anyhow::bail!(
-                "unknown setting {other:?}: use ackfreq=N, ackdelay=US, newreno, bbr, window=BYTES, nofair"
+                "unknown setting {other:?}: use ackfreq=N, ackdelay=US, newreno, bbr, window=BYTES, nofair, idle=MS"
             ),
         }
     }
@@ -93,9 +101,14 @@ mod tests {
     #[test]
     fn settings_parse_and_unknown_ones_are_refused() {
         let mut t = TransportConfig::default();
-        apply(&mut t, "ackfreq=8,ackdelay=200,bbr,window=1000000,nofair").unwrap();
+        apply(
+            &mut t,
+            "ackfreq=8,ackdelay=200,bbr,window=1000000,nofair,idle=60000",
+        )
+        .unwrap();
         let e = apply(&mut t, "turbo").unwrap_err().to_string();
         assert!(e.contains("turbo") && e.contains("ackfreq"), "{e}");
         assert!(apply(&mut t, "ackfreq=x").is_err());
+        assert!(apply(&mut t, "idle=-1").is_err());
     }
 }

@@ -76,7 +76,13 @@ impl Session for QuinnSession {
         Box::pin(async move {
             if self.client {
                 if std::env::var_os("BENCH_QUINN_STATS").is_some() {
-                    eprintln!("{:?}", self.conn.stats().path);
+                    let st = self.conn.stats();
+                    // ACKs received and ACK_FREQUENCY frames sent: shows whether a
+                    // BENCH_TUNE ackfreq setting took effect.
+                    eprintln!(
+                        "{:?} acks_rx={} ack_frequency_tx={}",
+                        st.path, st.frame_rx.acks, st.frame_tx.ack_frequency
+                    );
                 }
                 self.conn.close(0u32.into(), b"done");
             } else {

@@ -6,6 +6,7 @@ use quinn_proto::{DatagramEvent, EcnCodepoint};
 
 use super::Engine;
 use crate::fabric::{UdAddr, UdQueuePair};
+use crate::quic::peers::LastSource;
 use crate::quic::routing;
 use crate::socket::SocketError;
 
@@ -45,6 +46,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             ..
         } = self;
         let mut new_incoming = None::<Vec<quinn_proto::Incoming>>;
+        let mut last_source = LastSource::default();
         socket.recv(batch, |r| {
             if !routing.accept(r.imm, r.data, routing_stats) {
                 return;
@@ -60,7 +62,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             let ecn = EcnCodepoint::from_bits(r.ecn);
             match endpoint.handle(
                 now,
-                peers.on_receive(r.src, now),
+                last_source.on_receive(peers, r.src, now),
                 local_ip,
                 ecn,
                 data,

@@ -12,8 +12,10 @@
 //!   shorter than the packet completes with `LocLenErr`;
 //! - an arrival takes the oldest posted receive, and completes in arrival
 //!   order; the bytes land in registered memory when the owner polls (software
-//!   cannot DMA), so a region swapped since `post_recv` completes with
-//!   `LocProtErr`;
+//!   cannot DMA into memory it does not hold), so a region swapped since
+//!   `post_recv` completes with `LocProtErr` — or, when the arrival happens
+//!   during the owner's own poll ([`RecvQueue::arrive_into`]), at once, as a
+//!   NIC's DMA would (one copy fewer), with the same `LocProtErr` rule;
 //! - in the error state (IBA 10.3.1, 10.8.3) arrivals are dropped and every
 //!   receive still posted completes with `WrFlushErr`, in order, until
 //!   [`RecvQueue::reset`] (the provider's `recover`);
@@ -35,8 +37,18 @@ struct Arrival<B> {
     byte_len: u32,
     imm: Option<u32>,
     src_qp: Qpn,
-    /// GRH area + payload, as the provider built it (`None` for `LocLenErr`).
-    data: Option<B>,
+    data: Payload<B>,
+}
+
+/// Where an arrival's bytes are.
+enum Payload<B> {
+    /// GRH area + payload in a provider buffer, copied into the posted
+    /// receive's memory when the owner polls.
+    Parked(B),
+    /// Already in the posted receive's memory ([`RecvQueue::arrive_into`]).
+    Placed,
+    /// Nothing to copy: the completion is an error (`LocLenErr`, `LocProtErr`).
+    Lost,
 }
 
 /// Software receive queue and receive completion queue of one QP, with the
@@ -117,6 +129,45 @@ impl<B: AsRef<[u8]>> RecvQueue<B> {
         starved: bool,
         fill: impl FnOnce() -> B,
     ) -> Option<WcStatus> {
+        self.arrive_with(byte_len, imm, src_qp, starved, |_| {
+            (WcStatus::Success, Payload::Parked(fill()))
+        })
+    }
+
+    /// [`arrive`](Self::arrive) while the owner is polling, its memory at hand:
+    /// `fill` writes the GRH area and payload (`byte_len` bytes) straight into
+    /// the posted receive's buffer in `mem`, so no packet buffer is parked and
+    /// copied later. A buffer `mem` no longer resolves (region swapped since
+    /// `post_recv`) completes with `LocProtErr`, as at poll time.
+    pub(crate) fn arrive_into(
+        &mut self,
+        mem: &mut Memory,
+        byte_len: usize,
+        imm: Option<u32>,
+        src_qp: Qpn,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Option<WcStatus> {
+        self.arrive_with(byte_len, imm, src_qp, false, |wr| {
+            match mem.resolve_mut(&wr.sge) {
+                Some(buf) if buf.len() >= byte_len => {
+                    fill(&mut buf[..byte_len]);
+                    (WcStatus::Success, Payload::Placed)
+                }
+                _ => (WcStatus::LocProtErr, Payload::Lost),
+            }
+        })
+    }
+
+    /// The UD receive rule shared by both arrivals: take the oldest posted
+    /// receive (or drop), check its length, then `place` the bytes.
+    fn arrive_with(
+        &mut self,
+        byte_len: usize,
+        imm: Option<u32>,
+        src_qp: Qpn,
+        starved: bool,
+        place: impl FnOnce(&RecvWr) -> (WcStatus, Payload<B>),
+    ) -> Option<WcStatus> {
         // A QP in the error state has no usable receive (IBA 10.3.1); the
         // receives it holds stay posted, to be flushed.
         let wr = if self.error || starved {
@@ -130,9 +181,9 @@ impl<B: AsRef<[u8]>> RecvQueue<B> {
         };
         let (status, data) = if (wr.sge.len as usize) < byte_len {
             self.drops.too_long += 1;
-            (WcStatus::LocLenErr, None)
+            (WcStatus::LocLenErr, Payload::Lost)
         } else {
-            (WcStatus::Success, Some(fill()))
+            place(&wr)
         };
         self.arrived.push_back(Arrival {
             wr,
@@ -170,7 +221,7 @@ impl<B: AsRef<[u8]>> RecvQueue<B> {
                 continue;
             };
             let mut status = a.status;
-            if let Some(data) = a.data {
+            if let Payload::Parked(data) = a.data {
                 let len = a.byte_len as usize;
                 match mem.resolve_mut(&a.wr.sge) {
                     Some(buf) if buf.len() >= len => {
@@ -236,7 +287,7 @@ impl<B: AsRef<[u8]>> RecvQueue<B> {
     pub(crate) fn reset(&mut self, mut recycle: impl FnMut(B)) {
         self.posted.clear();
         for a in self.arrived.drain(..) {
-            if let Some(d) = a.data {
+            if let Payload::Parked(d) = a.data {
                 recycle(d);
             }
         }
@@ -357,6 +408,44 @@ mod tests {
         mem.region_mut(0).unwrap().set_lkey(Some(LKEY + 1));
         let got = poll_all(&mut rq, &mut mem);
         assert_eq!(got[0].status, WcStatus::LocProtErr);
+    }
+
+    #[test]
+    fn arrivals_during_the_owners_poll_land_in_its_memory_at_once() {
+        let (mut rq, mut mem) = setup(4);
+        rq.post(&mem, &[wr(0, 0, 64), wr(1, 64, 44), wr(2, 128, 64)], |_| {
+            true
+        })
+        .unwrap();
+        // Parked and placed arrivals complete in arrival order alike.
+        assert!(rq.arrive(48, None, 5, false, || vec![1; 48]).is_some());
+        let too_long = rq.arrive_into(&mut mem, 48, None, 5, |_| unreachable!("too long"));
+        assert_eq!(too_long, Some(WcStatus::LocLenErr));
+        let placed = rq.arrive_into(&mut mem, 48, Some(3), 6, |b| b.fill(2));
+        assert_eq!(placed, Some(WcStatus::Success));
+        // Written before any poll, as a NIC's DMA would be.
+        assert_eq!(&mem.region(0).unwrap().bytes()[128..176], &[2; 48][..]);
+        let got = poll_all(&mut rq, &mut mem);
+        let ids: Vec<_> = got
+            .iter()
+            .map(|c| (c.wr_id, c.status, c.imm, c.src_qp))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                (0, WcStatus::Success, None, 5),
+                (1, WcStatus::LocLenErr, None, 5),
+                (2, WcStatus::Success, Some(3), 6)
+            ]
+        );
+        assert_eq!(&mem.region(0).unwrap().bytes()[..48], &[1; 48][..]);
+        assert_eq!(&mem.region(0).unwrap().bytes()[128..176], &[2; 48][..]);
+        // A buffer that no longer resolves: a protection error, nothing written.
+        rq.post(&mem, &[wr(3, 192, 64)], |_| true).unwrap();
+        mem.region_mut(0).unwrap().set_lkey(Some(LKEY + 1));
+        let swapped = rq.arrive_into(&mut mem, 48, None, 5, |_| unreachable!("swapped"));
+        assert_eq!(swapped, Some(WcStatus::LocProtErr));
+        assert_eq!(poll_all(&mut rq, &mut mem)[0].status, WcStatus::LocProtErr);
     }
 
     #[test]

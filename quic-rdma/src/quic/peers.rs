@@ -402,5 +402,30 @@ fn is_stateless_answer(packet: &[u8]) -> bool {
     }
 }
 
+/// The source [`PeerTable::on_receive`] answered last, within one receive batch
+/// (one `now`, no other use of the table in between): a run of packets from
+/// one peer — a bulk stream — asks the table (two SipHash lookups) once.
+#[derive(Debug, Default)]
+pub(crate) struct LastSource(Option<(UdAddr, SocketAddr)>);
+
+impl LastSource {
+    /// `table.on_receive(ud, now)`, or its answer for the same `ud` just before.
+    pub(crate) fn on_receive(
+        &mut self,
+        table: &mut PeerTable,
+        ud: UdAddr,
+        now: Instant,
+    ) -> SocketAddr {
+        match self.0 {
+            Some((last, a)) if last == ud => a,
+            _ => {
+                let a = table.on_receive(ud, now);
+                self.0 = Some((ud, a));
+                a
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

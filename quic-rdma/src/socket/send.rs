@@ -126,20 +126,18 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             // An empty datagram is still one (zero-length) UD message.
             std::iter::once(&contents[..0]).filter(|_| contents.is_empty()),
         );
-        // One AH attribute set for the whole batch: same destination, ECN and key.
+        // One AH for the whole batch: same destination, ECN and key. Looked up
+        // once (a hash of the attributes), referenced by each WR.
         let base = AhAttr::new(dest.gid, imm.unwrap_or(0));
         let attr = AhAttr {
             traffic_class: (base.traffic_class & !0b11) | (ecn & 0b11),
             ..base
         };
+        let (ah_ref, ah) = self
+            .ahs
+            .get(&mut self.qp, &attr, &mut self.stats)
+            .map_err(|e| (0, e))?;
         for (i, d) in segments.enumerate() {
-            let (ah_ref, ah) = match self.ahs.get(&mut self.qp, &attr, &mut self.stats) {
-                Ok(x) => x,
-                Err(e) => {
-                    self.unwind_batch();
-                    return Err((0, e));
-                }
-            };
             let inline = d.len() <= self.inline_max;
             let (sge, slot) = if inline {
                 (self.stage(i, d), None)

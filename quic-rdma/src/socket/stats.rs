@@ -52,7 +52,7 @@ pub struct SocketStats {
     /// Address handles built again because our own GID changed (a peer that
     /// moves to a new GID needs that GID's AH: counted in `ah_created`).
     pub ah_rebuilt: u64,
-    /// Sends that found their AH in the cache.
+    /// Send batches (one AH lookup per `post_send`) that found their AH in the cache.
     pub ah_hits: u64,
     /// Times our own GID changed.
     pub gid_changes: u64,

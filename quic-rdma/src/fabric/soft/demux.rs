@@ -12,11 +12,12 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 
 use quinn_udp::{RecvMeta, UdpSocketState};
 
-use super::codec::{self, IcrcContext, IcrcPolicy, IcrcVerdict, IpPair};
+use super::codec::{self, IcrcContext, IcrcPolicy, IcrcVerdict, IpPair, Ipv4IdGuess};
 use crate::fabric::keys::accept;
 use crate::fabric::recv_queue::RecvQueue;
 use crate::fabric::{
-    Gid, Grh, GrhLayout, KeyDrop, Mtu, PacketKeys, ProviderDrops, QpKeys, Qpn, WcStatus, GRH_LEN,
+    Gid, Grh, GrhLayout, KeyDrop, Memory, Mtu, PacketKeys, ProviderDrops, QpKeys, Qpn, WcStatus,
+    GRH_LEN,
 };
 
 /// The receive side of one QP of the port: the receive-queue model every
@@ -41,6 +42,8 @@ pub(crate) struct Table {
     /// Port-level drops: unknown QPN, runts, malformed and bad ICRC.
     pub(crate) drops: ProviderDrops,
     pub(crate) rx: RxCounters,
+    /// Per-length work of checking a packet's GRO position as its IPv4 ID.
+    id_guess: Ipv4IdGuess,
 }
 
 /// Receive-path counters behind the port's [`SoftStats`](super::SoftStats).
@@ -51,6 +54,7 @@ pub(crate) struct RxCounters {
     pub(crate) bad_icrc: u64,
     pub(crate) oversize: u64,
     pub(crate) id_solved: u64,
+    pub(crate) id_at_position: u64,
     pub(crate) delivered: u64,
 }
 
@@ -88,13 +92,17 @@ impl Demux {
                 pool: Vec::new(),
                 drops: ProviderDrops::default(),
                 rx: RxCounters::default(),
+                id_guess: Ipv4IdGuess::default(),
             },
         }
     }
 
     /// Read datagrams until the socket is empty, `MAX_RECV_CALLS` reads were made,
-    /// or QP `me` has `want` arrivals waiting; match each to its QP.
-    pub(crate) fn drain(&mut self, port: &RxPort<'_>, me: Qpn, want: usize) {
+    /// or QP `me` has `want` arrivals waiting; match each to its QP. `me` is
+    /// polling with its registered memory `mem`: its packets are written there
+    /// at once (GRH area + payload into the posted receive), the other QPs'
+    /// parked in pooled buffers until they poll.
+    pub(crate) fn drain(&mut self, port: &RxPort<'_>, me: Qpn, mem: &mut Memory, want: usize) {
         for _ in 0..MAX_RECV_CALLS {
             if self.table.qps.get(&me).is_some_and(|s| s.arrived() >= want) {
                 return;
@@ -115,12 +123,12 @@ impl Demux {
                 if data.is_empty() {
                     // A zero-length datagram: `chunks` would yield nothing, and
                     // it must still be counted (as a runt).
-                    table.accept(port, m, data);
+                    table.accept(port, m, data, 0, (me, &mut *mem));
                     continue;
                 }
                 let stride = if m.stride == 0 { data.len() } else { m.stride };
-                for pkt in data.chunks(stride.max(1)) {
-                    table.accept(port, m, pkt);
+                for (pos, pkt) in data.chunks(stride.max(1)).enumerate() {
+                    table.accept(port, m, pkt, pos, (me, &mut *mem));
                 }
             }
         }
@@ -142,8 +150,17 @@ impl Table {
     }
 
     /// The receive checks of IBA 9.6 / 10.2.4 / 11.4.1 in hardware order, then
-    /// match to a posted receive. Every drop is counted by cause.
-    fn accept(&mut self, port: &RxPort<'_>, m: &RecvMeta, pkt: &[u8]) {
+    /// match to a posted receive. Every drop is counted by cause. `pos` is the
+    /// packet's place in its GRO batch (its likely IPv4 ID); packets for the
+    /// polling QP `polling.0` land in its memory `polling.1` at once.
+    fn accept(
+        &mut self,
+        port: &RxPort<'_>,
+        m: &RecvMeta,
+        pkt: &[u8],
+        pos: usize,
+        polling: (Qpn, &mut Memory),
+    ) {
         self.rx.datagrams += 1;
         if pkt.len() < codec::BTH_LEN {
             // Not even a base transport header: not RoCE at all (a probe, a
@@ -173,8 +190,14 @@ impl Table {
             src_port: m.addr.port(),
             dst_port: port.local.port(),
         };
-        match codec::verify_icrc(&ctx, pkt, port.icrc) {
-            Ok(IcrcVerdict::Verified { ipv4_id }) if ipv4_id != 0 => self.rx.id_solved += 1,
+        // A GRO batch holds at most 64 datagrams, so `pos` fits a u16; 0
+        // (tried first anyway) if it somehow did not.
+        let likely_id = u16::try_from(pos).unwrap_or(0);
+        match codec::verify_icrc_guessing(&ctx, pkt, port.icrc, likely_id, &mut self.id_guess) {
+            Ok(IcrcVerdict::Verified { ipv4_id }) if ipv4_id != 0 => {
+                self.rx.id_solved += 1;
+                self.rx.id_at_position += u64::from(ipv4_id == likely_id);
+            }
             Ok(_) => {}
             Err(_) => {
                 self.rx.bad_icrc += 1;
@@ -204,26 +227,35 @@ impl Table {
             Err(_) => return,
         };
         let byte_len = GRH_LEN + decoded.payload.len();
-        let pool = &mut self.pool;
-        let placed = slot.arrive(byte_len, h.imm, h.src_qp, false, || {
-            let mut b = pool
-                .pop()
-                .unwrap_or_else(|| vec![0u8; GRH_LEN + mtu].into_boxed_slice());
-            let grh = Grh {
-                sgid: Gid::from(m.addr.ip()),
-                dgid: Gid::from(dst_ip),
-                // Only the ECN bits are observable (IP_RECVTOS via quinn-udp reports
-                // ECN); DSCP is not, so it reads as 0.
-                traffic_class: m.ecn.map_or(0, |e| e as u8),
-                // Never reaches a UDP socket (and kernel rxe sends 0 anyway).
-                flow_label: 0,
-                hop_limit: ASSUMED_HOP_LIMIT,
-                ip_payload_len: u16::try_from(8 + pkt.len()).unwrap_or(u16::MAX),
-            };
+        let grh = Grh {
+            sgid: Gid::from(m.addr.ip()),
+            dgid: Gid::from(dst_ip),
+            // Only the ECN bits are observable (IP_RECVTOS via quinn-udp reports
+            // ECN); DSCP is not, so it reads as 0.
+            traffic_class: m.ecn.map_or(0, |e| e as u8),
+            // Never reaches a UDP socket (and kernel rxe sends 0 anyway).
+            flow_label: 0,
+            hop_limit: ASSUMED_HOP_LIMIT,
+            ip_payload_len: u16::try_from(8 + pkt.len()).unwrap_or(u16::MAX),
+        };
+        // The GRH area and payload of a receive buffer (`b` is `byte_len` long).
+        let write = |b: &mut [u8]| {
             grh.write(&mut b[..GRH_LEN], GrhLayout::for_gid(port.gid));
             b[GRH_LEN..byte_len].copy_from_slice(decoded.payload);
-            b
-        });
+        };
+        let (me, mem) = polling;
+        let placed = if h.dest_qp == me {
+            slot.arrive_into(mem, byte_len, h.imm, h.src_qp, write)
+        } else {
+            let pool = &mut self.pool;
+            slot.arrive(byte_len, h.imm, h.src_qp, false, || {
+                let mut b = pool
+                    .pop()
+                    .unwrap_or_else(|| vec![0u8; GRH_LEN + mtu].into_boxed_slice());
+                write(&mut b[..byte_len]);
+                b
+            })
+        };
         if placed == Some(WcStatus::Success) {
             self.rx.delivered += 1;
         }

@@ -204,7 +204,7 @@ impl UdQueuePair for SoftQp {
     fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
         let shared = self.port.shared.clone();
         let mut d = shared.lock();
-        shared.drain(&mut d, self.attr.qpn, out.len());
+        shared.drain(&mut d, self.attr.qpn, mem, out.len());
         let t = &mut d.table;
         let Some(slot) = t.qps.get_mut(&self.attr.qpn) else {
             return 0;

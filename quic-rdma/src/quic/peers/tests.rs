@@ -11,6 +11,21 @@ fn gid(last: u16) -> Gid {
 const INITIAL: [u8; 6] = [0xC0, 0, 0, 0, 1, 8];
 
 #[test]
+fn a_run_from_one_source_gets_the_tables_answer() {
+    let mut t = PeerTable::default();
+    let now = Instant::now();
+    let (a, b) = (UdAddr::new(gid(7), 0x11, 5), UdAddr::new(gid(8), 0x11, 5));
+    let mut last = LastSource::default();
+    let got: Vec<SocketAddr> = [a, a, b, b, a]
+        .into_iter()
+        .map(|ud| last.on_receive(&mut t, ud, now))
+        .collect();
+    let (sa, sb) = (t.on_receive(a, now), t.on_receive(b, now));
+    assert_eq!(got, [sa, sa, sb, sb, sa]);
+    assert_ne!(sa, sb);
+}
+
+#[test]
 fn round_trips_and_is_stable() {
     let mut t = PeerTable::default();
     let now = Instant::now();

@@ -6,7 +6,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::header::{DecodeError, BTH_LEN, ICRC_LEN, IPV4_HEADER_LEN, UDP_HEADER_LEN};
-use super::ipv4_id::solve_ipv4_id;
+use super::ipv4_id::{solve_ipv4_id, Ipv4IdGuess};
 
 /// IP protocol number of UDP (the IP header's protocol field).
 const IPPROTO_UDP: u8 = 17;
@@ -138,6 +138,22 @@ pub fn verify_icrc(
     pkt: &[u8],
     policy: IcrcPolicy,
 ) -> Result<IcrcVerdict, DecodeError> {
+    verify_icrc_guessing(ctx, pkt, policy, 0, &mut Ipv4IdGuess::default())
+}
+
+/// [`verify_icrc`], trying IPv4 ID `likely_id` right after ID 0 and before
+/// solving: packet *i* of a `soft` sender's GSO batch carries ID *i* (the
+/// kernel numbers the segments), and it arrives as packet *i* of a GRO batch,
+/// so its position there is the likely ID. `guess` caches per-length work
+/// across calls. Accepts exactly what [`verify_icrc`] accepts; only the cost
+/// differs (one GF(2) multiplication instead of a solve when the guess holds).
+pub fn verify_icrc_guessing(
+    ctx: &IcrcContext,
+    pkt: &[u8],
+    policy: IcrcPolicy,
+    likely_id: u16,
+    guess: &mut Ipv4IdGuess,
+) -> Result<IcrcVerdict, DecodeError> {
     if policy == IcrcPolicy::Skip {
         return Ok(IcrcVerdict::Skipped);
     }
@@ -154,7 +170,11 @@ pub fn verify_icrc(
         return Ok(IcrcVerdict::Verified { ipv4_id: 0 });
     }
     if let (IpPair::V4 { .. }, IcrcPolicy::SolveIpv4Id) = (ctx.ip, policy) {
-        if let Some(id) = solve_ipv4_id(with_zero ^ carried, pkt.len()) {
+        let diff = with_zero ^ carried;
+        if likely_id != 0 && guess.matches(likely_id, diff, pkt.len()) {
+            return Ok(IcrcVerdict::Verified { ipv4_id: likely_id });
+        }
+        if let Some(id) = solve_ipv4_id(diff, pkt.len()) {
             return Ok(IcrcVerdict::Verified { ipv4_id: id });
         }
     }

@@ -89,6 +89,38 @@ const ID_BIT_IMAGES: [u32; 16] = {
     t
 };
 
+/// The ICRC difference that IPv4 identification `id` makes against ID 0, for
+/// packets of one length: `diff(id) = L(id) · x^(8T)`, with the shift x^(8T)
+/// computed once per length (every packet of a GRO batch but the last shares
+/// one), so checking a guessed ID costs one GF(2) multiplication, not a solve.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ipv4IdGuess {
+    /// The packet length (UDP payload incl. ICRC) `shift` was computed for.
+    len: usize,
+    shift: u32,
+}
+
+impl Ipv4IdGuess {
+    /// Whether ID `id` explains `diff` = ICRC(with ID 0) ^ carried ICRC for a
+    /// packet of `pkt_len` bytes. Exactly as strong as [`solve_ipv4_id`]
+    /// finding `id` (the map from ID to difference is injective).
+    pub fn matches(&mut self, id: u16, diff: u32, pkt_len: usize) -> bool {
+        if self.len != pkt_len || self.shift == 0 {
+            let Some(body) = pkt_len.checked_sub(ICRC_LEN) else {
+                return false;
+            };
+            self.len = pkt_len;
+            self.shift = x_pow_8n((IPV4_HEADER_LEN - 6) + UDP_HEADER_LEN + body);
+        }
+        let image = ID_BIT_IMAGES
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| id & (1 << i) != 0)
+            .fold(0, |acc, (_, img)| acc ^ img);
+        mul_mod(image, self.shift) == diff
+    }
+}
+
 /// Find the IPv4 identification that explains `diff` = ICRC(with ID 0) ^ carried
 /// ICRC, for a RoCE packet of `pkt_len` bytes (UDP payload incl. ICRC). `None` if
 /// no 16-bit ID does (the packet is corrupt, or another field was not as assumed).
@@ -126,6 +158,23 @@ pub fn solve_ipv4_id(diff: u32, pkt_len: usize) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn guess_agrees_with_the_solver() {
+        let mut g = Ipv4IdGuess::default();
+        for len in [40usize, 1200, 4140] {
+            for id in [1u16, 2, 7, 63, 0xBEEF] {
+                let trailing = (IPV4_HEADER_LEN - 6) + UDP_HEADER_LEN + len - ICRC_LEN;
+                let image = (0..16)
+                    .filter(|i| id & (1 << i) != 0)
+                    .fold(0, |a, i| a ^ ID_BIT_IMAGES[i]);
+                let diff = mul_mod(image, x_pow_8n(trailing));
+                assert_eq!(solve_ipv4_id(diff, len), Some(id));
+                assert!(g.matches(id, diff, len), "len {len} id {id}");
+                assert!(!g.matches(id ^ 1, diff, len), "len {len} id {id}");
+            }
+        }
+    }
 
     #[test]
     fn x_pow_matches_zero_bytes() {

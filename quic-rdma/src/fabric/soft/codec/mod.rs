@@ -50,8 +50,11 @@
 //! [`verify_icrc`] first tries ID 0 (one CRC pass, the common case between `soft`
 //! endpoints) and otherwise solves the 32×16 linear system for the ID
 //! ([`solve_ipv4_id`], a few hundred word operations, no second pass over the
-//! payload). A packet is accepted iff *some* ID makes the ICRC match. That leaves 16
-//! of the 32 check bits for IPv4 with unknown ID — a corrupted packet passes with
+//! payload). A receiver that knows a likely ID — the packet's position in its
+//! GRO batch, which is its position in the sender's GSO batch and so its ID —
+//! checks that one first ([`verify_icrc_guessing`]: one multiplication). A
+//! packet is accepted iff *some* ID makes the ICRC match. That leaves 16 of the
+//! 32 check bits for IPv4 with unknown ID — a corrupted packet passes with
 //! probability 2⁻¹⁶ — which is acceptable here because every QUIC packet is
 //! authenticated by its AEAD anyway; the ICRC is a wire-compatibility and
 //! early-drop check, not the integrity guarantee. [`IcrcPolicy::IdZeroOnly`] keeps
@@ -66,8 +69,10 @@ pub use header::{
     decode, encoded_len, DecodeError, Decoded, EncodeError, UdHeader, BTH_LEN, DETH_LEN, ICRC_LEN,
     IMMDT_LEN, MASK_24, MAX_OVERHEAD, OPCODE_UD_SEND_ONLY, OPCODE_UD_SEND_ONLY_IMM,
 };
-pub use icrc::{icrc, verify_icrc, IcrcContext, IcrcPolicy, IcrcVerdict, IpPair};
-pub use ipv4_id::solve_ipv4_id;
+pub use icrc::{
+    icrc, verify_icrc, verify_icrc_guessing, IcrcContext, IcrcPolicy, IcrcVerdict, IpPair,
+};
+pub use ipv4_id::{solve_ipv4_id, Ipv4IdGuess};
 
 /// Encode a UD SEND into `out` and append the ICRC for `ctx` (IPv4 ID assumed 0,
 /// flags DF, which is what a Linux unconnected DF UDP socket puts on the wire).
