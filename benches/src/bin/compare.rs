@@ -158,13 +158,14 @@ fn main() -> anyhow::Result<()> {
         .collect();
     anyhow::ensure!(!rows.is_empty() || run_any("image"), "no row selected");
     // The image workload's raw cell: the stack the agents use, two processes.
-    let image_raw = all_rows()
-        .into_iter()
-        .find(|r| r.name() == IMAGE_RAW_ROW)
-        .expect("the image workload's raw row exists");
-    let image_bench = match run_any("image") {
-        true => Some(ImageBench::start(args.image_bytes)?),
-        false => None,
+    let image_bench = if run_any("image") {
+        let raw = all_rows()
+            .into_iter()
+            .find(|r| r.name() == IMAGE_RAW_ROW)
+            .ok_or_else(|| anyhow::anyhow!("no row {IMAGE_RAW_ROW} in this build"))?;
+        Some((ImageBench::start(args.image_bytes)?, raw))
+    } else {
+        None
     };
     let mut image = ImageReport {
         bytes: args.image_bytes,
@@ -290,8 +291,8 @@ fn main() -> anyhow::Result<()> {
                 Err(e) => sa_acc[k].1.push(format!("bulk repeat {rep}: {e:#}")),
             }
         }
-        if let Some(b) = &image_bench {
-            match b.repeat(&*image_raw, &tls_file) {
+        if let Some((b, raw)) = &image_bench {
+            match b.repeat(&**raw, &tls_file) {
                 Ok(r) => {
                     log_image(rep, &r, b.bytes());
                     image.runs.push(r);
