@@ -142,6 +142,8 @@ pub struct ImageBench {
     dir: PathBuf,
     qr: PathBuf,
     bytes: u64,
+    /// Extra arguments of every `qr node-agent` (`--parallel 4`, ...).
+    node_args: Vec<String>,
     digest: String,
     _registry: Proc,
 }
@@ -185,8 +187,9 @@ fn wait_http(url: &str, what: &str) -> anyhow::Result<()> {
 
 impl ImageBench {
     /// Start docker-registry, push a `bytes`-byte blob (the harness's payload
-    /// pattern) and issue the agents' certificates.
-    pub fn start(bytes: u64) -> anyhow::Result<ImageBench> {
+    /// pattern) and issue the agents' certificates; `node_args` are passed
+    /// to every node agent.
+    pub fn start(bytes: u64, node_args: Vec<String>) -> anyhow::Result<ImageBench> {
         let qr = match std::env::var_os("QR") {
             Some(p) => PathBuf::from(p),
             None => crate::procs::sibling_exe("qr").map_err(|e| {
@@ -214,6 +217,7 @@ impl ImageBench {
             dir,
             qr,
             bytes,
+            node_args,
             digest: String::new(),
             _registry: registry,
         };
@@ -385,6 +389,7 @@ impl ImageBench {
                 .args(["--ip", NODE_IP, "--listen", NODE_LISTEN])
                 .arg("--cache-dir")
                 .arg(&cache)
+                .args(&self.node_args)
                 .args(self.tls_args("node")),
             &self.dir.join("node-agent.log"),
         )?;

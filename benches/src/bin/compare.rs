@@ -3,6 +3,7 @@
 //! ```text
 //! compare [--quick] [--out DIR] [--rows NAME,NAME] [--only bulk,rtt,handshakes,image]
 //!         [--repeats N] [--bulk-bytes N] [--rtt-iters N] [--handshakes N] [--image-bytes N]
+//!         [--image-node-args 'ARGS']
 //! ```
 //! The `image` workload (issue 11, [`quic_rdma_benches::image`]) runs only
 //! when named in `--only`: it needs docker-registry and curl installed and `qr`
@@ -35,6 +36,8 @@ struct Args {
     work: Vec<String>,
     /// Blob size of the image workload.
     image_bytes: u64,
+    /// Extra arguments of the image workload's node agents.
+    image_node_args: Vec<String>,
     /// Hidden: run one side of a bulk transfer in this process (see `procs`).
     side: Option<SideArgs>,
 }
@@ -54,6 +57,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut rows = None;
     let mut work: Vec<String> = ["bulk", "rtt", "handshakes"].map(String::from).to_vec();
     let (mut repeats, mut bulk, mut rtt, mut hs, mut image) = (None, None, None, None, None);
+    let mut image_node_args = vec![];
     let mut side: Option<SideArgs> = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -86,8 +90,11 @@ fn parse_args() -> anyhow::Result<Args> {
             "--rtt-iters" => rtt = Some(val()?.parse()?),
             "--handshakes" => hs = Some(val()?.parse()?),
             "--image-bytes" => image = Some(parse_size(&val()?)?),
+            "--image-node-args" => {
+                image_node_args = val()?.split_whitespace().map(str::to_string).collect()
+            }
             "-h" | "--help" => {
-                println!("compare [--quick] [--out DIR] [--rows NAME,NAME] [--only bulk,rtt,handshakes,image] [--repeats N] [--bulk-bytes N[K|M|G]] [--rtt-iters N] [--handshakes N] [--image-bytes N[K|M|G]]");
+                println!("compare [--quick] [--out DIR] [--rows NAME,NAME] [--only bulk,rtt,handshakes,image] [--repeats N] [--bulk-bytes N[K|M|G]] [--rtt-iters N] [--handshakes N] [--image-bytes N[K|M|G]] [--image-node-args 'ARGS']");
                 std::process::exit(0);
             }
             // `cargo bench` passes --bench to every bench target's binary.
@@ -108,6 +115,7 @@ fn parse_args() -> anyhow::Result<Args> {
         params,
         work,
         image_bytes: image.unwrap_or(if quick { 8 << 20 } else { 1 << 30 }),
+        image_node_args,
         side,
     })
 }
@@ -163,7 +171,10 @@ fn main() -> anyhow::Result<()> {
             .into_iter()
             .find(|r| r.name() == IMAGE_RAW_ROW)
             .ok_or_else(|| anyhow::anyhow!("no row {IMAGE_RAW_ROW} in this build"))?;
-        Some((ImageBench::start(args.image_bytes)?, raw))
+        Some((
+            ImageBench::start(args.image_bytes, args.image_node_args.clone())?,
+            raw,
+        ))
     } else {
         None
     };
