@@ -18,6 +18,7 @@
 pub mod affinity;
 pub mod cpu;
 pub mod data;
+pub mod image;
 pub mod peer;
 pub mod procs;
 pub mod report;

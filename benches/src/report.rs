@@ -34,6 +34,9 @@ pub struct Report {
     /// The standalone peer pairs (`peer-*` binaries), bulk in two processes only.
     #[serde(default)]
     pub standalone: Vec<RowReport>,
+    /// The image workload (`--only image`), when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<crate::image::ImageReport>,
     /// The issue's targets, evaluated from this run.
     pub targets: Vec<Target>,
 }
@@ -347,6 +350,17 @@ impl Report {
                 ),
             );
         }
+        // Issue 11: the image agents reach >= 80 % of a raw transfer over soft.
+        if let Some(img) = &self.image {
+            push(
+                format!(
+                    "image: agents warm (first byte) ÷ raw {} (processes), median of per-repeat ratios",
+                    img.raw_row
+                ),
+                ">= 0.8",
+                img.warm_ratio_median(),
+            );
+        }
         self.targets = t;
     }
 
@@ -470,6 +484,9 @@ impl Report {
                     sp(&x.p999_us, 1)
                 );
             }
+        }
+        if let Some(img) = &self.image {
+            let _ = writeln!(s, "\n{}", img.markdown());
         }
         let _ = writeln!(s, "\nTargets (ratios of medians):\n");
         let _ = writeln!(s, "| target | goal | measured | verdict |");

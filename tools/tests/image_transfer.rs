@@ -157,6 +157,23 @@ async fn blob_in_parallel_chunks_verified_and_cached() {
     assert_eq!(b2.path.name(), "cache");
     assert_eq!(n.metrics.cache_hits.get(), 1);
     assert_eq!(reg.metrics.upstream_blob_fetches.get(), 1);
+    // The registry agent holds the blob verified whole: its chunks come
+    // unhashed (the node verifies every blob whole, as above).
+    let c = FabricClient::new(Box::new(UdpDialer {
+        server,
+        cfg: node_tls.client_config(wire::ALPN, transport()).unwrap(),
+    }));
+    let a = c
+        .request(&wire::Request::Blob {
+            repo: "library/x".into(),
+            digest: d,
+            offset: 1000,
+            len: 5000,
+        })
+        .await
+        .unwrap();
+    assert_eq!(a.body_sha256, wire::UNHASHED);
+    assert_eq!(&a.body[..], &data[1000..6000]);
     // Unknown digest: NotFound, not a hang.
     let unknown = Digest::of(b"nope");
     assert!(matches!(

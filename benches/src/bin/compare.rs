@@ -1,9 +1,13 @@
 //! `compare`: every transport, same machine, same payloads, one run.
 //!
 //! ```text
-//! compare [--quick] [--out DIR] [--rows NAME,NAME] [--only bulk,rtt,handshakes] [--repeats N]
-//!         [--bulk-bytes N] [--rtt-iters N] [--handshakes N]
+//! compare [--quick] [--out DIR] [--rows NAME,NAME] [--only bulk,rtt,handshakes,image]
+//!         [--repeats N] [--bulk-bytes N] [--rtt-iters N] [--handshakes N] [--image-bytes N]
+//!         [--image-node-args 'ARGS']
 //! ```
+//! The `image` workload (issue 11, [`quic_rdma_benches::image`]) runs only
+//! when named in `--only`: it needs docker-registry and curl installed and `qr`
+//! built next to `compare` (`cargo build --release -p quic-rdma-tools`).
 //! Writes `compare.json`, `compare.md` and `compare.svg` into DIR
 //! (default `benches/results/`). Exits non-zero if any cell failed or any bulk
 //! transfer's sha256 did not match.
@@ -12,6 +16,7 @@ use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use quic_rdma_benches::affinity::Placement;
+use quic_rdma_benches::image::{ImageBench, ImageRepeat, ImageReport};
 use quic_rdma_benches::peer::run_standalone;
 use quic_rdma_benches::procs;
 use quic_rdma_benches::report::{
@@ -26,8 +31,13 @@ struct Args {
     out: PathBuf,
     rows: Option<Vec<String>>,
     params: Params,
-    /// Workloads to run (`bulk`, `rtt`, `handshakes`); all by default.
+    /// Workloads to run (`bulk`, `rtt`, `handshakes`, `image`); all but
+    /// `image` by default.
     work: Vec<String>,
+    /// Blob size of the image workload.
+    image_bytes: u64,
+    /// Extra arguments of the image workload's node agents.
+    image_node_args: Vec<String>,
     /// Hidden: run one side of a bulk transfer in this process (see `procs`).
     side: Option<SideArgs>,
 }
@@ -46,7 +56,8 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results"));
     let mut rows = None;
     let mut work: Vec<String> = ["bulk", "rtt", "handshakes"].map(String::from).to_vec();
-    let (mut repeats, mut bulk, mut rtt, mut hs) = (None, None, None, None);
+    let (mut repeats, mut bulk, mut rtt, mut hs, mut image) = (None, None, None, None, None);
+    let mut image_node_args = vec![];
     let mut side: Option<SideArgs> = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -62,9 +73,9 @@ fn parse_args() -> anyhow::Result<Args> {
                 work = val()?.split(',').map(str::to_string).collect();
                 if let Some(w) = work
                     .iter()
-                    .find(|w| !["bulk", "rtt", "handshakes"].contains(&w.as_str()))
+                    .find(|w| !["bulk", "rtt", "handshakes", "image"].contains(&w.as_str()))
                 {
-                    anyhow::bail!("--only takes bulk,rtt,handshakes; not {w}");
+                    anyhow::bail!("--only takes bulk,rtt,handshakes,image; not {w}");
                 }
             }
             "--side" => side.get_or_insert_with(SideArgs::default).role = val()?,
@@ -78,8 +89,12 @@ fn parse_args() -> anyhow::Result<Args> {
             "--bulk-bytes" => bulk = Some(parse_size(&val()?)?),
             "--rtt-iters" => rtt = Some(val()?.parse()?),
             "--handshakes" => hs = Some(val()?.parse()?),
+            "--image-bytes" => image = Some(parse_size(&val()?)?),
+            "--image-node-args" => {
+                image_node_args = val()?.split_whitespace().map(str::to_string).collect()
+            }
             "-h" | "--help" => {
-                println!("compare [--quick] [--out DIR] [--rows NAME,NAME] [--only bulk,rtt,handshakes] [--repeats N] [--bulk-bytes N[K|M|G]] [--rtt-iters N] [--handshakes N]");
+                println!("compare [--quick] [--out DIR] [--rows NAME,NAME] [--only bulk,rtt,handshakes,image] [--repeats N] [--bulk-bytes N[K|M|G]] [--rtt-iters N] [--handshakes N] [--image-bytes N[K|M|G]] [--image-node-args 'ARGS']");
                 std::process::exit(0);
             }
             // `cargo bench` passes --bench to every bench target's binary.
@@ -99,6 +114,8 @@ fn parse_args() -> anyhow::Result<Args> {
         rows,
         params,
         work,
+        image_bytes: image.unwrap_or(if quick { 8 << 20 } else { 1 << 30 }),
+        image_node_args,
         side,
     })
 }
@@ -135,15 +152,38 @@ fn main() -> anyhow::Result<()> {
     let t0 = Instant::now();
     let started_unix = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
     let machine = Machine::probe();
+    let run_any = |w: &str| args.work.iter().any(|x| x == w);
+    let row_work = ["bulk", "rtt", "handshakes"].iter().any(|w| run_any(w));
     let rows: Vec<_> = all_rows()
         .into_iter()
         .filter(|r| {
-            args.rows
-                .as_ref()
-                .is_none_or(|want| want.contains(&r.name()))
+            row_work
+                && args
+                    .rows
+                    .as_ref()
+                    .is_none_or(|want| want.contains(&r.name()))
         })
         .collect();
-    anyhow::ensure!(!rows.is_empty(), "no row selected");
+    anyhow::ensure!(!rows.is_empty() || run_any("image"), "no row selected");
+    // The image workload's raw cell: the stack the agents use, two processes.
+    let image_bench = if run_any("image") {
+        let raw = all_rows()
+            .into_iter()
+            .find(|r| r.name() == IMAGE_RAW_ROW)
+            .ok_or_else(|| anyhow::anyhow!("no row {IMAGE_RAW_ROW} in this build"))?;
+        Some((
+            ImageBench::start(args.image_bytes, args.image_node_args.clone())?,
+            raw,
+        ))
+    } else {
+        None
+    };
+    let mut image = ImageReport {
+        bytes: args.image_bytes,
+        raw_row: IMAGE_RAW_ROW.into(),
+        runs: vec![],
+        errors: vec![],
+    };
     eprintln!(
         "compare: {} rows, {} repeats, bulk {} MiB, rtt {} iters, {} handshakes; load {:?}",
         rows.len(),
@@ -171,7 +211,6 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
     let places = [Placement::SeparateCores, Placement::SameCore];
-    let run_any = |w: &str| args.work.iter().any(|x| x == w);
     let mut sa_acc: Vec<(Vec<BulkOutcome>, Vec<String>)> =
         STANDALONE.iter().map(|_| (vec![], vec![])).collect();
     // Repeats outermost: noise from the shared machine spreads over every row.
@@ -263,7 +302,17 @@ fn main() -> anyhow::Result<()> {
                 Err(e) => sa_acc[k].1.push(format!("bulk repeat {rep}: {e:#}")),
             }
         }
+        if let Some((b, raw)) = &image_bench {
+            match b.repeat(&**raw, &tls_file) {
+                Ok(r) => {
+                    log_image(rep, &r, b.bytes());
+                    image.runs.push(r);
+                }
+                Err(e) => image.errors.push(format!("image repeat {rep}: {e:#}")),
+            }
+        }
     }
+    drop(image_bench);
     let _ = std::fs::remove_file(&tls_file);
     let reports = rows
         .iter()
@@ -308,6 +357,7 @@ fn main() -> anyhow::Result<()> {
                 errors,
             })
             .collect(),
+        image: run_any("image").then_some(image),
         targets: vec![],
     };
     report.judge(quic_rdma_benches::rows::SOFT_ROW);
@@ -327,7 +377,38 @@ fn main() -> anyhow::Result<()> {
         .map(|r| r.name.clone())
         .collect();
     anyhow::ensure!(failed.is_empty(), "rows with failed cells: {failed:?}");
+    if let Some(img) = &report.image {
+        anyhow::ensure!(
+            img.errors.is_empty() && img.runs.iter().all(|r| r.sha256_ok()),
+            "the image workload failed or a sha256 did not match"
+        );
+    }
     Ok(())
+}
+
+/// The row the image workload's raw cell runs (quinn through the adapter over
+/// `soft`, as the agents use it).
+const IMAGE_RAW_ROW: &str = "quinn-adapter/soft";
+
+fn log_image(rep: usize, r: &ImageRepeat, bytes: u64) {
+    let m = |s: f64| bytes as f64 * 8.0 / s / 1e6;
+    eprintln!(
+        "[{rep}] image: direct {:.0}, raw {:.0}, cold {:.0}/{:.0}, warm {:.0}/{:.0} Mbit/s \
+         (first/last byte); agents CPU registry {:.2}/{:.2} node {:.2}/{:.2} (to first byte {:.2}/{:.2}) s (cold/warm); sha256 {}",
+        m(r.direct.total_s),
+        r.raw.bytes as f64 * 8.0 / r.raw.secs / 1e6,
+        m(r.cold.get.first_byte_s),
+        m(r.cold.get.total_s),
+        m(r.warm.get.first_byte_s),
+        m(r.warm.get.total_s),
+        r.cold.registry_agent_cpu.total_s(),
+        r.warm.registry_agent_cpu.total_s(),
+        r.cold.node_agent_cpu.total_s(),
+        r.warm.node_agent_cpu.total_s(),
+        r.cold.node_agent_cpu_first_byte.total_s(),
+        r.warm.node_agent_cpu_first_byte.total_s(),
+        if r.sha256_ok() { "ok" } else { "MISMATCH" }
+    );
 }
 
 /// The standalone peers (binary, the row each checks, what it is), run as two

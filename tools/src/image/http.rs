@@ -5,7 +5,6 @@
 //! Only GET and HEAD exist here: pushing is for the upstream registry.
 
 use std::convert::Infallible;
-use std::io::SeekFrom;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -14,7 +13,6 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, RANGE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::net::TcpListener;
 
 use super::client::FetchError;
@@ -353,18 +351,25 @@ async fn blob(
     };
     let len = end - start;
     node.metrics.bytes(Path::Cache, len);
-    let mut file = tokio::fs::File::from_std(b.file);
-    if let Err(e) = file.seek(SeekFrom::Start(start)).await {
-        return oci_error(StatusCode::INTERNAL_SERVER_ERROR, "UNKNOWN", &e.to_string());
-    }
-    let stream = futures_util::stream::unfold((file, len), |(mut f, left)| async move {
+    // Pieces read at their offsets on a blocking thread: one copy out of the
+    // page cache (tokio::fs::File reads into its own buffer, then copies).
+    let file = Arc::new(b.file);
+    let stream = futures_util::stream::unfold((file, start, len), |(f, at, left)| async move {
         if left == 0 {
             return None;
         }
-        let mut buf = vec![0u8; left.min(256 << 10) as usize];
-        match f.read_exact(&mut buf).await {
-            Ok(_) => Some((Ok(Frame::data(Bytes::from(buf))), (f, left - buf_len(left)))),
-            Err(e) => Some((Err(e), (f, 0))),
+        let n = left.min(SERVE_PIECE);
+        let reader = f.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::FileExt;
+            let mut buf = vec![0u8; n as usize];
+            reader.read_exact_at(&mut buf, at).map(|()| buf)
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        match read {
+            Ok(buf) => Some((Ok(Frame::data(Bytes::from(buf))), (f, at + n, left - n))),
+            Err(e) => Some((Err(e), (f, at, 0))),
         }
     });
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
@@ -385,9 +390,8 @@ async fn blob(
     r
 }
 
-fn buf_len(left: u64) -> u64 {
-    left.min(256 << 10)
-}
+/// Bytes of a blob read and handed to hyper at a time.
+const SERVE_PIECE: u64 = 1 << 20;
 
 #[cfg(test)]
 mod tests {

@@ -11,8 +11,8 @@ use super::cache::Cache;
 use super::digest::Digest;
 use super::metrics::RegistryMetrics;
 use super::source::SourceError;
-use super::spool::{read_range, Spool};
-use super::wire::{self, read_frame, Request, Response, Status};
+use super::spool::{read_range, Piece, Spool};
+use super::wire::{self, read_frame, Request, Response, Status, UNHASHED};
 
 /// Largest chunk a node may ask for in one request: the agent holds a chunk
 /// in memory to hash it before sending.
@@ -156,15 +156,30 @@ fn ok(media_type: &str, digest: Digest, total: u64, body: Vec<u8>) -> (Response,
     (header, body)
 }
 
-/// A blob chunk's answer, hashed on a blocking thread: a 4 MiB sha256 takes
-/// milliseconds the async workers (and quinn's endpoint driver on them) need.
-async fn ok_hashed(digest: Digest, total: u64, body: Vec<u8>) -> (Response, Vec<u8>) {
-    match tokio::task::spawn_blocking(move || {
-        let sha: [u8; 32] = Sha256::digest(&body).into();
-        (body, sha)
-    })
-    .await
-    {
+/// A blob chunk's answer. A chunk of a blob this agent verified whole is
+/// sent [`UNHASHED`]: hashing it again would only restate that verification,
+/// and the node verifies the whole blob itself (one sha256 pass per byte
+/// fewer here; benches/RESULTS.md, "Image layers"). A chunk of a blob still
+/// arriving from upstream is hashed, on a blocking thread (a 4 MiB sha256
+/// takes milliseconds the async workers, and quinn's endpoint driver on them,
+/// need), so a node whose whole-blob check fails can tell damage on its side
+/// from bytes that were wrong here.
+async fn ok_chunk(digest: Digest, piece: Piece) -> (Response, Vec<u8>) {
+    let Piece {
+        data: body,
+        size: total,
+        verified,
+    } = piece;
+    let hashed = if verified {
+        Ok((body, UNHASHED))
+    } else {
+        tokio::task::spawn_blocking(move || {
+            let sha: [u8; 32] = Sha256::digest(&body).into();
+            (body, sha)
+        })
+        .await
+    };
+    match hashed {
         Ok((body, body_sha256)) => (
             Response::Ok {
                 media_type: "application/octet-stream".into(),
@@ -186,10 +201,10 @@ async fn ok_hashed(digest: Digest, total: u64, body: Vec<u8>) -> (Response, Vec<
 async fn chunk(
     digest: Digest,
     offset: u64,
-    read: Result<Option<(Vec<u8>, u64)>, SourceError>,
+    read: Result<Option<Piece>, SourceError>,
 ) -> (Response, Vec<u8>) {
     match read {
-        Ok(Some((data, size))) => ok_hashed(digest, size, data).await,
+        Ok(Some(piece)) => ok_chunk(digest, piece).await,
         Ok(None) => (
             err(
                 Status::RangeInvalid,
@@ -243,8 +258,8 @@ async fn answer(
 
 /// A node agent's answer to a peer: only what its cache holds, which is
 /// complete and was verified against its digest before it was committed
-/// (cache::TempBlob::commit). Chunks are hashed as the registry agent's are,
-/// so the asker checks them the same way (and the whole blob after).
+/// (cache::TempBlob::commit), so its chunks go [`UNHASHED`] as the registry
+/// agent's cached ones do; the asker verifies the whole blob.
 async fn answer_peer(req: Request, cache: &Cache) -> (Response, Vec<u8>) {
     let not_here = |what: &str| {
         (
@@ -272,7 +287,12 @@ async fn answer_peer(req: Request, cache: &Cache) -> (Response, Vec<u8>) {
             let Some((file, size)) = cache.get(&digest) else {
                 return not_here(&digest.to_string());
             };
-            chunk(digest, offset, read_range(&file, size, offset, len).await).await
+            chunk(
+                digest,
+                offset,
+                read_range(&file, size, offset, len, true).await,
+            )
+            .await
         }
     }
 }

@@ -76,36 +76,36 @@ impl Spool {
         self.source.blob_size(repo, d).await
     }
 
-    /// Bytes `offset..offset+len` of blob `d` and its size. `len` is cut at
-    /// the end of the blob; an `offset` past it is [`SourceError::NotFound`]
-    /// only if the blob is unknown, else `Err(RangeOutside)` via `Ok(None)`.
+    /// Bytes `offset..offset+len` of blob `d`. `len` is cut at the end of
+    /// the blob; an `offset` past it is [`SourceError::NotFound`] only if the
+    /// blob is unknown, else `Ok(None)`.
     pub async fn read(
         self: &Arc<Self>,
         repo: &str,
         d: &Digest,
         offset: u64,
         len: u64,
-    ) -> Result<Option<(Vec<u8>, u64)>, SourceError> {
+    ) -> Result<Option<Piece>, SourceError> {
         if let Some((f, size)) = self.cache.get(d) {
-            return read_range(&f, size, offset, len).await;
+            return read_range(&f, size, offset, len, true).await;
         }
         let dl = self.download(repo, d).await?;
         let end = offset.saturating_add(len).min(dl.size);
         let mut state = dl.state.clone();
-        loop {
+        let verified = loop {
             let s = state.borrow_and_update().clone();
             match s {
-                State::Progress(n) if n >= end => break,
+                State::Progress(n) if n >= end => break false,
                 State::Progress(_) => {}
-                State::Done => break,
+                State::Done => break true,
                 State::Failed(e) => return Err(e),
             }
             if state.changed().await.is_err() {
                 // The download task ended without a final state: it panicked.
                 return Err(SourceError::Io("the blob download stopped".into()));
             }
-        }
-        read_range(&dl.file, dl.size, offset, len).await
+        };
+        read_range(&dl.file, dl.size, offset, len, verified).await
     }
 
     /// The download of `d`, joined or started.
@@ -201,14 +201,29 @@ async fn fill(
     Ok(Digest::from_bytes(hasher.finalize().into()))
 }
 
+/// A range of a blob, read from a store.
+#[derive(Debug)]
+pub struct Piece {
+    /// The bytes.
+    pub data: Vec<u8>,
+    /// The whole blob's size.
+    pub size: u64,
+    /// Read from a blob already verified whole against its digest (a cache
+    /// entry, or a download that completed and matched), not from one still
+    /// arriving from upstream.
+    pub verified: bool,
+}
+
 /// Bytes `offset..offset+len` of an open blob file of `size` bytes (cut at
-/// its end); `None` if `offset` lies past the end.
+/// its end); `None` if `offset` lies past the end. `verified`: the file holds
+/// the whole blob and it matched its digest.
 pub(super) async fn read_range(
     f: &File,
     size: u64,
     offset: u64,
     len: u64,
-) -> Result<Option<(Vec<u8>, u64)>, SourceError> {
+    verified: bool,
+) -> Result<Option<Piece>, SourceError> {
     if offset > size || (offset == size && len > 0) {
         return Ok(None);
     }
@@ -217,7 +232,13 @@ pub(super) async fn read_range(
     tokio::task::spawn_blocking(move || {
         let mut buf = vec![0u8; n];
         f.read_exact_at(&mut buf, offset)
-            .map(|()| Some((buf, size)))
+            .map(|()| {
+                Some(Piece {
+                    data: buf,
+                    size,
+                    verified,
+                })
+            })
             .map_err(|e| SourceError::Io(e.to_string()))
     })
     .await

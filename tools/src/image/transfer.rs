@@ -1,10 +1,10 @@
 //! A blob over the fabric as parallel chunk streams.
 //!
 //! Up to `parallel` chunk requests are in flight, each its own QUIC stream.
-//! Each chunk is checked against the hash in its answer's header, then handed
-//! to the blob's [`Sink`], which writes it at its offset and, once every
-//! chunk before it is in, feeds it to the whole-blob sha256 in order (the
-//! "verified prefix"). A lost connection
+//! Each chunk is handed to the blob's [`Sink`], which writes it at its offset
+//! and, once every chunk before it is in, feeds it to the whole-blob sha256 in
+//! order (the "verified prefix"); the hash in a chunk's answer header is
+//! checked only if the whole blob does not match (`diagnose`). A lost connection
 //! or failed chunk is requested again after a redial: the transfer resumes
 //! with every chunk already in, never from zero. Only when the whole blob
 //! hashes to its digest may the caller commit it to the cache.
@@ -25,7 +25,7 @@ use super::client::{FabricClient, FetchError};
 use super::digest::Digest;
 use super::metrics::{NodeMetrics, Path};
 use super::sink::Sink;
-use super::wire::Request;
+use super::wire::{Request, UNHASHED};
 
 /// Smallest adaptive chunk.
 pub const MIN_CHUNK: u64 = 128 << 10;
@@ -225,7 +225,9 @@ async fn diagnose(
         .map_err(|e| FetchError::Local(e.to_string()))?;
     let bad = tokio::task::spawn_blocking(move || {
         let mut bad = Vec::new();
-        for (off, len, want) in hashes {
+        // Chunks of a blob the server had verified whole come unhashed
+        // (wire::UNHASHED): nothing to compare them with.
+        for (off, len, want) in hashes.into_iter().filter(|h| h.2 != UNHASHED) {
             let mut buf = vec![0u8; len as usize];
             file.read_exact_at(&mut buf, off)?;
             if <[u8; 32]>::from(Sha256::digest(&buf)) != want {
@@ -270,6 +272,11 @@ mod tests {
         assert!(diagnose(&temp, hashes.clone(), &want, other).await.is_ok());
         // One byte damaged after hashing: named as chunk damage, retryable.
         temp.write_at(1500, &[data[1500] ^ 1]).unwrap();
+        // ... but not if its server sent that chunk unhashed (it had verified
+        // the blob whole): then nothing tells the damage apart.
+        let mut unhashed = hashes.clone();
+        unhashed[1].2 = UNHASHED;
+        assert!(diagnose(&temp, unhashed, &want, other).await.is_ok());
         match diagnose(&temp, hashes, &want, other).await {
             Err(e @ FetchError::ChunkCorrupt(_)) => {
                 assert!(

@@ -14,6 +14,10 @@ use super::digest::{check_name, Digest, Reference};
 /// ALPN of this protocol and version: both agents refuse any other.
 pub const ALPN: &[u8] = b"qr-image/1";
 
+/// The `body_sha256` of a blob chunk the server did not hash (see
+/// [`Response::Ok`]); no body hashes to it (it would be a sha256 preimage).
+pub const UNHASHED: [u8; 32] = [0; 32];
+
 /// Largest frame message: requests and response headers are small (a
 /// manifest body travels after the header, not inside it).
 pub const MAX_FRAME: usize = 16 * 1024;
@@ -141,9 +145,12 @@ pub enum Response {
         total: u64,
         /// Bytes in the body that follows.
         body_len: u64,
-        /// sha256 of the body that follows: the registry agent hashes what it
-        /// sends, so a chunk is verified end to end on its own before the
-        /// whole blob is (a resumed transfer restarts after the last verified chunk).
+        /// sha256 of the body that follows, or [`UNHASHED`] for a blob chunk
+        /// the server read from a blob it verified whole (its cache): the node
+        /// verifies every blob whole before serving or caching it, and uses
+        /// chunk hashes only to tell chunks damaged on its side from a server
+        /// whose bytes are wrong (`transfer::diagnose`), which a hash of
+        /// already-verified bytes cannot tell. Manifests are always hashed.
         body_sha256: [u8; 32],
     },
     /// Failure.

@@ -1,0 +1,572 @@
+//! The `image` workload (issue 11): one blob, in every repeat and one after
+//! another,
+//! 1. **direct**: an HTTP GET from docker-registry over TCP loopback (curl);
+//! 2. **raw**: the same byte count over one QUIC stream over `soft`, client
+//!    and server in two processes (the `quinn-adapter/soft` row, the stack
+//!    the agents use, run as [`crate::procs::bulk_in_processes`]);
+//! 3. **agents, cold**: an HTTP GET from a fresh `qr node-agent` that fetches
+//!    the blob over `soft` from a fresh `qr registry-agent`, which pulls it
+//!    through from docker-registry at the same time;
+//! 4. **agents, warm**: the same with the registry agent's cache already
+//!    holding the blob (a fresh node agent with an empty cache).
+//!
+//! Every GET's body is sha256-hashed as it arrives (curl → pipe → this
+//! process, nothing written to disk) and compared with the blob's digest.
+//! The agents are separate processes; their user+sys CPU over each GET is read
+//! from `/proc/PID/stat`. The node agent answers only once it has the whole
+//! blob verified and cached, so curl's time to first byte is the fabric
+//! transfer with verification and cache write, and its total adds serving the
+//! blob over HTTP from the node's cache.
+//!
+//! Addresses: 127.0.140.x, ports 19900–19949 (this workload's block).
+
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::cpu::CpuUsed;
+use crate::rows::{BulkOutcome, BulkParams, Row};
+
+/// docker-registry's HTTP address.
+const REGISTRY: &str = "127.0.140.1:19900";
+/// The registry agent's fabric IP and bootstrap service port.
+const AGENT_IP: &str = "127.0.140.2";
+const AGENT_SERVICE_PORT: &str = "19901";
+/// The registry agent's metrics address (polled to know it is up).
+const AGENT_METRICS: &str = "127.0.140.2:19903";
+/// The node agent's fabric IP and HTTP listen address.
+const NODE_IP: &str = "127.0.140.3";
+const NODE_LISTEN: &str = "127.0.140.3:19902";
+/// The repository the blob is pushed to.
+const REPO: &str = "bench/blob";
+/// How long a process may take to start listening.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+/// One HTTP GET of the blob, as curl timed it.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct HttpGet {
+    /// Seconds to the first body byte.
+    pub first_byte_s: f64,
+    /// Seconds to the last body byte.
+    pub total_s: f64,
+    /// The body's sha256 equals the blob's digest (and its length the blob's).
+    pub sha256_ok: bool,
+}
+
+/// One GET through the agents.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct AgentsGet {
+    /// The GET from the node agent.
+    pub get: HttpGet,
+    /// The registry agent process's CPU over the GET.
+    pub registry_agent_cpu: CpuUsed,
+    /// The node agent process's CPU over the GET.
+    pub node_agent_cpu: CpuUsed,
+    /// ... of which before the first body byte arrived here (fetching over
+    /// the fabric, verifying and caching; the rest is serving over HTTP).
+    pub node_agent_cpu_first_byte: CpuUsed,
+}
+
+/// Every cell of one repeat.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ImageRepeat {
+    /// From docker-registry directly.
+    pub direct: HttpGet,
+    /// One QUIC stream over `soft`, two processes.
+    pub raw: BulkOutcome,
+    /// Through the agents, the registry agent pulling through.
+    pub cold: AgentsGet,
+    /// Through the agents, the registry agent's cache warm.
+    pub warm: AgentsGet,
+    /// 1/5/15-minute load averages when the repeat ended.
+    pub load: [f64; 3],
+}
+
+/// What the workload measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ImageReport {
+    /// Blob size in bytes.
+    pub bytes: u64,
+    /// The row the raw cell ran.
+    pub raw_row: String,
+    /// Every repeat that completed.
+    pub runs: Vec<ImageRepeat>,
+    /// Repeats that failed, with why.
+    pub errors: Vec<String>,
+}
+
+/// A child process killed when dropped.
+struct Proc {
+    child: Child,
+}
+
+impl Proc {
+    fn spawn(cmd: &mut Command, log: &Path) -> anyhow::Result<Proc> {
+        let err = std::fs::File::create(log)?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(err.try_clone()?)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("starting {:?}: {e}", cmd.get_program()))?;
+        Ok(Proc { child })
+    }
+
+    /// User and system CPU the process has used so far.
+    fn cpu(&self) -> anyhow::Result<CpuUsed> {
+        crate::cpu::process_cpu(self.child.id())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU used between two readings.
+fn delta(a: CpuUsed, b: CpuUsed) -> CpuUsed {
+    CpuUsed {
+        user_s: b.user_s - a.user_s,
+        sys_s: b.sys_s - a.sys_s,
+    }
+}
+
+/// docker-registry holding the blob, the `qr` binary and the agents' PKI.
+pub struct ImageBench {
+    dir: PathBuf,
+    qr: PathBuf,
+    bytes: u64,
+    /// Extra arguments of every `qr node-agent` (`--parallel 4`, ...).
+    node_args: Vec<String>,
+    digest: String,
+    _registry: Proc,
+}
+
+impl Drop for ImageBench {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Run `cmd` to completion, failing with its stderr.
+fn run(cmd: &mut Command) -> anyhow::Result<Vec<u8>> {
+    let out = cmd
+        .output()
+        .map_err(|e| anyhow::anyhow!("{:?}: {e}", cmd.get_program()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{:?} failed ({}): {}",
+        cmd.get_program(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out.stdout)
+}
+
+/// Wait until `url` answers 2xx.
+fn wait_http(url: &str, what: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + START_WAIT;
+    loop {
+        let ok = Command::new("curl")
+            .args(["-sf", "-o", "/dev/null", url])
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{what} did not answer {url}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl ImageBench {
+    /// Start docker-registry, push a `bytes`-byte blob (the harness's payload
+    /// pattern) and issue the agents' certificates; `node_args` are passed
+    /// to every node agent.
+    pub fn start(bytes: u64, node_args: Vec<String>) -> anyhow::Result<ImageBench> {
+        let qr = match std::env::var_os("QR") {
+            Some(p) => PathBuf::from(p),
+            None => crate::procs::sibling_exe("qr").map_err(|e| {
+                e.context("the image workload runs `qr`: cargo build --release -p quic-rdma-tools")
+            })?,
+        };
+        let dir = std::env::temp_dir().join(format!("compare-image-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let config = dir.join("registry.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}, \
+                 redirect: {{disable: true}}}}\nhttp: {{addr: {REGISTRY}}}\n",
+                dir.join("storage").display()
+            ),
+        )?;
+        let registry = Proc::spawn(
+            Command::new("docker-registry").arg("serve").arg(&config),
+            &dir.join("registry.log"),
+        )
+        .map_err(|e| e.context("apt-get install docker-registry"))?;
+        let mut bench = ImageBench {
+            dir,
+            qr,
+            bytes,
+            node_args,
+            digest: String::new(),
+            _registry: registry,
+        };
+        wait_http(&format!("http://{REGISTRY}/v2/"), "docker-registry")?;
+        bench.digest = bench.push()?;
+        run(Command::new(&bench.qr)
+            .arg("cert")
+            .arg("--dir")
+            .arg(bench.dir.join("pki"))
+            .args([
+                "--leaf",
+                &format!("registry={AGENT_IP}"),
+                "--leaf",
+                "node=node",
+            ]))?;
+        Ok(bench)
+    }
+
+    /// The blob's size.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Write the blob, upload it (monolithic: POST, then PUT with the digest).
+    fn push(&self) -> anyhow::Result<String> {
+        let file = self.dir.join("blob");
+        let pattern = crate::data::pattern();
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&file)?);
+        let mut off = 0u64;
+        while off < self.bytes {
+            let s = crate::data::slice_at(&pattern, off, (self.bytes - off) as usize);
+            f.write_all(s)?;
+            off += s.len() as u64;
+        }
+        f.flush()?;
+        drop(f);
+        let digest = format!(
+            "sha256:{}",
+            hex(&crate::data::expected_digest(&pattern, self.bytes))
+        );
+        let headers = run(Command::new("curl").args([
+            "-sf",
+            "-X",
+            "POST",
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+            &format!("http://{REGISTRY}/v2/{REPO}/blobs/uploads/"),
+        ]))?;
+        let headers = String::from_utf8_lossy(&headers);
+        let loc = headers
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("location")
+                    .then(|| v.trim().to_string())
+            })
+            .ok_or_else(|| anyhow::anyhow!("docker-registry gave no upload Location"))?;
+        let loc = if loc.starts_with("http") {
+            loc
+        } else {
+            format!("http://{REGISTRY}{loc}")
+        };
+        let sep = if loc.contains('?') { '&' } else { '?' };
+        run(Command::new("curl")
+            .args(["-sf", "-o", "/dev/null", "-T"])
+            .arg(&file)
+            .args(["-H", "Content-Type: application/octet-stream"])
+            .arg(format!("{loc}{sep}digest={digest}")))?;
+        std::fs::remove_file(&file)?;
+        Ok(digest)
+    }
+
+    /// GET the blob from `host` with curl, hashing the body as it arrives;
+    /// `first_byte` is called when the first body bytes are here.
+    fn get(&self, host: &str, first_byte: &mut dyn FnMut()) -> anyhow::Result<HttpGet> {
+        let url = format!("http://{host}/v2/{REPO}/blobs/{}", self.digest);
+        let mut child = Command::new("curl")
+            .args(["-sSf", "-o", "-", "-w"])
+            .arg("%{stderr}\n%{time_starttransfer} %{time_total}\n")
+            .arg(&url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut out = child.stdout.take().expect("piped stdout");
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0u64;
+        loop {
+            let k = out.read(&mut buf)?;
+            if k == 0 {
+                break;
+            }
+            if n == 0 {
+                first_byte();
+            }
+            h.update(&buf[..k]);
+            n += k as u64;
+        }
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .expect("piped stderr")
+            .read_to_string(&mut err)?;
+        let status = child.wait()?;
+        anyhow::ensure!(status.success(), "curl {url}: {status}: {err}");
+        let times: Vec<f64> = err
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        let [first_byte_s, total_s] = times[..] else {
+            anyhow::bail!("curl printed no timings: {err:?}");
+        };
+        let got = format!("sha256:{}", hex(&h.finalize()));
+        Ok(HttpGet {
+            first_byte_s,
+            total_s,
+            sha256_ok: n == self.bytes && got == self.digest,
+        })
+    }
+
+    fn tls_args(&self, name: &str) -> Vec<std::ffi::OsString> {
+        let pki = self.dir.join("pki");
+        vec![
+            "--cert".into(),
+            pki.join(format!("{name}.pem")).into(),
+            "--key".into(),
+            pki.join(format!("{name}-key.pem")).into(),
+            "--ca".into(),
+            pki.join("ca.pem").into(),
+        ]
+    }
+
+    /// A registry agent with an empty cache, pulling through from docker-registry.
+    fn registry_agent(&self) -> anyhow::Result<Proc> {
+        let cache = self.dir.join("registry-agent-cache");
+        let _ = std::fs::remove_dir_all(&cache);
+        let p = Proc::spawn(
+            Command::new(&self.qr)
+                .arg("registry-agent")
+                .args(["--upstream", &format!("http://{REGISTRY}")])
+                .args(["--ip", AGENT_IP, "--service-port", AGENT_SERVICE_PORT])
+                .args(["--metrics", AGENT_METRICS])
+                .arg("--cache-dir")
+                .arg(&cache)
+                .args(self.tls_args("registry")),
+            &self.dir.join("registry-agent.log"),
+        )?;
+        wait_http(
+            &format!("http://{AGENT_METRICS}/metrics"),
+            "the registry agent",
+        )?;
+        Ok(p)
+    }
+
+    /// A node agent with an empty cache, answering once it serves `/v2/`.
+    fn node_agent(&self) -> anyhow::Result<Proc> {
+        let cache = self.dir.join("node-agent-cache");
+        let _ = std::fs::remove_dir_all(&cache);
+        let p = Proc::spawn(
+            Command::new(&self.qr)
+                .arg("node-agent")
+                .args(["--registry", &format!("{AGENT_IP}:{AGENT_SERVICE_PORT}")])
+                .args(["--ip", NODE_IP, "--listen", NODE_LISTEN])
+                .arg("--cache-dir")
+                .arg(&cache)
+                .args(&self.node_args)
+                .args(self.tls_args("node")),
+            &self.dir.join("node-agent.log"),
+        )?;
+        wait_http(&format!("http://{NODE_LISTEN}/v2/"), "the node agent")?;
+        Ok(p)
+    }
+
+    /// One GET through a fresh node agent, with both agents' CPU over it.
+    fn through_agents(&self, registry_agent: &Proc) -> anyhow::Result<AgentsGet> {
+        let node = self.node_agent()?;
+        let (r0, n0) = (registry_agent.cpu()?, node.cpu()?);
+        let mut at_first = None;
+        let get = self.get(NODE_LISTEN, &mut || at_first = Some(node.cpu()))?;
+        let (r1, n1) = (registry_agent.cpu()?, node.cpu()?);
+        let nf = at_first.ok_or_else(|| anyhow::anyhow!("the node agent sent no body"))??;
+        Ok(AgentsGet {
+            get,
+            registry_agent_cpu: delta(r0, r1),
+            node_agent_cpu: delta(n0, n1),
+            node_agent_cpu_first_byte: delta(n0, nf),
+        })
+    }
+
+    /// One repeat: direct, raw (`raw_row` in two processes), agents cold, agents warm.
+    pub fn repeat(&self, raw_row: &dyn Row, tls: &Path) -> anyhow::Result<ImageRepeat> {
+        let direct = self.get(REGISTRY, &mut || {})?;
+        let raw = crate::procs::bulk_in_processes(
+            raw_row,
+            BulkParams {
+                bytes: self.bytes,
+                verify: true,
+            },
+            crate::affinity::Placement::SeparateCores.cpus(),
+            tls,
+        )?;
+        let registry_agent = self.registry_agent()?;
+        let cold = self.through_agents(&registry_agent)?;
+        let warm = self.through_agents(&registry_agent)?;
+        drop(registry_agent);
+        let _ = std::fs::remove_dir_all(self.dir.join("registry-agent-cache"));
+        let _ = std::fs::remove_dir_all(self.dir.join("node-agent-cache"));
+        Ok(ImageRepeat {
+            direct,
+            raw,
+            cold,
+            warm,
+            load: crate::report::load_avg(),
+        })
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl ImageRepeat {
+    /// Every cell's sha256 matched.
+    pub fn sha256_ok(&self) -> bool {
+        self.direct.sha256_ok
+            && self.raw.sha256_ok
+            && self.cold.get.sha256_ok
+            && self.warm.get.sha256_ok
+    }
+}
+
+/// Mbit/s of `bytes` in `secs`.
+fn mbit(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 * 8.0 / secs / 1e6
+}
+
+impl ImageReport {
+    /// Per repeat: (agents warm to first byte, agents warm to last byte,
+    /// agents cold to first byte), each ÷ the raw transfer's rate.
+    pub fn ratios(&self) -> Vec<[f64; 3]> {
+        self.runs
+            .iter()
+            .map(|r| {
+                let raw = mbit(r.raw.bytes, r.raw.secs);
+                [
+                    mbit(self.bytes, r.warm.get.first_byte_s) / raw,
+                    mbit(self.bytes, r.warm.get.total_s) / raw,
+                    mbit(self.bytes, r.cold.get.first_byte_s) / raw,
+                ]
+            })
+            .collect()
+    }
+
+    /// The median over repeats of agents warm (first byte) ÷ raw: the issue's
+    /// "the agents reach ≥ 80 % of the raw transfer".
+    pub fn warm_ratio_median(&self) -> Option<f64> {
+        crate::stats::Spread::of(&self.ratios().iter().map(|r| r[0]).collect::<Vec<_>>())
+            .map(|s| s.median)
+    }
+
+    /// The Markdown section: one line per repeat and a median line.
+    pub fn markdown(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let gib = self.bytes as f64 / crate::report::GIB;
+        let _ = writeln!(
+            s,
+            "## Image layers (issue 11): {} MiB blob\n\n\
+             direct: curl GET from docker-registry (TCP loopback). raw: {} as two processes \
+             (pinned, one core each). agents: curl GET from `qr node-agent` ← soft ← \
+             `qr registry-agent` (separate processes, not pinned), cold = the registry agent \
+             pulls through at the same time, warm = its cache holds the blob; a fresh node \
+             agent each time. \"first\" = curl's first body byte (the node agent has fetched, \
+             verified and cached the whole blob), \"last\" = last byte. Mbit/s; CPU = user+sys \
+             s/GiB of each agent process over the GET. Every cell sha256-checked.\n",
+            self.bytes >> 20,
+            self.raw_row
+        );
+        let _ = writeln!(s, "| repeat | load after | direct | raw | cold first / last | warm first / last | warm first ÷ raw | warm last ÷ raw | cold first ÷ raw | registry agent CPU cold / warm | node agent CPU cold / warm (of which to first byte) | raw CPU client / server | sha256 |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let ratios = self.ratios();
+        let pct = |x: f64| format!("{:.0} %", x * 100.0);
+        for (i, (r, q)) in self.runs.iter().zip(&ratios).enumerate() {
+            let b = self.bytes;
+            let _ = writeln!(
+                s,
+                "| {i} | {:.1} | {:.0} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {:.2} / {:.2} | {:.2} ({:.2}) / {:.2} ({:.2}) | {:.2} / {:.2} | {} |",
+                r.load[0],
+                mbit(b, r.direct.total_s),
+                mbit(r.raw.bytes, r.raw.secs),
+                mbit(b, r.cold.get.first_byte_s),
+                mbit(b, r.cold.get.total_s),
+                mbit(b, r.warm.get.first_byte_s),
+                mbit(b, r.warm.get.total_s),
+                pct(q[0]),
+                pct(q[1]),
+                pct(q[2]),
+                r.cold.registry_agent_cpu.total_s() / gib,
+                r.warm.registry_agent_cpu.total_s() / gib,
+                r.cold.node_agent_cpu.total_s() / gib,
+                r.cold.node_agent_cpu_first_byte.total_s() / gib,
+                r.warm.node_agent_cpu.total_s() / gib,
+                r.warm.node_agent_cpu_first_byte.total_s() / gib,
+                r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB),
+                r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB),
+                if r.sha256_ok() { "ok" } else { "**MISMATCH**" }
+            );
+        }
+        let med = |f: &dyn Fn(&ImageRepeat) -> f64| {
+            crate::stats::Spread::of(&self.runs.iter().map(f).collect::<Vec<_>>())
+                .map(|x| x.median)
+                .unwrap_or(f64::NAN)
+        };
+        let medq = |k: usize| {
+            crate::stats::Spread::of(&ratios.iter().map(|q| q[k]).collect::<Vec<_>>())
+                .map(|x| x.median)
+                .unwrap_or(f64::NAN)
+        };
+        let b = self.bytes;
+        let _ = writeln!(
+            s,
+            "| median | | {:.0} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {:.2} / {:.2} | {:.2} ({:.2}) / {:.2} ({:.2}) | {:.2} / {:.2} | |",
+            med(&|r| mbit(b, r.direct.total_s)),
+            med(&|r| mbit(r.raw.bytes, r.raw.secs)),
+            med(&|r| mbit(b, r.cold.get.first_byte_s)),
+            med(&|r| mbit(b, r.cold.get.total_s)),
+            med(&|r| mbit(b, r.warm.get.first_byte_s)),
+            med(&|r| mbit(b, r.warm.get.total_s)),
+            pct(medq(0)),
+            pct(medq(1)),
+            pct(medq(2)),
+            med(&|r| r.cold.registry_agent_cpu.total_s() / gib),
+            med(&|r| r.warm.registry_agent_cpu.total_s() / gib),
+            med(&|r| r.cold.node_agent_cpu.total_s() / gib),
+            med(&|r| r.cold.node_agent_cpu_first_byte.total_s() / gib),
+            med(&|r| r.warm.node_agent_cpu.total_s() / gib),
+            med(&|r| r.warm.node_agent_cpu_first_byte.total_s() / gib),
+            med(&|r| r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB)),
+            med(&|r| r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB)),
+        );
+        for e in &self.errors {
+            let _ = writeln!(s, "\nError: {e}");
+        }
+        s
+    }
+}
