@@ -143,6 +143,11 @@ async fn serve_request(
     resolver: h3::server::RequestResolver<h3_quinn::Connection, Bytes>,
 ) -> Result<(), Error> {
     let (req, mut stream) = resolver.resolve_request().await?;
+    // Read the request to its end (a GET has no body: this waits for the FIN).
+    // Answering first and dropping the stream would abandon its receive half,
+    // and quinn then sends STOP_SENDING with code 0, which a client whose FIN
+    // is still on the way sees as a reset of its request (RFC 9114 §4.1.2).
+    while stream.recv_data().await?.is_some() {}
     let len = req
         .uri()
         .path()
