@@ -360,13 +360,26 @@ mod tests {
         let want = Sha256::digest(&payload);
         let serve = |lo: &ListenOptions| {
             let _g = rt.enter();
-            let server = listen(
-                lo,
-                load("srv")
+            // A replaced endpoint's tasks (its driver, and the readiness watcher
+            // holding a duplicate of the UDP socket) end asynchronously after its
+            // last handle drops, so the address may still be bound for a moment
+            // (a restarted process does not see this: exit closes everything).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let server = loop {
+                let cfg = load("srv")
                     .server_config(b"t/1", transport.clone())
-                    .unwrap(),
-            )
-            .unwrap();
+                    .unwrap();
+                match listen(lo, cfg) {
+                    Ok(server) => break server,
+                    Err(e)
+                        if format!("{e:#}").contains("is taken")
+                            && std::time::Instant::now() < deadline =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    Err(e) => panic!("listen: {e:#}"),
+                }
+            };
             let ep = server.endpoint.clone();
             rt.spawn(async move {
                 while let Some(inc) = ep.accept().await {
