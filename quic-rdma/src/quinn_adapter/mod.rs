@@ -185,14 +185,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
                 .ok()
         });
         self.hub.register(w);
-        let waiting = s.arm(&self.hub_waker);
-        if waiting {
-            // Arming consumed the descriptor's pending events (verbs drains its
-            // completion channel) and found completions: the other sleepers on
-            // those events hear of them only from us.
-            self.hub.wake_others(w);
-        }
-        waiting
+        s.arm(&self.hub_waker)
     }
 }
 
@@ -255,12 +248,8 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
         let now = Instant::now();
         loop {
             // Send completions also wake the QP: retire them here so an armed QP
-            // with only send completions pending does not spin this loop. The room
-            // they free is what a writer (`Writable`) may sleep on, and the event
-            // that would have woken it is drained by the next `arm`: wake it.
-            if s.reap_sends() > 0 {
-                self.hub.wake_others(cx.waker());
-            }
+            // with only send completions pending does not spin this loop.
+            s.reap_sends();
             let mut out = Coalescer::new(&mut *bufs, &mut *meta);
             let mut last_source = LastSource::default();
             // Each call may deliver one packet per free entry (none might
@@ -324,22 +313,14 @@ impl<Q: UdQueuePair> UdpPoller for Writable<Q> {
     fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
         let sock = &self.socket;
         let mut s = sock.lock();
-        let mut armed_with_work = false;
         loop {
-            let freed = s.reap_sends();
+            s.reap_sends();
             if s.can_send() {
                 return Poll::Ready(Ok(()));
-            }
-            if armed_with_work && freed == 0 {
-                // What arming found were receives: `arm` woke their reader, and
-                // this task stays registered for the next send completion.
-                // Looping would spin on them, holding the socket's lock.
-                return Poll::Pending;
             }
             if !sock.arm(&mut s, cx.waker()) {
                 return Poll::Pending;
             }
-            armed_with_work = true;
         }
     }
 }
