@@ -11,7 +11,10 @@
 //!   independent RoCEv2 peer need not know our convention; the key, if anyone
 //!   needs it, comes from the DCID); a SEND **with** immediate data that does
 //!   not match its packet's CID is dropped when the check is on — it was not
-//!   built by a sender following the convention, or was altered on the way.
+//!   built by a sender following the convention, or was altered on the way;
+//! - receive, on a shard of an [`EngineGroup`](crate::engine::EngineGroup):
+//!   a datagram whose key is another shard's landed on the wrong core
+//!   ([`RoutingCheck::shard_key`]): counted and dropped before QUIC sees it.
 
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::cid;
@@ -41,11 +44,26 @@ pub struct RoutingCheck {
     /// Drop datagrams whose immediate data is present and does not match the
     /// routing key of their destination CID.
     pub enabled: bool,
+    /// On a shard of an engine group: the shard's own routing key. A datagram
+    /// whose key (the immediate data, else the destination CID's) is another
+    /// is a *wrong-core* arrival: counted in [`RoutingStats::wrong_shard`] and
+    /// dropped. Dropped, not forwarded: the shard that owns the connection
+    /// answers from its own QPN, which is not the address the peer sent to, so
+    /// the peer's QUIC would discard the answer (a client accepts packets only
+    /// from its server's address, RFC 9000 §9); and it must not reach this
+    /// shard's quinn-proto, which knows no such CID and would answer with a
+    /// stateless reset (RFC 9000 §10.3). Initial and 0-RTT packets are exempt:
+    /// their DCID is the client's random choice (RFC 9000 §7.2), and the shard
+    /// whose QPN the client chose is the one that accepts the connection.
+    pub shard_key: Option<u32>,
 }
 
 impl Default for RoutingCheck {
     fn default() -> Self {
-        RoutingCheck { enabled: true }
+        RoutingCheck {
+            enabled: true,
+            shard_key: None,
+        }
     }
 }
 
@@ -57,21 +75,43 @@ pub struct RoutingStats {
     pub without_imm: u64,
     /// Datagrams dropped because their immediate data did not match their CID.
     pub imm_mismatch: u64,
+    /// Datagrams dropped because they carried another shard's routing key
+    /// (see [`RoutingCheck::shard_key`]): 0 while every peer sends each
+    /// connection's packets to the QPN it connected to.
+    pub wrong_shard: u64,
 }
 
 impl RoutingCheck {
     /// Whether to hand `data` (which arrived with immediate `imm`) to QUIC;
     /// counts what it decides in `stats`.
     pub fn accept(&self, imm: Option<u32>, data: &[u8], stats: &mut RoutingStats) -> bool {
-        let Some(imm) = imm else {
-            stats.without_imm += 1;
+        match imm {
+            None => stats.without_imm += 1,
+            Some(imm) if self.enabled && cid::key_of_datagram(data) != Some(imm) => {
+                stats.imm_mismatch += 1;
+                return false;
+            }
+            Some(_) => {}
+        }
+        let Some(own) = self.shard_key else {
             return true;
         };
-        if !self.enabled || cid::key_of_datagram(data) == Some(imm) {
+        // Steer on the immediate data as a receiver would before parsing QUIC;
+        // a plain SEND carries its key only in the DCID.
+        if opens_connection(data) || imm.or_else(|| cid::key_of_datagram(data)) == Some(own) {
             return true;
         }
-        stats.imm_mismatch += 1;
+        stats.wrong_shard += 1;
         false
+    }
+}
+
+/// Whether `d` is a QUIC v1 Initial or 0-RTT packet (RFC 9000 §17.2: long
+/// header, version 1, type bits 0b00 or 0b01), whose DCID the client chose.
+fn opens_connection(d: &[u8]) -> bool {
+    match d {
+        [first, 0, 0, 0, 1, ..] => first & 0x80 != 0 && (first >> 4) & 0x3 <= 1,
+        _ => false,
     }
 }
 
@@ -94,9 +134,47 @@ mod tests {
         assert!(!on.accept(Some(0x12345), &D, &mut s));
         assert!(!on.accept(Some(0), &[], &mut s), "no CID to match");
         assert_eq!((s.without_imm, s.imm_mismatch), (1, 2));
-        let off = RoutingCheck { enabled: false };
+        let off = RoutingCheck {
+            enabled: false,
+            ..RoutingCheck::default()
+        };
         assert!(off.accept(Some(0x12345), &D, &mut s));
         assert_eq!(s.imm_mismatch, 2);
+        assert_eq!(s.wrong_shard, 0, "no shard key, no shard check");
+    }
+
+    #[test]
+    fn a_shard_drops_other_shards_keys_but_takes_initials() {
+        let mut s = RoutingStats::default();
+        let mine = RoutingCheck {
+            shard_key: Some(0x11223),
+            ..RoutingCheck::default()
+        };
+        assert!(mine.accept(Some(0x11223), &D, &mut s));
+        assert!(mine.accept(None, &D, &mut s), "key from the DCID");
+        let other = RoutingCheck {
+            shard_key: Some(0x44444),
+            ..RoutingCheck::default()
+        };
+        assert!(!other.accept(Some(0x11223), &D, &mut s));
+        assert!(!other.accept(None, &D, &mut s));
+        assert_eq!(s.wrong_shard, 2);
+        // A v1 Initial (type 0) and 0-RTT (type 1) with the client's random
+        // DCID land wherever the client sent them; a Handshake (type 2) does not.
+        let long = |ty: u8| {
+            let mut d = vec![0xC0 | ty << 4, 0, 0, 0, 1, 8];
+            d.extend_from_slice(&D[1..9]);
+            d
+        };
+        assert!(other.accept(Some(0x11223), &long(0), &mut s));
+        assert!(other.accept(Some(0x11223), &long(1), &mut s));
+        assert!(!other.accept(Some(0x11223), &long(2), &mut s));
+        assert_eq!(s.wrong_shard, 3);
+        assert!(!opens_connection(&[]));
+        assert!(
+            !opens_connection(&[0xC0, 0, 0, 0, 0, 0]),
+            "version negotiation"
+        );
     }
 
     #[test]
