@@ -16,6 +16,9 @@ use quic_rdma::socket::{SocketConfig, UdSocket};
 const SERVER_KEYS: [u32; 2] = [0x5e001, 0x5e002];
 const CLIENT_KEYS: [u32; 2] = [0xc1001, 0xc1002];
 
+/// One connection: (client shard, client handle), (server shard, server handle).
+type Placed = ((usize, ConnHandle), (usize, ConnHandle));
+
 /// A client group and a server group of two shards each, on one fabric on
 /// virtual time, all four engines polled by one loop.
 struct Groups {
@@ -93,7 +96,7 @@ impl Groups {
 
     /// Open connections 0 and 1 and handshake both: per connection, the
     /// (client shard, client handle) and (server shard, server handle).
-    fn connect_two(&mut self) -> [((usize, ConnHandle), (usize, ConnHandle)); 2] {
+    fn connect_two(&mut self) -> [Placed; 2] {
         let dir = self.server.addrs();
         let c: Vec<(usize, ConnHandle)> = (0..2)
             .map(|n| self.client.connect(self.now, n, &dir, "localhost").unwrap())
@@ -124,11 +127,7 @@ impl Groups {
 /// Upload `len` bytes on each connection at once (client → server, one
 /// stream each); every server shard answers with the sha256 it computed,
 /// which must equal what its client sent.
-fn transfer_both(
-    g: &mut Groups,
-    conns: &[((usize, ConnHandle), (usize, ConnHandle)); 2],
-    len: u64,
-) {
+fn transfer_both(g: &mut Groups, conns: &[Placed; 2], len: u64) {
     let mut src = Vec::new();
     let mut replies = Vec::new();
     for (i, &((cs, c), _)) in conns.iter().enumerate() {

@@ -16,11 +16,13 @@
 //! mirrors throughput.
 //!
 //! ```text
-//! multicore [--provider sim|soft|soft-ports] [--mib N] [--rounds R] [--idle sleep|yield]
+//! multicore [--provider sim|soft|soft-ports] [--mib N] [--rounds R] [--idle sleep|yield] [--shards N]
 //! ```
 //! `soft` puts a group's QPs on one port (one GID, one UDP socket, the
 //! port's demultiplexer shared); `soft-ports` gives each shard a port (GID)
-//! of its own, 127.0.151.x.
+//! of its own, 127.0.151.x. `--shards N` runs only N shards per side (for
+//! `valgrind --tool=callgrind --separate-threads=yes`: thread 1 is `main`,
+//! 2 the sim wire thread, then the N server shards, then the N client shards).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +64,8 @@ struct Opts {
     bytes: u64,
     rounds: usize,
     idle: Idle,
+    /// Shard counts run in each round, in order.
+    shards: Vec<usize>,
 }
 
 fn opts() -> anyhow::Result<Opts> {
@@ -70,6 +74,7 @@ fn opts() -> anyhow::Result<Opts> {
         bytes: 1 << 30,
         rounds: 5,
         idle: Idle::Sleep,
+        shards: vec![1, 2],
     };
     let mut idle_set = false;
     let mut args = std::env::args().skip(1);
@@ -86,6 +91,7 @@ fn opts() -> anyhow::Result<Opts> {
             }
             "--mib" => o.bytes = val()?.parse::<u64>()? << 20,
             "--rounds" => o.rounds = val()?.parse()?,
+            "--shards" => o.shards = vec![val()?.parse()?],
             "--idle" => {
                 idle_set = true;
                 o.idle = match val()?.as_str() {
@@ -94,7 +100,7 @@ fn opts() -> anyhow::Result<Opts> {
                     i => bail!("unknown idle policy {i}: sleep or yield"),
                 }
             }
-            _ => bail!("usage: multicore [--provider sim|soft|soft-ports] [--mib N] [--rounds R] [--idle sleep|yield]"),
+            _ => bail!("usage: multicore [--provider sim|soft|soft-ports] [--mib N] [--rounds R] [--idle sleep|yield] [--shards N]"),
         }
     }
     if o.provider != Provider::Sim {
@@ -344,7 +350,7 @@ fn main() -> anyhow::Result<()> {
     println!("round shards  Gbit/s  client_cpu_s/GiB  server_cpu_s/GiB  wrong_core  load(1/5/15)");
     let mut per: [Vec<(f64, f64, f64)>; 2] = Default::default();
     for r in 0..o.rounds {
-        for (k, shards) in [1usize, 2].into_iter().enumerate() {
+        for (k, &shards) in o.shards.iter().enumerate() {
             let run = match o.provider {
                 Provider::Sim => run_sim(shards, &o, &tls)?,
                 _ => run_soft(shards, &o, &tls)?,
@@ -359,6 +365,9 @@ fn main() -> anyhow::Result<()> {
             assert_eq!(run.wrong_shard, 0, "a packet landed on the wrong core");
             per[k].push((gbps, c, s));
         }
+    }
+    if o.shards.len() != 2 {
+        return Ok(());
     }
     let range = |v: &[(f64, f64, f64)], f: fn(&(f64, f64, f64)) -> f64| {
         let xs: Vec<f64> = v.iter().map(f).collect();
