@@ -8,11 +8,13 @@
 //! that side's threads (`getrusage(RUSAGE_THREAD)`, user + system) per GiB
 //! moved, and the throughput; and the wrong-core counter, which must be 0.
 //!
-//! Idle policy (`--idle`): `sleep` (default over `sim`) parks an idle thread
-//! on the engine's waker, so CPU time is the work itself — a shared-state
-//! cost shows as more CPU per GiB; `yield` gives the core away and polls
-//! again (the only choice for `soft`, whose packets wake a descriptor):
-//! on this 2-core machine both cores are then always busy and CPU per GiB
+//! Idle policy (`--idle`): `sleep` (the default but over a shared `soft`
+//! port) parks an idle thread on the engine's waker (`sim`) or in `poll(2)`
+//! on its socket (`soft-ports`), so CPU time is the work itself — a
+//! shared-state cost shows as more CPU per GiB; `yield` gives the core away
+//! and polls again (the only choice for shards sharing a `soft` port, which
+//! wake each other through a waker, not the socket): on this 2-core machine
+//! both cores are then always busy, idle polls count, and CPU per GiB
 //! mirrors throughput.
 //!
 //! ```text
@@ -103,9 +105,11 @@ fn opts() -> anyhow::Result<Opts> {
             _ => bail!("usage: multicore [--provider sim|soft|soft-ports] [--mib N] [--rounds R] [--idle sleep|yield] [--shards N]"),
         }
     }
-    if o.provider != Provider::Sim {
+    if o.provider == Provider::Soft {
+        // A packet the other shard parked for this one wakes a waker, not the
+        // socket this shard would sleep on.
         if idle_set && o.idle == Idle::Sleep {
-            bail!("--idle sleep needs the sim provider: soft wakes a descriptor, not a waker");
+            bail!("--idle sleep needs sim or soft-ports: shards sharing a soft port wake each other through a waker, not the socket");
         }
         o.idle = Idle::Yield;
     }
@@ -160,7 +164,10 @@ fn drive<Q: UdQueuePair>(
                             .next_deadline()
                             .map_or(PARK_MAX, |d| d.saturating_duration_since(now))
                             .min(PARK_MAX);
-                        std::thread::park_timeout(until);
+                        match e.readiness_fd() {
+                            Some(fd) => wait_readable(fd, until),
+                            None => std::thread::park_timeout(until),
+                        }
                     }
                 }
             }
@@ -171,6 +178,20 @@ fn drive<Q: UdQueuePair>(
     (cpu1.0 + cpu1.1)
         .saturating_sub(cpu0.0 + cpu0.1)
         .as_secs_f64()
+}
+
+/// Sleep until `fd` is readable or `until` passed (`soft`: its socket).
+fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, until: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = until.as_micros().div_ceil(1000).min(1000) as i32;
+    // SAFETY: `p` is one valid, exclusively borrowed pollfd for the call's
+    // duration, and `fd` is a descriptor the engine keeps open while borrowed.
+    unsafe { libc::poll(&mut p, 1, ms) };
 }
 
 /// The queue pairs of one side's `shards`, on GIDs of side `side` (0 client, 1 server).
