@@ -40,11 +40,13 @@ fn main() -> anyhow::Result<()> {
     }
     let idle = Duration::from_secs_f64(secs);
     println!("# idle {secs} s per run, {place:?}; CPU (user+sys) per side ÷ wall, client / server");
+    // Made once: each `soft` row hands out fresh loopback addresses from a
+    // counter, so later rounds do not rebind an address still being released.
+    let sim = EngineRow::sim();
+    let sim_a = EngineRow::sim().adaptive();
+    let soft = EngineRow::new(SoftPairs::new());
+    let soft_a = EngineRow::new(SoftPairs::new()).adaptive();
     for round in 1..=rounds {
-        let sim = EngineRow::sim();
-        let sim_a = EngineRow::sim().adaptive();
-        let soft = EngineRow::new(SoftPairs::new());
-        let soft_a = EngineRow::new(SoftPairs::new()).adaptive();
         macro_rules! one {
             ($row:expr) => {{
                 let (c, s) = $row.idle_cpu(idle, place)?;
