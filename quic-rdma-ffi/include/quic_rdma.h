@@ -325,6 +325,27 @@
 #define QR_LOG_TRACE 5
 
 /**
+ * `qr_engine_wait` returned at once (within the spin budget, or work is
+ * waiting): poll again.
+ */
+#define QR_WAIT_SPUN 0
+
+/**
+ * `qr_engine_wait` slept and was woken by readiness: poll now.
+ */
+#define QR_WAIT_WOKEN 1
+
+/**
+ * `qr_engine_wait` slept until the engine's next timer or the caller's limit.
+ */
+#define QR_WAIT_TIMEOUT 2
+
+/**
+ * `qr_engine_set_idle` budget meaning "never sleep" (pure busy-poll).
+ */
+#define QR_SPIN_FOREVER UINT64_MAX
+
+/**
  * A running address-exchange service (`qr_bootstrap_serve`).
  */
 typedef struct qr_bootstrap qr_bootstrap;
@@ -1225,6 +1246,40 @@ const char *qr_version(void);
  * for comparisons (`qr_version_number() >= 0x000100`).
  */
 uint32_t qr_version_number(void);
+
+/**
+ * How `qr_engine_wait` idles: spin for a budget after the last activity,
+ * then sleep. `spin_min_ns == spin_max_ns`: a fixed budget; `spin_min_ns <
+ * spin_max_ns`: the budget adapts to the gaps between requests within those
+ * bounds (it starts in the middle); both 0: the default, adaptive between
+ * 25 and 200 µs; both `QR_SPIN_FOREVER`: never sleep. `QR_EINVAL` if
+ * `spin_min_ns > spin_max_ns`. Resets what the adaptation learnt.
+ *
+ * # Safety
+ * `e` is a live engine.
+ */
+int32_t qr_engine_set_idle(qr_engine *e, uint64_t spin_min_ns, uint64_t spin_max_ns);
+
+/**
+ * Call after a `qr_engine_poll` that left nothing to do. Returns at once
+ * (`QR_WAIT_SPUN`) while the engine is busy or within its spin budget, or
+ * when polled events are still waiting to be handed out; otherwise arms the
+ * engine — staying awake if something arrived since the last poll, so no
+ * event is lost — and sleeps until the fabric has work (`QR_WAIT_WOKEN`) or
+ * until the engine's next timer or `max_wait_ns` from `now_ns` passed
+ * (`QR_WAIT_TIMEOUT`). `now_ns` is the caller's time as for
+ * `qr_engine_poll_at` (0: the library's clock); `max_wait_ns` -1: no limit
+ * but the engine's timers (none with no connections: it sleeps until a
+ * packet arrives). Works for every provider (`sim` wakes through the engine's
+ * waker, `soft` and `verbs` through their descriptor as well). The budget is
+ * `qr_engine_set_idle`'s (the default if never set). Negative: `QR_ENULL`,
+ * `QR_EINVAL` (`max_wait_ns` below -1), `QR_EFABRIC` (no eventfd for the
+ * sleep: `qr_last_error` says why).
+ *
+ * # Safety
+ * `e` is a live engine.
+ */
+int32_t qr_engine_wait(qr_engine *e, uint64_t now_ns, int64_t max_wait_ns);
 
 #ifdef __cplusplus
 }  // extern "C"

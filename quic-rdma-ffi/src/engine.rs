@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
-use quic_rdma::engine::{ConnHandle, Engine, Event, IncomingId};
+use quic_rdma::engine::{ConnHandle, Engine, Event, IncomingId, Waiter};
 use quic_rdma::fabric::UdQueuePair;
 
 use crate::config::{qr_addr, qr_engine_config};
@@ -22,9 +22,11 @@ pub struct qr_engine {
     /// When each pending event was polled (caller's nanoseconds).
     pending_ns: Vec<u64>,
     cursor: usize,
-    clock: Clock,
+    pub(crate) clock: Clock,
     /// Each connection's `qr_conn_set_user` pointer (as an address).
     pub(crate) users: HashMap<u64, usize>,
+    /// `qr_engine_wait`'s spin-then-sleep driver (made on first use).
+    pub(crate) waiter: Option<Waiter>,
 }
 
 /// Create an engine on `fabric` from `cfg` into `*out`: a queue pair on the
@@ -55,6 +57,7 @@ pub unsafe extern "C" fn qr_engine_new(
             cursor: 0,
             clock: Clock::new(),
             users: HashMap::with_capacity(64),
+            waiter: None,
         }));
         // SAFETY: `out` writable by contract (null-checked by `put`).
         if let Err(err) = unsafe { put(out, e) } {
@@ -131,7 +134,7 @@ impl Clock {
     /// monotonic nanosecond count: CLOCK_MONOTONIC, a calibrated TSC).
     /// Returns the instant and the time in nanoseconds on the caller's
     /// timeline (CLOCK_MONOTONIC for the library's clock).
-    fn now(&mut self, now_ns: u64) -> (Instant, u64) {
+    pub(crate) fn now(&mut self, now_ns: u64) -> (Instant, u64) {
         let ns = if now_ns == 0 { monotonic_ns() } else { now_ns };
         (self.at(now_ns), ns)
     }
@@ -168,6 +171,11 @@ fn ns_of(t: Instant, now_ns: u64, now: Instant) -> u64 {
 }
 
 impl qr_engine {
+    /// Whether polled events wait to be handed out (then nobody should sleep).
+    pub(crate) fn has_pending(&self) -> bool {
+        self.cursor < self.pending.len()
+    }
+
     /// Receive, run timers, transmit; the events go to the pending queue
     /// (after what the caller already took is dropped from its front).
     fn drive(&mut self, now: Instant, now_ns: u64) {

@@ -122,7 +122,7 @@ pub(crate) fn code_of(e: &EngineError) -> i32 {
         EngineError::Tls(m) => fail(QR_ETLS, m),
         EngineError::Connect(_) => fail(QR_ECONNECT, e),
         EngineError::InvalidArgument(_) => fail(QR_EINVAL, e),
-        EngineError::Socket(_) => fail(QR_EFABRIC, e),
+        EngineError::Socket(_) | EngineError::Wait(_) => fail(QR_EFABRIC, e),
         _ => fail(QR_EINVAL, e),
     }
 }

@@ -33,6 +33,7 @@ mod stats;
 mod streams;
 mod tls;
 mod version;
+mod wait;
 
 pub use affinity::*;
 pub use bootstrap::*;
@@ -48,3 +49,4 @@ pub use stats::*;
 pub use streams::*;
 pub use tls::*;
 pub use version::*;
+pub use wait::*;

@@ -3,7 +3,11 @@
 //! Each side owns one [`Engine`] on its own pinned thread and polls it in a
 //! loop: spinning when the sides have a core each, yielding the CPU after an
 //! idle poll when they share one (otherwise each side would burn its whole
-//! time slice before the other could answer). For instruction counts
+//! time slice before the other could answer). The `+adaptive` rows
+//! ([`EngineRow::adaptive`]) drive each side with the engine's spin-then-sleep
+//! [`Waiter`] instead: they spin only while work arrives and for its budget
+//! after, then sleep on the engine's readiness, so their CPU is what the work
+//! needed rather than the wall time. For instruction counts
 //! ([`set_idle_sleep`]) an idle side sleeps on the engine's waker instead, so
 //! idle polls are not counted as work. A provider is a [`QpPairs`]: it makes
 //! the client's and the server's queue pair.
@@ -13,7 +17,9 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
-use quic_rdma::engine::{ConnHandle, Engine, EngineConfig, EngineError, Event, StreamId};
+use quic_rdma::engine::{
+    ConnHandle, Engine, EngineConfig, EngineError, Event, IdleConfig, StreamId, Waiter,
+};
 use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpOptions};
 use quic_rdma::fabric::{UdAddr, UdQueuePair};
 
@@ -94,11 +100,17 @@ impl QpPairs for SimPairs {
     }
 }
 
-/// The engine, busy-polled, over provider `P`.
+/// Longest sleep of an adaptive side: it also watches flags set by the other
+/// side's thread (`done`), which no engine readiness reports.
+const WAITER_SLEEP_MAX: Duration = Duration::from_millis(20);
+
+/// The engine, busy-polled (or spin-then-sleep: `idle`), over provider `P`.
 #[derive(Debug)]
 pub struct EngineRow<P> {
     pairs: P,
     tls: Tls,
+    /// `Some`: each side runs a [`Waiter`] with this configuration.
+    idle: Option<IdleConfig>,
 }
 
 impl EngineRow<SimPairs> {
@@ -117,7 +129,64 @@ impl<P: QpPairs> EngineRow<P> {
         EngineRow {
             pairs,
             tls: Tls::new(),
+            idle: None,
         }
+    }
+
+    /// This row with each side driven by the spin-then-sleep [`Waiter`]
+    /// (the default [`IdleConfig`]); named `engine/<provider>+adaptive`.
+    pub fn adaptive(mut self) -> Self {
+        self.idle = Some(IdleConfig::default());
+        self
+    }
+
+    fn side(&self, e: Engine<P::Qp>, place: Placement) -> Side<P::Qp> {
+        let mut s = Side::new(e, place);
+        s.waiter = self
+            .idle
+            .map(|cfg| Waiter::new(cfg).expect("an eventfd for the waiter"));
+        s
+    }
+
+    /// Connect a client and a server, then leave the connection idle for
+    /// `idle` with both sides polling as the row polls; the CPU each side's
+    /// thread used meanwhile (client, server). Keep-alives (every 300 ms with
+    /// the rows' transport) are the only packets.
+    pub fn idle_cpu(&self, idle: Duration, place: Placement) -> anyhow::Result<(CpuUsed, CpuUsed)> {
+        let (ce, se) = self.engines()?;
+        let server_addr = se.local_addr();
+        let done = AtomicBool::new(false);
+        let done = &done;
+        run_pair(
+            place,
+            move || {
+                let _done = DoneOnDrop(done);
+                let mut side = self.side(ce, place);
+                let c = side.connect(server_addr)?;
+                let cpu = CpuSpan::start();
+                let until = Instant::now() + idle;
+                while Instant::now() < until {
+                    side.poll()?;
+                    side.check_lost(c)?;
+                }
+                let cpu = cpu.stop();
+                side.close(c)?;
+                Ok(cpu)
+            },
+            move || {
+                let mut side = self.side(se, place);
+                side.accept()?;
+                let cpu = CpuSpan::start();
+                let until = Instant::now() + idle;
+                // The client may close first (its idle period began earlier).
+                while Instant::now() < until && side.e.connection_count() > 0 {
+                    side.poll()?;
+                }
+                let cpu = cpu.stop();
+                side.linger(done)?;
+                Ok(cpu)
+            },
+        )
     }
 
     /// Fresh (client, server) engines.
@@ -157,6 +226,8 @@ struct Side<Q: UdQueuePair> {
     deadline: Instant,
     /// Unparks this side's thread (what the engine wakes when it has work).
     waker: Waker,
+    /// The spin-then-sleep driver of the `+adaptive` rows.
+    waiter: Option<Waiter>,
 }
 
 /// Wakes a parked thread.
@@ -176,6 +247,7 @@ impl<Q: UdQueuePair> Side<Q> {
             spin: place == Placement::SeparateCores,
             deadline: Instant::now() + HANG_GUARD,
             waker: Waker::from(Arc::new(Unpark(std::thread::current()))),
+            waiter: None,
         }
     }
 
@@ -202,7 +274,15 @@ impl<Q: UdQueuePair> Side<Q> {
         self.ev.clear();
         let now = Instant::now();
         let n = self.e.poll(now, &mut self.ev);
-        if n == 0 {
+        if let Some(w) = &mut self.waiter {
+            let limit = Some((now + WAITER_SLEEP_MAX).min(self.deadline));
+            if w.wait(&mut self.e, now, n > 0, limit) == quic_rdma::engine::Wait::Spun
+                && n == 0
+                && !self.spin
+            {
+                std::thread::yield_now();
+            }
+        } else if n == 0 {
             if self.spin {
                 std::hint::spin_loop();
             } else {
@@ -415,12 +495,20 @@ impl Drop for DoneOnDrop<'_> {
 
 impl<P: QpPairs> Row for EngineRow<P> {
     fn name(&self) -> String {
-        format!("engine/{}", self.pairs.name())
+        let mode = if self.idle.is_some() { "+adaptive" } else { "" };
+        format!("engine/{}{mode}", self.pairs.name())
     }
 
     fn description(&self) -> String {
+        let drive = match self.idle {
+            None => "busy-polled".to_string(),
+            Some(c) => format!(
+                "spin-then-sleep (engine::Waiter, budget {:?}..{:?} adaptive)",
+                c.spin_min, c.spin_max
+            ),
+        };
         format!(
-            "quic-rdma poll-mode engine over quinn-proto, busy-polled, {}",
+            "quic-rdma poll-mode engine over quinn-proto, {drive}, {}",
             self.pairs.description()
         )
     }
@@ -437,10 +525,10 @@ impl<P: QpPairs> Row for EngineRow<P> {
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                bulk_client(Side::new(ce, place), server_addr, p, pattern)
+                bulk_client(self.side(ce, place), server_addr, p, pattern)
             },
             move || {
-                let mut side = Side::new(se, place);
+                let mut side = self.side(se, place);
                 let cpu = bulk_server(&mut side, sink_ref)?;
                 side.linger(done)?;
                 Ok(cpu)
@@ -467,7 +555,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
                 let e = self.engine(qp, true)?;
                 ready(e.local_addr().to_socket_addr())?;
                 let mut sink = SinkBuf::new(p.bytes, p.verify);
-                let mut side = Side::new(e, Placement::SeparateCores);
+                let mut side = self.side(e, Placement::SeparateCores);
                 let cpu = bulk_server(&mut side, &mut sink)?;
                 side.linger_until_closed()?;
                 Ok(SideOutcome {
@@ -479,7 +567,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
             BulkSide::Client(addr) => {
                 let pattern = bytes::Bytes::from(data::pattern());
                 let expected = p.verify.then(|| data::expected_digest(&pattern, p.bytes));
-                let side = Side::new(self.engine(qp, false)?, Placement::SeparateCores);
+                let side = self.side(self.engine(qp, false)?, Placement::SeparateCores);
                 let server = UdAddr::from_socket_addr(addr)?;
                 let (secs, cpu, reply) = bulk_client(side, server, p, &pattern)?;
                 Ok(SideOutcome {
@@ -500,7 +588,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                let mut side = Side::new(ce, place);
+                let mut side = self.side(ce, place);
                 let c = side.connect(server_addr)?;
                 let s = side.e.open_bi(c)?;
                 let req = [0x5Au8; RTT_MSG];
@@ -528,7 +616,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
                 Ok(samples)
             },
             move || {
-                let mut side = Side::new(se, place);
+                let mut side = self.side(se, place);
                 let c = side.accept()?;
                 let s = side.accept_stream(c)?;
                 let mut req = [0u8; RTT_MSG];
@@ -567,7 +655,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                let mut side = Side::new(ce, place);
+                let mut side = self.side(ce, place);
                 let t0 = Instant::now();
                 for _ in 0..count {
                     let c = side.connect(server_addr)?;
@@ -578,7 +666,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
                 Ok(secs)
             },
             move || {
-                let mut side = Side::new(se, place);
+                let mut side = self.side(se, place);
                 side.linger(done)
             },
         )?;

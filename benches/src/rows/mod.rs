@@ -110,8 +110,10 @@ pub trait Row: Send + Sync {
 pub fn all_rows() -> Vec<Box<dyn Row>> {
     vec![
         Box::new(engine::EngineRow::sim()),
+        Box::new(engine::EngineRow::sim().adaptive()),
         Box::new(stack::AsyncRow::new(quinn_sim::QuinnSim::new())),
         Box::new(engine::EngineRow::new(soft::SoftPairs::new())),
+        Box::new(engine::EngineRow::new(soft::SoftPairs::new()).adaptive()),
         Box::new(stack::AsyncRow::new(soft::QuinnSoft::new())),
         Box::new(stack::AsyncRow::new(quinn_udp::QuinnUdp::new(None))),
         Box::new(stack::AsyncRow::new(quinn_udp::QuinnUdp::new(Some(4096)))),

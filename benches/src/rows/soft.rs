@@ -19,15 +19,18 @@ use crate::tls::Tls;
 /// Fresh loopback addresses, 127.77.<pid-derived>.<counter>, so concurrent
 /// processes (tests) rarely collide on port 4791.
 #[derive(Debug)]
-struct Addrs(AtomicU32);
+struct Addrs;
 
 impl Addrs {
     fn new() -> Self {
-        Addrs(AtomicU32::new(0))
+        Addrs
     }
 
     fn next(&self) -> IpAddr {
-        let n = self.0.fetch_add(1, Ordering::Relaxed);
+        // One counter for the process: every `soft` row (busy, adaptive, the
+        // adapter's) gets addresses no other row of this process is releasing.
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let third = (std::process::id() % 250) as u8;
         Ipv4Addr::new(127, 77, third, 1 + (n % 250) as u8).into()
     }

@@ -68,6 +68,10 @@ pub enum EngineError {
     /// The UD socket failed (creation, or a provider error on the data path).
     #[error(transparent)]
     Socket(#[from] SocketError),
+    /// The spin-then-sleep [`Waiter`](super::Waiter) could not get its wake-up
+    /// descriptor (an eventfd): the process is out of file descriptors.
+    #[error("waiter eventfd: {0} (raise the open-file limit, ulimit -n)")]
+    Wait(std::io::Error),
 }
 
 #[cfg(test)]

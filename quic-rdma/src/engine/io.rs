@@ -43,6 +43,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             peers,
             routing,
             routing_stats,
+            activity,
             ..
         } = self;
         let mut new_incoming = None::<Vec<quinn_proto::Incoming>>;
@@ -56,6 +57,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             if rx_buf.capacity() < r.data.len() {
                 rx_buf.reserve(mtu * super::RX_BUF_DATAGRAMS);
             }
+            *activity += 1;
             rx_buf.extend_from_slice(r.data);
             let data = rx_buf.split();
             tx_buf.clear();
@@ -136,6 +138,7 @@ impl<Q: UdQueuePair> Engine<Q> {
                 let Some(t) = c.inner.poll_transmit(now, max_segments, &mut self.tx_buf) else {
                     break;
                 };
+                self.activity += 1;
                 let Some(dest) = self
                     .peers
                     .on_send(t.destination, &self.tx_buf[..t.size], now)

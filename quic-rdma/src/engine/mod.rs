@@ -41,8 +41,10 @@ mod error;
 mod events;
 mod group;
 mod handle;
+mod idle;
 mod io;
 mod streams;
+mod waiter;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -57,8 +59,10 @@ pub use error::EngineError;
 pub use events::{CloseReason, Event, ZeroRtt};
 pub use group::EngineGroup;
 pub use handle::{ConnHandle, IncomingId};
+pub use idle::{Idle, IdleConfig, IdlePolicy};
 pub use quinn_proto::StreamId;
 pub use streams::StreamRead;
+pub use waiter::{Wait, WaitStats, Waiter};
 
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::config::endpoint_config;
@@ -104,6 +108,8 @@ pub struct Engine<Q: UdQueuePair> {
     /// Connections freed in the last poll, with why they ended: the caller may
     /// still ask ([`Engine::close_reason`]) until the next poll.
     just_closed: Vec<(ConnHandle, Option<ConnectionError>)>,
+    /// Datagrams received + transmits sent + timers run: moves when a poll did work.
+    activity: u64,
 }
 
 /// Room for this many receive batches in the staging buffer before it is reclaimed.
@@ -153,6 +159,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             responses_dropped: 0,
             staged: Vec::with_capacity(64),
             just_closed: Vec::new(),
+            activity: 0,
         })
     }
 
@@ -353,6 +360,13 @@ impl<Q: UdQueuePair> Engine<Q> {
         self.socket.arm(waker)
     }
 
+    /// A counter that moves whenever a poll (or flush) received a datagram,
+    /// sent a transmit or ran a timer: how a driver tells a busy poll from an
+    /// idle one (the [`Waiter`] spins while it moves).
+    pub fn activity(&self) -> u64 {
+        self.activity
+    }
+
     /// The provider's readiness descriptor, if it has one (see [`arm`](Self::arm)).
     pub fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.socket.readiness_fd()
@@ -497,6 +511,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         };
         if c.inner.poll_timeout().is_some_and(|t| t <= now) {
             c.inner.handle_timeout(now);
+            self.activity += 1;
         }
         let ch = quinn_proto::ConnectionHandle(i);
         while let Some(ev) = c.inner.poll_endpoint_events() {
