@@ -196,6 +196,56 @@ fn ctr_pulls_through_the_node_agent() {
         .all(|b| b["path"] == "fabric"));
     assert_eq!(layout_digests(&d.join("pull-out")), layout_digests(&layout));
 
+    // And for people: on a terminal (a pty from `script`), one progress bar
+    // per blob, each ending "verified (PATH)", then the one-line summary.
+    let mut cmd = vec![env!("CARGO_BIN_EXE_qr").to_string()];
+    cmd.extend(
+        [
+            "pull",
+            &format!("{REPO}:{TAG}"),
+            "--registry",
+            "127.0.111.51:19151",
+            "--ip",
+            "127.0.111.53",
+        ]
+        .map(String::from),
+    );
+    for (flag, path) in [
+        ("--cert", pki.join("node.pem")),
+        ("--key", pki.join("node-key.pem")),
+        ("--ca", pki.join("ca.pem")),
+        ("--cache-dir", d.join("pull-cache-tty")),
+    ] {
+        cmd.push(flag.into());
+        cmd.push(path.display().to_string());
+    }
+    let shell = cmd
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let tty = run(Command::new("script").args(["-qec", &shell, "/dev/null"]));
+    for digest in layout_digests(&layout)
+        .iter()
+        .filter(|x| summary["blobs"].to_string().contains(x.as_str()))
+    {
+        let prefix = &digest[7..19];
+        assert!(
+            tty.lines()
+                .any(|l| l.contains(prefix) && l.contains("verified (fabric)")),
+            "no finished progress bar for {digest} in:\n{tty}"
+        );
+    }
+    let last = tty
+        .lines()
+        .rev()
+        .find(|l| l.contains("pulled "))
+        .unwrap_or_else(|| panic!("no summary line in:\n{tty}"));
+    assert!(
+        last.contains("4 blobs") && last.contains("Mbit/s") && last.contains("paths: fabric"),
+        "{last}"
+    );
+
     let (_, _, m) = http_get("127.0.111.52:19153", "/metrics", &[]);
     let m = String::from_utf8(m).unwrap();
     let sample = quic_rdma_tools::image::metrics::sample;

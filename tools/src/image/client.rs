@@ -93,6 +93,24 @@ pub struct Answer {
     pub body_sha256: [u8; 32],
 }
 
+/// An answer whose body is kept as the pieces it arrived in
+/// ([`FabricClient::request_pieces`]).
+#[derive(Debug, Clone)]
+pub struct Pieces {
+    /// The object's media type.
+    pub media_type: String,
+    /// The whole object's digest.
+    pub digest: Digest,
+    /// The whole object's size.
+    pub total: u64,
+    /// The body, in order, as quinn handed it over.
+    pub pieces: Vec<Bytes>,
+    /// The body's length (the sum of the pieces' lengths).
+    pub body_len: u64,
+    /// The sha256 of the body the server sent, from the header.
+    pub body_sha256: [u8; 32],
+}
+
 impl FabricClient {
     /// A client dialling with `dialer` when it needs a connection.
     pub fn new(dialer: Box<dyn Dialer>) -> Arc<FabricClient> {
@@ -122,6 +140,25 @@ impl FabricClient {
     /// One request on its own stream; the answer's body is read whole and,
     /// unless it is a blob chunk, checked against the hash in its header.
     pub async fn request(&self, req: &Request) -> Result<Answer, FetchError> {
+        let p = self.request_pieces(req).await?;
+        let body = match &p.pieces[..] {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => Bytes::from(many.concat()),
+        };
+        Ok(Answer {
+            media_type: p.media_type,
+            digest: p.digest,
+            total: p.total,
+            body,
+            body_sha256: p.body_sha256,
+        })
+    }
+
+    /// As [`FabricClient::request`], the body kept in the pieces quinn
+    /// received it in (no copy: a blob chunk goes from them to the cache
+    /// file with one `pwritev`, [`super::cache::TempWriter::write_pieces_at`]).
+    pub async fn request_pieces(&self, req: &Request) -> Result<Pieces, FetchError> {
         let conn = self.connection().await?;
         let lost = |e: &dyn std::fmt::Display| FetchError::Connection(e.to_string());
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| lost(&e))?;
@@ -159,40 +196,53 @@ impl FabricClient {
                         "body of {body_len} bytes, expected {expect}"
                     )));
                 }
-                // No zero-fill: quinn's chunks are appended as they come.
-                let mut body = Vec::with_capacity(body_len as usize);
-                while body.len() < body_len as usize {
-                    match recv
-                        .read_chunk(body_len as usize - body.len(), true)
-                        .await
-                        .map_err(|e| lost(&e))?
-                    {
-                        Some(c) => body.extend_from_slice(&c.bytes),
+                // Up to READ_BATCH of quinn's received pieces per call (one
+                // wake-up and connection lock per batch, not per packet).
+                const READ_BATCH: usize = 64;
+                let mut pieces = Vec::new();
+                let mut got = 0u64;
+                let mut batch: [Bytes; READ_BATCH] = std::array::from_fn(|_| Bytes::new());
+                while got < body_len {
+                    match recv.read_chunks(&mut batch).await.map_err(|e| lost(&e))? {
+                        Some(n) => {
+                            for b in &mut batch[..n] {
+                                got += b.len() as u64;
+                                pieces.push(std::mem::take(b));
+                            }
+                        }
                         None => {
                             return Err(lost(&format!(
-                                "stream ended after {} of {body_len} body bytes",
-                                body.len()
+                                "stream ended after {got} of {body_len} body bytes"
                             )))
                         }
                     }
+                }
+                if got != body_len {
+                    return Err(FetchError::Protocol(format!(
+                        "{got} body bytes, the header said {body_len}"
+                    )));
                 }
                 // A blob chunk's hash is checked by the transfer only if the
                 // whole blob does not match its digest (transfer::fetch_blob):
                 // one sha256 pass per byte on the node, not two. Anything
                 // else (manifests) is checked here.
                 if !matches!(req, Request::Blob { .. }) {
-                    let got: [u8; 32] = Sha256::digest(&body).into();
-                    if got != body_sha256 {
+                    let mut h = Sha256::new();
+                    for p in &pieces {
+                        h.update(p);
+                    }
+                    if <[u8; 32]>::from(h.finalize()) != body_sha256 {
                         return Err(FetchError::ChunkCorrupt(format!(
                             "a {body_len}-byte answer for {digest} does not match its header's hash"
                         )));
                     }
                 }
-                Ok(Answer {
+                Ok(Pieces {
                     media_type,
                     digest,
                     total,
-                    body: Bytes::from(body),
+                    pieces,
+                    body_len,
                     body_sha256,
                 })
             }

@@ -156,45 +156,29 @@ fn ok(media_type: &str, digest: Digest, total: u64, body: Vec<u8>) -> (Response,
     (header, body)
 }
 
-/// A blob chunk's answer. A chunk of a blob this agent verified whole is
-/// sent [`UNHASHED`]: hashing it again would only restate that verification,
-/// and the node verifies the whole blob itself (one sha256 pass per byte
-/// fewer here; benches/RESULTS.md, "Image layers"). A chunk of a blob still
-/// arriving from upstream is hashed, on a blocking thread (a 4 MiB sha256
-/// takes milliseconds the async workers, and quinn's endpoint driver on them,
-/// need), so a node whose whole-blob check fails can tell damage on its side
-/// from bytes that were wrong here.
-async fn ok_chunk(digest: Digest, piece: Piece) -> (Response, Vec<u8>) {
+/// A blob chunk's answer, sent [`UNHASHED`]. A chunk of a blob this agent
+/// verified whole (its cache) needs no hash: it would only restate that
+/// verification. Nor does a chunk of a blob still arriving from upstream:
+/// the download is hashed whole as it arrives and never cached on a
+/// mismatch, and the node verifies every blob whole before serving or
+/// caching it and refetches it on a mismatch; a chunk hash would only change
+/// the node's message, at a second sha256 pass per byte here
+/// (benches/results/issue11-image.md).
+fn ok_chunk(digest: Digest, piece: Piece) -> (Response, Vec<u8>) {
     let Piece {
         data: body,
         size: total,
-        verified,
     } = piece;
-    let hashed = if verified {
-        Ok((body, UNHASHED))
-    } else {
-        tokio::task::spawn_blocking(move || {
-            let sha: [u8; 32] = Sha256::digest(&body).into();
-            (body, sha)
-        })
-        .await
-    };
-    match hashed {
-        Ok((body, body_sha256)) => (
-            Response::Ok {
-                media_type: "application/octet-stream".into(),
-                digest,
-                total,
-                body_len: body.len() as u64,
-                body_sha256,
-            },
-            body,
-        ),
-        Err(e) => (
-            err(Status::Internal, format!("hashing a chunk: {e}")),
-            Vec::new(),
-        ),
-    }
+    (
+        Response::Ok {
+            media_type: "application/octet-stream".into(),
+            digest,
+            total,
+            body_len: body.len() as u64,
+            body_sha256: UNHASHED,
+        },
+        body,
+    )
 }
 
 /// A blob chunk read from a store, or why not.
@@ -204,7 +188,7 @@ async fn chunk(
     read: Result<Option<Piece>, SourceError>,
 ) -> (Response, Vec<u8>) {
     match read {
-        Ok(Some(piece)) => ok_chunk(digest, piece).await,
+        Ok(Some(piece)) => ok_chunk(digest, piece),
         Ok(None) => (
             err(
                 Status::RangeInvalid,
@@ -287,12 +271,7 @@ async fn answer_peer(req: Request, cache: &Cache) -> (Response, Vec<u8>) {
             let Some((file, size)) = cache.get(&digest) else {
                 return not_here(&digest.to_string());
             };
-            chunk(
-                digest,
-                offset,
-                read_range(&file, size, offset, len, true).await,
-            )
-            .await
+            chunk(digest, offset, read_range(&file, size, offset, len).await).await
         }
     }
 }

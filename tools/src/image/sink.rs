@@ -22,7 +22,7 @@ use super::digest::Digest;
 /// The writer and hasher of one blob's chunks.
 #[derive(Debug)]
 pub struct Sink {
-    tx: mpsc::Sender<(u64, Bytes)>,
+    tx: mpsc::Sender<(u64, Vec<Bytes>)>,
     task: JoinHandle<Result<Digest, CacheError>>,
     hashed: Arc<AtomicU64>,
 }
@@ -36,22 +36,26 @@ impl Sink {
     /// waits when it is full: memory stays bounded by the window).
     pub fn start(temp: &TempBlob, depth: usize) -> Result<Sink, FetchError> {
         let w = temp.writer().map_err(local)?;
-        let (tx, mut rx) = mpsc::channel::<(u64, Bytes)>(depth.max(1));
+        let (tx, mut rx) = mpsc::channel::<(u64, Vec<Bytes>)>(depth.max(1));
         let hashed = Arc::new(AtomicU64::new(0));
         let prefix = hashed.clone();
         let task = tokio::task::spawn_blocking(move || {
             let mut hasher = Sha256::new();
             let mut at = 0u64;
             // Chunks that arrived before the ones in front of them.
-            let mut pending: BTreeMap<u64, Bytes> = BTreeMap::new();
+            let mut pending: BTreeMap<u64, Vec<Bytes>> = BTreeMap::new();
             while let Some((off, body)) = rx.blocking_recv() {
-                if w.write_at(off, &body)? {
+                if w.write_pieces_at(off, &body)? {
                     w.flush()?;
                 }
                 pending.insert(off, body);
+                // A chunk next in line is hashed right after its write, while
+                // its bytes are still in the CPU's caches.
                 while let Some(b) = pending.remove(&at) {
-                    hasher.update(&b);
-                    at += b.len() as u64;
+                    for p in &b {
+                        hasher.update(p);
+                        at += p.len() as u64;
+                    }
                 }
                 prefix.store(at, Ordering::Relaxed);
             }
@@ -60,8 +64,8 @@ impl Sink {
         Ok(Sink { tx, task, hashed })
     }
 
-    /// Queue chunk `body` at `off` (each offset once).
-    pub async fn put(&self, off: u64, body: Bytes) -> Result<(), FetchError> {
+    /// Queue chunk `body` (its pieces in order) at `off` (each offset once).
+    pub async fn put(&self, off: u64, body: Vec<Bytes>) -> Result<(), FetchError> {
         // A closed channel means the thread stopped on an error: `finish` has it.
         self.tx
             .send((off, body))

@@ -87,25 +87,25 @@ impl Spool {
         len: u64,
     ) -> Result<Option<Piece>, SourceError> {
         if let Some((f, size)) = self.cache.get(d) {
-            return read_range(&f, size, offset, len, true).await;
+            return read_range(&f, size, offset, len).await;
         }
         let dl = self.download(repo, d).await?;
         let end = offset.saturating_add(len).min(dl.size);
         let mut state = dl.state.clone();
-        let verified = loop {
+        loop {
             let s = state.borrow_and_update().clone();
             match s {
-                State::Progress(n) if n >= end => break false,
+                State::Progress(n) if n >= end => break,
                 State::Progress(_) => {}
-                State::Done => break true,
+                State::Done => break,
                 State::Failed(e) => return Err(e),
             }
             if state.changed().await.is_err() {
                 // The download task ended without a final state: it panicked.
                 return Err(SourceError::Io("the blob download stopped".into()));
             }
-        };
-        read_range(&dl.file, dl.size, offset, len, verified).await
+        }
+        read_range(&dl.file, dl.size, offset, len).await
     }
 
     /// The download of `d`, joined or started.
@@ -208,21 +208,15 @@ pub struct Piece {
     pub data: Vec<u8>,
     /// The whole blob's size.
     pub size: u64,
-    /// Read from a blob already verified whole against its digest (a cache
-    /// entry, or a download that completed and matched), not from one still
-    /// arriving from upstream.
-    pub verified: bool,
 }
 
 /// Bytes `offset..offset+len` of an open blob file of `size` bytes (cut at
-/// its end); `None` if `offset` lies past the end. `verified`: the file holds
-/// the whole blob and it matched its digest.
+/// its end); `None` if `offset` lies past the end.
 pub(super) async fn read_range(
     f: &File,
     size: u64,
     offset: u64,
     len: u64,
-    verified: bool,
 ) -> Result<Option<Piece>, SourceError> {
     if offset > size || (offset == size && len > 0) {
         return Ok(None);
@@ -232,13 +226,7 @@ pub(super) async fn read_range(
     tokio::task::spawn_blocking(move || {
         let mut buf = vec![0u8; n];
         f.read_exact_at(&mut buf, offset)
-            .map(|()| {
-                Some(Piece {
-                    data: buf,
-                    size,
-                    verified,
-                })
-            })
+            .map(|()| Some(Piece { data: buf, size }))
             .map_err(|e| SourceError::Io(e.to_string()))
     })
     .await

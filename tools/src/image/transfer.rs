@@ -121,7 +121,7 @@ pub async fn fetch_blob(
             m.inflight_chunks.add(1);
             tasks.spawn(async move {
                 let start = Instant::now();
-                let r = c.request(&req).await;
+                let r = c.request_pieces(&req).await;
                 m.inflight_chunks.add(-1);
                 (off, len, start.elapsed(), r)
             });
@@ -148,11 +148,10 @@ pub async fn fetch_blob(
         let (off, len, took, result) = joined;
         match result {
             Ok(a) => {
-                if a.total != size || a.body.len() as u64 != len {
+                if a.total != size || a.body_len != len {
                     return Err(FetchError::Protocol(format!(
                         "chunk at {off}: {} bytes of a {}-byte blob, expected {len} of {size}",
-                        a.body.len(),
-                        a.total
+                        a.body_len, a.total
                     )));
                 }
                 metrics.chunks.inc();
@@ -161,7 +160,7 @@ pub async fn fetch_blob(
                 hashes.push((off, len, a.body_sha256));
                 // Written and hashed on the sink's thread; this loop goes on
                 // filling the window.
-                if let Err(e) = sink.put(off, a.body).await {
+                if let Err(e) = sink.put(off, a.pieces).await {
                     return Err(sink.finish().await.err().unwrap_or(e));
                 }
                 progress(sink.hashed());

@@ -145,12 +145,12 @@ pub enum Response {
         total: u64,
         /// Bytes in the body that follows.
         body_len: u64,
-        /// sha256 of the body that follows, or [`UNHASHED`] for a blob chunk
-        /// the server read from a blob it verified whole (its cache): the node
-        /// verifies every blob whole before serving or caching it, and uses
-        /// chunk hashes only to tell chunks damaged on its side from a server
-        /// whose bytes are wrong (`transfer::diagnose`), which a hash of
-        /// already-verified bytes cannot tell. Manifests are always hashed.
+        /// sha256 of the body that follows, or [`UNHASHED`] (a blob chunk
+        /// the server did not hash; this version's agents hash none: the node
+        /// verifies every blob whole before serving or caching it). A node
+        /// uses chunk hashes, where a server sends them, only to tell chunks
+        /// damaged on its side from a server whose bytes are wrong
+        /// (`transfer::diagnose`). Manifests are always hashed.
         body_sha256: [u8; 32],
     },
     /// Failure.
