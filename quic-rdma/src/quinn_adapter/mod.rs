@@ -127,8 +127,8 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     }
 
     /// After a packet, keep the receive path awake for `window` before it sleeps
-    /// (default [`DEFAULT_IDLE_SPIN`](Self::DEFAULT_IDLE_SPIN); `Duration::ZERO`
-    /// sleeps at once, as a UDP socket does).
+    /// (default [`DEFAULT_IDLE_SPIN`](Self::DEFAULT_IDLE_SPIN): none, it sleeps at
+    /// once, as a UDP socket does).
     ///
     /// While the window lasts, quinn's endpoint task polls the queue pair again
     /// each time the runtime comes round to it and yields the CPU in between
@@ -136,7 +136,9 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     /// a wake-up, which costs tens of microseconds when the CPU went idle (far
     /// more in a virtual machine). The cost is CPU: up to `window` of polling
     /// after each burst of traffic, and a busy thread while packets keep coming
-    /// closer together than `window`.
+    /// closer together than `window`. On a machine whose cores are shared with
+    /// other busy processes it loses: each yield gives the CPU away for a time
+    /// slice. Use it where the endpoint has its cores to itself.
     pub fn with_idle_spin(mut self, window: Duration) -> Self {
         self.spin = IdleSpin::new(window);
         self

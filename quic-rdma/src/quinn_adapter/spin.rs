@@ -16,11 +16,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The spin window `RdmaUdpSocket::new` uses: longer than the wake-up it saves
-/// (measured at ~45 µs per wake on the 2-vCPU benchmark VM, a few µs on bare
-/// metal), short enough that an idle endpoint's cost is a few tens of µs of CPU
-/// per burst of traffic.
-pub(super) const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(50);
+/// The spin window `RdmaUdpSocket::new` uses: none. A wake-up costs ~45 µs on
+/// the 2-vCPU benchmark VM when it is quiet (a futex ping-pong between its
+/// vCPUs: 90 µs per round trip, 1.5 µs spinning), so a window longer than that
+/// should pay on an idle machine; but on a loaded one the yield hands the CPU
+/// to another process for a whole time slice, and in interleaved runs at load
+/// 8–10 a 50 µs window made `quinn-adapter/sim` slower in 4 of 5 rounds
+/// (benches/results/issue13-adapter.md). Opt in where cores are dedicated.
+pub(super) const DEFAULT_IDLE_SPIN: Duration = Duration::ZERO;
 
 /// When the receive path last saw a packet, and how long to spin after it.
 #[derive(Debug)]
