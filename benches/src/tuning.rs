@@ -15,6 +15,10 @@
 //! - `idle=MS`: idle timeout MS milliseconds, keep-alive a fifth of it (for
 //!   runs under valgrind, which slows a side past the default 1.5 s when the
 //!   machine is loaded; `benches/callgrind.sh` sets `idle=60000`).
+//!
+//! [`SPIN_ENV`] (`BENCH_IDLE_SPIN_US`) sets the adapter rows' receive spin
+//! window in microseconds (`RdmaUdpSocket::with_idle_spin`; 0: sleep at once,
+//! as a UDP socket does), for before/after runs of the same binary.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +28,25 @@ use quinn::{AckFrequencyConfig, TransportConfig, VarInt};
 
 /// Environment variable with the experimental settings.
 pub const TUNE_ENV: &str = "BENCH_TUNE";
+
+/// Environment variable with the adapter rows' spin window, in microseconds.
+pub const SPIN_ENV: &str = "BENCH_IDLE_SPIN_US";
+
+/// An adapter row's socket: `RdmaUdpSocket::new` with [`SPIN_ENV`]'s window if set.
+pub fn adapter_socket<Q: quic_rdma::fabric::UdQueuePair>(
+    sock: quic_rdma::socket::UdSocket<Q>,
+) -> quic_rdma::quinn_adapter::RdmaUdpSocket<Q> {
+    let s = quic_rdma::quinn_adapter::RdmaUdpSocket::new(sock);
+    match std::env::var(SPIN_ENV) {
+        Ok(us) => {
+            let us: u64 = us
+                .parse()
+                .unwrap_or_else(|e| panic!("{SPIN_ENV}={us}: {e} (microseconds)"));
+            s.with_idle_spin(Duration::from_micros(us))
+        }
+        Err(_) => s,
+    }
+}
 
 /// `quic_rdma::quinn_adapter::transport_config(mtu)` plus [`TUNE_ENV`]'s changes.
 pub fn transport(mtu: usize) -> Arc<TransportConfig> {

@@ -208,3 +208,47 @@ async fn server_retry_validates_the_client_address() {
     let s = accept.await.unwrap();
     transfer(&c, &s, 1 << 20, 71).await;
 }
+
+/// With the receive spin on (`with_idle_spin`), both sides poll instead of
+/// sleeping between packets, and a transfer still arrives whole (sha256) and
+/// an idle endpoint still wakes for the next connection's packets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spinning_receivers_transfer_and_wake_after_idling() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use quic_rdma::fabric::sim::{SimFabric, SimQpOptions};
+    use quic_rdma::quinn_adapter::RdmaUdpSocket;
+    use quic_rdma::socket::UdSocket;
+
+    let fabric = SimFabric::new(SimConfig::default());
+    let sock = |n: u8| {
+        let qp = fabric
+            .create_qp(gid(n, false), SimQpOptions::default())
+            .unwrap();
+        Arc::new(
+            RdmaUdpSocket::new(UdSocket::new(qp, SocketConfig::default()).unwrap())
+                .with_idle_spin(Duration::from_micros(200)),
+        )
+    };
+    let (ss, cs) = (sock(31), sock(32));
+    let certs = common::certs(ss.mtu());
+    let server = common::endpoint(&ss, Some(certs.server), 0x31);
+    let client = common::endpoint(&cs, None, 0x32);
+    let addr = cs.peer_addr(ss.ud_addr());
+    for round in 0..2u64 {
+        let connecting = client
+            .connect_with(certs.client.clone(), addr, "localhost")
+            .unwrap();
+        let srv = server.clone();
+        let accept = tokio::spawn(async move { srv.accept().await.unwrap().await.unwrap() });
+        let c = connecting.await.unwrap();
+        let s = accept.await.unwrap();
+        transfer(&c, &s, 16 << 20, 40 + round).await;
+        c.close(0u32.into(), b"done");
+        // Long past the spin window: both sides are asleep when the next
+        // handshake's first packet must wake them.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ss.stats().recv_packets > 8192 && cs.stats().recv_packets > 0);
+}

@@ -8,6 +8,7 @@
 //! ALPN. `qr serve` and `qr connect` use the same bootstrap helpers.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
@@ -80,6 +81,23 @@ impl ChannelServer {
     /// the bootstrap address.
     pub fn describe(&self) -> String {
         describe_record(&self.record, self.bootstrap)
+    }
+
+    /// Close every connection, wait for them to drain, and return once the
+    /// fabric socket is released, so a new server can listen on the same
+    /// address at once. quinn's endpoint driver, the socket's last holder, ends
+    /// on the runtime after the last endpoint handle is gone; this waits for it
+    /// (at most `limit`). Other clones of [`ChannelServer::endpoint`] must be
+    /// dropped first, or the wait runs to `limit`.
+    pub async fn shutdown(self, limit: Duration) {
+        self.endpoint.close(0u32.into(), b"shutdown");
+        self.endpoint.wait_idle().await;
+        let socket = Arc::downgrade(&self.socket);
+        drop(self);
+        let deadline = tokio::time::Instant::now() + limit;
+        while socket.strong_count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 }
 
@@ -360,26 +378,13 @@ mod tests {
         let want = Sha256::digest(&payload);
         let serve = |lo: &ListenOptions| {
             let _g = rt.enter();
-            // A replaced endpoint's tasks (its driver, and the readiness watcher
-            // holding a duplicate of the UDP socket) end asynchronously after its
-            // last handle drops, so the address may still be bound for a moment
-            // (a restarted process does not see this: exit closes everything).
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            let server = loop {
-                let cfg = load("srv")
+            let server = listen(
+                lo,
+                load("srv")
                     .server_config(b"t/1", transport.clone())
-                    .unwrap();
-                match listen(lo, cfg) {
-                    Ok(server) => break server,
-                    Err(e)
-                        if format!("{e:#}").contains("is taken")
-                            && std::time::Instant::now() < deadline =>
-                    {
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                    }
-                    Err(e) => panic!("listen: {e:#}"),
-                }
-            };
+                    .unwrap(),
+            )
+            .unwrap();
             let ep = server.endpoint.clone();
             rt.spawn(async move {
                 while let Some(inc) = ep.accept().await {
@@ -420,9 +425,7 @@ mod tests {
         });
         drop(c2);
         // Replace the server: the same address, a fresh endpoint.
-        server.endpoint.close(0u32.into(), b"restart");
-        rt.block_on(server.endpoint.wait_idle());
-        drop(server);
+        rt.block_on(server.shutdown(Duration::from_secs(10)));
         let server = serve(&lo);
         let service = server.bootstrap.to_string();
         rt.block_on(async {

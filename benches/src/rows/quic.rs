@@ -74,16 +74,13 @@ impl Session for QuinnSession {
 
     fn close(self: Box<Self>) -> BoxFut<'static, ()> {
         Box::pin(async move {
+            if std::env::var_os("BENCH_QUINN_STATS").is_some() {
+                print_stats(
+                    if self.client { "client" } else { "server" },
+                    &self.conn.stats(),
+                );
+            }
             if self.client {
-                if std::env::var_os("BENCH_QUINN_STATS").is_some() {
-                    let st = self.conn.stats();
-                    // ACKs received and ACK_FREQUENCY frames sent: shows whether a
-                    // BENCH_TUNE ackfreq setting took effect.
-                    eprintln!(
-                        "{:?} acks_rx={} ack_frequency_tx={}",
-                        st.path, st.frame_rx.acks, st.frame_tx.ack_frequency
-                    );
-                }
                 self.conn.close(0u32.into(), b"done");
             } else {
                 let _ = tokio::time::timeout(Duration::from_secs(2), self.conn.closed()).await;
@@ -91,4 +88,30 @@ impl Session for QuinnSession {
             Ok(())
         })
     }
+}
+
+/// `BENCH_QUINN_STATS`: what limited a side (issue 13: why quinn's sides idle).
+/// ACKs and ACK_FREQUENCY frames show whether a `BENCH_TUNE` ackfreq setting
+/// took effect; the flow-control frames (MAX_DATA, MAX_STREAM_DATA sent by the
+/// receiver, DATA_BLOCKED, STREAM_DATA_BLOCKED sent by a blocked sender) and
+/// the UDP I/O counts (datagrams per I/O call: the batch sizes) what paced it.
+fn print_stats(side: &str, st: &quinn::ConnectionStats) {
+    let (tx, rx) = (&st.frame_tx, &st.frame_rx);
+    eprintln!(
+        "{side}: {:?} acks_rx={} acks_tx={} ack_frequency_tx={} \
+         max_data_tx={} max_stream_data_tx={} data_blocked_tx={} stream_data_blocked_tx={} \
+         udp_tx={}/{} ios udp_rx={}/{} ios",
+        st.path,
+        rx.acks,
+        tx.acks,
+        tx.ack_frequency,
+        tx.max_data,
+        tx.max_stream_data,
+        tx.data_blocked,
+        tx.stream_data_blocked,
+        st.udp_tx.datagrams,
+        st.udp_tx.ios,
+        st.udp_rx.datagrams,
+        st.udp_rx.ios,
+    );
 }

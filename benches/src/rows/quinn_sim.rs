@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
 use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQpOptions};
-use quic_rdma::quinn_adapter::{self, RdmaUdpSocket};
+use quic_rdma::quinn_adapter;
 use quic_rdma::socket::{SocketConfig, UdSocket};
 
 use super::quic::{QuinnDialer, QuinnListener};
@@ -40,7 +40,7 @@ impl QuinnSim {
         let n = self.next_gid.fetch_add(1, Ordering::Relaxed);
         let gid = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n).into();
         let qp = self.fabric.create_qp(gid, SimQpOptions::default())?;
-        let sock = RdmaUdpSocket::new(UdSocket::new(qp, SocketConfig::default())?);
+        let sock = crate::tuning::adapter_socket(UdSocket::new(qp, SocketConfig::default())?);
         let mtu = sock.mtu();
         let server = server.then(|| self.tls.quinn_server(crate::tuning::transport(mtu)));
         let ep = quinn::Endpoint::new_with_abstract_socket(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort, SoftQp};
 use quic_rdma::fabric::DEFAULT_QKEY;
-use quic_rdma::quinn_adapter::{self, RdmaUdpSocket};
+use quic_rdma::quinn_adapter;
 use quic_rdma::socket::{SocketConfig, UdSocket};
 
 use super::engine::QpPairs;
@@ -99,7 +99,10 @@ impl QuinnSoft {
     }
 
     fn endpoint(&self, server: bool) -> anyhow::Result<(quinn::Endpoint, usize)> {
-        let sock = RdmaUdpSocket::new(UdSocket::new(self.addrs.qp()?, SocketConfig::default())?);
+        let sock = crate::tuning::adapter_socket(UdSocket::new(
+            self.addrs.qp()?,
+            SocketConfig::default(),
+        )?);
         let mtu = sock.mtu();
         let server = server.then(|| self.tls.quinn_server(crate::tuning::transport(mtu)));
         let ep = quinn::Endpoint::new_with_abstract_socket(

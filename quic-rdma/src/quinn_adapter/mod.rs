@@ -28,6 +28,7 @@
 //! ```
 
 mod coalesce;
+mod spin;
 mod wake;
 
 use std::fmt;
@@ -36,7 +37,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
@@ -51,7 +52,8 @@ use crate::quic::peers::{LastSource, PeerLimits, PeerStats, PeerTable};
 use crate::quic::routing::{self, RoutingCheck, RoutingStats};
 use crate::socket::{SocketError, SocketStats, UdSocket};
 use coalesce::{Coalescer, RECV_SEGMENTS};
-use wake::WakeHub;
+use spin::IdleSpin;
+use wake::{FdReadiness, WakeHub};
 
 /// A [`UdSocket`] as a `quinn::AsyncUdpSocket`.
 ///
@@ -59,14 +61,16 @@ use wake::WakeHub;
 /// `may_fragment()` is `false` (a UD message is never fragmented), so quinn may
 /// use every byte of the MTU.
 pub struct RdmaUdpSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
-    /// The task waking `hub` on descriptor readiness (started on first poll, inside
-    /// the runtime), for providers with a readiness descriptor.
-    watcher: OnceLock<Option<tokio::task::AbortHandle>>,
+    /// The provider's readiness descriptor registered with the reactor (on first
+    /// arm, inside the runtime), for providers that have one; it wakes `hub`.
+    readiness: OnceLock<Option<FdReadiness>>,
     hub: Arc<WakeHub>,
     hub_waker: Waker,
     mtu: usize,
     /// Segments per transmit the socket can always post whole.
     max_segments: usize,
+    /// How long the receive path polls on after a packet before it sleeps.
+    spin: IdleSpin,
     /// The addresses quinn sees for UD peers (see [`RdmaUdpSocket::peer_addr`]),
     /// and the routing check's counters (both touched on every receive). Shared
     /// with the sockets [`rebind`](Self::rebind) makes.
@@ -76,6 +80,9 @@ pub struct RdmaUdpSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
 }
 
 impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
+    /// The receive path's default spin window ([`with_idle_spin`](Self::with_idle_spin)).
+    pub const DEFAULT_IDLE_SPIN: Duration = spin::DEFAULT_IDLE_SPIN;
+
     /// Wrap a socket, with the default [`PeerLimits`] and [`RoutingCheck`].
     pub fn new(socket: UdSocket<Q>) -> Self {
         Self::with_options(socket, PeerLimits::default(), RoutingCheck::default())
@@ -98,11 +105,12 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     ) -> Self {
         let hub = Arc::new(WakeHub::default());
         RdmaUdpSocket {
-            watcher: OnceLock::new(),
+            readiness: OnceLock::new(),
             hub_waker: Waker::from(hub.clone()),
             hub,
             mtu: socket.mtu(),
             max_segments: socket.max_segments(),
+            spin: IdleSpin::new(spin::DEFAULT_IDLE_SPIN),
             peers,
             routing,
             inner: Mutex::new(socket),
@@ -115,7 +123,25 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     /// and the new socket must know them. Our own address change is a path
     /// change to the peers (RFC 9000 §9); their addresses stay as they were.
     pub fn rebind(&self, socket: UdSocket<Q>) -> Self {
-        Self::over(socket, self.peers.clone(), self.routing)
+        Self::over(socket, self.peers.clone(), self.routing).with_idle_spin(self.spin.window())
+    }
+
+    /// After a packet, keep the receive path awake for `window` before it sleeps
+    /// (default [`DEFAULT_IDLE_SPIN`](Self::DEFAULT_IDLE_SPIN): none, it sleeps at
+    /// once, as a UDP socket does).
+    ///
+    /// While the window lasts, quinn's endpoint task polls the queue pair again
+    /// each time the runtime comes round to it and yields the CPU in between
+    /// (`sched_yield`), instead of sleeping: a steady flow then never pays for
+    /// a wake-up, which costs tens of microseconds when the CPU went idle (far
+    /// more in a virtual machine). The cost is CPU: up to `window` of polling
+    /// after each burst of traffic, and a busy thread while packets keep coming
+    /// closer together than `window`. On a machine whose cores are shared with
+    /// other busy processes it loses: each yield gives the CPU away for a time
+    /// slice. Use it where the endpoint has its cores to itself.
+    pub fn with_idle_spin(mut self, window: Duration) -> Self {
+        self.spin = IdleSpin::new(window);
+        self
     }
 
     /// The fabric MTU: use it for [`endpoint_config`] and [`transport_config`].
@@ -173,32 +199,27 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     /// Register `w` and arm the QP. Returns `true` if a completion may already be
     /// waiting (the caller polls again instead of sleeping: no lost wake-up).
     fn arm(&self, s: &mut UdSocket<Q>, w: &Waker) -> bool {
-        self.watcher.get_or_init(|| {
+        let readiness = self.readiness.get_or_init(|| {
             let fd = s.readiness_fd()?.try_clone_to_owned().ok()?;
             tokio::runtime::Handle::try_current()
                 .map_err(
                     |e| tracing::warn!(%e, "no tokio runtime to watch the provider's descriptor"),
                 )
                 .ok()?;
-            wake::spawn_fd_watcher(fd, self.hub.clone())
+            FdReadiness::new(fd)
                 .map_err(|e| tracing::warn!(%e, "cannot watch the provider's descriptor"))
                 .ok()
         });
         self.hub.register(w);
+        if let Some(r) = readiness {
+            r.register(&self.hub_waker);
+        }
         s.arm(&self.hub_waker)
     }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl<Q: UdQueuePair> Drop for RdmaUdpSocket<Q> {
-    fn drop(&mut self) {
-        if let Some(Some(task)) = self.watcher.get() {
-            task.abort();
-        }
-    }
 }
 
 impl<Q: UdQueuePair> fmt::Debug for RdmaUdpSocket<Q> {
@@ -268,7 +289,18 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
                 }
             }
             if out.used() > 0 {
+                self.spin.on_receive(now);
                 return Poll::Ready(Ok(out.used()));
+            }
+            if self.spin.keep_spinning(Instant::now()) {
+                // Poll again instead of sleeping (see `with_idle_spin`): the
+                // runtime runs its other ready tasks first, and other threads
+                // get this CPU meanwhile; the locks are not held across it.
+                drop(guard);
+                drop(s);
+                cx.waker().wake_by_ref();
+                std::thread::yield_now();
+                return Poll::Pending;
             }
             if !self.arm(&mut s, cx.waker()) {
                 return Poll::Pending;

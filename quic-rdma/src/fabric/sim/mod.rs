@@ -82,10 +82,12 @@ impl SimFabric {
         let mut st = self.shared.lock();
         let qpn = st.next_qpn;
         st.next_qpn += 1;
-        st.qps.insert(qpn, QpRx::new(gid, keys, depth));
+        let rx = QpRx::new(gid, keys, depth);
+        let doorbell = rx.doorbell();
+        st.qps.insert(qpn, rx);
         st.port_unknown_qpn.entry(gid).or_default();
         drop(st);
-        Ok(SimQp::new(self.shared.clone(), gid, qpn, opts))
+        Ok(SimQp::new(self.shared.clone(), gid, qpn, opts, doorbell))
     }
 
     /// The wire counters.

@@ -6,6 +6,7 @@ use std::task::Waker;
 
 use super::config::SimQpOptions;
 use super::packet::Packet;
+use super::rx::Doorbell;
 use super::state::Shared;
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
@@ -19,6 +20,9 @@ pub struct SimQp {
     attr: QpAttr,
     next_lkey: u32,
     sq: SendQueue<AhAttr>,
+    /// Rung by the fabric when a completion or event may wait: an empty poll
+    /// does not take the fabric's lock.
+    doorbell: Doorbell,
 }
 
 /// A control handle to a simulated QP, for tests: move it to another GID
@@ -30,7 +34,13 @@ pub struct SimQpHandle {
 }
 
 impl SimQp {
-    pub(crate) fn new(shared: Arc<Shared>, gid: Gid, qpn: Qpn, opts: SimQpOptions) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        gid: Gid,
+        qpn: Qpn,
+        opts: SimQpOptions,
+        doorbell: Doorbell,
+    ) -> Self {
         let cfg = &shared.cfg;
         let attr = QpAttr {
             qpn,
@@ -47,6 +57,7 @@ impl SimQp {
             next_lkey: 0x100 + qpn * 0x1000,
             sq: SendQueue::new(&attr),
             attr,
+            doorbell,
         }
     }
 
@@ -82,7 +93,7 @@ impl SimQpHandle {
     pub fn fail(&self) {
         let mut st = self.shared.lock();
         if let Some(q) = st.qps.get_mut(&self.qpn) {
-            q.rq.fail();
+            q.fail();
             q.raise(AsyncEvent::QpFatal);
         }
     }
@@ -171,7 +182,7 @@ impl UdQueuePair for SimQp {
         // A send that completed in error failed the whole QP (IBA 10.8.3).
         if self.sq.in_error() {
             if let Some(q) = st.qps.get_mut(&self.attr.qpn) {
-                q.rq.fail();
+                q.fail();
             }
         }
         drop(st);
@@ -194,12 +205,17 @@ impl UdQueuePair for SimQp {
     }
 
     fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
+        if !self.doorbell.rung() {
+            return 0;
+        }
         let mut st = self.shared.lock();
         let st = &mut *st;
         let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
             return 0;
         };
-        rx.rq.poll(mem, out, |b| st.bufs.give(b))
+        let n = rx.rq.poll(mem, out, |b| st.bufs.give(b));
+        rx.settle();
+        n
     }
 
     fn arm(&mut self, waker: &Waker) -> bool {
@@ -212,12 +228,19 @@ impl UdQueuePair for SimQp {
     }
 
     fn poll_event(&mut self) -> Option<AsyncEvent> {
+        if !self.doorbell.rung() {
+            return None;
+        }
         let ev = self
             .shared
             .lock()
             .qps
             .get_mut(&self.attr.qpn)
-            .and_then(|q| q.events.pop_front());
+            .and_then(|q| {
+                let ev = q.events.pop_front();
+                q.settle();
+                ev
+            });
         if let Some(AsyncEvent::GidChanged { new }) = ev {
             self.attr.gid = new;
         }

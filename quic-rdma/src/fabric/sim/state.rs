@@ -161,7 +161,11 @@ impl State {
         };
         // A QP that moved to another GID is no longer reached at the old one.
         let rx = self.qps.get_mut(&pkt.dqpn).filter(|q| q.gid == pkt.dgid);
-        let rq = match accept(keys, rx.map(|q| &mut q.rq)) {
+        let (rx_rq, doorbell) = match rx {
+            Some(q) => (Some(&mut q.rq), Some(&q.doorbell)),
+            None => (None, None),
+        };
+        let rq = match accept(keys, rx_rq) {
             Ok(rq) => rq,
             Err(KeyDrop::UnknownQpn) => {
                 match self.port_unknown_qpn.get_mut(&pkt.dgid) {
@@ -195,6 +199,11 @@ impl State {
         };
         let byte_len = pkt.data.len();
         let mut data = Some(pkt.data);
+        // Before the arrival wakes the owner (a dropped packet rings for nothing:
+        // the owner's next poll finds the queue empty and settles it).
+        if let Some(d) = doorbell {
+            d.store(true, std::sync::atomic::Ordering::Release);
+        }
         let placed = rq.arrive(byte_len, pkt.imm, pkt.src_qp, starved, || {
             let mut d = data.take().expect("filled once");
             grh.write(&mut d[..GRH_LEN], layout);
