@@ -44,6 +44,15 @@ async fn first_connection(p: &Pair) {
     send.finish().unwrap();
     let mut recv = s.accept_uni().await.unwrap();
     assert_eq!(recv.read_to_end(64).await.unwrap(), b"hello");
+    // The server's session ticket rides its first 1-RTT flight; the client must
+    // have processed it before closing, or it has nothing to resume with. A
+    // reply sent after the handshake arrives after the ticket (the sim fabric
+    // delivers in order), so reading it proves the ticket is stored.
+    let mut reply = s.open_uni().await.unwrap();
+    reply.write_all(b"bye").await.unwrap();
+    reply.finish().unwrap();
+    let mut recv = c.accept_uni().await.unwrap();
+    assert_eq!(recv.read_to_end(64).await.unwrap(), b"bye");
     c.close(0u32.into(), b"done");
     c.closed().await;
 }
