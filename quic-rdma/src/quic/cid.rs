@@ -40,6 +40,19 @@ pub fn key_of_cid(cid: &[u8]) -> u32 {
 
 /// The routing key of the destination CID of a QUIC datagram, without decrypting.
 ///
+/// A long-header packet's version and its two type bits (RFC 9000 §17.2), or
+/// `None` for a short header or a datagram too short to tell. The one place
+/// the drivers classify packets before QUIC parses them.
+pub(crate) fn long_header(d: &[u8]) -> Option<(u32, u8)> {
+    match d {
+        [first, v0, v1, v2, v3, ..] if first & 0x80 != 0 => Some((
+            u32::from_be_bytes([*v0, *v1, *v2, *v3]),
+            (first >> 4) & 0b11,
+        )),
+        _ => None,
+    }
+}
+
 /// RFC 9000 §17.2: a long header (first bit set) has Version (4 bytes), then the
 /// DCID length byte and the DCID. §17.3: a short header has the DCID right after
 /// the first byte; its length is not on the wire, but the key needs only the first

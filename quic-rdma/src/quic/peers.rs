@@ -392,14 +392,11 @@ fn synthetic(ud: UdAddr, port: u16) -> SocketAddr {
 /// A Version Negotiation or Retry packet (RFC 9000 §17.2.1, §17.2.5): an
 /// endpoint sends these without keeping state, so they admit nobody.
 fn is_stateless_answer(packet: &[u8]) -> bool {
-    match packet {
-        [first, v0, v1, v2, v3, ..] if first & 0x80 != 0 => {
-            let version = u32::from_be_bytes([*v0, *v1, *v2, *v3]);
-            // Version 0 is Version Negotiation; long-header type 3 is Retry in QUIC v1.
-            version == 0 || (version == 1 && (first >> 4) & 0b11 == 3)
-        }
-        _ => false,
-    }
+    // Version 0 is Version Negotiation; long-header type 3 is Retry in QUIC v1.
+    matches!(
+        crate::quic::cid::long_header(packet),
+        Some((0, _)) | Some((1, 3))
+    )
 }
 
 /// The source [`PeerTable::on_receive`] answered last, within one receive batch

@@ -109,10 +109,7 @@ impl RoutingCheck {
 /// Whether `d` is a QUIC v1 Initial or 0-RTT packet (RFC 9000 §17.2: long
 /// header, version 1, type bits 0b00 or 0b01), whose DCID the client chose.
 fn opens_connection(d: &[u8]) -> bool {
-    match d {
-        [first, 0, 0, 0, 1, ..] => first & 0x80 != 0 && (first >> 4) & 0x3 <= 1,
-        _ => false,
-    }
+    matches!(cid::long_header(d), Some((1, 0 | 1)))
 }
 
 #[cfg(test)]
