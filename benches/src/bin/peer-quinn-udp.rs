@@ -90,12 +90,21 @@ async fn server(a: &PeerArgs) -> anyhow::Result<PeerOutcome> {
         .await?;
     let cpu0 = CpuSpan::start();
     let (mut send, mut recv) = conn.accept_bi().await?;
-    while let Some(n) = recv.read(sink.spare()).await? {
+    while sink.received() < a.bytes {
+        let n = recv.read(sink.spare()).await?;
+        let n = n.ok_or_else(|| anyhow::anyhow!("peer ended the stream early"))?;
         sink.advance(n);
         anyhow::ensure!(!sink.overrun(), "peer sent more than announced");
     }
     send.write_all(&[1]).await?;
     let cpu = cpu0.stop();
+    // Hash only after the client's end of stream, which it sends once it has
+    // the acknowledgement: quinn sends the acknowledgement when its driver
+    // task runs on this thread, and hashing first would hold it back.
+    anyhow::ensure!(
+        recv.read(&mut [0u8; 1]).await?.is_none(),
+        "peer sent more than announced"
+    );
     let digest = sink.digest().expect("verifying sink");
     send.write_all(&digest).await?;
     send.finish()?;
@@ -136,11 +145,12 @@ async fn client(a: &PeerArgs) -> anyhow::Result<PeerOutcome> {
         off += s.len() as u64;
         send.write_chunk(s).await?;
     }
-    send.finish()?;
     let mut ack = [0u8; 1];
     recv.read_exact(&mut ack).await?;
     let secs = t0.elapsed().as_secs_f64();
     let cpu = cpu0.stop();
+    // The end of the stream tells the server to hash and reply.
+    send.finish()?;
     let mut got = [0u8; 32];
     recv.read_exact(&mut got).await?;
     if std::env::var_os("BENCH_QUINN_STATS").is_some() {

@@ -51,17 +51,21 @@ async fn server(a: &PeerArgs) -> anyhow::Result<PeerOutcome> {
     let mut s = acceptor.accept(tcp).await?;
     let suite = suite_name(s.get_ref().1);
     let cpu0 = CpuSpan::start();
-    loop {
+    while sink.received() < a.bytes {
         let n = s.read(sink.spare()).await?;
-        if n == 0 {
-            break;
-        }
+        anyhow::ensure!(n > 0, "peer ended the stream early");
         sink.advance(n);
         anyhow::ensure!(!sink.overrun(), "peer sent more than announced");
     }
     s.write_all(&[1]).await?;
     s.flush().await?;
     let cpu = cpu0.stop();
+    // The same exchange as the quinn pair: hash once the client has the
+    // acknowledgement and has ended its half.
+    anyhow::ensure!(
+        s.read(&mut [0u8; 1]).await? == 0,
+        "peer sent more than announced"
+    );
     let digest = sink.digest().expect("verifying sink");
     s.write_all(&digest).await?;
     s.shutdown().await?;
@@ -101,12 +105,12 @@ async fn client(a: &PeerArgs) -> anyhow::Result<PeerOutcome> {
         s.write_all(chunk).await?;
         off += chunk.len() as u64;
     }
-    // Half-close as the TLS close_notify: the server reads to its end.
-    s.shutdown().await?;
     let mut ack = [0u8; 1];
     s.read_exact(&mut ack).await?;
     let secs = t0.elapsed().as_secs_f64();
     let cpu = cpu0.stop();
+    // Half-close as the TLS close_notify: the server hashes and replies.
+    s.shutdown().await?;
     let mut got = [0u8; 32];
     s.read_exact(&mut got).await?;
     Ok(PeerOutcome {

@@ -156,7 +156,7 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
             move |d| Box::pin(bulk_client(d, p, pattern)),
             move |l| {
                 Box::pin(async move {
-                    let cpu = bulk_server(l, &mut sink).await?;
+                    let cpu = bulk_server(l, &mut sink, p.bytes).await?;
                     Ok((cpu, sink))
                 })
             },
@@ -186,7 +186,7 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
                 let cpu = block_on(async {
                     let (mut l, addr) = self.0.listen().await?;
                     ready(addr)?;
-                    bulk_server(&mut *l, &mut sink).await
+                    bulk_server(&mut *l, &mut sink, p.bytes).await
                 })?;
                 Ok(SideOutcome {
                     secs: 0.0,
@@ -317,34 +317,53 @@ async fn bulk_client(
         off += s.len() as u64;
         w.write_bytes(s).await?;
     }
-    w.shutdown().await?;
     let mut ack = [0u8; 1];
     r.read_exact(&mut ack).await?;
     let secs = t0.elapsed().as_secs_f64();
     let cpu = cpu.stop();
+    // The end of the stream, sent only now, is what lets the server start
+    // hashing (see `bulk_server`).
+    w.shutdown().await?;
     let mut got = [0u8; 33];
     r.read_exact(&mut got).await?;
     sess.close().await?;
     Ok((secs, cpu, got))
 }
 
-/// The server of a bulk transfer: receive into `sink`, acknowledge the last
-/// byte (CPU stops), reply with the digest. Returns the CPU used.
-async fn bulk_server(l: &mut dyn Listener, sink: &mut SinkBuf) -> anyhow::Result<CpuUsed> {
+/// The server of a bulk transfer: receive `total` bytes into `sink`,
+/// acknowledge the last one (CPU stops), then, once the client has ended its
+/// half of the stream, reply with the digest. Returns the CPU used.
+///
+/// The digest waits for the client's end of stream, which the client sends
+/// only after the acknowledgement reached it: hashing a whole transfer holds
+/// this side's thread for a while, and a stack whose driver is a task on this
+/// runtime (quinn) sends the acknowledgement only when that task runs — an
+/// acknowledgement written just before the hash would leave after it, and the
+/// client's clock would time the hash as well.
+async fn bulk_server(
+    l: &mut dyn Listener,
+    sink: &mut SinkBuf,
+    total: u64,
+) -> anyhow::Result<CpuUsed> {
     let mut sess = l.accept().await?;
     let cpu = CpuSpan::start();
     let (mut r, mut w) = sess.accept().await?;
-    loop {
-        anyhow::ensure!(!sink.overrun(), "peer sent more than announced");
+    while sink.received() < total {
         let n = r.read(sink.spare()).await?;
-        if n == 0 {
-            break;
-        }
+        anyhow::ensure!(
+            n > 0,
+            "peer ended the stream after {} of {total} bytes",
+            sink.received()
+        );
         sink.advance(n);
+        anyhow::ensure!(!sink.overrun(), "peer sent more than announced");
     }
+    anyhow::ensure!(sink.received() == total, "peer sent more than announced");
     w.write_all(&[1]).await?;
     w.flush().await?;
     let cpu = cpu.stop();
+    let n = r.read(&mut [0u8; 1]).await?;
+    anyhow::ensure!(n == 0, "peer sent more than announced");
     let mut reply = [0u8; 33];
     if let Some(d) = sink.digest() {
         reply[0] = 1;
