@@ -5,8 +5,10 @@
 //! The parent starts the server, reads the first line it prints —
 //! `listening <address>` ([`LISTENING`]) — starts the client with that address,
 //! and takes the last line each prints as its result (JSON). The harness's
-//! own rows run this way through `compare`'s hidden `--side` mode
-//! ([`bulk_in_processes`]); the standalone peers ([`crate::peer`]) likewise.
+//! own rows run every workload this way through `compare`'s hidden `--side`
+//! mode ([`bulk_in_processes`], [`rtt_in_processes`],
+//! [`handshakes_in_processes`]); the standalone peers ([`crate::peer`]) run
+//! their bulk transfer likewise.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::SocketAddr;
@@ -14,7 +16,9 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use crate::rows::{BulkOutcome, BulkParams, BulkSide, Row, SideOutcome};
+use crate::rows::{
+    BulkOutcome, BulkParams, HandshakeOutcome, ProcessSide, Row, RttOutcome, SideOutcome, Workload,
+};
 use crate::side::HANG_GUARD;
 
 /// The first word of the line a server process prints once it listens.
@@ -149,29 +153,46 @@ pub fn sibling_exe(name: &str) -> anyhow::Result<PathBuf> {
     )
 }
 
-/// One bulk transfer of `row` with client and server in two processes of
-/// `compare` (its `--side` mode), pinned to `cpus` (client, server). `tls` is
-/// the certificate file the sides load (see [`crate::tls::TLS_ENV`]).
+/// Run `work` of `row` with client and server in two processes of `compare`
+/// (its `--side` mode), pinned to `cpus` (client, server); the last line each
+/// printed, (client, server). `tls` is the certificate file the sides load
+/// (see [`crate::tls::TLS_ENV`]).
+fn in_processes(
+    row: &dyn Row,
+    work: Workload,
+    cpus: (usize, usize),
+    tls: &std::path::Path,
+) -> anyhow::Result<(String, String)> {
+    let exe = sibling_exe("compare")?;
+    let cmd = |role: &str, cpu: usize| {
+        let mut c = Command::new(&exe);
+        c.args(["--side", role, "--row", &row.name()])
+            .args(["--cpu", &cpu.to_string()])
+            .env(crate::tls::TLS_ENV, tls);
+        match work {
+            Workload::Bulk(p) => c.args(["--work", "bulk", "--bulk-bytes", &p.bytes.to_string()]),
+            Workload::Rtt(n) => c.args(["--work", "rtt", "--rtt-iters", &n.to_string()]),
+            Workload::Handshakes(n) => {
+                c.args(["--work", "handshakes", "--handshakes", &n.to_string()])
+            }
+        };
+        c
+    };
+    run_processes(&row.name(), cmd("server", cpus.1), |a| {
+        let mut c = cmd("client", cpus.0);
+        c.args(["--addr", &addr_to_string(a)]);
+        c
+    })
+}
+
+/// One bulk transfer of `row` in two processes (see [`in_processes`]).
 pub fn bulk_in_processes(
     row: &dyn Row,
     p: BulkParams,
     cpus: (usize, usize),
     tls: &std::path::Path,
 ) -> anyhow::Result<BulkOutcome> {
-    let exe = sibling_exe("compare")?;
-    let cmd = |role: &str, cpu: usize| {
-        let mut c = Command::new(&exe);
-        c.args(["--side", role, "--row", &row.name()])
-            .args(["--bulk-bytes", &p.bytes.to_string()])
-            .args(["--cpu", &cpu.to_string()])
-            .env(crate::tls::TLS_ENV, tls);
-        c
-    };
-    let (c, s) = run_processes(&row.name(), cmd("server", cpus.1), |a| {
-        let mut c = cmd("client", cpus.0);
-        c.args(["--addr", &addr_to_string(a)]);
-        c
-    })?;
+    let (c, s) = in_processes(row, Workload::Bulk(p), cpus, tls)?;
     let c: SideOutcome = serde_json::from_str(&c)?;
     let s: SideOutcome = serde_json::from_str(&s)?;
     Ok(BulkOutcome {
@@ -183,23 +204,62 @@ pub fn bulk_in_processes(
     })
 }
 
-/// `compare --side server|client`: run one side of `row`'s bulk transfer in
-/// this process, pinned to `cpu`, and print its [`SideOutcome`] as the last line.
+/// `iters` sampled round trips of `row` in two processes (see [`in_processes`]).
+pub fn rtt_in_processes(
+    row: &dyn Row,
+    iters: usize,
+    cpus: (usize, usize),
+    tls: &std::path::Path,
+) -> anyhow::Result<RttOutcome> {
+    let (c, _) = in_processes(row, Workload::Rtt(iters), cpus, tls)?;
+    let samples_ns: Vec<u64> = serde_json::from_str(&c)?;
+    anyhow::ensure!(
+        samples_ns.len() == iters,
+        "{} RTT samples, {iters} asked",
+        samples_ns.len()
+    );
+    Ok(RttOutcome { samples_ns })
+}
+
+/// `count` handshakes of `row` in two processes (see [`in_processes`]).
+pub fn handshakes_in_processes(
+    row: &dyn Row,
+    count: usize,
+    cpus: (usize, usize),
+    tls: &std::path::Path,
+) -> anyhow::Result<HandshakeOutcome> {
+    let (c, _) = in_processes(row, Workload::Handshakes(count), cpus, tls)?;
+    Ok(HandshakeOutcome {
+        count: count as u64,
+        secs: serde_json::from_str(&c)?,
+    })
+}
+
+/// `compare --side server|client`: run one side of `row`'s `work` in this
+/// process, pinned to `cpu`, and print its outcome as JSON on the last line
+/// (bulk: a [`SideOutcome`]; RTT: the client's samples; handshakes: the
+/// client's seconds).
 pub fn side_main(
     row: &dyn Row,
     role: &str,
-    p: BulkParams,
+    work: Workload,
     cpu: usize,
     addr: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     crate::affinity::pin_current_thread(cpu);
     crate::cpu::measure_whole_process();
-    let out = match (role, addr) {
-        ("server", _) => row.bulk_side(p, BulkSide::Server(&mut |a| announce(a)))?,
-        ("client", Some(a)) => row.bulk_side(p, BulkSide::Client(a))?,
+    let mut announce_it = |a| announce(a);
+    let side = match (role, addr) {
+        ("server", _) => ProcessSide::Server(&mut announce_it),
+        ("client", Some(a)) => ProcessSide::Client(a),
         _ => anyhow::bail!("--side takes server, or client with --addr IP:PORT"),
     };
-    println!("{}", serde_json::to_string(&out)?);
+    let out = match work {
+        Workload::Bulk(p) => serde_json::to_string(&row.bulk_side(p, side)?)?,
+        Workload::Rtt(n) => serde_json::to_string(&row.rtt_side(n, side)?)?,
+        Workload::Handshakes(n) => serde_json::to_string(&row.handshakes_side(n, side)?)?,
+    };
+    println!("{out}");
     Ok(())
 }
 

@@ -117,10 +117,17 @@ pub struct RowReport {
     /// `sim` fabric, which cannot cross processes).
     #[serde(default)]
     pub bulk_processes: Option<BulkReport>,
-    /// RTT per placement.
+    /// RTT per placement (threads of one process).
     pub rtt: Vec<RttReport>,
-    /// Handshake rate (sides on separate cores).
+    /// RTT with each side a process of its own, on separate cores (absent
+    /// for `sim`).
+    #[serde(default)]
+    pub rtt_processes: Option<RttReport>,
+    /// Handshake rate (sides on separate cores, threads of one process).
     pub handshakes: Option<HandshakeReport>,
+    /// The same with each side a process of its own (absent for `sim`).
+    #[serde(default)]
+    pub handshakes_processes: Option<HandshakeReport>,
     /// Cells that failed, with why.
     pub errors: Vec<String>,
 }
@@ -473,17 +480,38 @@ impl Report {
         let _ = writeln!(s, "| row | placement | p50 µs | p99 µs | p99.9 µs |");
         let _ = writeln!(s, "|---|---|---|---|---|");
         for r in &self.rows {
-            for x in &r.rtt {
+            let procs = r
+                .rtt_processes
+                .iter()
+                .map(|x| (x, "separate cores, processes"));
+            for (x, place) in r.rtt.iter().map(|x| (x, x.placement.label())).chain(procs) {
                 let _ = writeln!(
                     s,
                     "| {} | {} | {} | {} | {} |",
                     r.name,
-                    x.placement.label(),
+                    place,
                     sp(&x.p50_us, 1),
                     sp(&x.p99_us, 1),
                     sp(&x.p999_us, 1)
                 );
             }
+        }
+        let _ = writeln!(s, "\nHandshakes per second, sides on separate cores:\n");
+        let _ = writeln!(s, "| row | threads | processes |");
+        let _ = writeln!(s, "|---|---|---|");
+        let hs = |h: &Option<HandshakeReport>| {
+            h.as_ref()
+                .map(|h| sp(&h.per_s, 0))
+                .unwrap_or_else(|| "–".into())
+        };
+        for r in self.rows.iter().filter(|r| r.handshakes.is_some()) {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} |",
+                r.name,
+                hs(&r.handshakes),
+                hs(&r.handshakes_processes)
+            );
         }
         if let Some(img) = &self.image {
             let _ = writeln!(s, "\n{}", img.markdown());

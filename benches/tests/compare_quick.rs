@@ -66,7 +66,20 @@ fn compare_quick_writes_a_complete_report() {
             None => assert!(in_process_only, "{}: no two-process bulk", row.name),
         }
         assert_eq!(row.rtt.len(), 2, "{}: both placements", row.name);
-        for x in &row.rtt {
+        // The same rows ran RTT and handshakes as two processes too.
+        assert_eq!(
+            row.rtt_processes.is_some(),
+            !in_process_only,
+            "{}: RTT as two processes",
+            row.name
+        );
+        assert_eq!(
+            row.handshakes_processes.is_some(),
+            !in_process_only,
+            "{}: handshakes as two processes",
+            row.name
+        );
+        for x in row.rtt.iter().chain(&row.rtt_processes) {
             assert_eq!(x.runs.len(), r.params.repeats);
             for run in &x.runs {
                 assert_eq!(run.iters, r.params.rtt_iters);
@@ -77,11 +90,13 @@ fn compare_quick_writes_a_complete_report() {
             .handshakes
             .as_ref()
             .unwrap_or_else(|| panic!("{}: no handshakes", row.name));
-        assert_eq!(hs.runs.len(), r.params.repeats);
-        assert!(hs
-            .runs
-            .iter()
-            .all(|h| h.count == r.params.handshakes as u64));
+        for hs in std::iter::once(hs).chain(&row.handshakes_processes) {
+            assert_eq!(hs.runs.len(), r.params.repeats);
+            assert!(hs
+                .runs
+                .iter()
+                .all(|h| h.count == r.params.handshakes as u64 && h.secs > 0.0));
+        }
     }
     // The standalone peers ran in the same repeats, verified.
     let sa: Vec<&str> = r.standalone.iter().map(|x| x.name.as_str()).collect();

@@ -23,7 +23,7 @@ use quic_rdma_benches::report::{
     load_avg, BulkReport, HandshakeReport, Machine, Params, Report, RowReport, RttReport, RttRun,
     SCHEMA,
 };
-use quic_rdma_benches::rows::{all_rows, BulkOutcome, BulkParams};
+use quic_rdma_benches::rows::{all_rows, BulkOutcome, BulkParams, Workload};
 use quic_rdma_benches::tls::Tls;
 
 struct Args {
@@ -42,10 +42,13 @@ struct Args {
     side: Option<SideArgs>,
 }
 
-/// `--side ROLE --row NAME --cpu K [--addr IP:PORT]`, set by `procs::bulk_in_processes`.
+/// `--side ROLE --row NAME --work WORK --cpu K [--addr IP:PORT]`, set by
+/// `procs::*_in_processes`.
 #[derive(Default)]
 struct SideArgs {
     role: String,
+    /// `bulk` (the default), `rtt` or `handshakes`.
+    work: String,
     row: String,
     cpu: usize,
     addr: Option<std::net::SocketAddr>,
@@ -80,6 +83,7 @@ fn parse_args() -> anyhow::Result<Args> {
             }
             "--side" => side.get_or_insert_with(SideArgs::default).role = val()?,
             "--row" => side.get_or_insert_with(SideArgs::default).row = val()?,
+            "--work" => side.get_or_insert_with(SideArgs::default).work = val()?,
             "--cpu" => side.get_or_insert_with(SideArgs::default).cpu = val()?.parse()?,
             "--addr" => {
                 side.get_or_insert_with(SideArgs::default).addr =
@@ -140,11 +144,16 @@ fn main() -> anyhow::Result<()> {
             .iter()
             .find(|r| r.name() == side.row)
             .ok_or_else(|| anyhow::anyhow!("--row {}: no such row", side.row))?;
-        let bp = BulkParams {
-            bytes: p.bulk_bytes,
-            verify: true,
+        let work = match side.work.as_str() {
+            "" | "bulk" => Workload::Bulk(BulkParams {
+                bytes: p.bulk_bytes,
+                verify: true,
+            }),
+            "rtt" => Workload::Rtt(p.rtt_iters),
+            "handshakes" => Workload::Handshakes(p.handshakes),
+            other => anyhow::bail!("--work takes bulk, rtt or handshakes; not {other}"),
         };
-        return procs::side_main(&**row, &side.role, bp, side.cpu, side.addr);
+        return procs::side_main(&**row, &side.role, work, side.cpu, side.addr);
     }
     // The side processes of the two-process placement trust this certificate.
     let tls_file = std::env::temp_dir().join(format!("compare-tls-{}.bin", std::process::id()));
@@ -197,7 +206,9 @@ fn main() -> anyhow::Result<()> {
         bulk: Vec<BulkOutcome>,
         bulk_proc: Vec<BulkOutcome>,
         rtt: [Vec<RttRun>; 2],
+        rtt_proc: Vec<RttRun>,
         hs: Vec<quic_rdma_benches::rows::HandshakeOutcome>,
+        hs_proc: Vec<quic_rdma_benches::rows::HandshakeOutcome>,
         errors: Vec<String>,
     }
     let mut acc: Vec<Acc> = rows
@@ -206,7 +217,9 @@ fn main() -> anyhow::Result<()> {
             bulk: vec![],
             bulk_proc: vec![],
             rtt: [vec![], vec![]],
+            rtt_proc: vec![],
             hs: vec![],
+            hs_proc: vec![],
             errors: vec![],
         })
         .collect();
@@ -265,6 +278,22 @@ fn main() -> anyhow::Result<()> {
                         .push(format!("rtt {} repeat {rep}: {e:#}", place.label())),
                 }
             }
+            if run("rtt") && row.crosses_processes() {
+                let cpus = Placement::SeparateCores.cpus();
+                match procs::rtt_in_processes(&**row, p.rtt_iters, cpus, &tls_file) {
+                    Ok(r) => {
+                        let run = RttRun::of(r.samples_ns);
+                        eprintln!(
+                            "[{rep}] {name:18} rtt  {:14} p50 {:8.1} p99 {:8.1} p99.9 {:8.1} µs",
+                            "×2proc", run.p50_us, run.p99_us, run.p999_us
+                        );
+                        a.rtt_proc.push(run);
+                    }
+                    Err(e) => a
+                        .errors
+                        .push(format!("rtt, two processes, repeat {rep}: {e:#}")),
+                }
+            }
             let hs =
                 run("handshakes").then(|| row.handshakes(p.handshakes, Placement::SeparateCores));
             match hs {
@@ -277,6 +306,21 @@ fn main() -> anyhow::Result<()> {
                     a.hs.push(h);
                 }
                 Some(Err(e)) => a.errors.push(format!("handshakes repeat {rep}: {e:#}")),
+            }
+            if run("handshakes") && row.crosses_processes() {
+                let cpus = Placement::SeparateCores.cpus();
+                match procs::handshakes_in_processes(&**row, p.handshakes, cpus, &tls_file) {
+                    Ok(h) => {
+                        eprintln!(
+                            "[{rep}] {name:18} handshakes ×2proc {:8.0}/s",
+                            h.count as f64 / h.secs
+                        );
+                        a.hs_proc.push(h);
+                    }
+                    Err(e) => a
+                        .errors
+                        .push(format!("handshakes, two processes, repeat {rep}: {e:#}")),
+                }
             }
         }
         // The standalone peers, in the same repeat as the rows they check.
@@ -328,7 +372,9 @@ fn main() -> anyhow::Result<()> {
                     .into_iter()
                     .filter_map(|(pl, runs)| RttReport::of(pl, runs))
                     .collect(),
+                rtt_processes: RttReport::of(Placement::SeparateCores, a.rtt_proc),
                 handshakes: HandshakeReport::of(a.hs),
+                handshakes_processes: HandshakeReport::of(a.hs_proc),
                 errors: a.errors,
             }
         })
@@ -353,7 +399,9 @@ fn main() -> anyhow::Result<()> {
                 bulk: None,
                 bulk_processes: BulkReport::of(runs),
                 rtt: vec![],
+                rtt_processes: None,
                 handshakes: None,
+                handshakes_processes: None,
                 errors,
             })
             .collect(),

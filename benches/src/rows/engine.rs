@@ -24,7 +24,7 @@ use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpOptions};
 use quic_rdma::fabric::{UdAddr, UdQueuePair};
 
 use super::{
-    BulkOutcome, BulkParams, BulkSide, HandshakeOutcome, Row, RttOutcome, SideOutcome, RTT_MSG,
+    BulkOutcome, BulkParams, HandshakeOutcome, ProcessSide, Row, RttOutcome, SideOutcome, RTT_MSG,
     RTT_WARMUP, WRITE_CHUNK,
 };
 use crate::affinity::Placement;
@@ -548,10 +548,10 @@ impl<P: QpPairs> Row for EngineRow<P> {
         self.pairs.crosses_processes()
     }
 
-    fn bulk_side(&self, p: BulkParams, side: BulkSide<'_>) -> anyhow::Result<SideOutcome> {
+    fn bulk_side(&self, p: BulkParams, side: ProcessSide<'_>) -> anyhow::Result<SideOutcome> {
         let qp = self.pairs.make_one()?;
         match side {
-            BulkSide::Server(ready) => {
+            ProcessSide::Server(ready) => {
                 let e = self.engine(qp, true)?;
                 ready(e.local_addr().to_socket_addr())?;
                 let mut sink = SinkBuf::new(p.bytes, p.verify);
@@ -564,7 +564,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
                     ok: sink.received() == p.bytes,
                 })
             }
-            BulkSide::Client(addr) => {
+            ProcessSide::Client(addr) => {
                 let pattern = bytes::Bytes::from(data::pattern());
                 let expected = p.verify.then(|| data::expected_digest(&pattern, p.bytes));
                 let side = self.side(self.engine(qp, false)?, Placement::SeparateCores);
@@ -588,57 +588,12 @@ impl<P: QpPairs> Row for EngineRow<P> {
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                let mut side = self.side(ce, place);
-                let c = side.connect(server_addr)?;
-                let s = side.e.open_bi(c)?;
-                let req = [0x5Au8; RTT_MSG];
-                let mut resp = [0u8; RTT_MSG];
-                let mut samples = Vec::with_capacity(iters);
-                for i in 0..RTT_WARMUP + iters {
-                    let t0 = Instant::now();
-                    anyhow::ensure!(side.e.write(c, s, &req)? == RTT_MSG, "request refused");
-                    side.e.flush(t0);
-                    let mut got = 0;
-                    while got < RTT_MSG {
-                        side.poll()?;
-                        side.check_lost(c)?;
-                        anyhow::ensure!(
-                            !read_some(&mut side.e, c, s, &mut resp, &mut got)?,
-                            "stream ended early"
-                        );
-                    }
-                    if i >= RTT_WARMUP {
-                        samples.push(t0.elapsed().as_nanos() as u64);
-                    }
-                }
-                anyhow::ensure!(resp == [0xA5; RTT_MSG], "response bytes");
-                side.close(c)?;
-                Ok(samples)
+                rtt_client(self.side(ce, place), server_addr, iters)
             },
             move || {
                 let mut side = self.side(se, place);
-                let c = side.accept()?;
-                let s = side.accept_stream(c)?;
-                let mut req = [0u8; RTT_MSG];
-                let resp = [0xA5u8; RTT_MSG];
-                let mut got = 0;
-                while !done.load(Ordering::Acquire) {
-                    let fin = match read_some(&mut side.e, c, s, &mut req, &mut got) {
-                        Ok(fin) => fin,
-                        Err(_) => break, // the client closed
-                    };
-                    if got == RTT_MSG {
-                        got = 0;
-                        anyhow::ensure!(side.e.write(c, s, &resp)? == RTT_MSG, "response refused");
-                        side.e.flush(Instant::now());
-                    }
-                    if fin {
-                        break;
-                    }
-                    side.poll()?;
-                }
-                side.linger(done)?;
-                Ok(())
+                rtt_server(&mut side, done)?;
+                side.linger(done)
             },
         )?;
         Ok(RttOutcome {
@@ -655,15 +610,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                let mut side = self.side(ce, place);
-                let t0 = Instant::now();
-                for _ in 0..count {
-                    let c = side.connect(server_addr)?;
-                    side.e.close(Instant::now(), c, 0, b"done")?;
-                }
-                let secs = t0.elapsed().as_secs_f64();
-                side.drain(Duration::from_secs(2))?;
-                Ok(secs)
+                handshakes_client(self.side(ce, place), server_addr, count)
             },
             move || {
                 let mut side = self.side(se, place);
@@ -675,4 +622,128 @@ impl<P: QpPairs> Row for EngineRow<P> {
             secs,
         })
     }
+
+    fn rtt_side(&self, iters: usize, side: ProcessSide<'_>) -> anyhow::Result<Vec<u64>> {
+        let qp = self.pairs.make_one()?;
+        match side {
+            ProcessSide::Server(ready) => {
+                let e = self.engine(qp, true)?;
+                ready(e.local_addr().to_socket_addr())?;
+                let mut side = self.side(e, Placement::SeparateCores);
+                // No other thread here to say the client is done: the
+                // client's close ends the loop.
+                rtt_server(&mut side, &AtomicBool::new(false))?;
+                side.linger_until_closed()?;
+                Ok(vec![])
+            }
+            ProcessSide::Client(addr) => {
+                let side = self.side(self.engine(qp, false)?, Placement::SeparateCores);
+                rtt_client(side, UdAddr::from_socket_addr(addr)?, iters)
+            }
+        }
+    }
+
+    fn handshakes_side(&self, count: usize, side: ProcessSide<'_>) -> anyhow::Result<f64> {
+        let qp = self.pairs.make_one()?;
+        match side {
+            ProcessSide::Server(ready) => {
+                let e = self.engine(qp, true)?;
+                ready(e.local_addr().to_socket_addr())?;
+                let mut side = self.side(e, Placement::SeparateCores);
+                // Serve until `count` connections were accepted and closed.
+                let mut accepted = 0;
+                while accepted < count || side.e.connection_count() > 0 {
+                    side.poll()?;
+                    accepted += side
+                        .ev
+                        .iter()
+                        .filter(|ev| matches!(ev, Event::Connected { .. }))
+                        .count();
+                }
+                Ok(0.0)
+            }
+            ProcessSide::Client(addr) => {
+                let side = self.side(self.engine(qp, false)?, Placement::SeparateCores);
+                handshakes_client(side, UdAddr::from_socket_addr(addr)?, count)
+            }
+        }
+    }
+}
+
+/// The client of the RTT workload: connect to `server`, `RTT_WARMUP + iters`
+/// 64-byte requests, each answered before the next, close; the sampled round
+/// trips in nanoseconds.
+fn rtt_client<Q: UdQueuePair>(
+    mut side: Side<Q>,
+    server: UdAddr,
+    iters: usize,
+) -> anyhow::Result<Vec<u64>> {
+    let c = side.connect(server)?;
+    let s = side.e.open_bi(c)?;
+    let req = [0x5Au8; RTT_MSG];
+    let mut resp = [0u8; RTT_MSG];
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..RTT_WARMUP + iters {
+        let t0 = Instant::now();
+        anyhow::ensure!(side.e.write(c, s, &req)? == RTT_MSG, "request refused");
+        side.e.flush(t0);
+        let mut got = 0;
+        while got < RTT_MSG {
+            side.poll()?;
+            side.check_lost(c)?;
+            anyhow::ensure!(
+                !read_some(&mut side.e, c, s, &mut resp, &mut got)?,
+                "stream ended early"
+            );
+        }
+        if i >= RTT_WARMUP {
+            samples.push(t0.elapsed().as_nanos() as u64);
+        }
+    }
+    anyhow::ensure!(resp == [0xA5; RTT_MSG], "response bytes");
+    side.close(c)?;
+    Ok(samples)
+}
+
+/// The server of the RTT workload: accept, then answer each request until the
+/// client closes the connection or `done` is set.
+fn rtt_server<Q: UdQueuePair>(side: &mut Side<Q>, done: &AtomicBool) -> anyhow::Result<()> {
+    let c = side.accept()?;
+    let s = side.accept_stream(c)?;
+    let mut req = [0u8; RTT_MSG];
+    let resp = [0xA5u8; RTT_MSG];
+    let mut got = 0;
+    while !done.load(Ordering::Acquire) {
+        let fin = match read_some(&mut side.e, c, s, &mut req, &mut got) {
+            Ok(fin) => fin,
+            Err(_) => break, // the client closed
+        };
+        if got == RTT_MSG {
+            got = 0;
+            anyhow::ensure!(side.e.write(c, s, &resp)? == RTT_MSG, "response refused");
+            side.e.flush(Instant::now());
+        }
+        if fin {
+            break;
+        }
+        side.poll()?;
+    }
+    Ok(())
+}
+
+/// The client of the handshake workload: `count` connections to `server`
+/// one after another, each closed before the next; the seconds they took.
+fn handshakes_client<Q: UdQueuePair>(
+    mut side: Side<Q>,
+    server: UdAddr,
+    count: usize,
+) -> anyhow::Result<f64> {
+    let t0 = Instant::now();
+    for _ in 0..count {
+        let c = side.connect(server)?;
+        side.e.close(Instant::now(), c, 0, b"done")?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    side.drain(Duration::from_secs(2))?;
+    Ok(secs)
 }

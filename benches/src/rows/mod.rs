@@ -59,7 +59,7 @@ pub struct HandshakeOutcome {
 }
 
 /// Workload parameters of one bulk run.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BulkParams {
     /// Bytes to move.
     pub bytes: u64,
@@ -67,13 +67,24 @@ pub struct BulkParams {
     pub verify: bool,
 }
 
-/// One side of a bulk transfer run in a process of its own (the two-process
+/// One side of a workload run in a process of its own (the two-process
 /// placement, [`crate::procs`]).
-pub enum BulkSide<'a> {
-    /// Listen, hand the address to dial to the callback, receive and verify.
+pub enum ProcessSide<'a> {
+    /// Listen, hand the address to dial to the callback, then serve.
     Server(&'a mut dyn FnMut(SocketAddr) -> anyhow::Result<()>),
-    /// Dial this address and send.
+    /// Dial this address and run the workload's client.
     Client(SocketAddr),
+}
+
+/// A workload of the two-process placement: which one a side process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// One bulk transfer ([`BulkParams`]).
+    Bulk(BulkParams),
+    /// This many sampled round trips.
+    Rtt(usize),
+    /// This many handshakes.
+    Handshakes(usize),
 }
 
 /// What one side process of a bulk transfer reports.
@@ -103,7 +114,13 @@ pub trait Row: Send + Sync {
     /// in-process `sim` fabric).
     fn crosses_processes(&self) -> bool;
     /// One side of a bulk transfer in this process (see [`crate::procs`]).
-    fn bulk_side(&self, p: BulkParams, side: BulkSide<'_>) -> anyhow::Result<SideOutcome>;
+    fn bulk_side(&self, p: BulkParams, side: ProcessSide<'_>) -> anyhow::Result<SideOutcome>;
+    /// One side of the RTT workload in this process: the client returns its
+    /// samples (nanoseconds), the server none.
+    fn rtt_side(&self, iters: usize, side: ProcessSide<'_>) -> anyhow::Result<Vec<u64>>;
+    /// One side of the handshake workload in this process: the client returns
+    /// the seconds it spent, the server 0.
+    fn handshakes_side(&self, count: usize, side: ProcessSide<'_>) -> anyhow::Result<f64>;
 }
 
 /// Every row this build can run, in table order.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{
-    BulkOutcome, BulkParams, BulkSide, HandshakeOutcome, Row, RttOutcome, SideOutcome, RTT_MSG,
+    BulkOutcome, BulkParams, HandshakeOutcome, ProcessSide, Row, RttOutcome, SideOutcome, RTT_MSG,
     RTT_WARMUP, WRITE_CHUNK,
 };
 use crate::affinity::Placement;
@@ -179,9 +179,9 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
         self.0.crosses_processes()
     }
 
-    fn bulk_side(&self, p: BulkParams, side: BulkSide<'_>) -> anyhow::Result<SideOutcome> {
+    fn bulk_side(&self, p: BulkParams, side: ProcessSide<'_>) -> anyhow::Result<SideOutcome> {
         match side {
-            BulkSide::Server(ready) => {
+            ProcessSide::Server(ready) => {
                 let mut sink = SinkBuf::new(p.bytes, p.verify);
                 let cpu = block_on(async {
                     let (mut l, addr) = self.0.listen().await?;
@@ -194,7 +194,7 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
                     ok: sink.received() == p.bytes,
                 })
             }
-            BulkSide::Client(addr) => {
+            ProcessSide::Client(addr) => {
                 let pattern = data::pattern();
                 let expected = p.verify.then(|| data::expected_digest(&pattern, p.bytes));
                 let pattern = bytes::Bytes::from(pattern);
@@ -217,51 +217,8 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
         let (samples, ()) = two_sides(
             &self.0,
             place,
-            move |d| {
-                Box::pin(async move {
-                    let mut sess = d.connect().await?;
-                    let (mut r, mut w) = sess.open().await?;
-                    let req = [0x5Au8; RTT_MSG];
-                    let mut resp = [0u8; RTT_MSG];
-                    let mut samples = Vec::with_capacity(iters);
-                    for i in 0..RTT_WARMUP + iters {
-                        let t0 = Instant::now();
-                        w.write_all(&req).await?;
-                        w.flush().await?;
-                        r.read_exact(&mut resp).await?;
-                        if i >= RTT_WARMUP {
-                            samples.push(t0.elapsed().as_nanos() as u64);
-                        }
-                    }
-                    anyhow::ensure!(resp == [0xA5; RTT_MSG], "response bytes");
-                    w.shutdown().await?;
-                    let mut rest = Vec::new();
-                    r.read_to_end(&mut rest).await?;
-                    sess.close().await?;
-                    Ok(samples)
-                })
-            },
-            move |l| {
-                Box::pin(async move {
-                    let mut sess = l.accept().await?;
-                    let (mut r, mut w) = sess.accept().await?;
-                    let mut req = [0u8; RTT_MSG];
-                    let resp = [0xA5u8; RTT_MSG];
-                    loop {
-                        match r.read_exact(&mut req).await {
-                            Ok(_) => {}
-                            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-                            Err(e) => return Err(e.into()),
-                        }
-                        w.write_all(&resp).await?;
-                        w.flush().await?;
-                    }
-                    w.shutdown().await?;
-                    drop((r, w));
-                    sess.close().await?;
-                    Ok(())
-                })
-            },
+            move |d| Box::pin(rtt_client(d, iters)),
+            move |l| Box::pin(rtt_server(l)),
         )?;
         Ok(RttOutcome {
             samples_ns: samples,
@@ -272,31 +229,129 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
         let (secs, ()) = two_sides(
             &self.0,
             place,
-            move |d| {
-                Box::pin(async move {
-                    let t0 = Instant::now();
-                    for _ in 0..count {
-                        let sess = d.connect().await?;
-                        sess.close().await?;
-                    }
-                    Ok(t0.elapsed().as_secs_f64())
-                })
-            },
-            move |l| {
-                Box::pin(async move {
-                    for _ in 0..count {
-                        // The session is dropped at once: the client closes it.
-                        let _ = l.accept().await?;
-                    }
-                    Ok(())
-                })
-            },
+            move |d| Box::pin(handshakes_client(d, count)),
+            move |l| Box::pin(handshakes_server(l, count)),
         )?;
         Ok(HandshakeOutcome {
             count: count as u64,
             secs,
         })
     }
+
+    fn rtt_side(&self, iters: usize, side: ProcessSide<'_>) -> anyhow::Result<Vec<u64>> {
+        self.side_process(side, |l| rtt_server(l), |d| rtt_client(d, iters))
+            .map(Option::unwrap_or_default)
+    }
+
+    fn handshakes_side(&self, count: usize, side: ProcessSide<'_>) -> anyhow::Result<f64> {
+        self.side_process(
+            side,
+            |l| handshakes_server(l, count),
+            |d| handshakes_client(d, count),
+        )
+        .map(|secs| secs.unwrap_or(0.0))
+    }
+}
+
+impl<S: AsyncStack> AsyncRow<S> {
+    /// One side of a workload in this process, on its own runtime: the
+    /// server's (`None`) or the client's result.
+    fn side_process<T>(
+        &self,
+        side: ProcessSide<'_>,
+        server: impl for<'a> FnOnce(&'a mut dyn Listener) -> BoxFut<'a, ()>,
+        client: impl for<'a> FnOnce(&'a mut dyn Dialer) -> BoxFut<'a, T>,
+    ) -> anyhow::Result<Option<T>> {
+        match side {
+            ProcessSide::Server(ready) => block_on(async {
+                let (mut l, addr) = self.0.listen().await?;
+                ready(addr)?;
+                server(&mut *l).await?;
+                Ok(None)
+            }),
+            ProcessSide::Client(addr) => block_on(async {
+                let mut d = self.0.dialer(addr).await?;
+                let r = client(&mut *d).await;
+                d.shutdown().await?;
+                r.map(Some)
+            }),
+        }
+    }
+}
+
+/// The client of the RTT workload: `RTT_WARMUP + iters` 64-byte requests, each
+/// answered before the next; the sampled round trips in nanoseconds.
+fn rtt_client(d: &mut dyn Dialer, iters: usize) -> BoxFut<'_, Vec<u64>> {
+    Box::pin(async move {
+        let mut sess = d.connect().await?;
+        let (mut r, mut w) = sess.open().await?;
+        let req = [0x5Au8; RTT_MSG];
+        let mut resp = [0u8; RTT_MSG];
+        let mut samples = Vec::with_capacity(iters);
+        for i in 0..RTT_WARMUP + iters {
+            let t0 = Instant::now();
+            w.write_all(&req).await?;
+            w.flush().await?;
+            r.read_exact(&mut resp).await?;
+            if i >= RTT_WARMUP {
+                samples.push(t0.elapsed().as_nanos() as u64);
+            }
+        }
+        anyhow::ensure!(resp == [0xA5; RTT_MSG], "response bytes");
+        w.shutdown().await?;
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await?;
+        sess.close().await?;
+        Ok(samples)
+    })
+}
+
+/// The server of the RTT workload: answer each request until the client
+/// ends the stream.
+fn rtt_server(l: &mut dyn Listener) -> BoxFut<'_, ()> {
+    Box::pin(async move {
+        let mut sess = l.accept().await?;
+        let (mut r, mut w) = sess.accept().await?;
+        let mut req = [0u8; RTT_MSG];
+        let resp = [0xA5u8; RTT_MSG];
+        loop {
+            match r.read_exact(&mut req).await {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                Err(e) => return Err(e.into()),
+            }
+            w.write_all(&resp).await?;
+            w.flush().await?;
+        }
+        w.shutdown().await?;
+        drop((r, w));
+        sess.close().await?;
+        Ok(())
+    })
+}
+
+/// The client of the handshake workload: `count` connections one after
+/// another, each closed before the next; the seconds they took.
+fn handshakes_client(d: &mut dyn Dialer, count: usize) -> BoxFut<'_, f64> {
+    Box::pin(async move {
+        let t0 = Instant::now();
+        for _ in 0..count {
+            let sess = d.connect().await?;
+            sess.close().await?;
+        }
+        Ok(t0.elapsed().as_secs_f64())
+    })
+}
+
+/// The server of the handshake workload: accept `count` connections.
+fn handshakes_server(l: &mut dyn Listener, count: usize) -> BoxFut<'_, ()> {
+    Box::pin(async move {
+        for _ in 0..count {
+            // The session is dropped at once: the client closes it.
+            let _ = l.accept().await?;
+        }
+        Ok(())
+    })
 }
 
 /// The client of a bulk transfer: send `p.bytes` of the pattern, wait for the
