@@ -1,5 +1,7 @@
 //! Where the two sides of a workload run: the same core or separate cores.
 
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
 /// Placement of the client and server threads.
@@ -35,27 +37,16 @@ impl Placement {
 
 /// The CPUs this process may run on.
 pub fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: `cpu_set_t` is a plain bit array; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is the calling thread; `set` is a valid, exclusively borrowed
-    // `cpu_set_t` of the size passed.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
+    let Ok(set) = sched_getaffinity(Pid::from_raw(0)) else {
         return vec![0];
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `i` is below CPU_SETSIZE, the bit size of `set`.
-        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+    };
+    (0..CpuSet::count())
+        .filter(|&i| set.is_set(i).unwrap_or(false))
         .collect()
 }
 
 /// Pin the calling thread to `cpu`. Returns `false` if the kernel refused.
 pub fn pin_current_thread(cpu: usize) -> bool {
-    // SAFETY: `cpu_set_t` is a plain bit array; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET only writes the bit of `cpu` inside `set`, checked below CPU_SETSIZE.
-    unsafe { libc::CPU_SET(cpu % libc::CPU_SETSIZE as usize, &mut set) };
-    // SAFETY: pid 0 is the calling thread; `set` is a valid `cpu_set_t` of the size passed.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
+    let mut set = CpuSet::new();
+    set.set(cpu % CpuSet::count()).is_ok() && sched_setaffinity(Pid::from_raw(0), &set).is_ok()
 }

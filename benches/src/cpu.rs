@@ -3,6 +3,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use nix::sys::resource::{getrusage, UsageWho};
+use nix::sys::time::TimeVal;
+use nix::unistd::{sysconf, SysconfVar};
+
 /// See [`measure_whole_process`].
 static WHOLE_PROCESS: AtomicBool = AtomicBool::new(false);
 
@@ -17,18 +21,13 @@ pub fn measure_whole_process() {
 /// [`measure_whole_process`], the process) has used so far.
 pub fn thread_cpu() -> (Duration, Duration) {
     let who = if WHOLE_PROCESS.load(Ordering::Relaxed) {
-        libc::RUSAGE_SELF
+        UsageWho::RUSAGE_SELF
     } else {
-        libc::RUSAGE_THREAD
+        UsageWho::RUSAGE_THREAD
     };
-    // SAFETY: `rusage` is plain old data for which all-zero bytes are a valid value.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_THREAD and RUSAGE_SELF are valid on Linux and `ru` is a valid,
-    // exclusively borrowed `rusage` that getrusage fills in; it retains no pointer.
-    let rc = unsafe { libc::getrusage(who, &mut ru) };
-    assert_eq!(rc, 0, "getrusage({who}) failed");
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    (tv(ru.ru_utime), tv(ru.ru_stime))
+    let ru = getrusage(who).unwrap_or_else(|e| panic!("getrusage({who:?}) failed: {e}"));
+    let tv = |t: TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    (tv(ru.user_time()), tv(ru.system_time()))
 }
 
 /// User and system CPU another process (a child this process started) has
@@ -57,12 +56,9 @@ pub fn process_cpu(pid: u32) -> anyhow::Result<CpuUsed> {
 }
 
 fn clock_ticks_per_s() -> f64 {
-    // SAFETY: sysconf only reads a configuration value; it takes no pointer.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
+    match sysconf(SysconfVar::CLK_TCK) {
+        Ok(Some(t)) if t > 0 => t as f64,
+        _ => 100.0,
     }
 }
 

@@ -51,7 +51,7 @@ fn main() -> std::io::Result<()> {
             let mut o = OpenOptions::new();
             o.write(true).create(true).truncate(true);
             if mode == "direct" {
-                o.custom_flags(libc::O_DIRECT);
+                o.custom_flags(nix::fcntl::OFlag::O_DIRECT.bits());
             }
             let f = o.open(&path)?;
             f.set_len(total as u64)?;

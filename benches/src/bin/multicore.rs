@@ -182,16 +182,13 @@ fn drive<Q: UdQueuePair>(
 
 /// Sleep until `fd` is readable or `until` passed (`soft`: its socket).
 fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, until: Duration) {
-    use std::os::fd::AsRawFd;
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = until.as_micros().div_ceil(1000).min(1000) as i32;
-    // SAFETY: `p` is one valid, exclusively borrowed pollfd for the call's
-    // duration, and `fd` is a descriptor the engine keeps open while borrowed.
-    unsafe { libc::poll(&mut p, 1, ms) };
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let ms = until.as_micros().div_ceil(1000).min(1000) as u16;
+    // Readable, timed out or interrupted: the caller polls the engine either way.
+    let _ = poll(
+        &mut [PollFd::new(fd, PollFlags::POLLIN)],
+        PollTimeout::from(ms),
+    );
 }
 
 /// The queue pairs of one side's `shards`, on GIDs of side `side` (0 client, 1 server).
