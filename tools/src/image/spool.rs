@@ -147,10 +147,15 @@ impl Spool {
         tokio::spawn(async move {
             let outcome = fill(reader, &temp, size, &tx, &this.metrics).await;
             let final_state = match outcome {
-                Ok(actual) if actual == d => match temp.commit(actual) {
-                    Ok(_) => State::Done,
-                    Err(e) => State::Failed(cache_err(e)),
-                },
+                // The fsync of the whole blob, on a blocking thread: on a
+                // runtime worker it stalled the serving of the last chunks.
+                Ok(actual) if actual == d => {
+                    match tokio::task::spawn_blocking(move || temp.commit(actual)).await {
+                        Ok(Ok(_)) => State::Done,
+                        Ok(Err(e)) => State::Failed(cache_err(e)),
+                        Err(e) => State::Failed(SourceError::Io(format!("committing: {e}"))),
+                    }
+                }
                 Ok(actual) => {
                     this.metrics.upstream_verify_failures.inc();
                     tracing::warn!("upstream blob {d} hashes to {actual}: not served, not cached");
@@ -170,6 +175,11 @@ impl Spool {
     }
 }
 
+/// Read the blob from upstream into `temp`; what it hashed to. The hash and
+/// the cache write run on a blocking thread, fed in order through a bounded
+/// queue, so the runtime thread goes on serving chunks (and reading the
+/// upstream) meanwhile; `tx` hears a byte count once those bytes are in the
+/// file, never before.
 async fn fill(
     mut reader: super::source::BlobReader,
     temp: &super::cache::TempBlob,
@@ -177,28 +187,54 @@ async fn fill(
     tx: &watch::Sender<State>,
     metrics: &RegistryMetrics,
 ) -> Result<Digest, SourceError> {
-    let mut hasher = Sha256::new();
+    // 64 pieces of an HTTP body (typically 16 KiB to 1 MiB each) in flight.
+    let (ptx, mut prx) = tokio::sync::mpsc::channel::<bytes::Bytes>(64);
+    let w = temp.writer().map_err(cache_err)?;
+    let progress = tx.clone();
+    let writer = tokio::task::spawn_blocking(move || {
+        let mut hasher = Sha256::new();
+        let mut at = 0u64;
+        while let Some(piece) = prx.blocking_recv() {
+            hasher.update(&piece);
+            // No `fdatasync` every 64 MiB: it stalled this download (and
+            // every node waiting on it) at the disk's write rate. The blob is
+            // made durable once, when it is committed after it matched its
+            // digest; chunks are served from the page cache as they arrive.
+            w.write_at(at, &piece).map_err(cache_err)?;
+            at += piece.len() as u64;
+            let _ = progress.send(State::Progress(at));
+        }
+        Ok::<_, SourceError>(Digest::from_bytes(hasher.finalize().into()))
+    });
     let mut at = 0u64;
-    while let Some(piece) = reader.next().await? {
-        if at + piece.len() as u64 > size {
-            return Err(SourceError::Upstream(format!(
-                "blob longer than its Content-Length {size}"
-            )));
+    let read = async {
+        while let Some(piece) = reader.next().await? {
+            if at + piece.len() as u64 > size {
+                return Err(SourceError::Upstream(format!(
+                    "blob longer than its Content-Length {size}"
+                )));
+            }
+            at += piece.len() as u64;
+            metrics.upstream_bytes.add(piece.len() as u64);
+            if ptx.send(piece).await.is_err() {
+                break; // the writer failed: its error follows
+            }
         }
-        hasher.update(&piece);
-        if temp.write_at(at, &piece).map_err(cache_err)? {
-            temp.flush().await.map_err(cache_err)?;
-        }
-        at += piece.len() as u64;
-        metrics.upstream_bytes.add(piece.len() as u64);
-        let _ = tx.send(State::Progress(at));
-    }
+        Ok(())
+    };
+    let read = read.await;
+    drop(ptx);
+    let written = writer
+        .await
+        .map_err(|e| SourceError::Io(format!("blob writer: {e}")))?;
+    read?;
+    let actual = written?;
     if at != size {
         return Err(SourceError::Upstream(format!(
             "blob ended at {at} of {size} bytes"
         )));
     }
-    Ok(Digest::from_bytes(hasher.finalize().into()))
+    Ok(actual)
 }
 
 /// A range of a blob, read from a store.
