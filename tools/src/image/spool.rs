@@ -175,11 +175,6 @@ impl Spool {
     }
 }
 
-/// Read the blob from upstream into `temp`; what it hashed to. The hash and
-/// the cache write run on a blocking thread, fed in order through a bounded
-/// queue, so the runtime thread goes on serving chunks (and reading the
-/// upstream) meanwhile; `tx` hears a byte count once those bytes are in the
-/// file, never before.
 async fn fill(
     mut reader: super::source::BlobReader,
     temp: &super::cache::TempBlob,
@@ -187,54 +182,30 @@ async fn fill(
     tx: &watch::Sender<State>,
     metrics: &RegistryMetrics,
 ) -> Result<Digest, SourceError> {
-    // 64 pieces of an HTTP body (typically 16 KiB to 1 MiB each) in flight.
-    let (ptx, mut prx) = tokio::sync::mpsc::channel::<bytes::Bytes>(64);
-    let w = temp.writer().map_err(cache_err)?;
-    let progress = tx.clone();
-    let writer = tokio::task::spawn_blocking(move || {
-        let mut hasher = Sha256::new();
-        let mut at = 0u64;
-        while let Some(piece) = prx.blocking_recv() {
-            hasher.update(&piece);
-            // No `fdatasync` every 64 MiB: it stalled this download (and
-            // every node waiting on it) at the disk's write rate. The blob is
-            // made durable once, when it is committed after it matched its
-            // digest; chunks are served from the page cache as they arrive.
-            w.write_at(at, &piece).map_err(cache_err)?;
-            at += piece.len() as u64;
-            let _ = progress.send(State::Progress(at));
-        }
-        Ok::<_, SourceError>(Digest::from_bytes(hasher.finalize().into()))
-    });
+    let mut hasher = Sha256::new();
     let mut at = 0u64;
-    let read = async {
-        while let Some(piece) = reader.next().await? {
-            if at + piece.len() as u64 > size {
-                return Err(SourceError::Upstream(format!(
-                    "blob longer than its Content-Length {size}"
-                )));
-            }
-            at += piece.len() as u64;
-            metrics.upstream_bytes.add(piece.len() as u64);
-            if ptx.send(piece).await.is_err() {
-                break; // the writer failed: its error follows
-            }
+    while let Some(piece) = reader.next().await? {
+        if at + piece.len() as u64 > size {
+            return Err(SourceError::Upstream(format!(
+                "blob longer than its Content-Length {size}"
+            )));
         }
-        Ok(())
-    };
-    let read = read.await;
-    drop(ptx);
-    let written = writer
-        .await
-        .map_err(|e| SourceError::Io(format!("blob writer: {e}")))?;
-    read?;
-    let actual = written?;
+        hasher.update(&piece);
+        // No `fdatasync` every 64 MiB: it stalled this download (and every
+        // node waiting on it) at the disk's write rate. The blob is made
+        // durable once, when it is committed after it matched its digest;
+        // the chunks are served from the page cache as they arrive.
+        temp.write_at(at, &piece).map_err(cache_err)?;
+        at += piece.len() as u64;
+        metrics.upstream_bytes.add(piece.len() as u64);
+        let _ = tx.send(State::Progress(at));
+    }
     if at != size {
         return Err(SourceError::Upstream(format!(
             "blob ended at {at} of {size} bytes"
         )));
     }
-    Ok(actual)
+    Ok(Digest::from_bytes(hasher.finalize().into()))
 }
 
 /// A range of a blob, read from a store.
