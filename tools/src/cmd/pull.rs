@@ -187,13 +187,18 @@ fn run(args: &PullArgs) -> Result<()> {
             let (node, repo) = (node.clone(), repo.clone());
             async move {
                 let t = Instant::now();
-                let b = node
+                let mut b = node
                     .blob(&repo, digest, &|n, total| {
                         bar.set_length(total);
                         bar.set_position(n);
                     })
                     .await
                     .with_context(|| format!("blob {digest}"))?;
+                // Cached before `qr pull` exits (verified already; a blob that
+                // cannot be cached is only a warning).
+                if let Err(e) = std::mem::take(&mut b.stored).wait().await {
+                    eprintln!("qr pull: warning: blob {digest} not cached: {e}");
+                }
                 bar.finish_with_message(format!("verified ({})", b.path.name()));
                 Ok::<_, anyhow::Error>((
                     BlobSummary {

@@ -324,7 +324,7 @@ async fn blob(
         };
     }
     // The whole blob is verified before its first byte is served.
-    let b = match node.blob(name, digest, &|_, _| {}).await {
+    let mut b = match node.blob(name, digest, &|_, _| {}).await {
         Ok(b) => b,
         Err(e) => return fetch_error(&e, "BLOB_UNKNOWN"),
     };
@@ -354,24 +354,42 @@ async fn blob(
     // Pieces read at their offsets on a blocking thread: one copy out of the
     // page cache (tokio::fs::File reads into its own buffer, then copies).
     let file = Arc::new(b.file);
-    let stream = futures_util::stream::unfold((file, start, len), |(f, at, left)| async move {
-        if left == 0 {
-            return None;
-        }
-        let n = left.min(SERVE_PIECE);
-        let reader = f.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            use std::os::unix::fs::FileExt;
-            let mut buf = vec![0u8; n as usize];
-            reader.read_exact_at(&mut buf, at).map(|()| buf)
-        })
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        match read {
-            Ok(buf) => Some((Ok(Frame::data(Bytes::from(buf))), (f, at + n, left - n))),
-            Err(e) => Some((Err(e), (f, at, 0))),
-        }
-    });
+    // A blob fetched just now is served from its verified temp file while it
+    // is committed to the cache; the last piece waits for the commit, so a
+    // client whose GET completed finds the blob cached (a peer of this node
+    // can then fetch it here).
+    let stored = std::mem::take(&mut b.stored);
+    let d = *digest;
+    let stream = futures_util::stream::unfold(
+        (file, start, len, stored),
+        move |(f, at, left, mut stored)| async move {
+            if left == 0 {
+                return None;
+            }
+            let n = left.min(SERVE_PIECE);
+            if n == left {
+                if let Err(e) = std::mem::take(&mut stored).wait().await {
+                    // Verified all the same: served, just not cached.
+                    tracing::warn!("blob {d}: not cached: {e}");
+                }
+            }
+            let reader = f.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                use std::os::unix::fs::FileExt;
+                let mut buf = vec![0u8; n as usize];
+                reader.read_exact_at(&mut buf, at).map(|()| buf)
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+            match read {
+                Ok(buf) => Some((
+                    Ok(Frame::data(Bytes::from(buf))),
+                    (f, at + n, left - n, stored),
+                )),
+                Err(e) => Some((Err(e), (f, at, 0, stored))),
+            }
+        },
+    );
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
     *r.status_mut() = status;
     let h = r.headers_mut();

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::sync::Arc;
 
-use super::cache::Cache;
+use tokio::sync::{oneshot, OwnedMutexGuard};
+
+use super::cache::{Cache, TempBlob};
 use super::client::{Answer, FabricClient, FetchError};
 use super::digest::{Digest, Reference};
 use super::metrics::{NodeMetrics, Path};
@@ -30,20 +32,71 @@ pub struct Node {
     pub metrics: Arc<NodeMetrics>,
     /// Transfer tuning.
     pub transfer: TransferOptions,
-    flights: std::sync::Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>,
+    flights: Arc<Flights>,
     direct: std::sync::OnceLock<(Arc<Upstream>, u64)>,
     peers: std::sync::OnceLock<Vec<Peer>>,
+}
+
+type Flights = std::sync::Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>;
+
+/// The single flight of one blob, held by whoever fetches it and then by
+/// its commit to the cache: a request for the same blob waits for both, then
+/// finds it in the cache.
+struct Flight {
+    flights: Arc<Flights>,
+    digest: Digest,
+    _guard: OwnedMutexGuard<()>,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        // Before the guard is released (fields drop after this), as before:
+        // a request from now on starts its own flight and finds the cache.
+        self.flights
+            .lock()
+            .expect("flights lock")
+            .remove(&self.digest);
+    }
 }
 
 /// A verified blob, opened for reading.
 #[derive(Debug)]
 pub struct Blob {
-    /// The file (in the cache, or unlinked by eviction but still open).
+    /// The file (in the cache; unlinked by eviction but still open; or the
+    /// verified temp file while [`Blob::stored`] is pending).
     pub file: File,
     /// Its size.
     pub size: u64,
     /// Where it came from for this request.
     pub path: Path,
+    /// When the blob is durable in the cache: a blob fetched just now is
+    /// verified whole, then served from its temp file while it is fsynced
+    /// and renamed into the cache on a blocking thread.
+    pub stored: Stored,
+}
+
+/// A fetched blob's commit to the cache (fsync, rename, directory fsync),
+/// running behind the first requester's answer.
+///
+/// The verification is what makes a blob servable; the cache's crash safety
+/// only needs the commit to be done before the blob is *taken from the
+/// cache*, which holds as ever (the only way into `blobs/` is the rename
+/// after the fsync). Waiting for the fsync before the first byte put the
+/// disk's write rate in front of every pull: ~500 MB/s here, about half
+/// of what the transfer reaches (benches/results/issue11-image.md).
+#[derive(Debug, Default)]
+pub struct Stored(Option<oneshot::Receiver<Result<(), String>>>);
+
+impl Stored {
+    /// Wait for the commit: Ok once the blob is in the cache (at once for a
+    /// blob that came from the cache). An error means it could not be cached;
+    /// its bytes were verified all the same.
+    pub async fn wait(self) -> Result<(), FetchError> {
+        let Some(rx) = self.0 else { return Ok(()) };
+        rx.await
+            .unwrap_or_else(|_| Err("the commit task stopped".into()))
+            .map_err(FetchError::Local)
+    }
 }
 
 impl Node {
@@ -59,7 +112,7 @@ impl Node {
             cache,
             metrics,
             transfer,
-            flights: std::sync::Mutex::new(HashMap::new()),
+            flights: Arc::new(std::sync::Mutex::new(HashMap::new())),
             direct: std::sync::OnceLock::new(),
             peers: std::sync::OnceLock::new(),
         })
@@ -114,6 +167,7 @@ impl Node {
                 file,
                 size,
                 path: Path::Cache,
+                stored: Stored::default(),
             });
         }
         let flight = self
@@ -123,7 +177,11 @@ impl Node {
             .entry(*d)
             .or_default()
             .clone();
-        let _guard = flight.lock().await;
+        let flight = Flight {
+            flights: self.flights.clone(),
+            digest: *d,
+            _guard: flight.lock_owned().await,
+        };
         // Whoever held the flight before us may have cached it.
         if let Some((file, size)) = self.cache.get(d) {
             self.metrics.cache_hits.inc();
@@ -132,12 +190,43 @@ impl Node {
                 file,
                 size,
                 path: Path::Cache,
+                stored: Stored::default(),
             });
         }
         self.metrics.cache_misses.inc();
-        let result = self.fetch(repo, d, progress).await;
-        self.flights.lock().expect("flights lock").remove(d);
-        result
+        self.fetch(repo, d, progress, flight).await
+    }
+
+    /// A blob verified whole into `temp`: returned at once, served from the
+    /// temp file, while a blocking thread commits it to the cache holding
+    /// `flight` (see [`Stored`]).
+    fn verified(
+        &self,
+        temp: TempBlob,
+        actual: Digest,
+        path: Path,
+        flight: &mut Option<Flight>,
+    ) -> Result<Blob, FetchError> {
+        let file = temp
+            .reader()
+            .map_err(|e| FetchError::Local(e.to_string()))?;
+        let size = temp.size();
+        let flight = flight.take();
+        let (tx, rx) = oneshot::channel();
+        tokio::task::spawn_blocking(move || {
+            let r = temp.commit(actual).map(drop).map_err(|e| e.to_string());
+            if let Err(e) = &r {
+                tracing::warn!("{e} (it was served from its verified temp file)");
+            }
+            drop(flight);
+            let _ = tx.send(r);
+        });
+        Ok(Blob {
+            file,
+            size,
+            path,
+            stored: Stored(Some(rx)),
+        })
     }
 
     /// A small blob straight from the upstream: hashed as it streams into a
@@ -149,6 +238,7 @@ impl Node {
         d: &Digest,
         size: u64,
         progress: &(dyn Fn(u64, u64) + Send + Sync),
+        flight: &mut Option<Flight>,
     ) -> Result<Blob, FetchError> {
         use sha2::{Digest as _, Sha256};
         let upstream_err = |e: &dyn std::fmt::Display| FetchError::Upstream(format!("direct: {e}"));
@@ -175,16 +265,9 @@ impl Node {
                 "blob {d} from the upstream ({at} of {size} bytes) is {actual}: not served"
             )));
         }
-        let (file, size) = temp
-            .commit(actual)
-            .map_err(|e| FetchError::Local(e.to_string()))?;
         self.metrics.objects_direct.inc();
         self.metrics.bytes(Path::Direct, size);
-        Ok(Blob {
-            file,
-            size,
-            path: Path::Direct,
-        })
+        self.verified(temp, actual, Path::Direct, flight)
     }
 
     /// The blob from the first peer that has it whole and sends it intact;
@@ -197,6 +280,7 @@ impl Node {
         repo: &str,
         d: &Digest,
         progress: &(dyn Fn(u64, u64) + Send + Sync),
+        flight: &mut Option<Flight>,
     ) -> Option<Blob> {
         let peers = self.peers.get()?;
         let opts = TransferOptions {
@@ -234,20 +318,18 @@ impl Node {
             )
             .await;
             match got {
-                Ok(actual) if actual == *d => match temp.commit(actual) {
-                    Ok((file, size)) => {
-                        self.metrics.objects_peer.inc();
-                        return Some(Blob {
-                            file,
-                            size,
-                            path: Path::Peer,
-                        });
+                Ok(actual) if actual == *d => {
+                    match self.verified(temp, actual, Path::Peer, flight) {
+                        Ok(b) => {
+                            self.metrics.objects_peer.inc();
+                            return Some(b);
+                        }
+                        Err(e) => {
+                            tracing::warn!("blob {d} from peer {}: {e}", peer.name);
+                            return None;
+                        }
                     }
-                    Err(e) => {
-                        tracing::warn!("committing {d} from peer {}: {e}", peer.name);
-                        return None;
-                    }
-                },
+                }
                 Ok(actual) => {
                     // Dropping `temp` deletes it: nothing corrupt is cached.
                     self.metrics.verify_failures.inc();
@@ -285,14 +367,16 @@ impl Node {
         repo: &str,
         d: &Digest,
         progress: &(dyn Fn(u64, u64) + Send + Sync),
+        flight: Flight,
     ) -> Result<Blob, FetchError> {
-        if let Some(b) = self.fetch_from_peers(repo, d, progress).await {
+        let flight = &mut Some(flight);
+        if let Some(b) = self.fetch_from_peers(repo, d, progress, flight).await {
             return Ok(b);
         }
         let size = self.client.stat(repo, d).await?;
         if let Some((up, threshold)) = self.direct.get() {
             if size < *threshold {
-                return self.fetch_direct(up, repo, d, size, progress).await;
+                return self.fetch_direct(up, repo, d, size, progress, flight).await;
             }
         }
         let mut attempt = 0;
@@ -316,15 +400,8 @@ impl Node {
             // corrupt is cached.
             let why = match got {
                 Ok(actual) if actual == *d => {
-                    let (file, size) = temp
-                        .commit(actual)
-                        .map_err(|e| FetchError::Local(e.to_string()))?;
                     self.metrics.objects_fabric.inc();
-                    return Ok(Blob {
-                        file,
-                        size,
-                        path: Path::Fabric,
-                    });
+                    return self.verified(temp, actual, Path::Fabric, flight);
                 }
                 Ok(actual) => format!(
                     "blob {d} arrived as {actual}: the upstream copy is corrupt (re-push the \

@@ -1,7 +1,6 @@
 //! Where a transfer's chunks go: one blocking thread per blob writes each
 //! chunk at its offset, feeds the whole-blob sha256 in order (the verified
-//! prefix) and flushes every [`FLUSH_EVERY`](super::cache::FLUSH_EVERY)
-//! bytes, while the transfer loop goes on receiving and asking for chunks.
+//! prefix), while the transfer loop goes on receiving and asking for chunks.
 //! Before, the loop itself waited for each write, hash and `fdatasync`, and
 //! every such wait left a chunk slot of the window empty (benches/RESULTS.md,
 //! "Image layers").
@@ -45,9 +44,11 @@ impl Sink {
             // Chunks that arrived before the ones in front of them.
             let mut pending: BTreeMap<u64, Vec<Bytes>> = BTreeMap::new();
             while let Some((off, body)) = rx.blocking_recv() {
-                if w.write_pieces_at(off, &body)? {
-                    w.flush()?;
-                }
+                // No `fdatasync` here: the blob is made durable once, when it
+                // is committed to the cache after its verification, behind
+                // its first byte (node::Stored). A flush every 64 MiB stalled
+                // this thread, then the transfer, at the disk's write rate.
+                w.write_pieces_at(off, &body)?;
                 pending.insert(off, body);
                 // A chunk next in line is hashed right after its write, while
                 // its bytes are still in the CPU's caches.

@@ -147,10 +147,15 @@ impl Spool {
         tokio::spawn(async move {
             let outcome = fill(reader, &temp, size, &tx, &this.metrics).await;
             let final_state = match outcome {
-                Ok(actual) if actual == d => match temp.commit(actual) {
-                    Ok(_) => State::Done,
-                    Err(e) => State::Failed(cache_err(e)),
-                },
+                // The fsync of the whole blob, on a blocking thread: on a
+                // runtime worker it stalled the serving of the last chunks.
+                Ok(actual) if actual == d => {
+                    match tokio::task::spawn_blocking(move || temp.commit(actual)).await {
+                        Ok(Ok(_)) => State::Done,
+                        Ok(Err(e)) => State::Failed(cache_err(e)),
+                        Err(e) => State::Failed(SourceError::Io(format!("committing: {e}"))),
+                    }
+                }
                 Ok(actual) => {
                     this.metrics.upstream_verify_failures.inc();
                     tracing::warn!("upstream blob {d} hashes to {actual}: not served, not cached");
@@ -186,9 +191,11 @@ async fn fill(
             )));
         }
         hasher.update(&piece);
-        if temp.write_at(at, &piece).map_err(cache_err)? {
-            temp.flush().await.map_err(cache_err)?;
-        }
+        // No `fdatasync` every 64 MiB: it stalled this download (and every
+        // node waiting on it) at the disk's write rate. The blob is made
+        // durable once, when it is committed after it matched its digest;
+        // the chunks are served from the page cache as they arrive.
+        temp.write_at(at, &piece).map_err(cache_err)?;
         at += piece.len() as u64;
         metrics.upstream_bytes.add(piece.len() as u64);
         let _ = tx.send(State::Progress(at));
