@@ -84,6 +84,7 @@ mod demux;
 mod kernel_drops;
 mod port;
 mod qp;
+mod qpn_map;
 mod tx;
 
 pub use config::SoftConfig;

@@ -199,7 +199,8 @@ impl UdQueuePair for SoftQp {
     }
 
     fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
-        let shared = self.port.shared.clone();
+        // Borrowed, not cloned: an `Arc` clone per poll is two atomic RMWs.
+        let shared = &self.port.shared;
         let mut d = shared.lock();
         shared.drain(&mut d, self.attr.qpn, mem, out.len());
         let t = &mut d.table;
