@@ -72,12 +72,14 @@ impl<A> SendQueue<A> {
 
     /// Post one WR: validate it, hand its payload to `transmit` unless the
     /// hardware would drop it, and queue its completion. An `Err` means the WR
-    /// was not posted (the caller reports its index).
-    pub(crate) fn post(
+    /// was not posted (the caller reports its index). The payload handed to
+    /// `transmit` borrows `mem`, so a provider may keep it until it sends,
+    /// within the `post_send`, instead of copying it.
+    pub(crate) fn post<'m>(
         &mut self,
-        mem: &Memory,
+        mem: &'m Memory,
         wr: &SendWr,
-        transmit: impl FnOnce(&A, &[u8]),
+        transmit: impl FnOnce(&A, &'m [u8]),
     ) -> Result<(), FabricError> {
         if self.ledger.outstanding() >= self.max_send_wr {
             return Err(FabricError::QueueFull(self.ledger.outstanding()));

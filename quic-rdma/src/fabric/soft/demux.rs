@@ -6,13 +6,13 @@
 //! Both the port (which owns the demultiplexer) and its QPs (which post receives
 //! and collect arrivals) depend on this file; it depends on neither.
 
-use std::collections::HashMap;
 use std::io::IoSliceMut;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
 use quinn_udp::{RecvMeta, UdpSocketState};
 
 use super::codec::{self, IcrcContext, IcrcPolicy, IcrcVerdict, IpPair, Ipv4IdGuess};
+use super::qpn_map::QpnMap;
 use crate::fabric::keys::accept;
 use crate::fabric::recv_queue::RecvQueue;
 use crate::fabric::{
@@ -35,7 +35,7 @@ const ASSUMED_HOP_LIMIT: u8 = 64;
 
 /// Everything the receive path mutates, behind the port's mutex.
 pub(crate) struct Table {
-    pub(crate) qps: HashMap<Qpn, RxSlot>,
+    pub(crate) qps: QpnMap<RxSlot>,
     next_qpn: Qpn,
     /// Recycled packet buffers (GRH area + MTU), so steady state allocates nothing.
     pub(crate) pool: Vec<Box<[u8]>>,
@@ -87,7 +87,7 @@ impl Demux {
             buf: vec![0u8; RX_BATCH * RX_SLOT].into_boxed_slice(),
             meta: [RecvMeta::default(); RX_BATCH],
             table: Table {
-                qps: HashMap::new(),
+                qps: QpnMap::default(),
                 next_qpn: first_qpn.clamp(2, crate::fabric::addr::MAX_QPN),
                 pool: Vec::new(),
                 drops: ProviderDrops::default(),
@@ -120,15 +120,16 @@ impl Demux {
             for (i, m) in meta.iter().enumerate().take(n) {
                 let start = i * RX_SLOT;
                 let data = &buf[start..start + m.len.min(RX_SLOT)];
+                let mut dg = Datagram::new(port, m);
                 if data.is_empty() {
                     // A zero-length datagram: `chunks` would yield nothing, and
                     // it must still be counted (as a runt).
-                    table.accept(port, m, data, 0, (me, &mut *mem));
+                    table.accept(port, &mut dg, data, 0, (me, &mut *mem));
                     continue;
                 }
                 let stride = if m.stride == 0 { data.len() } else { m.stride };
                 for (pos, pkt) in data.chunks(stride.max(1)).enumerate() {
-                    table.accept(port, m, pkt, pos, (me, &mut *mem));
+                    table.accept(port, &mut dg, pkt, pos, (me, &mut *mem));
                 }
             }
         }
@@ -151,12 +152,12 @@ impl Table {
 
     /// The receive checks of IBA 9.6 / 10.2.4 / 11.4.1 in hardware order, then
     /// match to a posted receive. Every drop is counted by cause. `pos` is the
-    /// packet's place in its GRO batch (its likely IPv4 ID); packets for the
-    /// polling QP `polling.0` land in its memory `polling.1` at once.
+    /// packet's place in its GRO batch `dg` (its likely IPv4 ID); packets for
+    /// the polling QP `polling.0` land in its memory `polling.1` at once.
     fn accept(
         &mut self,
         port: &RxPort<'_>,
-        m: &RecvMeta,
+        dg: &mut Datagram,
         pkt: &[u8],
         pos: usize,
         polling: (Qpn, &mut Memory),
@@ -176,19 +177,10 @@ impl Table {
                 return;
             }
         };
-        let dst_ip = m.dst_ip.unwrap_or(port.local.ip());
-        let ip = match (m.addr.ip(), dst_ip) {
-            (IpAddr::V4(src), IpAddr::V4(dst)) => IpPair::V4 { src, dst },
-            (IpAddr::V6(src), IpAddr::V6(dst)) => IpPair::V6 { src, dst },
-            _ => {
-                self.drops.malformed += 1;
-                return;
-            }
-        };
-        let ctx = IcrcContext {
-            ip,
-            src_port: m.addr.port(),
-            dst_port: port.local.port(),
+        let Some(ctx) = dg.icrc else {
+            // Source and destination of different IP families.
+            self.drops.malformed += 1;
+            return;
         };
         // A GRO batch holds at most 64 datagrams, so `pos` fits a u16; 0
         // (tried first anyway) if it somehow did not.
@@ -227,20 +219,10 @@ impl Table {
             Err(_) => return,
         };
         let byte_len = GRH_LEN + decoded.payload.len();
-        let grh = Grh {
-            sgid: Gid::from(m.addr.ip()),
-            dgid: Gid::from(dst_ip),
-            // Only the ECN bits are observable (IP_RECVTOS via quinn-udp reports
-            // ECN); DSCP is not, so it reads as 0.
-            traffic_class: m.ecn.map_or(0, |e| e as u8),
-            // Never reaches a UDP socket (and kernel rxe sends 0 anyway).
-            flow_label: 0,
-            hop_limit: ASSUMED_HOP_LIMIT,
-            ip_payload_len: u16::try_from(8 + pkt.len()).unwrap_or(u16::MAX),
-        };
+        let grh = dg.grh_area(port, pkt.len());
         // The GRH area and payload of a receive buffer (`b` is `byte_len` long).
         let write = |b: &mut [u8]| {
-            grh.write(&mut b[..GRH_LEN], GrhLayout::for_gid(port.gid));
+            b[..GRH_LEN].copy_from_slice(grh);
             b[GRH_LEN..byte_len].copy_from_slice(decoded.payload);
         };
         let (me, mem) = polling;
@@ -259,6 +241,61 @@ impl Table {
         if placed == Some(WcStatus::Success) {
             self.rx.delivered += 1;
         }
+    }
+}
+
+/// What the packets of one datagram (one GRO batch) share, worked out once:
+/// the ICRC's IP/UDP context and the GRH area, which differs between its
+/// packets only by length — all equal but the last.
+struct Datagram {
+    /// `None` when source and destination are of different IP families.
+    icrc: Option<IcrcContext>,
+    grh: Grh,
+    /// The GRH area as written for packets of `area_for` bytes (0: not yet).
+    area: [u8; GRH_LEN],
+    area_for: usize,
+}
+
+impl Datagram {
+    fn new(port: &RxPort<'_>, m: &RecvMeta) -> Datagram {
+        let dst_ip = m.dst_ip.unwrap_or(port.local.ip());
+        let icrc = match (m.addr.ip(), dst_ip) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => Some(IpPair::V4 { src, dst }),
+            (IpAddr::V6(src), IpAddr::V6(dst)) => Some(IpPair::V6 { src, dst }),
+            _ => None,
+        }
+        .map(|ip| IcrcContext {
+            ip,
+            src_port: m.addr.port(),
+            dst_port: port.local.port(),
+        });
+        let grh = Grh {
+            sgid: Gid::from(m.addr.ip()),
+            dgid: Gid::from(dst_ip),
+            // Only the ECN bits are observable (IP_RECVTOS via quinn-udp reports
+            // ECN); DSCP is not, so it reads as 0.
+            traffic_class: m.ecn.map_or(0, |e| e as u8),
+            // Never reaches a UDP socket (and kernel rxe sends 0 anyway).
+            flow_label: 0,
+            hop_limit: ASSUMED_HOP_LIMIT,
+            ip_payload_len: 0,
+        };
+        Datagram {
+            icrc,
+            grh,
+            area: [0; GRH_LEN],
+            area_for: 0,
+        }
+    }
+
+    /// The 40-byte GRH area of a packet of `pkt_len` bytes (the UDP payload).
+    fn grh_area(&mut self, port: &RxPort<'_>, pkt_len: usize) -> &[u8; GRH_LEN] {
+        if self.area_for != pkt_len {
+            self.grh.ip_payload_len = u16::try_from(8 + pkt_len).unwrap_or(u16::MAX);
+            self.grh.write(&mut self.area, GrhLayout::for_gid(port.gid));
+            self.area_for = pkt_len;
+        }
+        &self.area
     }
 }
 

@@ -30,9 +30,12 @@
 //!   full (`EAGAIN` after a short spin) or refuses a datagram loses the packet
 //!   like a wire would; [`SoftStats`] counts both. The packets of one
 //!   `post_send` to one destination leave in one `sendmsg` with UDP GSO
-//!   ([`SoftConfig::gso_segments`]); the kernel cuts them into the same
-//!   datagrams, numbering their IPv4 IDs 0, 1, 2, …, which each packet's ICRC
-//!   was computed for, so strict receivers (kernel rxe, NICs) verify them.
+//!   ([`SoftConfig::gso_segments`]), gathered from iovecs — each packet's
+//!   headers, its payload read in place from registered memory (as a NIC's
+//!   DMA would: user space never copies it) and its pad + ICRC — and the
+//!   kernel cuts them into the same datagrams, numbering their IPv4 IDs 0, 1,
+//!   2, …, which each packet's ICRC was computed for, so strict receivers
+//!   (kernel rxe, NICs) verify them.
 //! - **Receives**: the port's QPs share one socket. Whichever QP polls reads a
 //!   batch (`recvmmsg`, with GRO), checks each packet in hardware order —
 //!   structure, ICRC, active MTU, destination QPN, P_Key, Q_Key, a posted receive,
@@ -81,6 +84,7 @@ mod demux;
 mod kernel_drops;
 mod port;
 mod qp;
+mod qpn_map;
 mod tx;
 
 pub use config::SoftConfig;

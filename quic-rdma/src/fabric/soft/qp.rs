@@ -6,9 +6,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::task::Waker;
 
-use super::codec::MAX_OVERHEAD;
+use super::codec::{Frame, MAX_OVERHEAD};
 use super::port::{SoftPort, SoftStats};
-use super::tx::{Batch, Sender, GSO_MAX_BYTES};
+use super::tx::{Batch, Sender, GSO_MAX_BYTES, MAX_SEGMENTS};
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
     check_qkey, send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory,
@@ -31,10 +31,9 @@ pub struct SoftQp {
     attr: QpAttr,
     sq: SendQueue<AhEntry>,
     psn: u32,
-    /// Encoding scratch: room for one GSO batch of packets, reused for every send.
-    tx_buf: Box<[u8]>,
-    /// Room for one encoded packet.
-    slot: usize,
+    /// The headers and trailers of one GSO batch, reused for every send (the
+    /// payloads stay in registered memory).
+    frames: Box<[Frame]>,
     /// Packets per GSO batch (1: no GSO).
     max_segments: usize,
 }
@@ -75,16 +74,15 @@ impl SoftQp {
         let slot = cfg.mtu.bytes() + MAX_OVERHEAD;
         let max_segments = cfg
             .gso_segments
-            .clamp(1, 64)
+            .clamp(1, MAX_SEGMENTS)
             .min(GSO_MAX_BYTES / slot)
             .max(1);
-        let tx_buf = vec![0u8; slot * max_segments].into_boxed_slice();
+        let frames = vec![Frame::default(); max_segments].into_boxed_slice();
         SoftQp {
             sq: SendQueue::new(&attr),
             attr,
             psn: 0,
-            tx_buf,
-            slot,
+            frames,
             max_segments,
             port,
         }
@@ -161,8 +159,7 @@ impl UdQueuePair for SoftQp {
             port: &self.port,
             attr: &self.attr,
             psn: &mut self.psn,
-            tx_buf: &mut self.tx_buf,
-            slot: self.slot,
+            frames: &mut self.frames,
             max_segments: self.max_segments,
             batch: Batch::default(),
         };
@@ -202,7 +199,8 @@ impl UdQueuePair for SoftQp {
     }
 
     fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
-        let shared = self.port.shared.clone();
+        // Borrowed, not cloned: an `Arc` clone per poll is two atomic RMWs.
+        let shared = &self.port.shared;
         let mut d = shared.lock();
         shared.drain(&mut d, self.attr.qpn, mem, out.len());
         let t = &mut d.table;

@@ -1,13 +1,15 @@
-//! The transmit path of a `soft` QP: each send is encoded into the QP's scratch
-//! and packets to one destination are gathered into a UDP GSO batch, sent with
-//! one `sendmsg` carrying the AH's traffic class; a full socket or a refusal is
-//! wire loss, counted.
+//! The transmit path of a `soft` QP: each send is framed (headers, pad and
+//! ICRC computed around its payload, which stays where the WR points) and
+//! packets to one destination are gathered into a UDP GSO batch, sent with one
+//! `sendmsg` — an iovec per header, payload and trailer, so the payload is
+//! never copied in user space — carrying the AH's traffic class; a full socket
+//! or a refusal is wire loss, counted.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 
-use super::codec::{self, IcrcContext, IpPair, UdHeader, MASK_24};
+use super::codec::{self, Frame, IcrcContext, IpPair, UdHeader, MASK_24};
 use super::port::{Shared, SoftPort};
 use crate::fabric::{QpAttr, SendWr};
 
@@ -19,45 +21,81 @@ const SEND_RETRIES: usize = 64;
 /// Largest UDP payload of one GSO `sendmsg` (IPv4: 65535 − 20 − 8).
 pub(super) const GSO_MAX_BYTES: usize = 65_507;
 
-/// What a packet needs from its QP besides the WR: the sender's identity and
-/// scratch, and the GSO batch being assembled in it.
-pub(super) struct Sender<'a> {
+/// Most packets in one GSO batch (Linux's `UDP_MAX_SEGMENTS` is 64 too).
+pub(super) const MAX_SEGMENTS: usize = 64;
+
+/// iovecs per packet: header, payload, pad + ICRC.
+const IOV_PER_PACKET: usize = 3;
+
+/// What a packet needs from its QP besides the WR: the sender's identity, the
+/// frames of the batch being assembled, and the batch itself. `'m` is the
+/// registered memory of the `post_send`, which the batch's payloads borrow
+/// until it is flushed.
+pub(super) struct Sender<'a, 'm> {
     pub(super) port: &'a SoftPort,
     pub(super) attr: &'a QpAttr,
     pub(super) psn: &'a mut u32,
-    pub(super) tx_buf: &'a mut [u8],
-    pub(super) slot: usize,
+    /// One frame per packet of the batch (at least `max_segments`).
+    pub(super) frames: &'a mut [Frame],
     pub(super) max_segments: usize,
-    pub(super) batch: Batch,
+    pub(super) batch: Batch<'m>,
 }
 
-/// Packets of one `post_send` to one destination waiting in `tx_buf[..len]`:
-/// all `seg` bytes long but the last, which may be shorter (and then closes the
+/// Packets of one `post_send` to one destination: frames `[..count]` of the
+/// sender and their payloads, `len` bytes on the wire in all, every packet
+/// `seg` bytes long but the last, which may be shorter (and then closes the
 /// batch) — the layout UDP GSO cuts into datagrams.
-#[derive(Default)]
-pub(super) struct Batch {
+pub(super) struct Batch<'m> {
     dest: Option<(SocketAddr, u8)>,
     len: usize,
     count: usize,
     seg: usize,
+    payloads: [&'m [u8]; MAX_SEGMENTS],
 }
 
-impl Batch {
+impl Default for Batch<'_> {
+    fn default() -> Self {
+        Batch {
+            dest: None,
+            len: 0,
+            count: 0,
+            seg: 0,
+            payloads: [&[]; MAX_SEGMENTS],
+        }
+    }
+}
+
+impl Batch<'_> {
     /// The last packet is shorter than the segments: nothing may follow it.
     fn closed(&self) -> bool {
         self.len < self.count * self.seg
     }
 }
 
-impl Sender<'_> {
-    /// Encode and transmit one packet; errors are wire loss (counted), as on a NIC.
+/// The iovecs of `frames` around `payloads`, in wire order, into `iov`; returns
+/// how many (empty parts are left out). `iov` holds [`IOV_PER_PACKET`] per frame.
+fn gather<'b>(frames: &'b [Frame], payloads: &[&'b [u8]], iov: &mut [IoSlice<'b>]) -> usize {
+    let mut n = 0;
+    for (f, p) in frames.iter().zip(payloads) {
+        for part in [f.head(), p, f.tail()] {
+            if !part.is_empty() {
+                iov[n] = IoSlice::new(part);
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+impl<'m> Sender<'_, 'm> {
+    /// Frame and queue one packet; errors are wire loss (counted), as on a NIC.
     pub(super) fn transmit(
         &mut self,
         dest: SocketAddr,
         tc: u8,
         qkey: u32,
         wr: &SendWr,
-        payload: &[u8],
+        payload: &'m [u8],
     ) {
         let s = &self.port.shared;
         let ip = match (s.local.ip(), dest.ip()) {
@@ -102,29 +140,22 @@ impl Sender<'_> {
         if b.count > 0 && !joins {
             self.flush();
         }
-        let (start, index) = (self.batch.len, self.batch.count);
+        let index = self.batch.count;
         // The kernel numbers the datagrams of a GSO send 0, 1, 2, … (IPv4 ID).
-        match codec::encode_with_ipv4_id(
-            &header,
-            payload,
-            &ctx,
-            index as u16,
-            &mut self.tx_buf[start..start + self.slot],
-        ) {
-            Ok(_) => {}
+        match codec::encode_frame(&header, payload, &ctx, index as u16) {
+            Ok(f) => self.frames[index] = f,
             Err(_) => {
                 s.tx_errors.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         }
         let b = &mut self.batch;
+        b.payloads[index] = payload;
         if b.count == 0 {
-            *b = Batch {
-                dest: key,
-                len: n,
-                count: 1,
-                seg: n,
-            };
+            b.dest = key;
+            b.len = n;
+            b.count = 1;
+            b.seg = n;
         } else {
             b.len += n;
             b.count += 1;
@@ -134,19 +165,24 @@ impl Sender<'_> {
     /// Send the batch (one `sendmsg`; with GSO when it holds several packets)
     /// and empty it.
     pub(super) fn flush(&mut self) {
-        let b = std::mem::take(&mut self.batch);
-        let len = b.len;
-        let Some((dest, tc)) = b.dest else {
+        let b = &mut self.batch;
+        let (dest, len, count, seg) = (b.dest.take(), b.len, b.count, b.seg);
+        b.len = 0;
+        b.count = 0;
+        let Some((dest, tc)) = dest else {
             return;
         };
         let s = &self.port.shared;
-        let contents = &self.tx_buf[..len];
-        if b.count > 1 {
-            let sent = send_retrying(s, dest, tc, contents, Some(b.seg));
+        let frames = &self.frames[..count];
+        let payloads = &self.batch.payloads[..count];
+        let mut iov = [IoSlice::new(&[]); IOV_PER_PACKET * MAX_SEGMENTS];
+        if count > 1 {
+            let n = gather(frames, payloads, &mut iov);
+            let sent = send_retrying(s, dest, tc, &iov[..n], Some(seg));
             if sent.is_ok() {
                 s.tx_gso_batches.fetch_add(1, Ordering::Relaxed);
             }
-            match count_send(s, sent, b.count, len) {
+            match count_send(s, sent, count, len) {
                 None => return,
                 Some(e) => {
                     // The kernel or device refuses UDP GSO: one by one from now on.
@@ -155,9 +191,11 @@ impl Sender<'_> {
                 }
             }
         }
-        for pkt in contents.chunks(b.seg.max(1)) {
-            let sent = send_retrying(s, dest, tc, pkt, None);
-            if count_send(s, sent, 1, pkt.len()).is_some() {
+        for i in 0..count {
+            let n = gather(&frames[i..=i], &payloads[i..=i], &mut iov);
+            let bytes = iov[..n].iter().map(|v| v.len()).sum();
+            let sent = send_retrying(s, dest, tc, &iov[..n], None);
+            if count_send(s, sent, 1, bytes).is_some() {
                 s.tx_errors.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -189,12 +227,12 @@ fn send_retrying(
     s: &Shared,
     dest: SocketAddr,
     tc: u8,
-    contents: &[u8],
+    bufs: &[IoSlice<'_>],
     segment: Option<usize>,
 ) -> io::Result<()> {
     let mut attempt = 0;
     loop {
-        match send_datagram(s, dest, tc, contents, segment) {
+        match send_datagram(s, dest, tc, bufs, segment) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && attempt < SEND_RETRIES => {
                 attempt += 1;
                 std::thread::yield_now();
@@ -204,9 +242,10 @@ fn send_retrying(
     }
 }
 
-/// One `sendmsg` carrying the AH's whole traffic class (DSCP + ECN) as an
-/// `IP_TOS` / `IPV6_TCLASS` control message and, for a GSO batch, the segment
-/// size as `UDP_SEGMENT` (the kernel cuts `contents` into datagrams of that size).
+/// One `sendmsg` of the bytes of `bufs`, in order, carrying the AH's whole
+/// traffic class (DSCP + ECN) as an `IP_TOS` / `IPV6_TCLASS` control message
+/// and, for a GSO batch, the segment size as `UDP_SEGMENT` (the kernel cuts
+/// the bytes into datagrams of that size, whatever the iovec boundaries).
 ///
 /// The control messages are built byte by byte in safe code for Linux's 64-bit
 /// `struct cmsghdr` layout (`size_t cmsg_len; int cmsg_level; int cmsg_type;`,
@@ -218,7 +257,7 @@ fn send_datagram(
     s: &Shared,
     dest: SocketAddr,
     tc: u8,
-    contents: &[u8],
+    bufs: &[IoSlice<'_>],
     segment: Option<usize>,
 ) -> io::Result<()> {
     use socket2::{MsgHdr, SockAddr, SockRef};
@@ -240,23 +279,25 @@ fn send_datagram(
         control = 48;
     }
     let addr = SockAddr::from(dest);
-    let bufs = [io::IoSlice::new(contents)];
     let msg = MsgHdr::new()
         .with_addr(&addr)
-        .with_buffers(&bufs)
+        .with_buffers(bufs)
         .with_control(&cmsg[..control]);
     SockRef::from(&s.socket).sendmsg(&msg, 0).map(|_| ())
 }
 
-/// Elsewhere: quinn-udp's portable path, which carries only the ECN bits.
+/// Elsewhere: quinn-udp's portable path, which carries only the ECN bits and
+/// wants the bytes contiguous.
 #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
 fn send_datagram(
     s: &Shared,
     dest: SocketAddr,
     tc: u8,
-    contents: &[u8],
+    bufs: &[IoSlice<'_>],
     segment: Option<usize>,
 ) -> io::Result<()> {
+    let contents: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+    let contents = &contents[..];
     let transmit = quinn_udp::Transmit {
         destination: dest,
         ecn: quinn_udp::EcnCodepoint::from_bits(tc & 0b11),

@@ -17,6 +17,8 @@ pub const ICRC_LEN: usize = 4;
 /// The largest transport overhead of a UD SEND: BTH + DETH + ImmDt + ICRC (plus up
 /// to 3 pad bytes, see [`encoded_len`]).
 pub const MAX_OVERHEAD: usize = BTH_LEN + DETH_LEN + IMMDT_LEN + ICRC_LEN + 3;
+/// The longest header before the payload: BTH + DETH + ImmDt.
+pub(super) const HEAD_MAX: usize = BTH_LEN + DETH_LEN + IMMDT_LEN;
 /// The 24-bit QPN / PSN mask.
 pub const MASK_24: u32 = 0x00FF_FFFF;
 
@@ -142,7 +144,7 @@ pub fn encoded_len(payload_len: usize, with_imm: bool) -> usize {
 }
 
 /// Pad bytes that round `len` up to a multiple of 4 (IBA §9.2.3 PadCnt).
-fn pad_for(len: usize) -> usize {
+pub(super) fn pad_for(len: usize) -> usize {
     (4 - (len % 4)) % 4
 }
 
@@ -153,27 +155,18 @@ fn check24(v: u32) -> Result<u32, EncodeError> {
         Err(EncodeError::FieldRange(v))
     }
 }
-/// Write BTH, DETH, ImmDt, payload and pad of a UD SEND into `out`, leaving the
-/// last [`ICRC_LEN`] bytes of the packet for the ICRC. Returns the packet length,
-/// [`encoded_len`].
-pub(super) fn encode_body(
+/// Write BTH, DETH and ImmDt of a UD SEND carrying `payload_len` bytes of
+/// payload into `out`. Returns the header length.
+/// The pad and ICRC that follow the payload are the caller's (see `frame.rs`).
+pub(super) fn encode_head(
     header: &UdHeader,
-    payload: &[u8],
-    out: &mut [u8],
+    payload_len: usize,
+    out: &mut [u8; HEAD_MAX],
 ) -> Result<usize, EncodeError> {
-    let with_imm = header.imm.is_some();
-    let need = encoded_len(payload.len(), with_imm);
-    if out.len() < need {
-        return Err(EncodeError::BufferTooSmall {
-            have: out.len(),
-            need,
-        });
-    }
     let dest_qp = check24(header.dest_qp)?;
     let psn = check24(header.psn)?;
     let src_qp = check24(header.src_qp)?;
-    let pad = pad_for(payload.len());
-    let out = &mut out[..need];
+    let pad = pad_for(payload_len);
 
     // BTH (IBA §9.2).
     out[0] = header.opcode();
@@ -196,12 +189,7 @@ pub(super) fn encode_body(
         out[at..at + IMMDT_LEN].copy_from_slice(&imm.to_be_bytes());
         at += IMMDT_LEN;
     }
-    out[at..at + payload.len()].copy_from_slice(payload);
-    at += payload.len();
-    out[at..at + pad].fill(0);
-    at += pad;
-    debug_assert_eq!(at + ICRC_LEN, need);
-    Ok(need)
+    Ok(at)
 }
 
 /// Decode a UD SEND packet (the UDP payload). Checks structure only; the ICRC needs

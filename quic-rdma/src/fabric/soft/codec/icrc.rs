@@ -5,7 +5,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::header::{DecodeError, BTH_LEN, ICRC_LEN, IPV4_HEADER_LEN, UDP_HEADER_LEN};
+use super::header::{DecodeError, BTH_LEN, HEAD_MAX, ICRC_LEN, IPV4_HEADER_LEN, UDP_HEADER_LEN};
 use super::ipv4_id::{solve_ipv4_id, Ipv4IdGuess};
 
 /// IP protocol number of UDP (the IP header's protocol field).
@@ -69,11 +69,20 @@ pub enum IcrcVerdict {
     /// Not checked ([`IcrcPolicy::Skip`]).
     Skipped,
 }
-/// The masked IP + UDP headers that start the ICRC input (after the 8 0xFF bytes).
-/// Returns the buffer and how many bytes of it are used (28 for IPv4, 48 for IPv6).
-/// `udp_payload_len` is the length of the whole RoCE packet including the ICRC.
-fn masked_ip_udp(ctx: &IcrcContext, ipv4_id: u16, udp_payload_len: usize) -> ([u8; 48], usize) {
-    let mut h = [0u8; 48];
+/// Bytes of `0xFF` that stand for the (absent) InfiniBand LRH at the start of
+/// the ICRC input (Annex A17.4.5.3).
+const LRH_STANDIN: usize = 8;
+/// The longest IP + UDP header the ICRC covers (IPv6).
+const IP_UDP_MAX: usize = 40 + UDP_HEADER_LEN;
+/// The longest ICRC input before the payload: LRH stand-in, IP + UDP, and
+/// BTH + DETH + ImmDt.
+const PREFIX_MAX: usize = LRH_STANDIN + IP_UDP_MAX + HEAD_MAX;
+
+/// Write the masked IP + UDP headers that follow the LRH stand-in in the ICRC
+/// input into `h` (zeroed, at least 48 bytes); returns how many bytes they take
+/// (28 for IPv4, 48 for IPv6). `udp_payload_len` is the length of the whole RoCE
+/// packet including the ICRC.
+fn masked_ip_udp(ctx: &IcrcContext, ipv4_id: u16, udp_payload_len: usize, h: &mut [u8]) -> usize {
     // Lengths above 16 bits cannot come from a UDP socket; saturate rather than panic.
     let udp_len = u16::try_from(UDP_HEADER_LEN + udp_payload_len).unwrap_or(u16::MAX);
     let ip_len = match ctx.ip {
@@ -109,26 +118,46 @@ fn masked_ip_udp(ctx: &IcrcContext, ipv4_id: u16, udp_payload_len: usize) -> ([u
     u[2..4].copy_from_slice(&ctx.dst_port.to_be_bytes());
     u[4..6].copy_from_slice(&udp_len.to_be_bytes());
     u[6..8].fill(0xFF); // UDP checksum: variant
-    (h, ip_len + UDP_HEADER_LEN)
+    ip_len + UDP_HEADER_LEN
+}
+
+/// The CRC-32 state after the ICRC input up to the end of `head`, the first
+/// bytes (at most [`HEAD_MAX`]) of a packet body of `body_len` bytes (BTH
+/// through pad, no ICRC): the LRH stand-in, the masked IP/UDP headers and
+/// `head` with BTH byte 4 masked, built contiguously on the stack so they cost
+/// one `update` (the rest of the body is the caller's to feed, in order).
+pub(super) fn start(
+    ctx: &IcrcContext,
+    ipv4_id: u16,
+    body_len: usize,
+    head: &[u8],
+) -> crc32fast::Hasher {
+    let mut buf = [0u8; PREFIX_MAX];
+    buf[..LRH_STANDIN].fill(0xFF);
+    let at = LRH_STANDIN
+        + masked_ip_udp(
+            ctx,
+            ipv4_id,
+            body_len + ICRC_LEN,
+            &mut buf[LRH_STANDIN..LRH_STANDIN + IP_UDP_MAX],
+        );
+    let head = &head[..head.len().min(HEAD_MAX)];
+    buf[at..at + head.len()].copy_from_slice(head);
+    if head.len() >= BTH_LEN {
+        buf[at + 4] = 0xFF; // FECN/BECN/resv6: variant
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(&buf[..at + head.len()]);
+    h
 }
 
 /// The ICRC of a packet whose bytes *before* the ICRC field are `body` (BTH through
 /// pad), as zlib's `crc32` of the masked byte string (IBA §7.8.1, Annex A17.4.5.3).
 /// `ipv4_id` is ignored for IPv6.
 pub fn icrc(ctx: &IcrcContext, ipv4_id: u16, body: &[u8]) -> u32 {
-    let (ipudp, n) = masked_ip_udp(ctx, ipv4_id, body.len() + ICRC_LEN);
-    let mut h = crc32fast::Hasher::new();
-    h.update(&[0xFF; 8]); // stands in for the (absent) LRH
-    h.update(&ipudp[..n]);
-    if body.len() >= BTH_LEN {
-        let mut bth = [0u8; BTH_LEN];
-        bth.copy_from_slice(&body[..BTH_LEN]);
-        bth[4] = 0xFF; // FECN/BECN/resv6: variant
-        h.update(&bth);
-        h.update(&body[BTH_LEN..]);
-    } else {
-        h.update(body);
-    }
+    let (head, rest) = body.split_at(body.len().min(HEAD_MAX));
+    let mut h = start(ctx, ipv4_id, body.len(), head);
+    h.update(rest);
     h.finalize()
 }
 

@@ -90,14 +90,17 @@ const ID_BIT_IMAGES: [u32; 16] = {
 };
 
 /// The ICRC difference that IPv4 identification `id` makes against ID 0, for
-/// packets of one length: `diff(id) = L(id) · x^(8T)`, with the shift x^(8T)
-/// computed once per length (every packet of a GRO batch but the last shares
-/// one), so checking a guessed ID costs one GF(2) multiplication, not a solve.
+/// packets of one length: `diff(id) = L(id) · x^(8T)`, linear in the ID bits,
+/// so the 16 single-bit differences are computed once per length (every
+/// packet of a GRO batch but the last shares one, and so do most batches) and
+/// checking a guessed ID is an XOR of a few of them, not a solve.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Ipv4IdGuess {
-    /// The packet length (UDP payload incl. ICRC) `shift` was computed for.
+    /// The packet length (UDP payload incl. ICRC) `bit_diffs` are for (0, never
+    /// a valid length: none yet).
     len: usize,
-    shift: u32,
+    /// `bit_diffs[i]` = diff(1 << i) for packets of `len` bytes.
+    bit_diffs: [u32; 16],
 }
 
 impl Ipv4IdGuess {
@@ -105,19 +108,23 @@ impl Ipv4IdGuess {
     /// packet of `pkt_len` bytes. Exactly as strong as [`solve_ipv4_id`]
     /// finding `id` (the map from ID to difference is injective).
     pub fn matches(&mut self, id: u16, diff: u32, pkt_len: usize) -> bool {
-        if self.len != pkt_len || self.shift == 0 {
-            let Some(body) = pkt_len.checked_sub(ICRC_LEN) else {
-                return false;
-            };
+        let Some(body) = pkt_len.checked_sub(ICRC_LEN) else {
+            return false;
+        };
+        if self.len != pkt_len {
+            let shift = x_pow_8n((IPV4_HEADER_LEN - 6) + UDP_HEADER_LEN + body);
+            for (d, img) in self.bit_diffs.iter_mut().zip(ID_BIT_IMAGES) {
+                *d = mul_mod(img, shift);
+            }
             self.len = pkt_len;
-            self.shift = x_pow_8n((IPV4_HEADER_LEN - 6) + UDP_HEADER_LEN + body);
         }
-        let image = ID_BIT_IMAGES
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| id & (1 << i) != 0)
-            .fold(0, |acc, (_, img)| acc ^ img);
-        mul_mod(image, self.shift) == diff
+        let mut bits = id;
+        let mut acc = 0;
+        while bits != 0 {
+            acc ^= self.bit_diffs[bits.trailing_zeros() as usize];
+            bits &= bits - 1;
+        }
+        acc == diff
     }
 }
 

@@ -1,7 +1,8 @@
 //! RoCEv2 UD packet codec: BTH, DETH, ImmDt, pad and ICRC (pure: no I/O, no allocation).
 //!
 //! Headers are in `header.rs`, the ICRC in `icrc.rs`, the IPv4-identification
-//! solver in `ipv4_id.rs`; [`encode`] joins the first two.
+//! solver in `ipv4_id.rs`; [`encode_frame`] joins the first two into the bytes
+//! around a payload, [`encode`] into a whole packet.
 //!
 //! What a RoCEv2 UD SEND looks like inside the UDP payload (IBA Vol. 1 §9.2, §9.3,
 //! RoCEv2 Annex A17.4):
@@ -61,10 +62,12 @@
 //! the full 32 bits for deployments that only talk to `soft` peers, and IPv6 has
 //! no unknown fields, so it is always checked at full strength.
 
+mod frame;
 mod header;
 mod icrc;
 mod ipv4_id;
 
+pub use frame::{encode_frame, Frame};
 pub use header::{
     decode, encoded_len, DecodeError, Decoded, EncodeError, UdHeader, BTH_LEN, DETH_LEN, ICRC_LEN,
     IMMDT_LEN, MASK_24, MAX_OVERHEAD, OPCODE_UD_SEND_ONLY, OPCODE_UD_SEND_ONLY_IMM,
@@ -98,10 +101,20 @@ pub fn encode_with_ipv4_id(
     ipv4_id: u16,
     out: &mut [u8],
 ) -> Result<usize, EncodeError> {
-    let need = header::encode_body(header, payload, out)?;
-    let at = need - ICRC_LEN;
-    let crc = icrc(ctx, ipv4_id, &out[..at]);
-    out[at..need].copy_from_slice(&crc.to_le_bytes());
+    let need = encoded_len(payload.len(), header.imm.is_some());
+    if out.len() < need {
+        return Err(EncodeError::BufferTooSmall {
+            have: out.len(),
+            need,
+        });
+    }
+    let frame = encode_frame(header, payload, ctx, ipv4_id)?;
+    let (head, tail) = (frame.head(), frame.tail());
+    let (h, rest) = out[..need].split_at_mut(head.len());
+    let (p, t) = rest.split_at_mut(payload.len());
+    h.copy_from_slice(head);
+    p.copy_from_slice(payload);
+    t.copy_from_slice(tail);
     Ok(need)
 }
 
