@@ -164,7 +164,6 @@ impl Cache {
             digest: *d,
             size,
             committed: false,
-            unflushed: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -219,7 +218,6 @@ pub struct TempBlob {
     digest: Digest,
     size: u64,
     committed: bool,
-    unflushed: Arc<AtomicU64>,
 }
 
 /// Writes into a [`TempBlob`] from a blocking thread (see [`TempBlob::writer`]).
@@ -227,23 +225,21 @@ pub struct TempBlob {
 pub struct TempWriter {
     file: File,
     path: PathBuf,
-    unflushed: Arc<AtomicU64>,
 }
 
 impl TempWriter {
     /// As [`TempBlob::write_at`].
-    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<bool, CacheError> {
-        write_counted(&self.file, &self.path, &self.unflushed, offset, data)
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), CacheError> {
+        write_at(&self.file, &self.path, offset, data)
     }
 
     /// As [`TempWriter::write_at`] for the concatenation of `pieces`, written
     /// with `pwritev` straight from them: a chunk arrives as the pieces quinn
     /// received it in (one per packet), and gathering them into one buffer
     /// first would cost a copy of every byte (benches/results/issue11-image.md).
-    pub fn write_pieces_at(&self, offset: u64, pieces: &[Bytes]) -> Result<bool, CacheError> {
+    pub fn write_pieces_at(&self, offset: u64, pieces: &[Bytes]) -> Result<(), CacheError> {
         // Linux takes at most IOV_MAX (1024) buffers per call.
         const IOV_MAX: usize = 1024;
-        let total: u64 = pieces.iter().map(|p| p.len() as u64).sum();
         let (mut i, mut skip, mut at) = (0usize, 0usize, offset);
         while i < pieces.len() {
             if skip == pieces[i].len() {
@@ -275,44 +271,22 @@ impl TempWriter {
                 }
             }
         }
-        let before = self.unflushed.fetch_add(total, Ordering::Relaxed);
-        Ok(before + total >= FLUSH_EVERY)
-    }
-
-    /// As [`TempBlob::flush`], on this (blocking) thread.
-    pub fn flush(&self) -> Result<(), CacheError> {
-        self.unflushed.store(0, Ordering::Relaxed);
-        self.file
-            .sync_data()
-            .map_err(io_err("flushing", &self.path))
+        Ok(())
     }
 }
 
-/// Bytes a temp blob takes before the writer flushes them (see [`TempBlob::flush`]).
-pub const FLUSH_EVERY: u64 = 64 << 20;
-
-/// Write `data` at `offset` of a temp blob's file and count it towards the
-/// next flush: true once [`FLUSH_EVERY`] bytes wait (shared by [`TempBlob`]
-/// and its [`TempWriter`]s, which count into the same total).
-fn write_counted(
-    file: &File,
-    path: &Path,
-    unflushed: &AtomicU64,
-    offset: u64,
-    data: &[u8],
-) -> Result<bool, CacheError> {
+/// Write `data` at `offset` of a temp blob's file. Nothing is made durable
+/// here: a blob is synced once, when it is committed after it matched its
+/// digest ([`TempBlob::commit`]).
+fn write_at(file: &File, path: &Path, offset: u64, data: &[u8]) -> Result<(), CacheError> {
     file.write_all_at(data, offset)
-        .map_err(io_err("writing", path))?;
-    let before = unflushed.fetch_add(data.len() as u64, Ordering::Relaxed);
-    Ok(before + data.len() as u64 >= FLUSH_EVERY)
+        .map_err(io_err("writing", path))
 }
 
 impl TempBlob {
-    /// Write `data` at `offset` (chunks arrive in any order). Returns true
-    /// when [`FLUSH_EVERY`] bytes were written since the last flush: the
-    /// caller should then [`TempBlob::flush`].
-    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<bool, CacheError> {
-        write_counted(&self.file, &self.path, &self.unflushed, offset, data)
+    /// Write `data` at `offset` (chunks arrive in any order).
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), CacheError> {
+        write_at(&self.file, &self.path, offset, data)
     }
 
     /// A handle that writes into this temp blob from another thread.
@@ -323,28 +297,7 @@ impl TempBlob {
                 .try_clone()
                 .map_err(io_err("opening", &self.path))?,
             path: self.path.clone(),
-            unflushed: self.unflushed.clone(),
         })
-    }
-
-    /// `fdatasync` the bytes written so far, off the async threads. Measured
-    /// (benches/RESULTS.md, "Image layers"): plain writes with a flush every
-    /// 64 MiB reach durable ~20 % sooner than plain writes and one final
-    /// fsync, because dirty pages never pile up to the whole blob.
-    pub async fn flush(&self) -> Result<(), CacheError> {
-        self.unflushed.store(0, Ordering::Relaxed);
-        let f = self
-            .file
-            .try_clone()
-            .map_err(io_err("flushing", &self.path))?;
-        tokio::task::spawn_blocking(move || f.sync_data())
-            .await
-            .map_err(|e| CacheError::Io {
-                what: "flushing",
-                path: self.path.clone(),
-                source: io::Error::other(e),
-            })?
-            .map_err(io_err("flushing", &self.path))
     }
 
     /// The temp file, for reading back from another thread.
@@ -459,14 +412,10 @@ mod tests {
         let body: Vec<u8> = pieces.concat();
         let temp = c.temp(&Digest::of(&body), 10 + body.len() as u64).unwrap();
         let w = temp.writer().unwrap();
-        assert!(!w.write_pieces_at(10, &pieces).unwrap());
+        w.write_pieces_at(10, &pieces).unwrap();
         let mut back = vec![0u8; body.len()];
         temp.read_at(10, &mut back).unwrap();
         assert_eq!(back, body);
-        // Counted towards the next flush like plain writes.
-        assert!(w
-            .write_pieces_at(0, &[Bytes::from(vec![0u8; FLUSH_EVERY as usize])])
-            .unwrap());
     }
 
     #[test]
