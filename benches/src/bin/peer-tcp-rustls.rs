@@ -105,6 +105,8 @@ async fn client(a: &PeerArgs) -> anyhow::Result<PeerOutcome> {
         s.write_all(chunk).await?;
         off += chunk.len() as u64;
     }
+    // rustls may still hold the last records if the socket was full.
+    s.flush().await?;
     let mut ack = [0u8; 1];
     s.read_exact(&mut ack).await?;
     let secs = t0.elapsed().as_secs_f64();
