@@ -314,33 +314,36 @@ impl Report {
                 ratio(self.bulk_proc_median(row), sa),
             );
         }
-        // Issue 13's goals, against the peers as users run them: quinn over
-        // UDP at MTU 4096 and TCP + rustls, each as two processes.
-        let quinn = self.bulk_proc_median("quinn/udp-4096");
-        let tls = self.bulk_proc_median("tcp+rustls");
+        // Issue 13's goals, against the peers as fast as their users get
+        // them: quinn over UDP at MTU 4096 and TCP + rustls, each the faster
+        // of its two-process row and its standalone pair (the median of each),
+        // so a harness that slowed a peer down could only make our ratios
+        // smaller.
+        let best =
+            |row: &str, peer: &str| match (self.bulk_proc_median(row), self.bulk_proc_median(peer))
+            {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        let quinn = best("quinn/udp-4096", "peer-quinn-udp");
+        let tls = best("tcp+rustls", "peer-tcp-rustls");
+        let q = "quinn/UDP@4096 (best of row, standalone; processes)";
+        let tl = "TCP+rustls (best of row, standalone; processes)";
         let e = self.bulk_median("engine/sim");
+        push(format!("bulk: engine/sim ÷ {q}"), ">= 1.5", ratio(e, quinn));
+        push(format!("bulk: engine/sim ÷ {tl}"), ">= 1.0", ratio(e, tls));
         push(
-            "bulk: engine/sim ÷ quinn/udp-4096 (processes)".into(),
-            ">= 1.5",
-            ratio(e, quinn),
-        );
-        push(
-            "bulk: engine/sim ÷ tcp+rustls (processes)".into(),
-            ">= 1.0",
-            ratio(e, tls),
-        );
-        push(
-            format!("bulk: {soft_row} (processes) ÷ quinn/udp-4096 (processes)"),
+            format!("bulk: {soft_row} (processes) ÷ {q}"),
             ">= 1.0",
             ratio(self.bulk_proc_median(soft_row), quinn),
         );
         push(
-            "bulk: quinn-adapter/sim ÷ quinn/udp-4096 (processes)".into(),
+            format!("bulk: quinn-adapter/sim ÷ {q}"),
             ">= 1.2",
             ratio(self.bulk_median("quinn-adapter/sim"), quinn),
         );
         push(
-            "bulk: quinn-adapter/soft (processes) ÷ quinn/udp-4096 (processes)".into(),
+            format!("bulk: quinn-adapter/soft (processes) ÷ {q}"),
             ">= 1.0",
             ratio(self.bulk_proc_median("quinn-adapter/soft"), quinn),
         );
