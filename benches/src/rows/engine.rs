@@ -140,6 +140,24 @@ impl<P: QpPairs> EngineRow<P> {
         self
     }
 
+    /// This process's side of a two-process workload (see [`crate::procs`]):
+    /// a server engine whose address is announced (`None`), or a client
+    /// engine and the server's address.
+    fn process_side(&self, side: ProcessSide<'_>) -> anyhow::Result<(Side<P::Qp>, Option<UdAddr>)> {
+        let qp = self.pairs.make_one()?;
+        match side {
+            ProcessSide::Server(ready) => {
+                let e = self.engine(qp, true)?;
+                ready(e.local_addr().to_socket_addr())?;
+                Ok((self.side(e, Placement::SeparateCores), None))
+            }
+            ProcessSide::Client(addr) => Ok((
+                self.side(self.engine(qp, false)?, Placement::SeparateCores),
+                Some(UdAddr::from_socket_addr(addr)?),
+            )),
+        }
+    }
+
     fn side(&self, e: Engine<P::Qp>, place: Placement) -> Side<P::Qp> {
         let mut s = Side::new(e, place);
         s.waiter = self
@@ -549,13 +567,9 @@ impl<P: QpPairs> Row for EngineRow<P> {
     }
 
     fn bulk_side(&self, p: BulkParams, side: ProcessSide<'_>) -> anyhow::Result<SideOutcome> {
-        let qp = self.pairs.make_one()?;
-        match side {
-            ProcessSide::Server(ready) => {
-                let e = self.engine(qp, true)?;
-                ready(e.local_addr().to_socket_addr())?;
+        match self.process_side(side)? {
+            (mut side, None) => {
                 let mut sink = SinkBuf::new(p.bytes, p.verify);
-                let mut side = self.side(e, Placement::SeparateCores);
                 let cpu = bulk_server(&mut side, &mut sink)?;
                 side.linger_until_closed()?;
                 Ok(SideOutcome {
@@ -564,11 +578,9 @@ impl<P: QpPairs> Row for EngineRow<P> {
                     ok: sink.received() == p.bytes,
                 })
             }
-            ProcessSide::Client(addr) => {
+            (side, Some(server)) => {
                 let pattern = bytes::Bytes::from(data::pattern());
                 let expected = p.verify.then(|| data::expected_digest(&pattern, p.bytes));
-                let side = self.side(self.engine(qp, false)?, Placement::SeparateCores);
-                let server = UdAddr::from_socket_addr(addr)?;
                 let (secs, cpu, reply) = bulk_client(side, server, p, &pattern)?;
                 Ok(SideOutcome {
                     secs,
@@ -624,32 +636,21 @@ impl<P: QpPairs> Row for EngineRow<P> {
     }
 
     fn rtt_side(&self, iters: usize, side: ProcessSide<'_>) -> anyhow::Result<Vec<u64>> {
-        let qp = self.pairs.make_one()?;
-        match side {
-            ProcessSide::Server(ready) => {
-                let e = self.engine(qp, true)?;
-                ready(e.local_addr().to_socket_addr())?;
-                let mut side = self.side(e, Placement::SeparateCores);
+        match self.process_side(side)? {
+            (mut side, None) => {
                 // No other thread here to say the client is done: the
                 // client's close ends the loop.
                 rtt_server(&mut side, &AtomicBool::new(false))?;
                 side.linger_until_closed()?;
                 Ok(vec![])
             }
-            ProcessSide::Client(addr) => {
-                let side = self.side(self.engine(qp, false)?, Placement::SeparateCores);
-                rtt_client(side, UdAddr::from_socket_addr(addr)?, iters)
-            }
+            (side, Some(server)) => rtt_client(side, server, iters),
         }
     }
 
     fn handshakes_side(&self, count: usize, side: ProcessSide<'_>) -> anyhow::Result<f64> {
-        let qp = self.pairs.make_one()?;
-        match side {
-            ProcessSide::Server(ready) => {
-                let e = self.engine(qp, true)?;
-                ready(e.local_addr().to_socket_addr())?;
-                let mut side = self.side(e, Placement::SeparateCores);
+        match self.process_side(side)? {
+            (mut side, None) => {
                 // Serve until `count` connections were accepted and closed.
                 let mut accepted = 0;
                 while accepted < count || side.e.connection_count() > 0 {
@@ -662,10 +663,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
                 }
                 Ok(0.0)
             }
-            ProcessSide::Client(addr) => {
-                let side = self.side(self.engine(qp, false)?, Placement::SeparateCores);
-                handshakes_client(side, UdAddr::from_socket_addr(addr)?, count)
-            }
+            (side, Some(server)) => handshakes_client(side, server, count),
         }
     }
 }
