@@ -49,6 +49,11 @@ pub fn set_idle_sleep(on: bool) {
     IDLE_SLEEP.store(on, Ordering::Relaxed);
 }
 
+/// Whether [`set_idle_sleep`] is on.
+pub fn idle_sleep() -> bool {
+    IDLE_SLEEP.load(Ordering::Relaxed)
+}
+
 /// A UD provider for the engine rows: makes (client, server) queue pairs.
 pub trait QpPairs: Send + Sync {
     /// The provider's queue pair.
@@ -271,7 +276,7 @@ impl<Q: UdQueuePair> Side<Q> {
 
     /// Nothing to do on a shared core: give the core away (see [`set_idle_sleep`]).
     fn idle(&mut self) {
-        if !IDLE_SLEEP.load(Ordering::Relaxed) || self.e.readiness_fd().is_some() {
+        if !idle_sleep() || self.e.readiness_fd().is_some() {
             std::thread::yield_now();
             return;
         }

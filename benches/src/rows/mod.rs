@@ -6,6 +6,7 @@
 //! directly in [`engine`], generic over the queue pair's provider.
 
 pub mod engine;
+pub mod ideal;
 mod quic;
 pub mod quinn_sim;
 pub mod quinn_udp;
@@ -129,6 +130,7 @@ pub fn all_rows() -> Vec<Box<dyn Row>> {
         Box::new(engine::EngineRow::sim()),
         Box::new(engine::EngineRow::sim().adaptive()),
         Box::new(stack::AsyncRow::new(quinn_sim::QuinnSim::new())),
+        Box::new(ideal::Ideal::new()),
         Box::new(engine::EngineRow::new(soft::SoftPairs::new())),
         Box::new(engine::EngineRow::new(soft::SoftPairs::new()).adaptive()),
         Box::new(stack::AsyncRow::new(soft::QuinnSoft::new())),
