@@ -47,6 +47,16 @@ where
     })
 }
 
+/// Sets the flag when dropped: a client side tells its server side it is
+/// done even when it fails (the server lingers until then).
+pub struct DoneOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for DoneOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// Run `fut` to completion on a fresh single-threaded tokio runtime on this
 /// thread (so every task of this side, quinn's endpoint driver included, runs
 /// here and is charged to this thread's CPU time), bounded by [`HANG_GUARD`].

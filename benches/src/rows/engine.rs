@@ -23,14 +23,14 @@ use quic_rdma::engine::{
 use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpOptions};
 use quic_rdma::fabric::{UdAddr, UdQueuePair};
 
-use super::{
-    BulkOutcome, BulkParams, HandshakeOutcome, ProcessSide, Row, RttOutcome, SideOutcome, RTT_MSG,
-    RTT_WARMUP, WRITE_CHUNK,
+use super::exchange::{
+    bulk_client, bulk_server, handshakes_client, reply_ok, rtt_client, rtt_server, Driver,
 };
+use super::{BulkOutcome, BulkParams, HandshakeOutcome, ProcessSide, Row, RttOutcome, SideOutcome};
 use crate::affinity::Placement;
 use crate::cpu::{CpuSpan, CpuUsed};
 use crate::data::{self, SinkBuf};
-use crate::side::{run_pair, HANG_GUARD};
+use crate::side::{run_pair, DoneOnDrop, HANG_GUARD};
 use crate::tls::{Tls, SERVER_NAME};
 
 /// Longest sleep of an idle side (a bound, in case a wake-up is missed).
@@ -185,7 +185,7 @@ impl<P: QpPairs> EngineRow<P> {
             move || {
                 let _done = DoneOnDrop(done);
                 let mut side = self.side(ce, place);
-                let c = side.connect(server_addr)?;
+                let c = side.connect(&server_addr)?;
                 let cpu = CpuSpan::start();
                 let until = Instant::now() + idle;
                 while Instant::now() < until {
@@ -319,7 +319,25 @@ impl<Q: UdQueuePair> Side<Q> {
         Ok(())
     }
 
-    /// Fail if `conn` was lost in the last poll.
+    /// Server in its own process: poll until the client closed the connection
+    /// (bounded by the hang guard).
+    fn linger_until_closed(&mut self) -> anyhow::Result<()> {
+        while self.e.connection_count() > 0 {
+            self.poll()?;
+        }
+        Ok(())
+    }
+}
+
+impl<Q: UdQueuePair> Driver for Side<Q> {
+    type Conn = ConnHandle;
+    type Stream = StreamId;
+    type Target = UdAddr;
+
+    fn poll(&mut self) -> anyhow::Result<()> {
+        Side::poll(self)
+    }
+
     fn check_lost(&self, conn: ConnHandle) -> anyhow::Result<()> {
         for ev in &self.ev {
             if let Event::ConnectionLost { conn: c, reason } = ev {
@@ -329,9 +347,8 @@ impl<Q: UdQueuePair> Side<Q> {
         Ok(())
     }
 
-    /// Client: connect to `server` and poll until the handshake completes.
-    fn connect(&mut self, server: UdAddr) -> anyhow::Result<ConnHandle> {
-        let c = self.e.connect(Instant::now(), server, SERVER_NAME)?;
+    fn connect(&mut self, server: &UdAddr) -> anyhow::Result<ConnHandle> {
+        let c = self.e.connect(Instant::now(), *server, SERVER_NAME)?;
         loop {
             self.poll()?;
             self.check_lost(c)?;
@@ -341,7 +358,6 @@ impl<Q: UdQueuePair> Side<Q> {
         }
     }
 
-    /// Server: poll until a connection completes its handshake.
     fn accept(&mut self) -> anyhow::Result<ConnHandle> {
         loop {
             self.poll()?;
@@ -353,7 +369,10 @@ impl<Q: UdQueuePair> Side<Q> {
         }
     }
 
-    /// Server: poll until the peer opens a stream on `conn`.
+    fn open_bi(&mut self, c: ConnHandle) -> anyhow::Result<StreamId> {
+        Ok(self.e.open_bi(c)?)
+    }
+
     fn accept_stream(&mut self, conn: ConnHandle) -> anyhow::Result<StreamId> {
         loop {
             for ev in &self.ev {
@@ -368,151 +387,56 @@ impl<Q: UdQueuePair> Side<Q> {
         }
     }
 
-    /// Close `conn` (client) and poll until it drained, bounded.
-    fn close(&mut self, conn: ConnHandle) -> anyhow::Result<()> {
-        self.e.close(Instant::now(), conn, 0, b"done")?;
-        self.drain(Duration::from_secs(2))
+    fn write_chunk(
+        &mut self,
+        c: ConnHandle,
+        s: StreamId,
+        chunk: &mut bytes::Bytes,
+    ) -> anyhow::Result<Option<usize>> {
+        match self.e.write_chunk(c, s, chunk) {
+            Ok(n) => Ok(Some(n)),
+            Err(EngineError::WouldBlock) => Ok(None),
+            Err(err) => Err(err.into()),
+        }
     }
 
-    /// Poll until no connection is left or `limit` passed.
+    fn write_all(&mut self, c: ConnHandle, s: StreamId, data: &[u8]) -> anyhow::Result<()> {
+        anyhow::ensure!(self.e.write(c, s, data)? == data.len(), "write refused");
+        self.e.flush(Instant::now());
+        Ok(())
+    }
+
+    fn finish(&mut self, c: ConnHandle, s: StreamId) -> anyhow::Result<()> {
+        Ok(self.e.finish(c, s)?)
+    }
+
+    fn read_some(
+        &mut self,
+        c: ConnHandle,
+        s: StreamId,
+        buf: &mut [u8],
+        got: &mut usize,
+    ) -> anyhow::Result<bool> {
+        match self.e.read(c, s, &mut buf[*got..]) {
+            Ok(r) => {
+                *got += r.len;
+                Ok(r.fin)
+            }
+            Err(EngineError::WouldBlock) => Ok(false),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    fn close_now(&mut self, c: ConnHandle) -> anyhow::Result<()> {
+        Ok(self.e.close(Instant::now(), c, 0, b"done")?)
+    }
+
     fn drain(&mut self, limit: Duration) -> anyhow::Result<()> {
         let until = Instant::now() + limit;
         while self.e.connection_count() > 0 && Instant::now() < until {
             self.poll()?;
         }
         Ok(())
-    }
-
-    /// Server in its own process: poll until the client closed the connection
-    /// (bounded by the hang guard).
-    fn linger_until_closed(&mut self) -> anyhow::Result<()> {
-        while self.e.connection_count() > 0 {
-            self.poll()?;
-        }
-        Ok(())
-    }
-
-    /// Server: poll until the client says it is done (then let closes drain).
-    fn linger(&mut self, done: &AtomicBool) -> anyhow::Result<()> {
-        while !done.load(Ordering::Acquire) {
-            self.poll()?;
-        }
-        self.drain(Duration::from_millis(200))
-    }
-}
-
-/// Read what is there into `buf[*got..]`; `Ok(true)` at the stream's end.
-fn read_some<Q: UdQueuePair>(
-    e: &mut Engine<Q>,
-    conn: ConnHandle,
-    s: StreamId,
-    buf: &mut [u8],
-    got: &mut usize,
-) -> anyhow::Result<bool> {
-    match e.read(conn, s, &mut buf[*got..]) {
-        Ok(r) => {
-            *got += r.len;
-            Ok(r.fin)
-        }
-        Err(EngineError::WouldBlock) => Ok(false),
-        Err(err) => Err(err.into()),
-    }
-}
-
-/// The client's reply buffer holds the server's 34 bytes: the one-byte
-/// acknowledgement, 1 (a digest follows), the sha256 — equal to `expected`
-/// when verifying.
-fn reply_ok((got, reply): (usize, [u8; 64]), expected: Option<[u8; 32]>) -> bool {
-    got == 34
-        && match expected {
-            Some(e) => reply[1] == 1 && reply[2..34] == e[..],
-            None => true,
-        }
-}
-
-/// The client of a bulk transfer: connect to `server_addr`, send `p.bytes` of
-/// `pattern`, stop clock and CPU at the acknowledgement, read the reply, close.
-fn bulk_client<Q: UdQueuePair>(
-    mut side: Side<Q>,
-    server_addr: UdAddr,
-    p: BulkParams,
-    pattern: &bytes::Bytes,
-) -> anyhow::Result<(f64, CpuUsed, (usize, [u8; 64]))> {
-    let c = side.connect(server_addr)?;
-    let s = side.e.open_bi(c)?;
-    let t0 = Instant::now();
-    let cpu = CpuSpan::start();
-    let (mut off, mut finished) = (0u64, false);
-    // Room past the 34 reply bytes: a read into a full buffer cannot see the end.
-    let mut reply = [0u8; 64];
-    let mut got = 0;
-    let mut acked: Option<(f64, CpuUsed)> = None;
-    loop {
-        while off < p.bytes {
-            let mut chunk = data::bytes_at(pattern, off, WRITE_CHUNK, p.bytes);
-            match side.e.write_chunk(c, s, &mut chunk) {
-                Ok(n) => off += n as u64,
-                Err(EngineError::WouldBlock) => break,
-                Err(err) => return Err(err.into()),
-            }
-        }
-        if off == p.bytes && !finished {
-            side.e.finish(c, s)?;
-            finished = true;
-        }
-        let fin = read_some(&mut side.e, c, s, &mut reply, &mut got)?;
-        if got >= 1 && acked.is_none() {
-            acked = Some((t0.elapsed().as_secs_f64(), cpu.stop()));
-        }
-        if fin {
-            break;
-        }
-        side.poll()?;
-        side.check_lost(c)?;
-    }
-    side.close(c)?;
-    let (secs, ccpu) = acked.ok_or_else(|| anyhow::anyhow!("no acknowledgement"))?;
-    Ok((secs, ccpu, (got, reply)))
-}
-
-/// The server of a bulk transfer: accept, receive into `sink`, acknowledge the
-/// last byte (CPU stops), reply with the digest and finish the stream.
-fn bulk_server<Q: UdQueuePair>(side: &mut Side<Q>, sink: &mut SinkBuf) -> anyhow::Result<CpuUsed> {
-    let c = side.accept()?;
-    let cpu = CpuSpan::start();
-    let s = side.accept_stream(c)?;
-    loop {
-        anyhow::ensure!(!sink.overrun(), "peer sent more than announced");
-        let mut n = 0;
-        let fin = read_some(&mut side.e, c, s, sink.spare(), &mut n)?;
-        sink.advance(n);
-        if fin {
-            break;
-        }
-        if n == 0 {
-            side.poll()?;
-            side.check_lost(c)?;
-        }
-    }
-    anyhow::ensure!(side.e.write(c, s, &[1])? == 1, "ack refused");
-    side.e.flush(Instant::now());
-    let cpu = cpu.stop();
-    let mut reply = [0u8; 33];
-    if let Some(d) = sink.digest() {
-        reply[0] = 1;
-        reply[1..].copy_from_slice(&d);
-    }
-    anyhow::ensure!(side.e.write(c, s, &reply)? == reply.len(), "reply refused");
-    side.e.finish(c, s)?;
-    Ok(cpu)
-}
-
-/// Sets the flag when dropped: the client tells the server it is done even when it fails.
-struct DoneOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for DoneOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
     }
 }
 
@@ -548,7 +472,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                bulk_client(self.side(ce, place), server_addr, p, pattern)
+                bulk_client(&mut self.side(ce, place), &server_addr, p, pattern)
             },
             move || {
                 let mut side = self.side(se, place);
@@ -586,7 +510,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
             (side, Some(server)) => {
                 let pattern = bytes::Bytes::from(data::pattern());
                 let expected = p.verify.then(|| data::expected_digest(&pattern, p.bytes));
-                let (secs, cpu, reply) = bulk_client(side, server, p, &pattern)?;
+                let (secs, cpu, reply) = bulk_client(&mut { side }, &server, p, &pattern)?;
                 Ok(SideOutcome {
                     secs,
                     cpu,
@@ -605,7 +529,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                rtt_client(self.side(ce, place), server_addr, iters)
+                rtt_client(&mut self.side(ce, place), &server_addr, iters)
             },
             move || {
                 let mut side = self.side(se, place);
@@ -627,7 +551,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                handshakes_client(self.side(ce, place), server_addr, count)
+                handshakes_client(&mut self.side(ce, place), &server_addr, count)
             },
             move || {
                 let mut side = self.side(se, place);
@@ -649,7 +573,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
                 side.linger_until_closed()?;
                 Ok(vec![])
             }
-            (side, Some(server)) => rtt_client(side, server, iters),
+            (mut side, Some(server)) => rtt_client(&mut side, &server, iters),
         }
     }
 
@@ -668,85 +592,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
                 }
                 Ok(0.0)
             }
-            (side, Some(server)) => handshakes_client(side, server, count),
+            (mut side, Some(server)) => handshakes_client(&mut side, &server, count),
         }
     }
-}
-
-/// The client of the RTT workload: connect to `server`, `RTT_WARMUP + iters`
-/// 64-byte requests, each answered before the next, close; the sampled round
-/// trips in nanoseconds.
-fn rtt_client<Q: UdQueuePair>(
-    mut side: Side<Q>,
-    server: UdAddr,
-    iters: usize,
-) -> anyhow::Result<Vec<u64>> {
-    let c = side.connect(server)?;
-    let s = side.e.open_bi(c)?;
-    let req = [0x5Au8; RTT_MSG];
-    let mut resp = [0u8; RTT_MSG];
-    let mut samples = Vec::with_capacity(iters);
-    for i in 0..RTT_WARMUP + iters {
-        let t0 = Instant::now();
-        anyhow::ensure!(side.e.write(c, s, &req)? == RTT_MSG, "request refused");
-        side.e.flush(t0);
-        let mut got = 0;
-        while got < RTT_MSG {
-            side.poll()?;
-            side.check_lost(c)?;
-            anyhow::ensure!(
-                !read_some(&mut side.e, c, s, &mut resp, &mut got)?,
-                "stream ended early"
-            );
-        }
-        if i >= RTT_WARMUP {
-            samples.push(t0.elapsed().as_nanos() as u64);
-        }
-    }
-    anyhow::ensure!(resp == [0xA5; RTT_MSG], "response bytes");
-    side.close(c)?;
-    Ok(samples)
-}
-
-/// The server of the RTT workload: accept, then answer each request until the
-/// client closes the connection or `done` is set.
-fn rtt_server<Q: UdQueuePair>(side: &mut Side<Q>, done: &AtomicBool) -> anyhow::Result<()> {
-    let c = side.accept()?;
-    let s = side.accept_stream(c)?;
-    let mut req = [0u8; RTT_MSG];
-    let resp = [0xA5u8; RTT_MSG];
-    let mut got = 0;
-    while !done.load(Ordering::Acquire) {
-        let fin = match read_some(&mut side.e, c, s, &mut req, &mut got) {
-            Ok(fin) => fin,
-            Err(_) => break, // the client closed
-        };
-        if got == RTT_MSG {
-            got = 0;
-            anyhow::ensure!(side.e.write(c, s, &resp)? == RTT_MSG, "response refused");
-            side.e.flush(Instant::now());
-        }
-        if fin {
-            break;
-        }
-        side.poll()?;
-    }
-    Ok(())
-}
-
-/// The client of the handshake workload: `count` connections to `server`
-/// one after another, each closed before the next; the seconds they took.
-fn handshakes_client<Q: UdQueuePair>(
-    mut side: Side<Q>,
-    server: UdAddr,
-    count: usize,
-) -> anyhow::Result<f64> {
-    let t0 = Instant::now();
-    for _ in 0..count {
-        let c = side.connect(server)?;
-        side.e.close(Instant::now(), c, 0, b"done")?;
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    side.drain(Duration::from_secs(2))?;
-    Ok(secs)
 }

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,14 +31,13 @@ use quinn_proto::{
     ClientConfig, ConnectionHandle, DatagramEvent, Dir, Endpoint, Event, ServerConfig, StreamId,
 };
 
-use super::{
-    BulkOutcome, BulkParams, HandshakeOutcome, ProcessSide, Row, RttOutcome, SideOutcome, RTT_MSG,
-    RTT_WARMUP, WRITE_CHUNK,
+use super::exchange::{
+    bulk_client, bulk_server, handshakes_client, reply_ok, rtt_client, rtt_server, Driver,
 };
+use super::{BulkOutcome, BulkParams, HandshakeOutcome, ProcessSide, Row, RttOutcome, SideOutcome};
 use crate::affinity::Placement;
-use crate::cpu::{CpuSpan, CpuUsed};
 use crate::data::{self, SinkBuf};
-use crate::side::{run_pair, HANG_GUARD};
+use crate::side::{run_pair, DoneOnDrop, HANG_GUARD};
 use crate::tls::{Tls, SERVER_NAME};
 
 /// The fabric MTU the engine rows run at (RoCE's largest).
@@ -47,6 +46,10 @@ const MTU: usize = 4096;
 const MAX_SEGMENTS: usize = 16;
 /// Longest sleep of an idle side in the instruction-count mode.
 const IDLE_PARK_MAX: Duration = Duration::from_millis(1);
+
+fn recycle() -> bool {
+    std::env::var_os("IDEAL_RECYCLE").is_some()
+}
 
 /// One transmit on the wire: datagrams of `seg` bytes (the last may be shorter).
 struct Dgrams {
@@ -73,11 +76,30 @@ impl Ideal {
         let client_cfg = self.tls.quinn_client(transport);
         let (c_tx, s_rx) = channel();
         let (s_tx, c_rx) = channel();
+        // Emptied transmit buffers go back to the side that filled them.
+        let (c_ret, s_free) = channel();
+        let (s_ret, c_free) = channel();
         let addr = |port| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
         let (c_addr, s_addr) = (addr(1), addr(2));
         let spin = place == Placement::SeparateCores;
-        let client = Node::new(None, Some(client_cfg), c_tx, c_rx, s_addr, spin, 0xc1);
-        let server = Node::new(Some(server_cfg), None, s_tx, s_rx, c_addr, spin, 0x5e);
+        let client = Node::new(
+            None,
+            Some(client_cfg),
+            (c_tx, c_rx),
+            (c_ret, c_free),
+            s_addr,
+            spin,
+            0xc1,
+        );
+        let server = Node::new(
+            Some(server_cfg),
+            None,
+            (s_tx, s_rx),
+            (s_ret, s_free),
+            c_addr,
+            spin,
+            0x5e,
+        );
         (client, server)
     }
 }
@@ -89,6 +111,14 @@ struct Node {
     conns: HashMap<ConnectionHandle, quinn_proto::Connection>,
     tx: Sender<Dgrams>,
     rx: Receiver<Dgrams>,
+    /// Where the peer's emptied buffers go back.
+    ret: Sender<Vec<u8>>,
+    /// Our buffers the peer emptied.
+    free: Receiver<Vec<u8>>,
+    /// Received datagrams are copied here (as the engine's receive path
+    /// copies out of registered memory), so transmit buffers can go back.
+    rx_buf: BytesMut,
+    recycle: bool,
     /// The other node's address (the only one on this wire).
     peer: SocketAddr,
     /// Application events of the last poll.
@@ -107,8 +137,8 @@ impl Node {
     fn new(
         server: Option<Arc<ServerConfig>>,
         client_cfg: Option<ClientConfig>,
-        tx: Sender<Dgrams>,
-        rx: Receiver<Dgrams>,
+        (tx, rx): (Sender<Dgrams>, Receiver<Dgrams>),
+        (ret, free): (Sender<Vec<u8>>, Receiver<Vec<u8>>),
         peer: SocketAddr,
         spin: bool,
         routing_key: u32,
@@ -120,6 +150,10 @@ impl Node {
             conns: HashMap::new(),
             tx,
             rx,
+            ret,
+            free,
+            rx_buf: BytesMut::new(),
+            recycle: recycle(),
             peer,
             ev: Vec::with_capacity(64),
             resp: Vec::with_capacity(MTU),
@@ -148,10 +182,27 @@ impl Node {
         let mut work = 0usize;
         while let Some(d) = self.stash.take().or_else(|| self.rx.try_recv().ok()) {
             work += 1;
-            // A unique `Bytes` over a `Vec` becomes a `BytesMut` without a copy.
-            let mut b = BytesMut::from(Bytes::from(d.buf));
-            while !b.is_empty() {
-                let one = b.split_to(d.seg.min(b.len()));
+            let recycle = self.recycle;
+            let (mut b, keep) = if recycle {
+                (BytesMut::new(), Some(d.buf))
+            } else {
+                // A unique `Bytes` over a `Vec` becomes a `BytesMut` without a copy.
+                (BytesMut::from(Bytes::from(d.buf)), None)
+            };
+            let mut segs = keep.as_deref().unwrap_or(&[]).chunks(d.seg);
+            loop {
+                let one = if recycle {
+                    let Some(seg) = segs.next() else { break };
+                    if self.rx_buf.capacity() < seg.len() {
+                        self.rx_buf.reserve(MTU * 64);
+                    }
+                    self.rx_buf.extend_from_slice(seg);
+                    self.rx_buf.split()
+                } else if b.is_empty() {
+                    break;
+                } else {
+                    b.split_to(d.seg.min(b.len()))
+                };
                 self.resp.clear();
                 match self
                     .ep
@@ -178,6 +229,10 @@ impl Node {
                     None => {}
                 }
             }
+            if let Some(mut buf) = keep {
+                buf.clear();
+                let _ = self.ret.send(buf);
+            }
         }
         let mut drained = vec![];
         for (&ch, c) in &mut self.conns {
@@ -198,7 +253,10 @@ impl Node {
             }
             loop {
                 if self.spare.capacity() == 0 {
-                    self.spare = Vec::with_capacity(MAX_SEGMENTS * MTU);
+                    self.spare = self
+                        .free
+                        .try_recv()
+                        .unwrap_or_else(|_| Vec::with_capacity(MAX_SEGMENTS * MTU));
                 }
                 self.spare.clear();
                 let Some(t) = c.poll_transmit(now, MAX_SEGMENTS, &mut self.spare) else {
@@ -240,8 +298,18 @@ impl Node {
             std::thread::yield_now();
         }
     }
+}
 
-    /// Fail if `ch` was lost in the last poll.
+impl Driver for Node {
+    type Conn = ConnectionHandle;
+    type Stream = StreamId;
+    /// The wire joins two nodes: a client connects to the other end.
+    type Target = ();
+
+    fn poll(&mut self) -> anyhow::Result<()> {
+        Node::poll(self)
+    }
+
     fn check_lost(&self, ch: ConnectionHandle) -> anyhow::Result<()> {
         for (c, e) in &self.ev {
             if let Event::ConnectionLost { reason } = e {
@@ -251,8 +319,7 @@ impl Node {
         Ok(())
     }
 
-    /// Client: connect and poll until the handshake completes.
-    fn connect(&mut self) -> anyhow::Result<ConnectionHandle> {
+    fn connect(&mut self, _: &()) -> anyhow::Result<ConnectionHandle> {
         let cfg = self
             .client_cfg
             .clone()
@@ -274,7 +341,6 @@ impl Node {
         }
     }
 
-    /// Server: poll until a connection completes its handshake.
     fn accept(&mut self) -> anyhow::Result<ConnectionHandle> {
         loop {
             self.poll()?;
@@ -284,7 +350,13 @@ impl Node {
         }
     }
 
-    /// Server: poll until the peer opens a bidirectional stream on `ch`.
+    fn open_bi(&mut self, ch: ConnectionHandle) -> anyhow::Result<StreamId> {
+        self.conn(ch)?
+            .streams()
+            .open(Dir::Bi)
+            .ok_or_else(|| anyhow::anyhow!("no stream credit"))
+    }
+
     fn accept_stream(&mut self, ch: ConnectionHandle) -> anyhow::Result<StreamId> {
         loop {
             if let Some(s) = self.conn(ch)?.streams().accept(Dir::Bi) {
@@ -295,7 +367,35 @@ impl Node {
         }
     }
 
-    /// Copy what `s` has into `buf[*got..]`; `Ok(true)` at the stream's end.
+    fn write_chunk(
+        &mut self,
+        ch: ConnectionHandle,
+        s: StreamId,
+        chunk: &mut Bytes,
+    ) -> anyhow::Result<Option<usize>> {
+        let mut chunks = [std::mem::take(chunk)];
+        let r = self.conn(ch)?.send_stream(s).write_chunks(&mut chunks);
+        let [rest] = chunks;
+        *chunk = rest;
+        match r {
+            Ok(w) => Ok(Some(w.bytes)),
+            Err(quinn_proto::WriteError::Blocked) => Ok(None),
+            Err(e) => anyhow::bail!("write: {e}"),
+        }
+    }
+
+    /// Queued now; sent by the next poll's transmit pass (there is no
+    /// separate flush: a poll is the whole I/O step here).
+    fn write_all(&mut self, ch: ConnectionHandle, s: StreamId, data: &[u8]) -> anyhow::Result<()> {
+        let n = self.conn(ch)?.send_stream(s).write(data)?;
+        anyhow::ensure!(n == data.len(), "write refused");
+        self.poll()
+    }
+
+    fn finish(&mut self, ch: ConnectionHandle, s: StreamId) -> anyhow::Result<()> {
+        Ok(self.conn(ch)?.send_stream(s).finish()?)
+    }
+
     fn read_some(
         &mut self,
         ch: ConnectionHandle,
@@ -328,21 +428,12 @@ impl Node {
         Ok(fin)
     }
 
-    /// Write all of `data` now (small replies: the windows have room).
-    fn write_all(&mut self, ch: ConnectionHandle, s: StreamId, data: &[u8]) -> anyhow::Result<()> {
-        let n = self.conn(ch)?.send_stream(s).write(data)?;
-        anyhow::ensure!(n == data.len(), "write refused");
+    fn close_now(&mut self, ch: ConnectionHandle) -> anyhow::Result<()> {
+        self.conn(ch)?
+            .close(Instant::now(), 0u32.into(), Bytes::from_static(b"done"));
         Ok(())
     }
 
-    /// Close `ch` and poll until it drained (bounded).
-    fn close(&mut self, ch: ConnectionHandle) -> anyhow::Result<()> {
-        self.conn(ch)?
-            .close(Instant::now(), 0u32.into(), Bytes::from_static(b"done"));
-        self.drain(Duration::from_secs(2))
-    }
-
-    /// Poll until no connection is left or `limit` passed.
     fn drain(&mut self, limit: Duration) -> anyhow::Result<()> {
         let until = Instant::now() + limit;
         while !self.conns.is_empty() && Instant::now() < until {
@@ -350,104 +441,6 @@ impl Node {
         }
         Ok(())
     }
-
-    /// Server: poll until the client says it is done, then let closes drain.
-    fn linger(&mut self, done: &AtomicBool) -> anyhow::Result<()> {
-        while !done.load(Ordering::Acquire) {
-            self.poll()?;
-        }
-        self.drain(Duration::from_millis(200))
-    }
-}
-
-/// Sets the flag when dropped: the client tells the server it is done even when it fails.
-struct DoneOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for DoneOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-/// The client of a bulk transfer, the same exchange as the engine rows': send
-/// `p.bytes` of `pattern` in [`WRITE_CHUNK`] pieces, stop clock and CPU at the
-/// one-byte acknowledgement, then read the server's digest.
-fn bulk_client(
-    mut n: Node,
-    p: BulkParams,
-    pattern: &Bytes,
-) -> anyhow::Result<(f64, CpuUsed, Vec<u8>)> {
-    let ch = n.connect()?;
-    let s = n
-        .conn(ch)?
-        .streams()
-        .open(Dir::Bi)
-        .ok_or_else(|| anyhow::anyhow!("no stream credit"))?;
-    let t0 = Instant::now();
-    let cpu = CpuSpan::start();
-    let (mut off, mut finished) = (0u64, false);
-    let mut reply = [0u8; 64];
-    let mut got = 0;
-    let mut acked = None;
-    loop {
-        while off < p.bytes {
-            let chunk = data::bytes_at(pattern, off, WRITE_CHUNK, p.bytes);
-            let mut chunks = [chunk];
-            match n.conn(ch)?.send_stream(s).write_chunks(&mut chunks) {
-                Ok(w) => off += w.bytes as u64,
-                Err(quinn_proto::WriteError::Blocked) => break,
-                Err(e) => anyhow::bail!("write: {e}"),
-            }
-        }
-        if off == p.bytes && !finished {
-            n.conn(ch)?.send_stream(s).finish()?;
-            finished = true;
-        }
-        let fin = n.read_some(ch, s, &mut reply, &mut got)?;
-        if got >= 1 && acked.is_none() {
-            acked = Some((t0.elapsed().as_secs_f64(), cpu.stop()));
-        }
-        if fin {
-            break;
-        }
-        n.poll()?;
-        n.check_lost(ch)?;
-    }
-    n.close(ch)?;
-    let (secs, ccpu) = acked.ok_or_else(|| anyhow::anyhow!("no acknowledgement"))?;
-    Ok((secs, ccpu, reply[..got].to_vec()))
-}
-
-/// The server of a bulk transfer: receive into `sink`, acknowledge (CPU
-/// stops), reply with the digest, finish the stream.
-fn bulk_server(n: &mut Node, sink: &mut SinkBuf) -> anyhow::Result<CpuUsed> {
-    let ch = n.accept()?;
-    let cpu = CpuSpan::start();
-    let s = n.accept_stream(ch)?;
-    loop {
-        anyhow::ensure!(!sink.overrun(), "peer sent more than announced");
-        let mut got = 0;
-        let fin = n.read_some(ch, s, sink.spare(), &mut got)?;
-        sink.advance(got);
-        if fin {
-            break;
-        }
-        if got == 0 {
-            n.poll()?;
-            n.check_lost(ch)?;
-        }
-    }
-    n.write_all(ch, s, &[1])?;
-    n.poll()?;
-    let cpu = cpu.stop();
-    let mut reply = [0u8; 33];
-    if let Some(d) = sink.digest() {
-        reply[0] = 1;
-        reply[1..].copy_from_slice(&d);
-    }
-    n.write_all(ch, s, &reply)?;
-    n.conn(ch)?.send_stream(s).finish()?;
-    Ok(cpu)
 }
 
 impl Row for Ideal {
@@ -466,14 +459,14 @@ impl Row for Ideal {
         let pattern = Bytes::from(data::pattern());
         let expected = p.verify.then(|| data::expected_digest(&pattern, p.bytes));
         let mut sink = SinkBuf::new(p.bytes, p.verify);
-        let (cn, mut sn) = self.nodes(place);
+        let (mut cn, mut sn) = self.nodes(place);
         let done = AtomicBool::new(false);
         let (pattern, sink_ref, done) = (&pattern, &mut sink, &done);
         let ((secs, ccpu, reply), scpu) = run_pair(
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                bulk_client(cn, p, pattern)
+                bulk_client(&mut cn, &(), p, pattern)
             },
             move || {
                 let cpu = bulk_server(&mut sn, sink_ref)?;
@@ -481,14 +474,10 @@ impl Row for Ideal {
                 Ok(cpu)
             },
         )?;
-        let digest_ok = match expected {
-            Some(e) => reply.len() == 34 && reply[1] == 1 && reply[2..34] == e[..],
-            None => reply.len() == 34,
-        };
         Ok(BulkOutcome {
             bytes: p.bytes,
             secs,
-            sha256_ok: sink.received() == p.bytes && digest_ok,
+            sha256_ok: sink.received() == p.bytes && reply_ok(reply, expected),
             client_cpu: ccpu,
             server_cpu: scpu,
         })
@@ -502,54 +491,10 @@ impl Row for Ideal {
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                let ch = cn.connect()?;
-                let s = cn
-                    .conn(ch)?
-                    .streams()
-                    .open(Dir::Bi)
-                    .ok_or_else(|| anyhow::anyhow!("no stream credit"))?;
-                let req = [0x5Au8; RTT_MSG];
-                let mut resp = [0u8; RTT_MSG];
-                let mut samples = Vec::with_capacity(iters);
-                for i in 0..RTT_WARMUP + iters {
-                    let t0 = Instant::now();
-                    cn.write_all(ch, s, &req)?;
-                    let mut got = 0;
-                    while got < RTT_MSG {
-                        cn.poll()?;
-                        cn.check_lost(ch)?;
-                        anyhow::ensure!(
-                            !cn.read_some(ch, s, &mut resp, &mut got)?,
-                            "stream ended early"
-                        );
-                    }
-                    if i >= RTT_WARMUP {
-                        samples.push(t0.elapsed().as_nanos() as u64);
-                    }
-                }
-                anyhow::ensure!(resp == [0xA5; RTT_MSG], "response bytes");
-                cn.close(ch)?;
-                Ok(samples)
+                rtt_client(&mut cn, &(), iters)
             },
             move || {
-                let ch = sn.accept()?;
-                let s = sn.accept_stream(ch)?;
-                let mut req = [0u8; RTT_MSG];
-                let mut got = 0;
-                while !done.load(Ordering::Acquire) {
-                    let fin = match sn.read_some(ch, s, &mut req, &mut got) {
-                        Ok(fin) => fin,
-                        Err(_) => break, // the client closed
-                    };
-                    if got == RTT_MSG {
-                        got = 0;
-                        sn.write_all(ch, s, &[0xA5; RTT_MSG])?;
-                    }
-                    if fin {
-                        break;
-                    }
-                    sn.poll()?;
-                }
+                rtt_server(&mut sn, done)?;
                 sn.linger(done)
             },
         )?;
@@ -566,15 +511,7 @@ impl Row for Ideal {
             place,
             move || {
                 let _done = DoneOnDrop(done);
-                let t0 = Instant::now();
-                for _ in 0..count {
-                    let ch = cn.connect()?;
-                    cn.conn(ch)?
-                        .close(Instant::now(), 0u32.into(), Bytes::from_static(b"done"));
-                }
-                let secs = t0.elapsed().as_secs_f64();
-                cn.drain(Duration::from_secs(2))?;
-                Ok(secs)
+                handshakes_client(&mut cn, &(), count)
             },
             move || sn.linger(done),
         )?;

@@ -6,6 +6,7 @@
 //! directly in [`engine`], generic over the queue pair's provider.
 
 pub mod engine;
+mod exchange;
 pub mod ideal;
 mod quic;
 pub mod quinn_sim;
