@@ -244,6 +244,16 @@ fn main() -> anyhow::Result<()> {
                 }
                 Some(Err(e)) => a.errors.push(format!("bulk repeat {rep}: {e:#}")),
             }
+            // The row's two-process run and the standalone pair that checks
+            // it (if any) back to back, which one first alternating by repeat,
+            // so drifting load on a shared machine hits both alike.
+            let peer = STANDALONE
+                .iter()
+                .position(|(_, r, _)| *r == name)
+                .filter(|_| run("bulk"));
+            if let Some(k) = peer.filter(|_| rep % 2 == 1) {
+                run_peer(rep, k, p.bulk_bytes, &mut sa_acc[k]);
+            }
             if run("bulk") && row.crosses_processes() {
                 match procs::bulk_in_processes(
                     &**row,
@@ -259,6 +269,9 @@ fn main() -> anyhow::Result<()> {
                         .errors
                         .push(format!("bulk, two processes, repeat {rep}: {e:#}")),
                 }
+            }
+            if let Some(k) = peer.filter(|_| rep % 2 == 0) {
+                run_peer(rep, k, p.bulk_bytes, &mut sa_acc[k]);
             }
             for (k, place) in places.into_iter().enumerate().filter(|_| run("rtt")) {
                 match row.rtt(p.rtt_iters, place) {
@@ -321,29 +334,6 @@ fn main() -> anyhow::Result<()> {
                         .errors
                         .push(format!("handshakes, two processes, repeat {rep}: {e:#}")),
                 }
-            }
-        }
-        // The standalone peers, in the same repeat as the rows they check.
-        for (k, (bin, row, _)) in STANDALONE.iter().enumerate() {
-            if !run_any("bulk") || !rows.iter().any(|r| r.name() == *row) {
-                continue;
-            }
-            // A fresh port each run (19700..19799 are this harness's).
-            let port = 19700 + ((rep * STANDALONE.len() + k) % 100) as u16;
-            let addr = std::net::SocketAddr::from(([127, 0, 130, 1], port));
-            match run_standalone(bin, addr, p.bulk_bytes, Placement::SeparateCores.cpus()) {
-                Ok(o) => {
-                    let b = BulkOutcome {
-                        bytes: p.bulk_bytes,
-                        secs: o.client.secs,
-                        sha256_ok: o.client.ok && o.server.ok,
-                        client_cpu: o.client.cpu,
-                        server_cpu: o.server.cpu,
-                    };
-                    log_bulk(rep, bin, &b);
-                    sa_acc[k].0.push(b);
-                }
-                Err(e) => sa_acc[k].1.push(format!("bulk repeat {rep}: {e:#}")),
             }
         }
         if let Some((b, raw)) = &image_bench {
@@ -460,7 +450,8 @@ fn log_image(rep: usize, r: &ImageRepeat, bytes: u64) {
 }
 
 /// The standalone peers (binary, the row each checks, what it is), run as two
-/// processes in every repeat when their row is selected.
+/// processes in every repeat when their row is selected, back to back with
+/// that row's two-process bulk run.
 const STANDALONE: [(&str, &str, &str); 2] = [
     (
         "peer-quinn-udp",
@@ -473,6 +464,29 @@ const STANDALONE: [(&str, &str, &str); 2] = [
         "standalone tokio-rustls client/server processes, TLS 1.3 AES-128-GCM, TCP_NODELAY",
     ),
 ];
+
+/// Run standalone pair `k` of [`STANDALONE`] once (repeat `rep`), adding its
+/// outcome or error to `acc`.
+fn run_peer(rep: usize, k: usize, bytes: u64, acc: &mut (Vec<BulkOutcome>, Vec<String>)) {
+    let bin = STANDALONE[k].0;
+    // A fresh port each run (19700..19799 are this harness's).
+    let port = 19700 + ((rep * STANDALONE.len() + k) % 100) as u16;
+    let addr = std::net::SocketAddr::from(([127, 0, 130, 1], port));
+    match run_standalone(bin, addr, bytes, Placement::SeparateCores.cpus()) {
+        Ok(o) => {
+            let b = BulkOutcome {
+                bytes,
+                secs: o.client.secs,
+                sha256_ok: o.client.ok && o.server.ok,
+                client_cpu: o.client.cpu,
+                server_cpu: o.server.cpu,
+            };
+            log_bulk(rep, bin, &b);
+            acc.0.push(b);
+        }
+        Err(e) => acc.1.push(format!("bulk repeat {rep}: {e:#}")),
+    }
+}
 
 fn log_bulk(rep: usize, name: &str, b: &BulkOutcome) {
     eprintln!(

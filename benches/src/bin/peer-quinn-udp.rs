@@ -7,9 +7,11 @@
 //! `initial_mtu`/`min_mtu` 4096 (loopback carries it, so no discovery is needed).
 //! Tuned exactly as `compare`'s rows (equal tuning on both sides of every
 //! comparison): MTU discovery off, initial RTT 2 ms, 16 MiB stream and 64 MiB
-//! connection receive windows, 64 MiB send window (the values of
+//! connection receive windows, 64 MiB send window, 4 MiB datagram receive
+//! buffer, 300 ms keep-alive and 1.5 s idle timeout (every value of
 //! `quic_rdma::quinn_adapter::transport_config`, spelled out here), and 4 MiB
-//! socket buffers (the `soft` provider's). TLS 1.3 with
+//! socket buffers (the `soft` provider's). The client builds its payload and
+//! the payload's sha256 before it dials, as the harness's rows do. TLS 1.3 with
 //! `TLS13_AES_128_GCM_SHA256` only (the suite every row of `compare` runs).
 //!
 //! ```text
@@ -37,7 +39,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(p)
 }
 
-fn transport() -> Arc<quinn::TransportConfig> {
+fn transport() -> anyhow::Result<Arc<quinn::TransportConfig>> {
     let mut t = quinn::TransportConfig::default();
     t.initial_mtu(MTU)
         .min_mtu(MTU)
@@ -45,8 +47,11 @@ fn transport() -> Arc<quinn::TransportConfig> {
         .initial_rtt(Duration::from_millis(2))
         .stream_receive_window(quinn::VarInt::from_u32(16 << 20))
         .receive_window(quinn::VarInt::from_u32(64 << 20))
-        .send_window(64 << 20);
-    Arc::new(t)
+        .send_window(64 << 20)
+        .datagram_receive_buffer_size(Some(4 << 20))
+        .keep_alive_interval(Some(Duration::from_millis(300)))
+        .max_idle_timeout(Some(Duration::from_millis(1500).try_into()?));
+    Ok(Arc::new(t))
 }
 
 fn endpoint(
@@ -78,7 +83,7 @@ async fn server(a: &PeerArgs) -> anyhow::Result<PeerOutcome> {
     let mut sc = quinn::ServerConfig::with_crypto(Arc::new(
         quinn::crypto::rustls::QuicServerConfig::try_from(tls)?,
     ));
-    sc.transport_config(transport());
+    sc.transport_config(transport()?);
     let ep = endpoint(a.addr, Some(sc))?;
     quic_rdma_benches::procs::announce(a.addr)?;
 
@@ -129,13 +134,17 @@ async fn client(a: &PeerArgs) -> anyhow::Result<PeerOutcome> {
     let mut cc = quinn::ClientConfig::new(Arc::new(
         quinn::crypto::rustls::QuicClientConfig::try_from(tls)?,
     ));
-    cc.transport_config(transport());
-    let ep = endpoint(SocketAddr::new(a.addr.ip(), 0), None)?;
-    let conn = ep.connect_with(cc, a.addr, "localhost")?.await?;
-
+    cc.transport_config(transport()?);
+    // The payload and its digest are ready before dialing, as a client has
+    // its data before it connects: hashing 1 GiB between the handshake and
+    // the first write stalls this thread ~0.5 s with quinn's driver on it,
+    // and the transfer then starts slowly (~70-100 ms lost at its start in
+    // alternating runs, `benches/results/issue13-peers.md`).
     let pattern = data::pattern();
     let expected = data::expected_digest(&pattern, a.bytes);
     let pattern = bytes::Bytes::from(pattern);
+    let ep = endpoint(SocketAddr::new(a.addr.ip(), 0), None)?;
+    let conn = ep.connect_with(cc, a.addr, "localhost")?.await?;
     let (mut send, mut recv) = conn.open_bi().await?;
     let t0 = Instant::now();
     let cpu0 = CpuSpan::start();

@@ -87,15 +87,17 @@ async fn client(a: &PeerArgs) -> anyhow::Result<PeerOutcome> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+    // The payload and its digest are ready before dialing, as in the
+    // harness's rows and the quinn pair (a client has its data before it
+    // connects).
+    let pattern = data::pattern();
+    let expected = data::expected_digest(&pattern, a.bytes);
     let tcp = TcpStream::connect(a.addr).await?;
     tcp.set_nodelay(true)?;
     let mut s = connector
         .connect(ServerName::try_from("localhost")?, tcp)
         .await?;
     let suite = suite_name(s.get_ref().1);
-
-    let pattern = data::pattern();
-    let expected = data::expected_digest(&pattern, a.bytes);
     let t0 = Instant::now();
     let cpu0 = CpuSpan::start();
     let mut off = 0u64;
