@@ -16,8 +16,11 @@
 //! goals it cannot reach against a peer are beyond quinn-proto at this MTU,
 //! not beyond better fabric code.
 //!
-//! The sides live in one process (the wire is a channel): no two-process
-//! placement.
+//! Handing the buffer over whole beat the alternative of copying each datagram
+//! out on the receiver and returning the buffer to its sender (1 GiB, six
+//! interleaved pairs of runs: 14.0–21.6 against 8.4–17.6 Gbit/s), so the
+//! ceiling uses it. The sides live in one process (the wire is a channel): no
+//! two-process placement.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -47,10 +50,6 @@ const MAX_SEGMENTS: usize = 16;
 /// Longest sleep of an idle side in the instruction-count mode.
 const IDLE_PARK_MAX: Duration = Duration::from_millis(1);
 
-fn recycle() -> bool {
-    std::env::var_os("IDEAL_RECYCLE").is_some()
-}
-
 /// One transmit on the wire: datagrams of `seg` bytes (the last may be shorter).
 struct Dgrams {
     buf: Vec<u8>,
@@ -76,30 +75,11 @@ impl Ideal {
         let client_cfg = self.tls.quinn_client(transport);
         let (c_tx, s_rx) = channel();
         let (s_tx, c_rx) = channel();
-        // Emptied transmit buffers go back to the side that filled them.
-        let (c_ret, s_free) = channel();
-        let (s_ret, c_free) = channel();
         let addr = |port| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
         let (c_addr, s_addr) = (addr(1), addr(2));
         let spin = place == Placement::SeparateCores;
-        let client = Node::new(
-            None,
-            Some(client_cfg),
-            (c_tx, c_rx),
-            (c_ret, c_free),
-            s_addr,
-            spin,
-            0xc1,
-        );
-        let server = Node::new(
-            Some(server_cfg),
-            None,
-            (s_tx, s_rx),
-            (s_ret, s_free),
-            c_addr,
-            spin,
-            0x5e,
-        );
+        let client = Node::new(None, Some(client_cfg), (c_tx, c_rx), s_addr, spin, 0xc1);
+        let server = Node::new(Some(server_cfg), None, (s_tx, s_rx), c_addr, spin, 0x5e);
         (client, server)
     }
 }
@@ -111,14 +91,6 @@ struct Node {
     conns: HashMap<ConnectionHandle, quinn_proto::Connection>,
     tx: Sender<Dgrams>,
     rx: Receiver<Dgrams>,
-    /// Where the peer's emptied buffers go back.
-    ret: Sender<Vec<u8>>,
-    /// Our buffers the peer emptied.
-    free: Receiver<Vec<u8>>,
-    /// Received datagrams are copied here (as the engine's receive path
-    /// copies out of registered memory), so transmit buffers can go back.
-    rx_buf: BytesMut,
-    recycle: bool,
     /// The other node's address (the only one on this wire).
     peer: SocketAddr,
     /// Application events of the last poll.
@@ -138,7 +110,6 @@ impl Node {
         server: Option<Arc<ServerConfig>>,
         client_cfg: Option<ClientConfig>,
         (tx, rx): (Sender<Dgrams>, Receiver<Dgrams>),
-        (ret, free): (Sender<Vec<u8>>, Receiver<Vec<u8>>),
         peer: SocketAddr,
         spin: bool,
         routing_key: u32,
@@ -150,10 +121,6 @@ impl Node {
             conns: HashMap::new(),
             tx,
             rx,
-            ret,
-            free,
-            rx_buf: BytesMut::new(),
-            recycle: recycle(),
             peer,
             ev: Vec::with_capacity(64),
             resp: Vec::with_capacity(MTU),
@@ -182,27 +149,10 @@ impl Node {
         let mut work = 0usize;
         while let Some(d) = self.stash.take().or_else(|| self.rx.try_recv().ok()) {
             work += 1;
-            let recycle = self.recycle;
-            let (mut b, keep) = if recycle {
-                (BytesMut::new(), Some(d.buf))
-            } else {
-                // A unique `Bytes` over a `Vec` becomes a `BytesMut` without a copy.
-                (BytesMut::from(Bytes::from(d.buf)), None)
-            };
-            let mut segs = keep.as_deref().unwrap_or(&[]).chunks(d.seg);
-            loop {
-                let one = if recycle {
-                    let Some(seg) = segs.next() else { break };
-                    if self.rx_buf.capacity() < seg.len() {
-                        self.rx_buf.reserve(MTU * 64);
-                    }
-                    self.rx_buf.extend_from_slice(seg);
-                    self.rx_buf.split()
-                } else if b.is_empty() {
-                    break;
-                } else {
-                    b.split_to(d.seg.min(b.len()))
-                };
+            // A unique `Bytes` over a `Vec` becomes a `BytesMut` without a copy.
+            let mut b = BytesMut::from(Bytes::from(d.buf));
+            while !b.is_empty() {
+                let one = b.split_to(d.seg.min(b.len()));
                 self.resp.clear();
                 match self
                     .ep
@@ -229,10 +179,6 @@ impl Node {
                     None => {}
                 }
             }
-            if let Some(mut buf) = keep {
-                buf.clear();
-                let _ = self.ret.send(buf);
-            }
         }
         let mut drained = vec![];
         for (&ch, c) in &mut self.conns {
@@ -253,10 +199,7 @@ impl Node {
             }
             loop {
                 if self.spare.capacity() == 0 {
-                    self.spare = self
-                        .free
-                        .try_recv()
-                        .unwrap_or_else(|_| Vec::with_capacity(MAX_SEGMENTS * MTU));
+                    self.spare = Vec::with_capacity(MAX_SEGMENTS * MTU);
                 }
                 self.spare.clear();
                 let Some(t) = c.poll_transmit(now, MAX_SEGMENTS, &mut self.spare) else {
