@@ -31,6 +31,7 @@ fn compare_quick_writes_a_complete_report() {
     for want in [
         "engine/sim",
         "quinn-adapter/sim",
+        "quinn-proto/ideal",
         "engine/soft",
         "quinn-adapter/soft",
         "quinn/udp",
@@ -40,6 +41,10 @@ fn compare_quick_writes_a_complete_report() {
     ] {
         assert!(names.contains(&want), "row {want} missing from {names:?}");
     }
+    let crosses: std::collections::HashMap<String, bool> = quic_rdma_benches::rows::all_rows()
+        .iter()
+        .map(|x| (x.name(), x.crosses_processes()))
+        .collect();
     for row in &r.rows {
         assert!(row.errors.is_empty(), "{}: {:?}", row.name, row.errors);
         let bulk = row
@@ -55,10 +60,10 @@ fn compare_quick_writes_a_complete_report() {
         assert!(bulk.sha256_ok);
         assert!(bulk.gbit_s.min <= bulk.gbit_s.median && bulk.gbit_s.median <= bulk.gbit_s.max);
         // Every row whose fabric can cross processes also ran as two processes.
-        let in_process_only = row.name.ends_with("/sim") || row.name.contains("/sim+");
+        let in_process_only = !crosses[row.name.as_str()];
         match &row.bulk_processes {
             Some(b) => {
-                assert!(!in_process_only, "{}: sim cannot cross processes", row.name);
+                assert!(!in_process_only, "{}: cannot cross processes", row.name);
                 assert_eq!(b.runs.len(), r.params.repeats, "{}", row.name);
                 assert!(b.sha256_ok, "{}: two-process sha256", row.name);
                 assert!(b.runs.iter().all(|x| x.client_cpu.total_s() > 0.0));
