@@ -65,6 +65,9 @@ impl UdQueuePair for Flaky {
     fn register(&mut self, region: &mut Region) -> Result<(), FabricError> {
         self.qp.register(region)
     }
+    fn deregister(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        self.qp.deregister(region)
+    }
     fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError> {
         self.qp.create_ah(attr)
     }

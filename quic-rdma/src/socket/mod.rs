@@ -338,6 +338,9 @@ impl<T: UdQueuePair + ?Sized> UdQueuePair for Box<T> {
     fn register(&mut self, region: &mut Region) -> Result<(), crate::fabric::FabricError> {
         (**self).register(region)
     }
+    fn deregister(&mut self, region: &mut Region) -> Result<(), crate::fabric::FabricError> {
+        (**self).deregister(region)
+    }
     fn create_ah(
         &mut self,
         attr: &crate::fabric::AhAttr,
