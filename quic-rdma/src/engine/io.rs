@@ -148,14 +148,19 @@ impl<Q: UdQueuePair> Engine<Q> {
         let max_segments = self.socket.max_segments();
         for i in 0..self.conns.capacity() {
             while let Some(c) = self.conns.slot_mut(i) {
-                // Every buffer in flight: like a full send queue, stop pulling.
-                // The last one posted was signaled, so a completion frees it.
-                let Some(buf) = self.socket.take_tx_buf() else {
+                // The buffer an idle connection left unused, else a new one.
+                // Every buffer in flight: like a full send queue, stop
+                // pulling; the last one posted was signaled, so a completion
+                // frees it.
+                let Some(buf) = self.tx_spare.take().or_else(|| self.socket.take_tx_buf()) else {
                     return;
                 };
                 let vec = self.socket.tx_vec(&buf);
+                vec.clear();
                 let Some(t) = c.inner.poll_transmit(now, max_segments, vec) else {
-                    self.socket.return_tx_buf(buf);
+                    // Kept for the next transmit: a busy-polling engine asks
+                    // idle connections far more often than they send.
+                    self.tx_spare = Some(buf);
                     break;
                 };
                 self.activity += 1;
@@ -163,7 +168,7 @@ impl<Q: UdQueuePair> Engine<Q> {
                 let Some(dest) = self.peers.on_send(t.destination, data, now) else {
                     // Counted in the peer table; like a lost packet to QUIC.
                     tracing::debug!(dest = %t.destination, "transmit to an unknown UD peer dropped");
-                    self.socket.return_tx_buf(buf);
+                    self.tx_spare = Some(buf);
                     continue;
                 };
                 let ecn = t.ecn.map_or(0, |e| e as u8);

@@ -70,7 +70,7 @@ use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::config::endpoint_config;
 use crate::quic::peers::{PeerStats, PeerTable};
 use crate::quic::routing::{RoutingCheck, RoutingStats};
-use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
+use crate::socket::{SocketStats, TxBuf, UdSocket, MAX_SEND_BATCH};
 use connection::{Conn, ConnTable};
 use io::PendingTransmit;
 
@@ -100,6 +100,9 @@ pub struct Engine<Q: UdQueuePair> {
     tx_buf: Vec<u8>,
     /// A transmit the send queue refused, kept (in its transmit buffer) until it fits.
     pending: Option<PendingTransmit>,
+    /// A transmit buffer taken but not written (its connection had nothing to
+    /// send), kept for the next transmit instead of going back to the pool.
+    tx_spare: Option<TxBuf>,
     /// Endpoint-level responses (stateless reset, version negotiation, refusals,
     /// retries) produced while the socket was busy receiving: rare, so owned.
     responses: Vec<(UdAddr, Vec<u8>)>,
@@ -156,6 +159,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             rx_buf: BytesMut::with_capacity(mtu * RX_BUF_DATAGRAMS),
             tx_buf: Vec::with_capacity(mtu * MAX_SEND_BATCH),
             pending: None,
+            tx_spare: None,
             responses: Vec::new(),
             responses_dropped: 0,
             staged: Vec::with_capacity(64),

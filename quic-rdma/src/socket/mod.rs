@@ -139,6 +139,8 @@ pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     next_wr_id: u64,
     since_signal: u32,
     inline_max: usize,
+    /// [`UdSocket::max_segments`], fixed at creation (as the buffers sized by it).
+    max_segments: usize,
     mtu: usize,
     layout: GrhLayout,
     local: UdAddr,
@@ -199,6 +201,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             next_wr_id: 0,
             since_signal: 0,
             inline_max,
+            max_segments,
             mtu,
             layout: GrhLayout::for_gid(attr.gid),
             local: UdAddr::new(attr.gid, attr.qpn, attr.qkey),

@@ -351,7 +351,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     /// The most segments one [`send`](Self::send) can take (the send queue's depth
     /// and the slot pool bound it): give quinn this as its GSO segment limit.
     pub fn max_segments(&self) -> usize {
-        super::max_segments(self.qp.attr(), &self.send_pool)
+        self.max_segments
     }
 
     /// Whether a full-MTU datagram could be posted now (send-queue room and a slot).
