@@ -187,7 +187,8 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     }
 
     /// The `Vec` of a lent buffer, to write a transmit into. Growing it past
-    /// its capacity is allowed but costs the zero copy (see the [module docs](self)).
+    /// its capacity is allowed but costs the zero copy: the reallocation frees
+    /// the registered memory, so [`send_tx_buf`](Self::send_tx_buf) then copies.
     ///
     /// # Panics
     /// If `buf` was lent by another socket.
