@@ -9,6 +9,7 @@ use std::time::Instant;
 use engine_common::{moved_gid, transfer, EnginePair, MAX_ITERS};
 use quic_rdma::engine::{AcceptPolicy, CloseReason, EngineError, Event, StreamId};
 use quic_rdma::fabric::sim::{Faults, SimConfig};
+use quic_rdma::socket::SocketConfig;
 use quinn_proto::VarInt;
 use sha2::{Digest, Sha256};
 
@@ -50,6 +51,12 @@ fn big_transfer(faults: Faults, seed: u64, len: u64) {
         fs,
         p.client.socket_stats()
     );
+    // Transmits went zero-copy from registered transmit buffers, none of
+    // which quinn-proto ever had to grow.
+    let ss = p.client.socket_stats();
+    assert!(ss.tx_buf_sends > 0);
+    assert_eq!((ss.tx_buf_reallocations, ss.tx_buf_failures), (0, 0));
+    assert!(ss.tx_bufs_created <= SocketConfig::default().tx_bufs as u64);
     let cs = p.client.conn_stats(c).unwrap();
     assert_eq!(cs.path.current_mtu, 4096);
     if faults.loss > 0.0 {

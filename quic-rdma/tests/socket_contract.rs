@@ -12,7 +12,7 @@ use quic_rdma::fabric::{
     AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, Memory, ProviderDrops, QpAttr, RecvWr,
     Region, SendWr, UdAddr, UdQueuePair, WcOpcode, WcStatus,
 };
-use quic_rdma::socket::{SocketConfig, SocketError, UdSocket};
+use quic_rdma::socket::{SocketConfig, SocketError, TxBuf, TxSendError, UdSocket};
 
 fn g6(n: u16) -> Gid {
     Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0x91, n).into()
@@ -64,6 +64,9 @@ impl UdQueuePair for Flaky {
     }
     fn register(&mut self, region: &mut Region) -> Result<(), FabricError> {
         self.qp.register(region)
+    }
+    fn deregister(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        self.qp.deregister(region)
     }
     fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError> {
         self.qp.create_ah(attr)
@@ -331,4 +334,259 @@ fn bogus_receive_completions_are_dropped_and_counted() {
     let bogus = a.stats().recv_bogus_completions - 6;
     assert!(bogus <= 3, "{bogus}");
     assert_eq!(data.len() as u64 + bogus, 20);
+}
+
+// Zero-copy transmit buffers (`take_tx_buf` / `send_tx_buf`): their lifecycle.
+
+fn setup_with(
+    max_send_wr: u32,
+    cfg: SocketConfig,
+) -> (SimFabric, UdSocket<Flaky>, UdSocket<SimQp>, Arc<Ctl>) {
+    let f = SimFabric::new(SimConfig::default());
+    let a = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
+    let b = f.create_qp(g6(2), SimQpOptions::default()).unwrap();
+    let (a, ctl) = Flaky::new(a, max_send_wr);
+    let a = UdSocket::new(a, cfg).unwrap();
+    let b = UdSocket::new(b, SocketConfig::default()).unwrap();
+    (f, a, b, ctl)
+}
+
+/// Every datagram `b` received, in order.
+fn payloads(f: &SimFabric, b: &mut UdSocket<SimQp>) -> Vec<Vec<u8>> {
+    f.settle(std::time::Duration::from_secs(2));
+    let mut v = Vec::new();
+    while b.recv(usize::MAX, |r| v.push(r.data.to_vec())) > 0 {}
+    v
+}
+
+/// `n` segments of `SEG` bytes, each byte telling its segment and position.
+fn pattern(n: usize, tag: u8) -> Vec<u8> {
+    (0..n * SEG)
+        .map(|i| tag ^ (i / SEG) as u8 ^ (i % 251) as u8)
+        .collect()
+}
+
+/// Take a buffer and write `data` into it, as quinn-proto's `poll_transmit` does.
+fn filled<Q: UdQueuePair>(a: &mut UdSocket<Q>, data: &[u8]) -> TxBuf {
+    let buf = a.take_tx_buf().expect("a free transmit buffer");
+    assert!(a.tx_bytes(&buf).is_empty(), "lent empty");
+    a.tx_vec(&buf).extend_from_slice(data);
+    buf
+}
+
+/// Selective signaling: a completion retires every earlier WR, so a buffer is
+/// free only once the completion covering its *last* WR is reaped — not when
+/// a completion lands on one of its earlier WRs.
+#[test]
+fn a_tx_buffer_returns_only_with_the_completion_covering_its_last_wr() {
+    let cfg = SocketConfig {
+        signal_every: 4,
+        tx_bufs: 64,
+        ..SocketConfig::default()
+    };
+    let (f, mut a, mut b, ctl) = setup_with(256, cfg);
+    ctl.withhold_completions.store(false, Ordering::Relaxed);
+    let dest = b.local_addr();
+    // WRs 0 and 1: copied, unsignaled.
+    for i in 0..2u8 {
+        a.send(dest, 0, &[i; SEG], None).unwrap();
+    }
+    // WRs 2, 3 (the 4th: signaled) and 4: from a transmit buffer.
+    let data = pattern(3, 0x5A);
+    let buf = filled(&mut a, &data);
+    assert_eq!(a.tx_buf_capacity(), a.max_segments() * a.mtu());
+    assert_eq!(a.tx_vec(&buf).capacity(), a.tx_buf_capacity());
+    assert_eq!(a.tx_buf_counts(), (1, 0));
+    a.send_tx_buf(buf, dest, 0, None, data.len(), Some(SEG))
+        .unwrap();
+    a.reap_sends();
+    assert_eq!(a.stats().send_completions, 1);
+    assert_eq!(
+        a.tx_buf_counts(),
+        (0, 1),
+        "WR 3's completion covers WR 2, not WR 4: the buffer is still in flight"
+    );
+    assert_eq!(a.sends_in_flight(), 1);
+    // WRs 5, 6 and 7 (signaled): its completion covers WR 4.
+    for i in 5..8u8 {
+        a.send(dest, 0, &[i; SEG], None).unwrap();
+    }
+    a.reap_sends();
+    assert_eq!(a.tx_buf_counts(), (0, 0), "back in the pool");
+    let s = a.stats();
+    assert_eq!((s.tx_buf_sends, s.tx_bufs_created, s.sent_wrs), (1, 1, 8));
+    let got = payloads(&f, &mut b);
+    assert_eq!(got.len(), 8);
+    assert_eq!(got[2..5].concat(), data, "the WRs carried what was written");
+    // The same buffer is lent again, empty: nothing new is registered.
+    let again = a.take_tx_buf().unwrap();
+    assert!(a.tx_bytes(&again).is_empty());
+    a.return_tx_buf(again);
+    assert_eq!(a.stats().tx_bufs_created, 1);
+}
+
+/// With fewer buffers than `signal_every`, each send from one is signaled (or
+/// the pool could run dry with no completion ever coming); an empty pool is
+/// reported, and refilled once completions are reaped.
+#[test]
+fn a_short_tx_pool_signals_and_refills_on_completions() {
+    let cfg = SocketConfig {
+        signal_every: 16,
+        tx_bufs: 2,
+        ..SocketConfig::default()
+    };
+    let (f, mut a, mut b, ctl) = setup_with(256, cfg);
+    let dest = b.local_addr();
+    for tag in 0..2u8 {
+        let buf = filled(&mut a, &pattern(1, tag));
+        a.send_tx_buf(buf, dest, 0, None, SEG, None).unwrap();
+    }
+    assert_eq!(a.stats().signaled_sends, 2);
+    assert!(
+        a.take_tx_buf().is_none(),
+        "both in flight, completions withheld"
+    );
+    assert_eq!(a.stats().tx_bufs_exhausted, 1);
+    assert_eq!(a.tx_buf_counts(), (0, 2));
+    ctl.withhold_completions.store(false, Ordering::Relaxed);
+    let buf = a.take_tx_buf().expect("reaped and lent again");
+    assert_eq!(a.tx_buf_counts(), (1, 0));
+    a.return_tx_buf(buf);
+    assert_eq!(a.stats().tx_bufs_created, 2);
+    assert_eq!(payloads(&f, &mut b), vec![pattern(1, 0), pattern(1, 1)]);
+}
+
+/// A send the queue cannot take posts nothing and hands the buffer back with
+/// its bytes; the retry sends them, exactly once.
+#[test]
+fn a_refused_tx_send_keeps_its_bytes_for_the_retry() {
+    let (f, mut a, mut b, ctl) = setup(8);
+    let dest = b.local_addr();
+    for i in 0..8u8 {
+        a.send(dest, 0, &[i; SEG], None).unwrap();
+    }
+    let data = pattern(3, 7);
+    let buf = filled(&mut a, &data);
+    let before = a.stats().sent_wrs;
+    let buf = match a.send_tx_buf(buf, dest, 0, None, data.len(), Some(SEG)) {
+        Err(TxSendError::WouldBlock(buf)) => buf,
+        other => panic!("expected WouldBlock, got {other:?}"),
+    };
+    assert_eq!(a.stats().sent_wrs, before, "nothing posted");
+    assert_eq!(a.tx_bytes(&buf), &data[..], "the bytes wait in the buffer");
+    assert_eq!(a.tx_buf_counts(), (1, 0), "still the caller's");
+    ctl.withhold_completions.store(false, Ordering::Relaxed);
+    a.send_tx_buf(buf, dest, 0, None, data.len(), Some(SEG))
+        .unwrap();
+    let got = payloads(&f, &mut b);
+    assert_eq!(got.len(), 11);
+    assert_eq!(got[8..].concat(), data);
+    assert_eq!(a.stats().tx_buf_sends, 1);
+}
+
+/// A buffer whose `Vec` reallocated while lent has lost its registered
+/// memory: it is never posted from. The transmit goes by copy, the buffer gets
+/// fresh registered memory, and the event is counted.
+#[test]
+fn a_reallocated_tx_buffer_is_never_posted_from() {
+    let (f, mut a, mut b, ctl) = setup(256);
+    ctl.withhold_completions.store(false, Ordering::Relaxed);
+    let dest = b.local_addr();
+    let buf = a.take_tx_buf().unwrap();
+    let cap = a.tx_buf_capacity();
+    let v = a.tx_vec(&buf);
+    v.reserve(cap + 1); // what quinn-proto would do were the capacity short
+                        // The allocator may move it or grow it in place (mremap): either way it
+                        // is no longer the allocation that was registered.
+    assert_ne!(v.capacity(), cap, "reallocated");
+    let data = pattern(2, 9);
+    v.extend_from_slice(&data);
+    a.send_tx_buf(buf, dest, 0, None, data.len(), Some(SEG))
+        .unwrap();
+    let s = a.stats();
+    assert_eq!(s.tx_buf_reallocations, 1);
+    assert_eq!(
+        s.tx_buf_sends, 0,
+        "not zero-copy: sent through the copying path"
+    );
+    assert_eq!((s.sent_wrs, s.send_errors), (2, 0));
+    assert_eq!(a.tx_buf_counts(), (0, 0), "the copy holds no buffer");
+    assert_eq!(payloads(&f, &mut b).concat(), data);
+    // The same buffer, with fresh registered memory, sends zero-copy again.
+    let data = pattern(2, 10);
+    let buf = filled(&mut a, &data);
+    assert_eq!(a.tx_vec(&buf).capacity(), cap);
+    a.send_tx_buf(buf, dest, 0, None, data.len(), Some(SEG))
+        .unwrap();
+    let s = a.stats();
+    assert_eq!(
+        (s.tx_buf_sends, s.tx_bufs_created, s.send_errors),
+        (1, 1, 0)
+    );
+    assert_eq!(payloads(&f, &mut b).concat(), data);
+}
+
+/// A reallocated buffer refused for lack of room keeps the bytes (now in
+/// fresh registered memory) for the retry, which then goes zero-copy.
+#[test]
+fn a_reallocated_and_refused_tx_send_keeps_its_bytes() {
+    let (f, mut a, mut b, ctl) = setup(8);
+    let dest = b.local_addr();
+    for i in 0..8u8 {
+        a.send(dest, 0, &[i; SEG], None).unwrap();
+    }
+    let buf = a.take_tx_buf().unwrap();
+    let cap = a.tx_buf_capacity();
+    let data = pattern(2, 3);
+    let v = a.tx_vec(&buf);
+    v.reserve(cap * 2);
+    v.extend_from_slice(&data);
+    let buf = match a.send_tx_buf(buf, dest, 0, None, data.len(), Some(SEG)) {
+        Err(TxSendError::WouldBlock(buf)) => buf,
+        other => panic!("expected WouldBlock, got {other:?}"),
+    };
+    assert_eq!(a.tx_bytes(&buf), &data[..]);
+    assert_eq!(
+        a.tx_vec(&buf).capacity(),
+        cap,
+        "fresh memory, the usual size"
+    );
+    ctl.withhold_completions.store(false, Ordering::Relaxed);
+    a.send_tx_buf(buf, dest, 0, None, data.len(), Some(SEG))
+        .unwrap();
+    let s = a.stats();
+    assert_eq!((s.tx_buf_reallocations, s.tx_buf_sends), (1, 1));
+    let got = payloads(&f, &mut b);
+    assert_eq!(got[8..].concat(), data);
+}
+
+/// A post the provider broke part way leaves WRs pointing into the buffer:
+/// it stays in flight until a completion covers them.
+#[test]
+fn a_partially_posted_tx_buffer_waits_for_its_posted_wrs() {
+    let (f, mut a, mut b, ctl) = setup(256);
+    ctl.withhold_completions.store(false, Ordering::Relaxed);
+    ctl.fail_after.store(3, Ordering::Relaxed);
+    let dest = b.local_addr();
+    let data = pattern(10, 1);
+    let buf = filled(&mut a, &data);
+    match a.send_tx_buf(buf, dest, 0, None, data.len(), Some(SEG)) {
+        Err(TxSendError::Failed(SocketError::PartiallyPosted { posted: 3, .. })) => {}
+        other => panic!("expected PartiallyPosted, got {other:?}"),
+    }
+    a.reap_sends();
+    assert_eq!(a.tx_buf_counts(), (0, 1), "3 unsignaled WRs point into it");
+    ctl.fail_after.store(usize::MAX, Ordering::Relaxed);
+    a.send(dest, 0, &[0; SEG], None).unwrap(); // signaled: the queue is quiet
+    a.reap_sends();
+    assert_eq!(a.tx_buf_counts(), (0, 0));
+    assert_eq!(payloads(&f, &mut b)[..3].concat(), data[..3 * SEG]);
+}
+
+#[test]
+#[should_panic(expected = "did not lend it")]
+fn a_tx_buffer_is_refused_by_another_socket() {
+    let (_f, mut a, mut b, _ctl) = setup(256);
+    let buf = a.take_tx_buf().unwrap();
+    b.return_tx_buf(buf);
 }

@@ -192,6 +192,84 @@ fn the_fabric_itself_drops_oversize_silently_and_completes_success() {
     assert_eq!(f.stats().delivered, 0);
 }
 
+/// A `Vec`-backed region is sent from in place, up to what was written; once
+/// its memory moves, or once it is deregistered, a WR into it fails with a
+/// protection error (and the QP enters the error state), as on hardware.
+#[test]
+fn a_vec_region_sends_in_place_until_it_moves_or_is_deregistered() {
+    let f = SimFabric::new(SimConfig::default());
+    let mut qp = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
+    let mut peer = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
+    let mut mem = Memory::new();
+    let mut r = Region::new_vec(4 * 4096);
+    qp.register(&mut r).unwrap();
+    let lkey = r.lkey().unwrap();
+    let region = mem.push(r);
+    let data = datagram(3000, 0xAB);
+    mem.region_mut(region)
+        .unwrap()
+        .vec_mut()
+        .unwrap()
+        .extend_from_slice(&data);
+    let ah = qp.create_ah(&AhAttr::new(g6(2), 0)).unwrap();
+    let wr = SendWr {
+        wr_id: 1,
+        sge: Sge {
+            region,
+            offset: 0,
+            len: 3000,
+            lkey,
+        },
+        ah,
+        remote_qpn: peer.local_addr().qpn,
+        remote_qkey: peer.local_addr().qkey,
+        imm: None,
+        flags: SendFlags {
+            signaled: true,
+            inline: false,
+        },
+    };
+    let mut wc = [quic_rdma::fabric::Completion::send(0); 1];
+    qp.post_send(&mem, &[wr]).unwrap();
+    assert_eq!(qp.poll_send_cq(&mut wc), 1);
+    assert_eq!(wc[0].status, quic_rdma::fabric::WcStatus::Success);
+    assert_eq!(drain(&mut peer)[0].2, data);
+    // Deregistered: the lkey resolves nowhere.
+    let mut gone = Region::new_vec(4096);
+    qp.register(&mut gone).unwrap();
+    let gone_lkey = gone.lkey().unwrap();
+    qp.deregister(&mut gone).unwrap();
+    assert_eq!(gone.lkey(), None);
+    assert!(qp.deregister(&mut gone).is_err(), "not registered any more");
+    gone.set_lkey(Some(gone_lkey));
+    gone.vec_mut().unwrap().extend_from_slice(&data);
+    let gone = mem.push(gone);
+    let stale = SendWr {
+        wr_id: 2,
+        sge: Sge {
+            region: gone,
+            lkey: gone_lkey,
+            ..wr.sge
+        },
+        ..wr
+    };
+    qp.post_send(&mem, &[stale]).unwrap();
+    assert_eq!(qp.poll_send_cq(&mut wc), 1);
+    assert_eq!(wc[0].status, quic_rdma::fabric::WcStatus::LocProtErr);
+    qp.recover().unwrap();
+    // Moved (the lent Vec reallocated): its registered memory is gone.
+    mem.region_mut(region)
+        .unwrap()
+        .vec_mut()
+        .unwrap()
+        .reserve(8 * 4096);
+    assert!(!mem.region(region).unwrap().intact());
+    qp.post_send(&mem, &[SendWr { wr_id: 3, ..wr }]).unwrap();
+    assert_eq!(qp.poll_send_cq(&mut wc), 1);
+    assert_eq!(wc[0].status, quic_rdma::fabric::WcStatus::LocProtErr);
+    assert!(drain(&mut peer).is_empty(), "nothing sent from either");
+}
+
 #[test]
 fn mtu_1024_gives_the_clear_jumbo_frames_error() {
     let f = SimFabric::new(SimConfig {

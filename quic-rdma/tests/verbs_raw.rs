@@ -427,6 +427,46 @@ fn a_region_dropped_under_posted_receives_is_kept_until_the_qp_drops() {
     drop(b);
 }
 
+/// A `Vec`-backed region (the socket's zero-copy transmit buffers) is
+/// registered over its whole capacity and sent from in place; once the `Vec`
+/// moved the provider refuses to post from it, and it deregisters cleanly.
+#[test]
+fn a_vec_region_is_sent_from_in_place_and_refused_once_moved() {
+    let Some((mut a, mut b)) = pair() else { return };
+    b.post_recvs(0..4);
+    let mut r = Region::new_vec(16 * 4096);
+    a.qp.register(&mut r).unwrap();
+    let lkey = r.lkey().unwrap();
+    let region = a.mem.push(r);
+    let msg: Vec<u8> = (0..2 * 4000u32).map(|i| (i * 13) as u8).collect();
+    let v = a.mem.region_mut(region).unwrap().vec_mut().unwrap();
+    v.extend_from_slice(&msg);
+    let ah = a.qp.create_ah(&AhAttr::new(b.qp.attr().gid, 0)).unwrap();
+    let sge = |offset: u32| Sge {
+        region,
+        offset,
+        len: 4000,
+        lkey,
+    };
+    let wrs = [send_wr(&b, ah, sge(0), 1), send_wr(&b, ah, sge(4000), 2)];
+    a.qp.post_send(&a.mem, &wrs).unwrap();
+    let s = a.wait_send(2, T);
+    assert!(s.len() == 2 && s.iter().all(|c| c.status == WcStatus::Success));
+    let r = b.wait_recv(2, T);
+    assert_eq!(r.len(), 2);
+    assert_eq!([b.payload(&r[0]), b.payload(&r[1])].concat(), msg);
+    // The Vec reallocates: its registered memory was freed, nothing is posted.
+    let v = a.mem.region_mut(region).unwrap().vec_mut().unwrap();
+    v.reserve(64 * 4096);
+    assert!(!a.mem.region(region).unwrap().intact());
+    assert!(a.qp.post_send(&a.mem, &wrs[..1]).is_err());
+    // Deregistered (ibv_dereg_mr): the key is gone, once.
+    let mut r = a.mem.replace(region, Region::new(64)).unwrap();
+    a.qp.deregister(&mut r).unwrap();
+    assert_eq!(r.lkey(), None);
+    assert!(a.qp.deregister(&mut r).is_err());
+}
+
 /// `readiness_fd` covers async events too: a GID-table change (an address
 /// added to the device's netdev) makes it readable without any completion,
 /// and handling the event (`poll_event`) makes it quiet again.

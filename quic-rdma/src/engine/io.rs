@@ -8,15 +8,17 @@ use super::Engine;
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::peers::LastSource;
 use crate::quic::routing;
-use crate::socket::SocketError;
+use crate::socket::{SocketError, TxBuf, TxSendError};
 
 /// Endpoint-level responses queued while the send queue is full, at most;
 /// further ones are dropped (and counted) like lost packets.
 const MAX_QUEUED_RESPONSES: usize = 1024;
 
-/// A transmit the socket refused with `WouldBlock`; its bytes wait in `pending_buf`.
-#[derive(Debug, Clone, Copy)]
+/// A transmit the socket refused with `WouldBlock`; its bytes wait in its
+/// transmit buffer.
+#[derive(Debug)]
 pub(super) struct PendingTransmit {
+    buf: TxBuf,
     dest: UdAddr,
     ecn: u8,
     len: usize,
@@ -110,23 +112,35 @@ impl<Q: UdQueuePair> Engine<Q> {
 
     /// Send a transmit refused earlier. `false` while the socket still refuses it.
     fn retry_pending(&mut self) -> bool {
-        let Some(p) = self.pending else {
+        let Some(p) = self.pending.take() else {
             return true;
         };
-        let data = &self.pending_buf[..p.len];
-        match routing::send(&mut self.socket, p.dest, p.ecn, data, p.segment_size) {
-            Err(SocketError::WouldBlock) => false,
-            r => {
-                if let Err(e) = r {
-                    tracing::warn!(%e, "dropping transmit");
-                }
-                self.pending = None;
+        match routing::send_tx_buf(
+            &mut self.socket,
+            p.buf,
+            p.dest,
+            p.ecn,
+            p.len,
+            p.segment_size,
+        ) {
+            Ok(()) => true,
+            Err(TxSendError::WouldBlock(buf)) => {
+                self.pending = Some(PendingTransmit { buf, ..p });
+                false
+            }
+            Err(TxSendError::Failed(e)) => {
+                tracing::warn!(%e, "dropping transmit");
                 true
             }
         }
     }
 
     /// Pull transmits from every connection until each is idle or the socket is full.
+    ///
+    /// quinn-proto writes each transmit straight into a registered transmit
+    /// buffer of the socket, whose send WRs point at what it wrote: no copy
+    /// (docs/architecture.md §4). The buffer's capacity is `max_segments` ×
+    /// MTU, what quinn-proto reserves for a full batch, so it never grows.
     pub(super) fn flush_connections(&mut self, now: Instant) {
         if !self.retry_pending() {
             return;
@@ -134,28 +148,38 @@ impl<Q: UdQueuePair> Engine<Q> {
         let max_segments = self.socket.max_segments();
         for i in 0..self.conns.capacity() {
             while let Some(c) = self.conns.slot_mut(i) {
-                self.tx_buf.clear();
-                let Some(t) = c.inner.poll_transmit(now, max_segments, &mut self.tx_buf) else {
+                // The buffer an idle connection left unused, else a new one.
+                // Every buffer in flight: like a full send queue, stop
+                // pulling; the last one posted was signaled, so a completion
+                // frees it.
+                let Some(buf) = self.tx_spare.take().or_else(|| self.socket.take_tx_buf()) else {
+                    return;
+                };
+                let vec = self.socket.tx_vec(&buf);
+                vec.clear();
+                let Some(t) = c.inner.poll_transmit(now, max_segments, vec) else {
+                    // Kept for the next transmit: a busy-polling engine asks
+                    // idle connections far more often than they send.
+                    self.tx_spare = Some(buf);
                     break;
                 };
                 self.activity += 1;
-                let Some(dest) = self
-                    .peers
-                    .on_send(t.destination, &self.tx_buf[..t.size], now)
-                else {
+                let data = &self.socket.tx_bytes(&buf)[..t.size];
+                let Some(dest) = self.peers.on_send(t.destination, data, now) else {
                     // Counted in the peer table; like a lost packet to QUIC.
                     tracing::debug!(dest = %t.destination, "transmit to an unknown UD peer dropped");
+                    self.tx_spare = Some(buf);
                     continue;
                 };
                 let ecn = t.ecn.map_or(0, |e| e as u8);
-                let data = &self.tx_buf[..t.size];
-                match routing::send(&mut self.socket, dest, ecn, data, t.segment_size) {
+                match routing::send_tx_buf(&mut self.socket, buf, dest, ecn, t.size, t.segment_size)
+                {
                     Ok(()) => {}
-                    Err(SocketError::WouldBlock) => {
-                        // Keep the bytes (swap buffers: no copy, no allocation) and
-                        // stop pulling: quinn-proto would only build more to refuse.
-                        std::mem::swap(&mut self.tx_buf, &mut self.pending_buf);
+                    Err(TxSendError::WouldBlock(buf)) => {
+                        // Keep the bytes (in their buffer: no copy) and stop
+                        // pulling: quinn-proto would only build more to refuse.
                         self.pending = Some(PendingTransmit {
+                            buf,
                             dest,
                             ecn,
                             len: t.size,
@@ -163,7 +187,7 @@ impl<Q: UdQueuePair> Engine<Q> {
                         });
                         return;
                     }
-                    Err(e) => tracing::warn!(%e, "dropping transmit"),
+                    Err(TxSendError::Failed(e)) => tracing::warn!(%e, "dropping transmit"),
                 }
             }
         }

@@ -14,8 +14,10 @@
 //!
 //! In steady state no step allocates: received datagrams are copied into one
 //! long-lived `BytesMut` that is split per packet and reclaimed once quinn-proto
-//! and the application dropped the pieces; transmits are built in one reused
-//! `Vec<u8>`; events go into the caller's reused `Vec`.
+//! and the application dropped the pieces; transmits are built in the socket's
+//! registered transmit buffers, which the send WRs point into (no copy) and
+//! which return to the socket's pool on completion; events go into the
+//! caller's reused `Vec`.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -68,7 +70,7 @@ use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::config::endpoint_config;
 use crate::quic::peers::{PeerStats, PeerTable};
 use crate::quic::routing::{RoutingCheck, RoutingStats};
-use crate::socket::{SocketStats, UdSocket, MAX_SEND_BATCH};
+use crate::socket::{SocketStats, TxBuf, UdSocket, MAX_SEND_BATCH};
 use connection::{Conn, ConnTable};
 use io::PendingTransmit;
 
@@ -93,11 +95,14 @@ pub struct Engine<Q: UdQueuePair> {
     local: UdAddr,
     /// Receive staging: one allocation split per datagram, reclaimed when unique.
     rx_buf: BytesMut,
-    /// Where quinn-proto writes transmits (capacity MTU × max segments, never grown).
+    /// Where quinn-proto writes endpoint-level responses on the receive path
+    /// (connection transmits go straight into the socket's transmit buffers).
     tx_buf: Vec<u8>,
-    /// A transmit the send queue refused, kept (with its bytes) until it fits.
+    /// A transmit the send queue refused, kept (in its transmit buffer) until it fits.
     pending: Option<PendingTransmit>,
-    pending_buf: Vec<u8>,
+    /// A transmit buffer taken but not written (its connection had nothing to
+    /// send), kept for the next transmit instead of going back to the pool.
+    tx_spare: Option<TxBuf>,
     /// Endpoint-level responses (stateless reset, version negotiation, refusals,
     /// retries) produced while the socket was busy receiving: rare, so owned.
     responses: Vec<(UdAddr, Vec<u8>)>,
@@ -154,7 +159,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             rx_buf: BytesMut::with_capacity(mtu * RX_BUF_DATAGRAMS),
             tx_buf: Vec::with_capacity(mtu * MAX_SEND_BATCH),
             pending: None,
-            pending_buf: Vec::with_capacity(mtu * MAX_SEND_BATCH),
+            tx_spare: None,
             responses: Vec::new(),
             responses_dropped: 0,
             staged: Vec::with_capacity(64),

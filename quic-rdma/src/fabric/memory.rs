@@ -23,16 +23,74 @@ pub const REGION_ALIGN: usize = 64;
 /// knows the device is done (its queue pair reset or destroyed).
 pub trait RegionKeeper: Send + Sync {
     /// Keep `storage` (the dropped region's whole allocation) alive.
-    fn keep(&self, storage: Box<[u8]>);
+    fn keep(&self, storage: RegionStorage);
+}
+
+/// The allocation behind a dropped [`Region`], handed to its [`RegionKeeper`]:
+/// owned as it was (a boxed slice, or a `Vec` with its capacity), so handing
+/// it over never moves or reallocates the memory a device was given.
+pub struct RegionStorage(Storage);
+
+impl RegionStorage {
+    /// Address of the allocation's first byte.
+    pub fn addr(&self) -> usize {
+        match &self.0 {
+            Storage::Boxed { buf, .. } => buf.as_ptr() as usize,
+            Storage::Vec { vec, .. } => vec.as_ptr() as usize,
+        }
+    }
+
+    /// Bytes allocated (a `Vec`'s capacity, not its length).
+    pub fn allocated(&self) -> usize {
+        match &self.0 {
+            Storage::Boxed { buf, .. } => buf.len(),
+            Storage::Vec { vec, .. } => vec.capacity(),
+        }
+    }
+
+    /// The allocation's initialised bytes (a `Vec`'s length).
+    pub fn bytes(&self) -> &[u8] {
+        match &self.0 {
+            Storage::Boxed { buf, .. } => buf,
+            Storage::Vec { vec, .. } => vec,
+        }
+    }
+}
+
+impl std::fmt::Debug for RegionStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionStorage")
+            .field("allocated", &self.allocated())
+            .finish()
+    }
+}
+
+/// What a region's memory is.
+enum Storage {
+    /// A fixed block. Over-allocated by REGION_ALIGN so `base` can be 64-byte
+    /// aligned without unsafe; a boxed slice never moves its heap storage, so
+    /// the alignment holds.
+    Boxed {
+        buf: Box<[u8]>,
+        base: usize,
+        len: usize,
+    },
+    /// A `Vec` whose whole capacity is registered, so it can be lent as
+    /// `&mut Vec<u8>` to code that writes by appending (quinn-proto's
+    /// `poll_transmit`). `addr`/`cap` are what was registered: should the
+    /// borrower make the `Vec` reallocate, it no longer matches them and the
+    /// region stops resolving ([`Region::intact`]) — the registered memory was
+    /// freed, and a work request must never point there again.
+    Vec {
+        vec: Vec<u8>,
+        addr: usize,
+        cap: usize,
+    },
 }
 
 /// One contiguous block of memory registered with a provider.
 pub struct Region {
-    // Over-allocated by REGION_ALIGN so `base` can be 64-byte aligned without unsafe;
-    // a boxed slice never moves its heap storage, so the alignment holds.
-    buf: Box<[u8]>,
-    base: usize,
-    len: usize,
+    storage: Storage,
     lkey: Option<u32>,
     /// Where the storage goes when the region drops (a DMA-capable provider).
     keeper: Option<Arc<dyn RegionKeeper>>,
@@ -41,7 +99,12 @@ pub struct Region {
 impl Drop for Region {
     fn drop(&mut self) {
         if let Some(k) = self.keeper.take() {
-            k.keep(std::mem::take(&mut self.buf));
+            let empty = Storage::Boxed {
+                buf: Box::default(),
+                base: 0,
+                len: 0,
+            };
+            k.keep(RegionStorage(std::mem::replace(&mut self.storage, empty)));
         }
     }
 }
@@ -52,22 +115,41 @@ impl Region {
         let buf = vec![0u8; len + REGION_ALIGN].into_boxed_slice();
         let base = buf.as_ptr().align_offset(REGION_ALIGN).min(REGION_ALIGN);
         Region {
-            buf,
-            base,
-            len,
+            storage: Storage::Boxed { buf, base, len },
             lkey: None,
             keeper: None,
         }
     }
 
-    /// Usable length in bytes.
+    /// Allocate a not yet registered region backed by an empty `Vec<u8>` of
+    /// exactly `capacity` bytes, to be lent with [`Region::vec_mut`]. The
+    /// registration covers the whole capacity, which is zero-filled before the
+    /// `Vec` is cleared: every byte a device may read is initialised.
+    ///
+    /// The `Vec`'s memory is aligned as the allocator aligns it (not to
+    /// [`REGION_ALIGN`]: aligning it would take `unsafe`); DMA does not need it.
+    pub fn new_vec(capacity: usize) -> Self {
+        let mut vec = vec![0u8; capacity.max(1)];
+        vec.clear();
+        let (addr, cap) = (vec.as_ptr() as usize, vec.capacity());
+        Region {
+            storage: Storage::Vec { vec, addr, cap },
+            lkey: None,
+            keeper: None,
+        }
+    }
+
+    /// Registered length in bytes: the whole capacity of a `Vec`-backed region.
     pub fn len(&self) -> usize {
-        self.len
+        match &self.storage {
+            Storage::Boxed { len, .. } => *len,
+            Storage::Vec { cap, .. } => *cap,
+        }
     }
 
     /// Whether the region has no usable bytes.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// The local key, once a provider registered the region.
@@ -86,27 +168,67 @@ impl Region {
         self.keeper = Some(keeper);
     }
 
-    /// The whole usable memory.
+    /// The initialised memory: all of a fixed region; of a `Vec`-backed one,
+    /// the bytes written so far (its length).
     pub fn bytes(&self) -> &[u8] {
-        &self.buf[self.base..self.base + self.len]
+        match &self.storage {
+            Storage::Boxed { buf, base, len } => &buf[*base..*base + *len],
+            Storage::Vec { vec, .. } => vec,
+        }
     }
 
-    /// The whole usable memory, mutably.
+    /// [`Region::bytes`], mutably.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.base..self.base + self.len]
+        match &mut self.storage {
+            Storage::Boxed { buf, base, len } => &mut buf[*base..*base + *len],
+            Storage::Vec { vec, .. } => vec,
+        }
     }
 
-    /// Address of the first usable byte (what a verbs provider registers).
+    /// Address of the first registered byte (what a verbs provider registers):
+    /// for a `Vec`-backed region, where its memory was when it was created.
     pub fn addr(&self) -> usize {
-        self.bytes().as_ptr() as usize
+        match &self.storage {
+            Storage::Boxed { buf, base, .. } => buf.as_ptr() as usize + base,
+            Storage::Vec { addr, .. } => *addr,
+        }
+    }
+
+    /// Whether the memory is still where it was registered. Always true of a
+    /// fixed region; false once a lent `Vec` reallocated (or was taken out):
+    /// its registered memory is then gone, and nothing resolves in it any more.
+    pub fn intact(&self) -> bool {
+        match &self.storage {
+            Storage::Boxed { .. } => true,
+            Storage::Vec { vec, addr, cap } => {
+                vec.as_ptr() as usize == *addr && vec.capacity() == *cap
+            }
+        }
+    }
+
+    /// Lend a `Vec`-backed region's `Vec` (`None` for a fixed region). The
+    /// borrower may write, clear and truncate; if it grows the `Vec` past its
+    /// capacity the region stops being [`intact`](Region::intact).
+    pub fn vec_mut(&mut self) -> Option<&mut Vec<u8>> {
+        match &mut self.storage {
+            Storage::Boxed { .. } => None,
+            Storage::Vec { vec, .. } => Some(vec),
+        }
+    }
+
+    /// Take a `Vec`-backed region's `Vec` out, leaving an empty one behind
+    /// (the region is no longer intact). `None` for a fixed region.
+    pub fn take_vec(&mut self) -> Option<Vec<u8>> {
+        self.vec_mut().map(std::mem::take)
     }
 }
 
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Region")
-            .field("len", &self.len)
+            .field("len", &self.len())
             .field("lkey", &self.lkey)
+            .field("intact", &self.intact())
             .finish()
     }
 }
@@ -152,6 +274,15 @@ impl Memory {
         self.regions.get_mut(index as usize)
     }
 
+    /// Put `region` at `index` in place of the one there, which is returned
+    /// (`Err(region)` if there is no region at `index`).
+    pub fn replace(&mut self, index: u32, region: Region) -> Result<Region, Region> {
+        match self.regions.get_mut(index as usize) {
+            Some(slot) => Ok(std::mem::replace(slot, region)),
+            None => Err(region),
+        }
+    }
+
     /// All regions.
     pub fn regions(&self) -> &[Region] {
         &self.regions
@@ -163,10 +294,12 @@ impl Memory {
     }
 
     /// Resolve an SGE the way hardware does: the lkey must match a registered
-    /// region and the range must lie inside it.
+    /// region, whose memory is still where it was registered, and the range
+    /// must lie inside it (inside the written part of a `Vec`-backed region:
+    /// safe code cannot read past a `Vec`'s length).
     pub fn resolve(&self, sge: &Sge) -> Option<&[u8]> {
         let r = self.regions.get(sge.region as usize)?;
-        if r.lkey != Some(sge.lkey) {
+        if r.lkey != Some(sge.lkey) || !r.intact() {
             return None;
         }
         r.bytes()
@@ -176,7 +309,7 @@ impl Memory {
     /// Mutable form of [`Memory::resolve`].
     pub fn resolve_mut(&mut self, sge: &Sge) -> Option<&mut [u8]> {
         let r = self.regions.get_mut(sge.region as usize)?;
-        if r.lkey != Some(sge.lkey) {
+        if r.lkey != Some(sge.lkey) || !r.intact() {
             return None;
         }
         r.bytes_mut()
@@ -215,15 +348,47 @@ mod tests {
         assert!(m.resolve(&Sge { region: 1, ..ok }).is_none());
     }
 
+    /// A Vec-backed region registers its whole capacity, resolves only what was
+    /// written, and stops resolving once the lent Vec reallocated.
+    #[test]
+    fn vec_regions_resolve_until_reallocated() {
+        let mut m = Memory::new();
+        let mut r = Region::new_vec(4096);
+        assert_eq!((r.len(), r.bytes().len()), (4096, 0));
+        assert_eq!(r.addr(), r.vec_mut().unwrap().as_ptr() as usize);
+        assert!(Region::new(64).vec_mut().is_none());
+        r.set_lkey(Some(3));
+        let i = m.push(r);
+        let sge = Sge {
+            region: i,
+            offset: 100,
+            len: 1000,
+            lkey: 3,
+        };
+        assert!(m.resolve(&sge).is_none(), "nothing written yet");
+        let v = m.region_mut(i).unwrap().vec_mut().unwrap();
+        v.resize(4096, 7);
+        assert_eq!(m.resolve(&sge).unwrap(), &[7; 1000][..]);
+        assert!(m.resolve(&Sge { len: 3997, ..sge }).is_none());
+        // Growing past the capacity reallocates: the registered memory is gone.
+        m.region_mut(i).unwrap().vec_mut().unwrap().push(1);
+        assert!(!m.region(i).unwrap().intact());
+        assert!(m.resolve(&sge).is_none());
+        assert!(m.resolve_mut(&sge).is_none());
+        let old = m.replace(i, Region::new_vec(16)).unwrap();
+        assert_eq!(old.bytes().len(), 4097);
+        assert!(m.replace(9, Region::new(1)).is_err());
+    }
+
     /// A dropped region's storage goes to its keeper, still at the address the
     /// device was given; without a keeper it is simply freed.
     #[test]
     fn keeper_takes_the_storage() {
         use std::sync::Mutex;
         #[derive(Default)]
-        struct Keep(Mutex<Vec<Box<[u8]>>>);
+        struct Keep(Mutex<Vec<RegionStorage>>);
         impl RegionKeeper for Keep {
-            fn keep(&self, storage: Box<[u8]>) {
+            fn keep(&self, storage: RegionStorage) {
                 self.0.lock().unwrap().push(storage);
             }
         }
@@ -235,9 +400,19 @@ mod tests {
         drop(r);
         let kept = keep.0.lock().unwrap();
         assert_eq!(kept.len(), 1);
-        let base = kept[0].as_ptr() as usize;
+        let base = kept[0].addr();
         assert!(base <= addr && addr < base + REGION_ALIGN);
-        assert_eq!(kept[0][addr - base], 0xAB);
+        assert_eq!(kept[0].bytes()[addr - base], 0xAB);
+        drop(kept);
         drop(Region::new(16)); // no keeper: nothing to hand over
+                               // A Vec-backed region hands over its Vec whole: same memory, same capacity.
+        let mut v = Region::new_vec(8192);
+        v.vec_mut().unwrap().extend_from_slice(&[1, 2, 3]);
+        let addr = v.addr();
+        v.set_keeper(keep.clone());
+        drop(v);
+        let kept = keep.0.lock().unwrap();
+        assert_eq!((kept[1].addr(), kept[1].allocated()), (addr, 8192));
+        assert_eq!(kept[1].bytes(), [1, 2, 3]);
     }
 }

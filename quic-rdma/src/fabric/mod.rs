@@ -40,7 +40,7 @@ pub use error::FabricError;
 pub use gid::Gid;
 pub use grh::{Grh, GrhLayout};
 pub use keys::{check_keys, check_pkey, pkey_matches, send_qkey, KeyDrop, PacketKeys, QpKeys};
-pub use memory::{Memory, Region, RegionKeeper, Sge};
+pub use memory::{Memory, Region, RegionKeeper, RegionStorage, Sge};
 pub use port::{Mtu, QpAttr, GRH_LEN};
 pub use wr::{Completion, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus};
 
@@ -111,6 +111,15 @@ pub trait UdQueuePair: Send + 'static {
 
     /// Register a region for sends and receives; sets its lkey.
     fn register(&mut self, region: &mut Region) -> Result<(), FabricError>;
+
+    /// Deregister a region registered with this QP (`ibv_dereg_mr`) and clear
+    /// its lkey: a work request naming that key afterwards is refused or
+    /// completes with a protection error, as on hardware. For a region no
+    /// posted work request points into — e.g. one whose memory moved (a lent
+    /// `Vec` that reallocated), so that the device's mapping would otherwise
+    /// keep pointing at memory the allocator reuses. Its storage still goes to
+    /// the keeper (if any) when it drops.
+    fn deregister(&mut self, region: &mut Region) -> Result<(), FabricError>;
 
     /// Create an address handle.
     fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError>;

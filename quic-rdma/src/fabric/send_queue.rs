@@ -56,6 +56,19 @@ impl<A> SendQueue<A> {
         region.set_lkey(Some(lkey));
     }
 
+    /// Forget `region`'s registration: its lkey no longer resolves here.
+    pub(crate) fn deregister(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        let lkey = region.lkey();
+        let Some(i) = self.lkeys.iter().position(|k| Some(*k) == lkey) else {
+            return Err(FabricError::Registration(format!(
+                "lkey {lkey:?} is not registered with this QP"
+            )));
+        };
+        self.lkeys.swap_remove(i);
+        region.set_lkey(None);
+        Ok(())
+    }
+
     /// Whether `lkey` names a region registered with this QP.
     pub(crate) fn is_registered(&self, lkey: u32) -> bool {
         self.lkeys.contains(&lkey)
@@ -94,10 +107,14 @@ impl<A> SendQueue<A> {
             )));
         }
         let data = if wr.flags.inline {
-            mem.region(wr.sge.region).and_then(|r| {
-                r.bytes()
-                    .get(wr.sge.offset as usize..(wr.sge.offset + wr.sge.len) as usize)
-            })
+            // No lkey check (the library copies the bytes), but the memory
+            // must still be where its region says, as `verbs` requires too.
+            mem.region(wr.sge.region)
+                .filter(|r| r.intact())
+                .and_then(|r| {
+                    r.bytes()
+                        .get(wr.sge.offset as usize..(wr.sge.offset + wr.sge.len) as usize)
+                })
         } else {
             mem.resolve(&wr.sge)
                 .filter(|_| self.lkeys.contains(&wr.sge.lkey))

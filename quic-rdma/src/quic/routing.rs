@@ -18,7 +18,7 @@
 
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::cid;
-use crate::socket::{SocketError, UdSocket};
+use crate::socket::{SocketError, TxBuf, TxSendError, UdSocket};
 
 /// The immediate value to send with `datagram` (its destination CID's routing key).
 pub fn imm_for(datagram: &[u8]) -> Option<u32> {
@@ -36,6 +36,20 @@ pub fn send<Q: UdQueuePair>(
     segment_size: Option<usize>,
 ) -> Result<(), SocketError> {
     socket.send_with_imm(dest, ecn, imm_for(datagram), datagram, segment_size)
+}
+
+/// [`send`] of the first `len` bytes of a lent transmit buffer, without
+/// copying them (see [`UdSocket::send_tx_buf`]).
+pub fn send_tx_buf<Q: UdQueuePair>(
+    socket: &mut UdSocket<Q>,
+    buf: TxBuf,
+    dest: UdAddr,
+    ecn: u8,
+    len: usize,
+    segment_size: Option<usize>,
+) -> Result<(), TxSendError> {
+    let imm = imm_for(socket.tx_bytes(&buf).get(..len).unwrap_or_default());
+    socket.send_tx_buf(buf, dest, ecn, imm, len, segment_size)
 }
 
 /// What the receive path does with the immediate data of a datagram.

@@ -13,7 +13,11 @@
 //!   everything ([`SocketStats`]);
 //! - a queue pair that enters the error state (a fatal event, or a work request
 //!   completed in error) is recovered with its QPN: every buffer it held comes
-//!   back and the receive queue is filled again.
+//!   back and the receive queue is filled again;
+//! - zero-copy transmit buffers ([`UdSocket::take_tx_buf`],
+//!   [`UdSocket::send_tx_buf`]): registered `Vec`s lent to quinn-proto's
+//!   `poll_transmit`, whose WRs point at what it wrote (the engine's send path;
+//!   see `tx_buf`'s docs for the lifecycle and the reallocation fallback).
 //!
 //! The socket allocates nothing per packet: slots come from registered regions.
 //!
@@ -26,6 +30,7 @@ mod pool;
 mod recv;
 mod send;
 mod stats;
+mod tx_buf;
 
 use std::collections::VecDeque;
 use std::task::Waker;
@@ -33,12 +38,14 @@ use std::task::Waker;
 pub use error::SocketError;
 pub use recv::Received;
 pub use stats::SocketStats;
+pub use tx_buf::{TxBuf, TxSendError};
 
 use crate::fabric::grh::GrhLayout;
 use crate::fabric::memory::REGION_ALIGN;
 use crate::fabric::{AsyncEvent, Memory, Mtu, QpAttr, RecvWr, Region, SendWr, UdAddr, UdQueuePair};
 use ah_cache::{AhCache, AhRef};
 use pool::{SlotId, SlotPool};
+use tx_buf::TxPool;
 
 /// Largest number of WRs in one `post_send` (and quinn's GSO segments per transmit).
 pub const MAX_SEND_BATCH: usize = 64;
@@ -62,6 +69,9 @@ pub struct SocketConfig {
     pub region_bytes: usize,
     /// Address handles kept live before the least recently used is retired.
     pub ah_capacity: usize,
+    /// Most zero-copy transmit buffers ([`UdSocket::take_tx_buf`]), each
+    /// `max_segments × MTU` bytes, registered when first needed.
+    pub tx_bufs: usize,
 }
 
 impl SocketConfig {
@@ -87,6 +97,9 @@ impl Default for SocketConfig {
             send_slots: 1024,
             region_bytes: 2 << 20,
             ah_capacity: 1024,
+            // 8 MiB at a 4096-byte MTU; a full-MTU GSO batch each, so 32
+            // cover more sends in flight than a send queue of 1024 holds.
+            tx_bufs: 32,
         }
     }
 }
@@ -97,6 +110,8 @@ struct InflightSend {
     wr_id: u64,
     slot: Option<SlotId>,
     ah: AhRef,
+    /// The transmit buffer this WR is the last one of: free once it retires.
+    tx_buf: Option<u32>,
 }
 
 /// A UDP-socket replacement over one UD queue pair (see the [module docs](self)).
@@ -107,6 +122,7 @@ pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     mem: Memory,
     send_pool: SlotPool,
     recv_pool: SlotPool,
+    tx_pool: TxPool,
     /// Staging memory for inline sends (copied into the WQE at post time).
     stage_region: u32,
     stage_stride: usize,
@@ -123,6 +139,8 @@ pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     next_wr_id: u64,
     since_signal: u32,
     inline_max: usize,
+    /// [`UdSocket::max_segments`], fixed at creation (as the buffers sized by it).
+    max_segments: usize,
     mtu: usize,
     layout: GrhLayout,
     local: UdAddr,
@@ -142,9 +160,10 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         let attr = qp.attr().clone();
         attr.active_mtu.check_quic()?;
         crate::fabric::check_qkey(attr.qkey)?;
-        if cfg.signal_every == 0 || cfg.repost_batch == 0 || cfg.send_slots == 0 {
+        if cfg.signal_every == 0 || cfg.repost_batch == 0 || cfg.send_slots == 0 || cfg.tx_bufs == 0
+        {
             return Err(SocketError::Config(
-                "signal_every, repost_batch and send_slots must be at least 1".into(),
+                "signal_every, repost_batch, send_slots and tx_bufs must be at least 1".into(),
             ));
         }
         if !(1 << 20..=4 << 20).contains(&cfg.region_bytes) {
@@ -163,8 +182,10 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         let mut stage = Region::new(stage_stride * MAX_SEND_BATCH);
         qp.register(&mut stage)?;
         let stage_region = mem.push(stage);
+        let max_segments = max_segments(&attr, &send_pool);
         let mut s = UdSocket {
             mem,
+            tx_pool: TxPool::new(cfg.tx_bufs, max_segments * mtu),
             send_pool,
             recv_pool,
             stage_region,
@@ -180,6 +201,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             next_wr_id: 0,
             since_signal: 0,
             inline_max,
+            max_segments,
             mtu,
             layout: GrhLayout::for_gid(attr.gid),
             local: UdAddr::new(attr.gid, attr.qpn, attr.qkey),
@@ -315,6 +337,15 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     }
 }
 
+/// The most segments one send can take: the send queue's depth and the slot
+/// pool bound it (see [`UdSocket::max_segments`]).
+fn max_segments(attr: &QpAttr, send_pool: &SlotPool) -> usize {
+    MAX_SEND_BATCH
+        .min(attr.max_send_wr as usize)
+        .min(send_pool.total())
+        .max(1)
+}
+
 impl<Q: UdQueuePair> Drop for UdSocket<Q> {
     fn drop(&mut self) {
         tracing::debug!(local = %self.local.gid, qpn = self.local.qpn, stats = ?self.stats(), "UD socket closed");
@@ -337,6 +368,9 @@ impl<T: UdQueuePair + ?Sized> UdQueuePair for Box<T> {
     }
     fn register(&mut self, region: &mut Region) -> Result<(), crate::fabric::FabricError> {
         (**self).register(region)
+    }
+    fn deregister(&mut self, region: &mut Region) -> Result<(), crate::fabric::FabricError> {
+        (**self).deregister(region)
     }
     fn create_ah(
         &mut self,

@@ -1,7 +1,36 @@
 //! The send path: datagrams → chained UD send WRs, one doorbell per batch.
 
+use std::ops::Range;
+
 use super::{InflightSend, SocketError, UdSocket, MAX_SEND_BATCH};
 use crate::fabric::{AhAttr, Completion, SendFlags, SendWr, Sge, UdAddr, UdQueuePair, WcStatus};
+
+/// Where the bytes of a send are.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Payload<'a> {
+    /// The caller's memory: each segment is copied into a registered slot (or
+    /// the inline staging area).
+    Copied(&'a [u8]),
+    /// The first `len` bytes of registered region `region` (a transmit
+    /// buffer): the WRs point straight at them.
+    Registered {
+        /// Index of the region in the socket's `Memory`.
+        region: u32,
+        /// Its lkey.
+        lkey: u32,
+        /// Bytes to send.
+        len: usize,
+    },
+}
+
+impl Payload<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Payload::Copied(c) => c.len(),
+            Payload::Registered { len, .. } => *len,
+        }
+    }
+}
 
 /// Send completions polled per `poll_cq` call.
 const SEND_POLL_BATCH: usize = 32;
@@ -43,19 +72,34 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         contents: &[u8],
         segment_size: Option<usize>,
     ) -> Result<(), SocketError> {
+        self.post_datagram(dest, ecn, imm, Payload::Copied(contents), segment_size)
+    }
+
+    /// The one send path behind [`send_with_imm`](Self::send_with_imm) and
+    /// [`send_tx_buf`](Self::send_tx_buf): checks, room for every segment,
+    /// then one post per batch of at most [`MAX_SEND_BATCH`] WRs.
+    pub(super) fn post_datagram(
+        &mut self,
+        dest: UdAddr,
+        ecn: u8,
+        imm: Option<u32>,
+        payload: Payload<'_>,
+        segment_size: Option<usize>,
+    ) -> Result<(), SocketError> {
         if let Some(why) = &self.failed {
             return Err(SocketError::QpFailed(why.clone()));
         }
-        let seg = segment_size.unwrap_or(contents.len()).max(1);
+        let len = payload.len();
+        let seg = segment_size.unwrap_or(len).max(1);
         if seg > self.mtu {
             self.stats.mtu_refusals += 1;
             return Err(SocketError::Oversize {
-                len: seg.min(contents.len()),
+                len: seg.min(len),
                 mtu: self.mtu,
             });
         }
-        let segments = contents.len().div_ceil(seg).max(1);
-        let big = self.big_segments(contents.len(), seg);
+        let segments = len.div_ceil(seg).max(1);
+        let big = self.big_segments(payload, len, seg);
         let sq_depth = self.qp.attr().max_send_wr as usize;
         if segments > sq_depth || big > self.send_pool.total() {
             return Err(SocketError::TooManySegments {
@@ -72,8 +116,10 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         // One post per batch of at most MAX_SEND_BATCH WRs (the staging area's
         // size); room for every batch was checked above, and only grows.
         let mut posted = 0;
-        for chunk in contents.chunks(seg * MAX_SEND_BATCH) {
-            match self.send_batch(dest, ecn, imm, chunk, seg) {
+        let mut start = 0;
+        while start < len {
+            let end = len.min(start + seg * MAX_SEND_BATCH);
+            match self.send_batch(dest, ecn, imm, payload, start..end, seg) {
                 Ok(n) => posted += n,
                 // Nothing of this send reached the wire: a plain failure.
                 Err((0, source)) if posted == 0 => return Err(source.into()),
@@ -87,45 +133,55 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                     });
                 }
             }
+            start = end;
         }
         Ok(())
     }
 
-    /// Segments of a `len`-byte datagram cut at `seg` that need a slot (not inline).
-    fn big_segments(&self, len: usize, seg: usize) -> usize {
-        if seg <= self.inline_max {
+    /// Segments of a `len`-byte datagram cut at `seg` that need a slot: none
+    /// inline, and none of a payload already in registered memory.
+    fn big_segments(&self, payload: Payload<'_>, len: usize, seg: usize) -> usize {
+        if seg <= self.inline_max || matches!(payload, Payload::Registered { .. }) {
             return 0;
         }
         let last = len % seg;
         len / seg + usize::from(last > self.inline_max)
     }
 
-    /// Post one batch (room checked by the caller). `Err((posted, why))` when the
-    /// provider took only part of it.
+    /// Post one batch, bytes `range` of `payload` (room checked by the caller).
+    /// `Err((posted, why))` when the provider took only part of it.
     fn send_batch(
         &mut self,
         dest: UdAddr,
         ecn: u8,
         imm: Option<u32>,
-        contents: &[u8],
+        payload: Payload<'_>,
+        range: Range<usize>,
         seg: usize,
     ) -> Result<usize, (usize, crate::fabric::FabricError)> {
-        let n = contents.len().div_ceil(seg).max(1);
+        let n = range.len().div_ceil(seg).max(1);
         let sq_room = (self.qp.attr().max_send_wr as usize).saturating_sub(self.inflight.len());
-        let big = self.big_segments(contents.len(), seg);
+        let big = self.big_segments(payload, range.len(), seg);
         debug_assert!(sq_room >= n && self.send_pool.available() >= big);
         self.wrs.clear();
         self.wr_ahs.clear();
         self.wr_slots.clear();
-        // Unsignaled sends hold their slot and SQ entry until a later signaled one
-        // completes: when either would run short after this batch, signal its last
-        // WR, or a quiet sender could wait forever for a completion never requested.
+        // Unsignaled sends hold their slot (or transmit buffer) and SQ entry
+        // until a later signaled one completes: when any would run short after
+        // this batch, signal its last WR, or a quiet sender could wait forever
+        // for a completion never requested.
         let every = self.cfg.signal_every as usize;
-        let signal_tail = sq_room - n < every || self.send_pool.available() - big < every;
-        let segments = contents.chunks(seg).chain(
-            // An empty datagram is still one (zero-length) UD message.
-            std::iter::once(&contents[..0]).filter(|_| contents.is_empty()),
-        );
+        let tx_short =
+            matches!(payload, Payload::Registered { .. }) && self.tx_pool.available() < every;
+        let signal_tail =
+            sq_room - n < every || self.send_pool.available() - big < every || tx_short;
+        // (offset, length) of each segment; an empty datagram is still one
+        // (zero-length) UD message.
+        let segments = range
+            .clone()
+            .step_by(seg)
+            .map(|off| (off, seg.min(range.end - off)))
+            .chain(std::iter::once((range.start, 0)).filter(|_| range.is_empty()));
         // One AH for the whole batch: same destination, ECN and key. Looked up
         // once (a hash of the attributes), referenced by each WR.
         let base = AhAttr::new(dest.gid, imm.unwrap_or(0));
@@ -137,18 +193,30 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             .ahs
             .get(&mut self.qp, &attr, &mut self.stats)
             .map_err(|e| (0, e))?;
-        for (i, d) in segments.enumerate() {
-            let inline = d.len() <= self.inline_max;
-            let (sge, slot) = if inline {
-                (self.stage(i, d), None)
-            } else {
-                let slot = self.send_pool.alloc().expect("availability checked above");
-                let sge = self.send_pool.send_sge(&self.mem, slot, d.len());
-                self.mem
-                    .resolve_mut(&sge)
-                    .expect("pool slots lie in registered regions")
-                    .copy_from_slice(d);
-                (sge, Some(slot))
+        for (i, (off, len)) in segments.enumerate() {
+            let inline = len <= self.inline_max;
+            let (sge, slot) = match payload {
+                // Already registered: the WR points at it (an inline one is
+                // copied into the WQE by the provider at post time).
+                Payload::Registered { region, lkey, .. } => (
+                    Sge {
+                        region,
+                        offset: off as u32,
+                        len: len as u32,
+                        lkey,
+                    },
+                    None,
+                ),
+                Payload::Copied(c) if inline => (self.stage(i, &c[off..off + len]), None),
+                Payload::Copied(c) => {
+                    let slot = self.send_pool.alloc().expect("availability checked above");
+                    let sge = self.send_pool.send_sge(&self.mem, slot, len);
+                    self.mem
+                        .resolve_mut(&sge)
+                        .expect("pool slots lie in registered regions")
+                        .copy_from_slice(&c[off..off + len]);
+                    (sge, Some(slot))
+                }
             };
             self.since_signal += 1;
             let signaled =
@@ -186,6 +254,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                 wr_id: wr.wr_id,
                 slot: self.wr_slots[i],
                 ah: self.wr_ahs[i],
+                tx_buf: None,
             });
         }
         self.next_wr_id += self.wrs.len() as u64;
@@ -226,10 +295,14 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         self.wrs.clear();
     }
 
-    /// Give back what a send held: its slot and its AH reference.
+    /// Give back what a send held: its slot, the transmit buffer whose last
+    /// WR it was, and its AH reference.
     pub(super) fn retire_send(&mut self, s: InflightSend) {
         if let Some(slot) = s.slot {
             self.send_pool.release(slot);
+        }
+        if let Some(b) = s.tx_buf {
+            self.tx_pool.release(b);
         }
         self.ahs.completed(&mut self.qp, s.ah, &mut self.stats);
     }
@@ -278,10 +351,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     /// The most segments one [`send`](Self::send) can take (the send queue's depth
     /// and the slot pool bound it): give quinn this as its GSO segment limit.
     pub fn max_segments(&self) -> usize {
-        MAX_SEND_BATCH
-            .min(self.qp.attr().max_send_wr as usize)
-            .min(self.send_pool.total())
-            .max(1)
+        self.max_segments
     }
 
     /// Whether a full-MTU datagram could be posted now (send-queue room and a slot).

@@ -63,6 +63,20 @@ pub struct SocketStats {
     pub qp_recoveries: u64,
     /// Recoveries that failed: the socket cannot send or receive any more.
     pub qp_recovery_failures: u64,
+    /// Transmits posted zero-copy from a transmit buffer
+    /// ([`UdSocket::send_tx_buf`](super::UdSocket::send_tx_buf)).
+    pub tx_buf_sends: u64,
+    /// Transmit buffers registered (created on first need).
+    pub tx_bufs_created: u64,
+    /// Times [`UdSocket::take_tx_buf`](super::UdSocket::take_tx_buf) found every
+    /// buffer held or in flight.
+    pub tx_bufs_exhausted: u64,
+    /// Transmit buffers whose `Vec` reallocated while lent (quinn-proto grew it
+    /// past its capacity): sent by copy instead, and the buffer re-registered.
+    /// 0 in normal operation.
+    pub tx_buf_reallocations: u64,
+    /// Transmit buffers that could not be registered (or re-registered).
+    pub tx_buf_failures: u64,
     /// The provider's drops (P_Key, Q_Key, unknown QPN, starvation, ...).
     pub provider: ProviderDrops,
 }

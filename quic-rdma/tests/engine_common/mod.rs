@@ -23,7 +23,7 @@ use quic_rdma::engine::{
     AcceptPolicy, ConnHandle, Engine, EngineConfig, EngineError, Event, StreamId,
 };
 use quic_rdma::fabric::sim::{SimClock, SimConfig, SimFabric, SimQp, SimQpHandle, SimQpOptions};
-use quic_rdma::fabric::Gid;
+use quic_rdma::fabric::{Gid, UdQueuePair};
 use quic_rdma::socket::SocketConfig;
 use sha2::{Digest, Sha256};
 
@@ -248,7 +248,7 @@ impl Source {
     }
 
     /// Write what fits; finish the stream after the last byte.
-    pub fn pump(&mut self, e: &mut Engine<SimQp>, conn: ConnHandle) {
+    pub fn pump<Q: UdQueuePair>(&mut self, e: &mut Engine<Q>, conn: ConnHandle) {
         while self.sent < self.len {
             if self.off == self.filled {
                 let n = (self.len - self.sent).min(self.chunk.len() as u64) as usize;
@@ -302,7 +302,7 @@ impl Sink {
         }
     }
 
-    pub fn pump(&mut self, e: &mut Engine<SimQp>, conn: ConnHandle) {
+    pub fn pump<Q: UdQueuePair>(&mut self, e: &mut Engine<Q>, conn: ConnHandle) {
         while !self.fin {
             match e.read(conn, self.stream, &mut self.buf) {
                 Ok(r) => {

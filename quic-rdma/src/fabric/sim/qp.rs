@@ -133,6 +133,10 @@ impl UdQueuePair for SimQp {
         Ok(())
     }
 
+    fn deregister(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        self.sq.deregister(region)
+    }
+
     fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError> {
         Ok(self.sq.create_ah(*attr))
     }

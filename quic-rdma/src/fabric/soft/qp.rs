@@ -137,6 +137,10 @@ impl UdQueuePair for SoftQp {
         Ok(())
     }
 
+    fn deregister(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        self.sq.deregister(region)
+    }
+
     fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError> {
         let ip = attr.dgid.to_ip();
         if ip.is_ipv4() != self.port.shared.local.is_ipv4() {

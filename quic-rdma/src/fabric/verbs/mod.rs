@@ -4,8 +4,11 @@
 //! One [`VerbsQp`] is one UD queue pair on one port, with its own protection
 //! domain, completion channel and send/receive CQs. It follows the provider
 //! semantics of [`crate::fabric`] with real hardware doing the work:
-//! - memory: [`UdQueuePair::register`] is `ibv_reg_mr` on the region's address;
-//!   WRs point at `region.addr() + offset` (inline sends are copied by the library);
+//! - memory: [`UdQueuePair::register`] is `ibv_reg_mr` on the region's address
+//!   and registered length (a `Vec`-backed region's whole capacity), and
+//!   [`UdQueuePair::deregister`] is `ibv_dereg_mr`; WRs point at
+//!   `region.addr() + offset` (inline sends are copied by the library), and only
+//!   into a region still [`intact`](crate::fabric::Region::intact);
 //! - limits are read from the device: active MTU (`ibv_query_port`), the granted
 //!   `max_inline_data`, send/receive queue depths (`ibv_query_qp`);
 //! - the GID is chosen from the port's table: RoCE v2 only, IPv4-mapped first;
@@ -59,6 +62,10 @@ impl UdQueuePair for VerbsQp {
 
     fn register(&mut self, region: &mut Region) -> Result<(), FabricError> {
         self.register_region(region)
+    }
+
+    fn deregister(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        self.deregister_region(region)
     }
 
     fn create_ah(&mut self, attr: &AhAttr) -> Result<AhId, FabricError> {

@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex};
 use rdma_sys::*;
 
 use super::qp::VerbsQp;
-use crate::fabric::{FabricError, Region, RegionKeeper};
+use crate::fabric::{FabricError, Region, RegionKeeper, RegionStorage};
 
 /// The storage of regions dropped while registered with a [`VerbsQp`]: kept
 /// allocated until the QP is destroyed and its MRs deregistered, because the
 /// device may write into posted receive buffers until then.
 #[derive(Default)]
-pub(super) struct KeptRegions(Mutex<Vec<Box<[u8]>>>);
+pub(super) struct KeptRegions(Mutex<Vec<RegionStorage>>);
 
 impl KeptRegions {
     /// Free what was kept: only once the device can no longer touch it.
@@ -28,7 +28,7 @@ impl KeptRegions {
 }
 
 impl RegionKeeper for KeptRegions {
-    fn keep(&self, storage: Box<[u8]>) {
+    fn keep(&self, storage: RegionStorage) {
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -40,11 +40,19 @@ impl VerbsQp {
     /// Register `region` (`UdQueuePair::register`); the MR lives until the QP drops.
     pub(super) fn register_region(&mut self, region: &mut Region) -> Result<(), FabricError> {
         let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
-        // SAFETY: the region's memory is `len` valid bytes that never move (boxed
-        // slice), and stay allocated until this QP is destroyed: a region dropped
-        // before that hands its storage to `self.kept` (set below, before any WR
-        // can point into it), which is released only after `ibv_destroy_qp` and
-        // `ibv_dereg_mr` in `Drop for VerbsQp`.
+        if !region.intact() {
+            return Err(FabricError::Registration(
+                "region's memory moved since it was allocated".into(),
+            ));
+        }
+        // SAFETY: the region's memory is `len` valid, initialised bytes (a boxed
+        // slice, or a Vec's whole capacity, zero-filled at creation) at `addr`,
+        // and stays allocated until this QP is destroyed: a region dropped
+        // before that hands its storage, unmoved, to `self.kept` (set below,
+        // before any WR can point into it), which is released only after
+        // `ibv_destroy_qp` and `ibv_dereg_mr` in `Drop for VerbsQp`. A lent Vec
+        // that reallocates frees its old memory early: posts refuse a region no
+        // longer intact, and the socket deregisters it (`deregister_region`).
         let mr = unsafe {
             ibv_reg_mr(
                 self.dev.pd,
@@ -64,6 +72,39 @@ impl VerbsQp {
         region.set_keeper(self.kept.clone() as Arc<dyn RegionKeeper>);
         // SAFETY: `mr` is valid.
         region.set_lkey(Some(unsafe { (*mr).lkey }));
+        Ok(())
+    }
+
+    /// Deregister `region` (`UdQueuePair::deregister`): `ibv_dereg_mr` of the
+    /// MR that holds its lkey. Its storage still goes to the keeper on drop.
+    pub(super) fn deregister_region(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        let lkey = region.lkey();
+        // SAFETY: every pointer in `mrs` is a live MR of ours (removed from the
+        // list when deregistered, so never used after).
+        let found = self
+            .mrs
+            .iter()
+            .position(|&mr| Some(unsafe { (*mr).lkey }) == lkey);
+        let Some(i) = found else {
+            return Err(FabricError::Registration(format!(
+                "lkey {lkey:?} is not registered with this QP"
+            )));
+        };
+        let mr = self.mrs.swap_remove(i);
+        // SAFETY: `mr` is live and ours, and now out of `mrs`, so it is
+        // deregistered once and never touched again. A WR still pointing into it
+        // (which the socket never leaves) would complete with a protection error:
+        // the memory itself stays owned by the region or its keeper.
+        let rc = unsafe { ibv_dereg_mr(mr) };
+        if rc != 0 {
+            // Still registered: `Drop for VerbsQp` tries again.
+            self.mrs.push(mr);
+            return Err(FabricError::Registration(format!(
+                "ibv_dereg_mr: {}",
+                io::Error::from_raw_os_error(rc)
+            )));
+        }
+        region.set_lkey(None);
         Ok(())
     }
 }

@@ -196,10 +196,12 @@ impl VerbsQp {
         }
     }
 
-    /// The address of `sge` if it lies inside its region of `mem`.
+    /// The address of `sge` if it lies inside its region of `mem`, whose memory
+    /// is still where it was registered (a lent `Vec` that reallocated is not:
+    /// its registered memory was freed).
     fn region_addr(mem: &Memory, sge: &Sge) -> Option<u64> {
         let r = mem.region(sge.region)?;
         let end = sge.offset as usize + sge.len as usize;
-        (end <= r.len()).then(|| (r.addr() + sge.offset as usize) as u64)
+        (end <= r.len() && r.intact()).then(|| (r.addr() + sge.offset as usize) as u64)
     }
 }
