@@ -30,7 +30,7 @@ use super::{
 };
 
 /// A packet matched to a posted receive, waiting for its QP to poll.
-struct Arrival<B> {
+pub(crate) struct Arrival<B> {
     wr: RecvWr,
     status: WcStatus,
     /// GRH area + payload length (what the completion reports).
@@ -38,6 +38,44 @@ struct Arrival<B> {
     imm: Option<u32>,
     src_qp: Qpn,
     data: Payload<B>,
+}
+
+/// A receive completion taken off the queue, its bytes not yet in memory
+/// ([`RecvQueue::take`], [`RecvQueue::finish`]).
+pub(crate) enum Taken<B> {
+    /// A packet matched to a posted receive.
+    Arrived(Arrival<B>),
+    /// A posted receive flushed in the error state (its `wr_id`).
+    Flushed(u64),
+}
+
+impl<B: AsRef<[u8]>> Taken<B> {
+    /// Copy a parked packet into its receive's memory (a region swapped since
+    /// `post_recv` completes with `LocProtErr`) and make its completion.
+    fn complete(self, mem: &mut Memory, recycle: &mut impl FnMut(B)) -> Completion {
+        let a = match self {
+            Taken::Flushed(wr_id) => return Completion::recv_flushed(wr_id),
+            Taken::Arrived(a) => a,
+        };
+        let mut status = a.status;
+        if let Payload::Parked(data) = a.data {
+            let len = a.byte_len as usize;
+            match mem.resolve_mut(&a.wr.sge) {
+                Some(buf) if buf.len() >= len => buf[..len].copy_from_slice(&data.as_ref()[..len]),
+                // The region was swapped out since post_recv.
+                _ => status = WcStatus::LocProtErr,
+            }
+            recycle(data);
+        }
+        Completion {
+            wr_id: a.wr.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len: a.byte_len,
+            imm: a.imm,
+            src_qp: a.src_qp,
+        }
+    }
 }
 
 /// Where an arrival's bytes are.
@@ -208,41 +246,54 @@ impl<B: AsRef<[u8]>> RecvQueue<B> {
     ) -> usize {
         let mut n = 0;
         while n < out.len() {
-            let Some(a) = self.arrived.pop_front() else {
-                // In the error state every receive still posted completes flushed.
-                if !self.error {
-                    break;
-                }
-                let Some(wr) = self.posted.pop_front() else {
-                    break;
-                };
-                out[n] = Completion::recv_flushed(wr.wr_id);
-                n += 1;
-                continue;
-            };
-            let mut status = a.status;
-            if let Payload::Parked(data) = a.data {
-                let len = a.byte_len as usize;
-                match mem.resolve_mut(&a.wr.sge) {
-                    Some(buf) if buf.len() >= len => {
-                        buf[..len].copy_from_slice(&data.as_ref()[..len])
-                    }
-                    // The region was swapped out since post_recv.
-                    _ => status = WcStatus::LocProtErr,
-                }
-                recycle(data);
-            }
-            out[n] = Completion {
-                wr_id: a.wr.wr_id,
-                status,
-                opcode: WcOpcode::Recv,
-                byte_len: a.byte_len,
-                imm: a.imm,
-                src_qp: a.src_qp,
-            };
+            let Some(t) = self.next_taken() else { break };
+            out[n] = t.complete(mem, &mut recycle);
             n += 1;
         }
         n
+    }
+
+    /// The first half of [`poll`](Self::poll), for a provider whose queue sits
+    /// behind a lock its senders take too (`sim`): move up to `max`
+    /// completions' worth into `taken` without copying any bytes, so the lock
+    /// is held only for that; [`finish`](Self::finish) does the rest after it
+    /// is released.
+    pub(crate) fn take(&mut self, max: usize, taken: &mut Vec<Taken<B>>) {
+        while taken.len() < max {
+            let Some(t) = self.next_taken() else { break };
+            taken.push(t);
+        }
+    }
+
+    /// The second half of [`poll`](Self::poll): write each of `taken` (in
+    /// order, at most `out.len()`; it came from [`take`](Self::take) with
+    /// that bound) into `mem` and `out`; the number written.
+    pub(crate) fn finish(
+        taken: &mut Vec<Taken<B>>,
+        mem: &mut Memory,
+        out: &mut [Completion],
+        mut recycle: impl FnMut(B),
+    ) -> usize {
+        debug_assert!(taken.len() <= out.len());
+        let mut n = 0;
+        for (t, o) in taken.drain(..).zip(out.iter_mut()) {
+            *o = t.complete(mem, &mut recycle);
+            n += 1;
+        }
+        n
+    }
+
+    /// The next completion due: an arrival, or in the error state a posted
+    /// receive to flush.
+    fn next_taken(&mut self) -> Option<Taken<B>> {
+        if let Some(a) = self.arrived.pop_front() {
+            return Some(Taken::Arrived(a));
+        }
+        // In the error state every receive still posted completes flushed.
+        if !self.error {
+            return None;
+        }
+        self.posted.pop_front().map(|wr| Taken::Flushed(wr.wr_id))
     }
 
     /// Arrivals waiting to be polled.

@@ -36,27 +36,28 @@ pub(crate) struct BufPool {
 const POOL_MAX: usize = 8192;
 
 impl BufPool {
-    /// A buffer holding a GRH area followed by a copy of `payload`.
-    pub(crate) fn take(&mut self, payload: &[u8]) -> Vec<u8> {
-        let mut v = self.free.pop().unwrap_or_default();
-        v.clear();
-        v.resize(GRH_LEN, 0);
-        v.extend_from_slice(payload);
-        v
+    /// Move up to `n` recycled buffers into `out` (a sender takes what its
+    /// post needs in one visit, then fills them without holding the pool).
+    pub(crate) fn take_into(&mut self, n: usize, out: &mut Vec<Vec<u8>>) {
+        let keep = self.free.len().saturating_sub(n);
+        out.extend(self.free.drain(keep..));
     }
 
-    /// A buffer holding a copy of `data` (a duplicated packet, GRH area included).
-    pub(crate) fn copy(&mut self, data: &[u8]) -> Vec<u8> {
-        let mut v = self.free.pop().unwrap_or_default();
-        v.clear();
-        v.extend_from_slice(data);
-        v
+    /// Return buffers for reuse, leaving `bufs` empty.
+    pub(crate) fn give_all(&mut self, bufs: &mut Vec<Vec<u8>>) {
+        let room = POOL_MAX.saturating_sub(self.free.len());
+        let n = bufs.len().min(room);
+        self.free.extend(bufs.drain(..n));
+        bufs.clear();
     }
+}
 
-    /// Return a buffer for reuse.
-    pub(crate) fn give(&mut self, buf: Vec<u8>) {
-        if self.free.len() < POOL_MAX {
-            self.free.push(buf);
-        }
-    }
+/// `buf` (a recycled buffer, or a new one) as a packet: a GRH area, then a
+/// copy of `payload`.
+pub(crate) fn packet_data(buf: Option<Vec<u8>>, payload: &[u8]) -> Vec<u8> {
+    let mut v = buf.unwrap_or_default();
+    v.clear();
+    v.resize(GRH_LEN, 0);
+    v.extend_from_slice(payload);
+    v
 }

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::task::Waker;
 
 use super::config::SimQpOptions;
-use super::packet::Packet;
+use super::packet::{packet_data, Packet};
 use super::rx::Doorbell;
 use super::state::Shared;
+use crate::fabric::recv_queue::{RecvQueue, Taken};
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
     send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, Memory, ProviderDrops,
@@ -23,6 +24,13 @@ pub struct SimQp {
     /// Rung by the fabric when a completion or event may wait: an empty poll
     /// does not take the fabric's lock.
     doorbell: Doorbell,
+    /// Packets built by a post before it takes the fabric's lock (kept for
+    /// their capacity).
+    staging: Vec<Packet>,
+    /// Pool buffers taken for a post and not used, or emptied by a poll.
+    spare: Vec<Vec<u8>>,
+    /// Receive completions taken under the lock, finished after it.
+    taken: Vec<Taken<Vec<u8>>>,
 }
 
 /// A control handle to a simulated QP, for tests: move it to another GID
@@ -58,6 +66,9 @@ impl SimQp {
             sq: SendQueue::new(&attr),
             attr,
             doorbell,
+            staging: Vec::new(),
+            spare: Vec::new(),
+            taken: Vec::new(),
         }
     }
 
@@ -111,7 +122,7 @@ impl Drop for SimQp {
     fn drop(&mut self) {
         let mut st = self.shared.lock();
         if let Some(mut q) = st.qps.remove(&self.attr.qpn) {
-            q.rq.reset(|b| st.bufs.give(b));
+            q.rq.reset(drop);
         }
     }
 }
@@ -149,21 +160,29 @@ impl UdQueuePair for SimQp {
         r
     }
 
+    /// The bytes are copied (the "DMA read") before the fabric's lock is
+    /// taken, and the lock is held only to put the packets on the wire, so a
+    /// sender's copies never wait for, or hold up, its receiver's.
     fn post_send(&mut self, mem: &Memory, wrs: &[SendWr]) -> Result<(), (usize, FabricError)> {
         let shared = self.shared.clone();
         let cfg = &shared.cfg;
-        let mut st = shared.lock();
-        let rx = st.qps.get(&self.attr.qpn);
-        let sgid = rx.map_or(self.attr.gid, |q| q.gid);
-        if rx.is_some_and(|q| q.rq.in_error()) {
+        let (sgid, in_error) = {
+            let st = shared.lock();
+            let rx = st.qps.get(&self.attr.qpn);
+            (
+                rx.map_or(self.attr.gid, |q| q.gid),
+                rx.is_some_and(|q| q.rq.in_error()),
+            )
+        };
+        if in_error {
             self.sq.set_error();
         }
-        let now = st.now();
-        let mut held = false;
+        shared.bufs().take_into(wrs.len(), &mut self.spare);
+        let (mut pkts, spare) = (std::mem::take(&mut self.staging), &mut self.spare);
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             let posted = self.sq.post(mem, wr, |ah, d| {
-                let pkt = Packet {
+                pkts.push(Packet {
                     dgid: ah.dgid,
                     dqpn: wr.remote_qpn,
                     sgid,
@@ -174,14 +193,19 @@ impl UdQueuePair for SimQp {
                     traffic_class: ah.traffic_class,
                     flow_label: ah.flow_label,
                     hop_limit: ah.hop_limit,
-                    data: st.bufs.take(d),
-                };
-                held |= st.transmit(cfg, pkt, now);
+                    data: packet_data(spare.pop(), d),
+                })
             });
             if let Err(e) = posted {
                 result = Err((i, e));
                 break;
             }
+        }
+        let mut st = shared.lock();
+        let now = st.now();
+        let mut held = false;
+        for pkt in pkts.drain(..) {
+            held |= st.transmit(cfg, pkt, now);
         }
         // A send that completed in error failed the whole QP (IBA 10.8.3).
         if self.sq.in_error() {
@@ -190,6 +214,10 @@ impl UdQueuePair for SimQp {
             }
         }
         drop(st);
+        self.staging = pkts;
+        if !self.spare.is_empty() {
+            shared.bufs().give_all(&mut self.spare);
+        }
         if held {
             shared.wire_cv.notify_one();
         }
@@ -208,17 +236,25 @@ impl UdQueuePair for SimQp {
         self.sq.poll(out)
     }
 
+    /// Arrivals are taken under the fabric's lock and copied into `mem` (the
+    /// "DMA write") after it is released.
     fn poll_recv_cq(&mut self, mem: &mut Memory, out: &mut [Completion]) -> usize {
         if !self.doorbell.rung() {
             return 0;
         }
-        let mut st = self.shared.lock();
-        let st = &mut *st;
-        let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
-            return 0;
-        };
-        let n = rx.rq.poll(mem, out, |b| st.bufs.give(b));
-        rx.settle();
+        {
+            let mut st = self.shared.lock();
+            let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
+                return 0;
+            };
+            rx.rq.take(out.len(), &mut self.taken);
+            rx.settle();
+        }
+        let spare = &mut self.spare;
+        let n = RecvQueue::finish(&mut self.taken, mem, out, |b| spare.push(b));
+        if !self.spare.is_empty() {
+            self.shared.bufs().give_all(&mut self.spare);
+        }
         n
     }
 
@@ -257,7 +293,7 @@ impl UdQueuePair for SimQp {
         let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
             return Err(FabricError::QpError("QP destroyed".into()));
         };
-        rx.rq.reset(|b| st.bufs.give(b));
+        rx.rq.reset(drop);
         // A failure reported before the reset was about the QP just reset: drop
         // it, or it would reset the recovered QP again.
         rx.events.retain(|e| *e != AsyncEvent::QpFatal);

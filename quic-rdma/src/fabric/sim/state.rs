@@ -24,6 +24,10 @@ const ROCEV2_UDP_OVERHEAD: usize = 8 + 12 + 8 + 4;
 pub(crate) struct Shared {
     pub(crate) cfg: SimConfig,
     state: Mutex<State>,
+    /// Recycled packet buffers, behind a lock of their own: senders fill them
+    /// and receivers empty them outside the fabric's lock, which is held only
+    /// to move packets (so the two sides do not copy in turn).
+    bufs: Mutex<BufPool>,
     /// Wakes the wire thread (real-time clock) when a packet is held.
     pub(crate) wire_cv: Condvar,
 }
@@ -38,7 +42,6 @@ pub(crate) struct State {
     rng: StdRng,
     pub(crate) stats: FabricStats,
     pub(crate) wire: Wire,
-    pub(crate) bufs: BufPool,
     /// The caller's time (`SimClock::Manual`); `None`: the wall clock.
     virtual_now: Option<Instant>,
     /// Packets still to be lost on purpose ([`super::SimFabric::lose_next`]).
@@ -59,10 +62,10 @@ impl Shared {
                 rng: StdRng::seed_from_u64(cfg.seed),
                 stats: FabricStats::default(),
                 wire: Wire::default(),
-                bufs: BufPool::default(),
                 virtual_now,
                 lose_next: 0,
             }),
+            bufs: Mutex::new(BufPool::default()),
             wire_cv: Condvar::new(),
             cfg,
         }
@@ -72,6 +75,12 @@ impl Shared {
         // A panic while holding the lock is a bug in the sim; keep the fabric usable
         // for the other endpoints' diagnostics rather than cascading panics.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The buffer pool (never taken while holding [`lock`](Self::lock)'s
+    /// guard: one lock at a time, so no order to get wrong).
+    pub(crate) fn bufs(&self) -> MutexGuard<'_, BufPool> {
+        self.bufs.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -95,13 +104,11 @@ impl State {
         if self.lose_next > 0 {
             self.lose_next -= 1;
             self.stats.lost += 1;
-            self.bufs.give(pkt.data);
             return false;
         }
         let f = &cfg.faults;
         if f.loss > 0.0 && self.rng.gen_bool(f.loss) {
             self.stats.lost += 1;
-            self.bufs.give(pkt.data);
             return false;
         }
         let payload_len = pkt.payload().len();
@@ -117,7 +124,7 @@ impl State {
         let mut held = false;
         if f.duplicate > 0.0 && self.rng.gen_bool(f.duplicate) {
             let copy = Packet {
-                data: self.bufs.copy(&pkt.data),
+                data: pkt.data.clone(),
                 ..pkt
             };
             self.stats.duplicated += 1;
@@ -172,13 +179,9 @@ impl State {
                     Some(n) => *n += 1,
                     None => self.stats.unreachable += 1,
                 }
-                self.bufs.give(pkt.data);
                 return;
             }
-            Err(_) => {
-                self.bufs.give(pkt.data);
-                return;
-            }
+            Err(_) => return,
         };
         let layout = GrhLayout::for_gid(pkt.dgid);
         let payload_len = pkt.payload().len();
@@ -198,6 +201,8 @@ impl State {
                 as u16,
         };
         let byte_len = pkt.data.len();
+        // A packet no receive takes is freed, not pooled: drops are rare
+        // (faults, a starved queue), and the pool is not this lock's to take.
         let mut data = Some(pkt.data);
         // Before the arrival wakes the owner (a dropped packet rings for nothing:
         // the owner's next poll finds the queue empty and settles it).
@@ -211,9 +216,6 @@ impl State {
         });
         if placed.is_some() {
             self.stats.delivered += 1;
-        }
-        if let Some(d) = data {
-            self.bufs.give(d);
         }
     }
 }
