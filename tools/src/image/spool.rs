@@ -156,7 +156,10 @@ impl Spool {
                         Err(e) => State::Failed(SourceError::Io(format!("committing: {e}"))),
                     }
                 }
+                // The temporary file goes before anyone hears of the failure,
+                // so a client that saw the error finds nothing left behind.
                 Ok(actual) => {
+                    drop(temp);
                     this.metrics.upstream_verify_failures.inc();
                     tracing::warn!("upstream blob {d} hashes to {actual}: not served, not cached");
                     State::Failed(SourceError::DigestMismatch {
@@ -164,7 +167,10 @@ impl Spool {
                         actual,
                     })
                 }
-                Err(e) => State::Failed(e),
+                Err(e) => {
+                    drop(temp);
+                    State::Failed(e)
+                }
             };
             // Leave the map first: a request after a failure starts afresh,
             // one after success finds the blob in the cache.
