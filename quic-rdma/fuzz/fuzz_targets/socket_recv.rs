@@ -168,6 +168,11 @@ impl UdQueuePair for FuzzQp {
         Ok(())
     }
 
+    fn deregister(&mut self, region: &mut Region) -> Result<(), FabricError> {
+        region.set_lkey(None);
+        Ok(())
+    }
+
     fn create_ah(&mut self, _attr: &AhAttr) -> Result<AhId, FabricError> {
         Ok(AhId(0))
     }
