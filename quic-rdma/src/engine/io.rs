@@ -39,7 +39,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             endpoint,
             conns,
             rx_buf,
-            tx_buf,
+            response_buf,
             responses,
             responses_dropped,
             peers,
@@ -62,7 +62,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             *activity += 1;
             rx_buf.extend_from_slice(r.data);
             let data = rx_buf.split();
-            tx_buf.clear();
+            response_buf.clear();
             let ecn = EcnCodepoint::from_bits(r.ecn);
             match endpoint.handle(
                 now,
@@ -70,7 +70,7 @@ impl<Q: UdQueuePair> Engine<Q> {
                 local_ip,
                 ecn,
                 data,
-                tx_buf,
+                response_buf,
             ) {
                 Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                     if let Some(c) = conns.by_proto(ch) {
@@ -86,7 +86,7 @@ impl<Q: UdQueuePair> Engine<Q> {
                     *responses_dropped += 1;
                 }
                 Some(DatagramEvent::Response(t)) => {
-                    responses.push((r.src, tx_buf[..t.size].to_vec()));
+                    responses.push((r.src, response_buf[..t.size].to_vec()));
                 }
                 None => {}
             }

@@ -70,7 +70,7 @@ use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::config::endpoint_config;
 use crate::quic::peers::{PeerStats, PeerTable};
 use crate::quic::routing::{RoutingCheck, RoutingStats};
-use crate::socket::{SocketStats, TxBuf, UdSocket, MAX_SEND_BATCH};
+use crate::socket::{SocketStats, TxBuf, UdSocket};
 use connection::{Conn, ConnTable};
 use io::PendingTransmit;
 
@@ -97,7 +97,7 @@ pub struct Engine<Q: UdQueuePair> {
     rx_buf: BytesMut,
     /// Where quinn-proto writes endpoint-level responses on the receive path
     /// (connection transmits go straight into the socket's transmit buffers).
-    tx_buf: Vec<u8>,
+    response_buf: Vec<u8>,
     /// A transmit the send queue refused, kept (in its transmit buffer) until it fits.
     pending: Option<PendingTransmit>,
     /// A transmit buffer taken but not written (its connection had nothing to
@@ -157,7 +157,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             mtu,
             local,
             rx_buf: BytesMut::with_capacity(mtu * RX_BUF_DATAGRAMS),
-            tx_buf: Vec::with_capacity(mtu * MAX_SEND_BATCH),
+            response_buf: Vec::with_capacity(mtu),
             pending: None,
             tx_spare: None,
             responses: Vec::new(),
