@@ -12,6 +12,9 @@
 //! - `newreno` / `bbr`: that congestion controller instead of CUBIC;
 //! - `window=BYTES`: the controller's initial window;
 //! - `nofair`: `send_fairness(false)` (one stream at a time fills packets);
+//! - `sendwin=BYTES`: the send window (unacknowledged bytes in flight,
+//!   all streams);
+//! - `streamwin=BYTES`: the stream receive window each side grants;
 //! - `idle=MS`: idle timeout MS milliseconds, keep-alive a fifth of it (for
 //!   runs under valgrind, which slows a side past the default 1.5 s when the
 //!   machine is loaded; `benches/callgrind.sh` sets `idle=60000`).
@@ -78,13 +81,20 @@ pub fn apply(t: &mut TransportConfig, spec: &str) -> anyhow::Result<()> {
             "nofair" => {
                 t.send_fairness(false);
             }
+            "sendwin" => {
+                t.send_window(v.parse()?);
+            }
+            "streamwin" => {
+                t.stream_receive_window(VarInt::from_u64(v.parse()?)?);
+            }
             "idle" => {
                 let ms: u32 = v.parse()?;
                 t.max_idle_timeout(Some(VarInt::from_u32(ms).into()))
                     .keep_alive_interval(Some(Duration::from_millis(u64::from(ms / 5))));
             }
             other => anyhow::bail!(
-                "unknown setting {other:?}: use ackfreq=N, ackdelay=US, newreno, bbr, window=BYTES, nofair, idle=MS"
+                "unknown setting {other:?}: use ackfreq=N, ackdelay=US, newreno, bbr, window=BYTES, nofair, \
+                 sendwin=BYTES, streamwin=BYTES, idle=MS"
             ),
         }
     }
@@ -126,7 +136,7 @@ mod tests {
         let mut t = TransportConfig::default();
         apply(
             &mut t,
-            "ackfreq=8,ackdelay=200,bbr,window=1000000,nofair,idle=60000",
+            "ackfreq=8,ackdelay=200,bbr,window=1000000,nofair,sendwin=4194304,streamwin=4194304,idle=60000",
         )
         .unwrap();
         let e = apply(&mut t, "turbo").unwrap_err().to_string();
