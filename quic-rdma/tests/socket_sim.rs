@@ -534,7 +534,7 @@ fn the_socket_recovers_a_failed_qp_with_its_qpn_and_every_buffer() {
     let f = SimFabric::new(SimConfig::default());
     let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
     let mut b = sock(&f, g6(2), SimQpOptions::default(), SocketConfig::default());
-    let depth = b.config().recv_depth as u64;
+    let window = b.recv_window() as u64;
     a.send(b.local_addr(), 0, &datagram(1200, 1), None).unwrap();
     assert_eq!(drain(&mut b).len(), 1);
     let qpn = b.local_addr().qpn;
@@ -554,8 +554,8 @@ fn the_socket_recovers_a_failed_qp_with_its_qpn_and_every_buffer() {
     assert_eq!(b.sends_in_flight(), 0, "unretired sends were taken back");
     assert_eq!(
         st.recv_wrs_posted,
-        2 * depth,
-        "the receive queue was filled anew: {st:?}"
+        2 * window,
+        "the receive window was posted anew: {st:?}"
     );
     // Working both ways again.
     a.send(b.local_addr(), 0, &datagram(1200, 3), None).unwrap();
@@ -606,4 +606,55 @@ fn a_manual_clock_delivers_a_delayed_packet_when_time_reaches_it() {
     assert_eq!(f.now(), start + ms, "time does not go back");
     let st = f.stats();
     assert_eq!((st.sent, st.delivered), (1, 1));
+}
+
+/// Send `n` datagrams from `a` to `b` back to back (b does not poll meanwhile).
+fn burst(a: &mut UdSocket<SimQp>, b: &UdSocket<SimQp>, n: usize) {
+    for i in 0..n {
+        a.send(b.local_addr(), 0, &datagram(200, i as u8), None)
+            .unwrap();
+    }
+}
+
+#[test]
+fn the_receive_window_starts_small_and_doubles_when_the_receiver_falls_behind() {
+    let f = SimFabric::new(SimConfig::default());
+    let cfg = SocketConfig {
+        recv_depth: 64,
+        recv_start: 16,
+        // Every consumed receive is posted again at once, so each burst
+        // finds the whole window posted.
+        repost_batch: 1,
+        ..SocketConfig::default()
+    };
+    let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
+    let mut b = sock(&f, g6(2), SimQpOptions::default(), cfg);
+    assert_eq!(b.recv_window(), 16);
+    assert_eq!(b.stats().recv_wrs_posted, 16, "only the window is posted");
+    // A receiver that keeps up never grows it.
+    for _ in 0..100 {
+        burst(&mut a, &b, 1);
+        assert_eq!(drain(&mut b).len(), 1);
+    }
+    assert_eq!((b.recv_window(), b.stats().recv_window_grows), (16, 0));
+    // A burst past the window: what finds no receive is lost (UD), and the
+    // poll that found the queue (nearly) empty doubles the window.
+    burst(&mut a, &b, 20);
+    assert_eq!(drain(&mut b).len(), 16);
+    let st = b.stats();
+    assert_eq!(st.provider.no_recv_posted, 4, "{st:?}");
+    assert_eq!((b.recv_window(), st.recv_window_grows), (32, 1));
+    // Now 20 fit, with more than a quarter left posted: no growth.
+    burst(&mut a, &b, 20);
+    assert_eq!(drain(&mut b).len(), 20);
+    assert_eq!((b.recv_window(), b.stats().recv_window_grows), (32, 1));
+    // It grows to recv_depth and no further.
+    burst(&mut a, &b, 100);
+    assert_eq!(drain(&mut b).len(), 32);
+    assert_eq!(b.recv_window(), 64);
+    burst(&mut a, &b, 100);
+    assert_eq!(drain(&mut b).len(), 64);
+    let st = b.stats();
+    assert_eq!((b.recv_window(), st.recv_window_grows), (64, 2));
+    assert_eq!(st.provider.no_recv_posted, 4 + 68 + 36, "{st:?}");
 }

@@ -59,8 +59,15 @@ pub struct SocketConfig {
     pub inline_threshold: usize,
     /// Signal one send in this many (selective signaling).
     pub signal_every: u32,
-    /// Receive queue depth to keep posted (capped by the QP's `max_recv_wr`).
+    /// Most receives to keep posted (capped by the QP's `max_recv_wr`): the
+    /// receive buffers registered.
     pub recv_depth: usize,
+    /// Receives posted at first (at most `recv_depth`). The posted window
+    /// doubles toward `recv_depth` whenever a poll finds a quarter of it or
+    /// less still posted (the receiver fell behind, and a UD packet that
+    /// finds no posted receive is lost); it never shrinks. A small window
+    /// keeps the buffers a busy receiver cycles through in the CPU's cache.
+    pub recv_start: usize,
     /// Repost receives once this many are consumed.
     pub repost_batch: usize,
     /// Send slots (payload buffers for non-inline sends in flight).
@@ -93,6 +100,10 @@ impl Default for SocketConfig {
             inline_threshold: 64,
             signal_every: 16,
             recv_depth: 2048,
+            // 2 MiB of buffers at MTU 4096. Measured against posting all 2048
+            // at once (benches/RESULTS.md, session 21): each packet landed in
+            // a buffer last touched 2048 packets earlier, out of cache.
+            recv_start: 512,
             repost_batch: 16,
             send_slots: 1024,
             region_bytes: 2 << 20,
@@ -133,6 +144,9 @@ pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     wr_slots: Vec<Option<SlotId>>,
     reposts: Vec<RecvWr>,
     recv_posted: usize,
+    /// Receives to keep posted now: from `recv_start`, doubling toward
+    /// `recv_depth` under pressure (see [`SocketConfig::recv_start`]).
+    recv_window: usize,
     /// Which receive slots the provider holds: a completion for any other
     /// wr_id (never posted, or already returned) is bogus and dropped.
     recv_slot_posted: Vec<bool>,
@@ -197,6 +211,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             wr_slots: Vec::with_capacity(MAX_SEND_BATCH),
             reposts: Vec::with_capacity(recv_depth),
             recv_posted: 0,
+            recv_window: cfg.recv_start.clamp(1, recv_depth),
             recv_slot_posted: vec![false; recv_depth],
             next_wr_id: 0,
             since_signal: 0,
@@ -243,6 +258,13 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     /// The largest datagram sent inline.
     pub fn inline_max(&self) -> usize {
         self.inline_max
+    }
+
+    /// Receives the socket keeps posted now: [`SocketConfig::recv_start`] at
+    /// first, doubled toward [`SocketConfig::recv_depth`] each time the
+    /// receiver fell behind.
+    pub fn recv_window(&self) -> usize {
+        self.recv_window
     }
 
     /// The socket's configuration (after capping by what the QP granted).

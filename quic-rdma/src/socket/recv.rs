@@ -20,16 +20,37 @@ pub struct Received<'a> {
 }
 
 impl<Q: UdQueuePair> UdSocket<Q> {
-    /// Post every receive slot (at construction).
+    /// Post free receive slots until the window is posted (at construction,
+    /// after a recovery, and when the window grows).
     pub(super) fn fill_recv_queue(&mut self) -> Result<(), SocketError> {
-        while let Some(slot) = self.recv_pool.alloc() {
+        self.top_up_reposts();
+        self.post_reposts()
+    }
+
+    /// Queue free slots for posting until posted plus queued fill the window.
+    fn top_up_reposts(&mut self) {
+        while self.recv_posted + self.reposts.len() < self.recv_window {
+            let Some(slot) = self.recv_pool.alloc() else {
+                break;
+            };
             let sge = self.recv_pool.recv_sge(&self.mem, slot);
             self.reposts.push(RecvWr {
                 wr_id: u64::from(slot),
                 sge,
             });
         }
-        self.post_reposts()
+    }
+
+    /// The receiver fell behind (a quarter of the window or less is still
+    /// posted): double the window, up to `recv_depth`, and queue the extra
+    /// slots. Never shrinks: the next burst like this one must not lose.
+    fn grow_window_if_low(&mut self) {
+        if self.recv_posted > self.recv_window / 4 || self.recv_window >= self.cfg.recv_depth {
+            return;
+        }
+        self.recv_window = (self.recv_window * 2).min(self.cfg.recv_depth);
+        self.stats.recv_window_grows += 1;
+        self.top_up_reposts();
     }
 
     fn post_reposts(&mut self) -> Result<(), SocketError> {
@@ -115,8 +136,9 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             }
             // Repost in batches, and at once if the queue runs low (a UD packet that
             // finds no posted receive is lost).
+            self.grow_window_if_low();
             if self.reposts.len() >= self.cfg.repost_batch
-                || self.recv_posted <= self.cfg.recv_depth / 2
+                || self.recv_posted <= self.recv_window / 2
             {
                 if let Err(e) = self.post_reposts() {
                     tracing::warn!(%e, "post_recv failed");

@@ -37,6 +37,9 @@ pub struct SocketStats {
     pub recv_posts: u64,
     /// Receive WRs posted (initial fill + reposts).
     pub recv_wrs_posted: u64,
+    /// Times the posted receive window doubled because the receiver fell
+    /// behind (see [`SocketConfig::recv_start`](super::SocketConfig::recv_start)).
+    pub recv_window_grows: u64,
     /// Receive completions with an error status.
     pub recv_errors: u64,
     /// Receive completions no conforming provider produces, dropped: a wr_id
