@@ -62,7 +62,14 @@ impl Default for EngineConfig {
             client: None,
             accept: AcceptPolicy::AcceptAll,
             routing_key: crate::quic::cid::random_routing_key(),
-            socket: SocketConfig::default(),
+            // The engine polls its queue pair every turn of its loop, so a
+            // posted window of 512 (2 MiB at MTU 4096) keeps up and keeps the
+            // receive buffers in cache (benches/RESULTS.md, session 21); it
+            // grows toward recv_depth if the engine falls behind.
+            socket: SocketConfig {
+                recv_start: 512,
+                ..SocketConfig::default()
+            },
             recv_batch: 256,
             rng_seed: None,
             peers: PeerLimits::default(),

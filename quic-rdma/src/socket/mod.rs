@@ -66,7 +66,9 @@ pub struct SocketConfig {
     /// doubles toward `recv_depth` whenever a poll finds a quarter of it or
     /// less still posted (the receiver fell behind, and a UD packet that
     /// finds no posted receive is lost); it never shrinks. A small window
-    /// keeps the buffers a busy receiver cycles through in the CPU's cache.
+    /// keeps the buffers a busy receiver cycles through in the CPU's cache,
+    /// for a receiver that polls often; one that takes packets in large
+    /// batches overflows it (losses) before it grows. Default: `recv_depth`.
     pub recv_start: usize,
     /// Repost receives once this many are consumed.
     pub repost_batch: usize,
@@ -100,10 +102,10 @@ impl Default for SocketConfig {
             inline_threshold: 64,
             signal_every: 16,
             recv_depth: 2048,
-            // 2 MiB of buffers at MTU 4096. Measured against posting all 2048
-            // at once (benches/RESULTS.md, session 21): each packet landed in
-            // a buffer last touched 2048 packets earlier, out of cache.
-            recv_start: 512,
+            // All posted: a receiver that consumes in big batches (quinn's
+            // endpoint driver behind the adapter) overflowed a 512 window
+            // under load. The busy-polled engine starts smaller (EngineConfig).
+            recv_start: 2048,
             repost_batch: 16,
             send_slots: 1024,
             region_bytes: 2 << 20,
