@@ -628,8 +628,14 @@ fn the_receive_window_starts_small_and_doubles_when_the_receiver_falls_behind() 
         ..SocketConfig::default()
     };
     let mut a = sock(&f, g6(1), SimQpOptions::default(), SocketConfig::default());
-    let mut b = sock(&f, g6(2), SimQpOptions::default(), cfg);
+    let mut b = sock(&f, g6(2), SimQpOptions::default(), cfg.clone());
     assert_eq!(b.recv_window(), 16);
+    // By default the whole depth is posted, whatever the depth (here 4096,
+    // above the default depth).
+    let all = SocketConfig::sized_for(16 << 20, 4096);
+    let c = sock(&f, g6(3), SimQpOptions::default(), all);
+    assert_eq!(c.config().recv_depth, 4096);
+    assert_eq!((c.recv_window(), c.stats().recv_wrs_posted), (4096, 4096));
     assert_eq!(b.stats().recv_wrs_posted, 16, "only the window is posted");
     // A receiver that keeps up never grows it.
     for _ in 0..100 {

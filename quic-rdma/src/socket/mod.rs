@@ -68,7 +68,8 @@ pub struct SocketConfig {
     /// finds no posted receive is lost); it never shrinks. A small window
     /// keeps the buffers a busy receiver cycles through in the CPU's cache,
     /// for a receiver that polls often; one that takes packets in large
-    /// batches overflows it (losses) before it grows. Default: `recv_depth`.
+    /// batches overflows it (losses) before it grows. Default `usize::MAX`:
+    /// all of `recv_depth` posted.
     pub recv_start: usize,
     /// Repost receives once this many are consumed.
     pub repost_batch: usize,
@@ -102,10 +103,11 @@ impl Default for SocketConfig {
             inline_threshold: 64,
             signal_every: 16,
             recv_depth: 2048,
-            // All posted: a receiver that consumes in big batches (quinn's
-            // endpoint driver behind the adapter) overflowed a 512 window
-            // under load. The busy-polled engine starts smaller (EngineConfig).
-            recv_start: 2048,
+            // All of recv_depth, whatever it is set to: a receiver that
+            // consumes in big batches (quinn's endpoint driver behind the
+            // adapter) overflowed a 512 window under load. The busy-polled
+            // engine starts smaller (EngineConfig).
+            recv_start: usize::MAX,
             repost_batch: 16,
             send_slots: 1024,
             region_bytes: 2 << 20,
