@@ -1,7 +1,8 @@
 //! Liveness of quinn connections over the `sim` fabric with the adapter's
-//! transport config: a killed peer is reported as `TimedOut` in seconds (not
-//! quinn's default 30 s), and keep-alives hold an idle but live connection
-//! open past the idle timeout. quinn reads the system clock, so these run in
+//! transport config: a killed peer is noticed by the receive-path watcher
+//! (`quinn_adapter::watch`) in seconds, not after the 30 s idle timeout, and
+//! keep-alives hold an idle but live connection open past the engine's idle
+//! timeout with the watchers quiet. quinn reads the system clock, so these run in
 //! real time; the bounds are generous (they check liveness, not speed).
 
 mod common;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{certs, endpoint, gid, socket_on, transfer, Pair};
 use quic_rdma::fabric::sim::{SimConfig, SimFabric};
-use quic_rdma::quinn_adapter::Liveness;
+use quic_rdma::quinn_adapter::{self, Liveness, Watched, DEFAULT_DEAD_AFTER};
 use quic_rdma::socket::SocketConfig;
 
 /// A dead peer must be reported within this (quinn's default idle timeout is 30 s).
@@ -60,14 +61,23 @@ async fn killed_server_is_reported_timed_out() {
     tx.finish().unwrap();
     drop(rx.stop(0u32.into()));
 
+    // The receive-path watcher notices the silence (quinn's own idle timeout
+    // in the adapter is 30 s: a busy host must not kill live connections).
+    let watcher = quinn_adapter::spawn_watch(client_sock.clone(), conn.clone(), DEFAULT_DEAD_AFTER);
     server_rt.shutdown_background();
     let killed = Instant::now();
-    let reason = tokio::time::timeout(REPORT_BOUND * 2, conn.closed())
+    let watched = tokio::time::timeout(REPORT_BOUND * 2, watcher)
         .await
-        .expect("no close at all within twice the bound");
+        .expect("the watcher gave no verdict within twice the bound")
+        .unwrap();
     let took = killed.elapsed();
-    eprintln!("client saw {reason:?} after {took:?}");
-    assert_eq!(reason, quinn::ConnectionError::TimedOut, "reason");
+    let reason = conn.closed().await;
+    eprintln!("watcher: {watched:?}, client saw {reason:?} after {took:?}");
+    match watched {
+        Watched::PeerSilent(silent) => assert!(silent >= DEFAULT_DEAD_AFTER, "{silent:?}"),
+        other => panic!("the watcher did not call the peer silent: {other:?}"),
+    }
+    assert_eq!(reason, quinn::ConnectionError::LocallyClosed, "reason");
     assert!(took < REPORT_BOUND, "dead server noticed after {took:?}");
 }
 
@@ -76,9 +86,17 @@ async fn keep_alive_holds_an_idle_connection_past_the_idle_timeout() {
     let p = Pair::new(SimConfig::default());
     let (c, s) = p.connect().await;
     let pings_before = c.stats().frame_tx.ping;
+    let watchers = [
+        quinn_adapter::spawn_watch(p.client_sock.clone(), c.clone(), DEFAULT_DEAD_AFTER),
+        quinn_adapter::spawn_watch(p.server_sock.clone(), s.clone(), DEFAULT_DEAD_AFTER),
+    ];
     tokio::time::sleep(3 * Liveness::DEFAULT_IDLE_TIMEOUT).await;
     assert_eq!(c.close_reason(), None, "client side closed while idle");
     assert_eq!(s.close_reason(), None, "server side closed while idle");
+    assert!(
+        watchers.iter().all(|w| !w.is_finished()),
+        "a watcher called an idle but live peer dead"
+    );
     let pings = c.stats().frame_tx.ping - pings_before;
     assert!(pings >= 3, "keep-alive PINGs sent while idle: {pings}");
     transfer(&c, &s, 1 << 20, 41).await;

@@ -144,6 +144,12 @@ pub trait UdQueuePair: Send + 'static {
     /// Ask to be woken on the next completion of either queue
     /// (`ibv_req_notify_cq`). Returns `true` if completions may already be waiting,
     /// in which case the caller must poll again before sleeping (or lose a wake-up).
+    ///
+    /// Arming may consume what would have woken an earlier sleeper (`verbs`
+    /// takes the completion channel's pending events and polls completions
+    /// ahead), and the completions waiting may be of either queue: a caller
+    /// with several sleepers on one queue pair wakes them all when this
+    /// returns `true` (the quinn adapter's wake hub does).
     fn arm(&mut self, waker: &Waker) -> bool;
 
     /// Next asynchronous event, if any.

@@ -44,6 +44,15 @@ pub fn endpoint_config(mtu: usize, routing_key: u32) -> EndpointConfig {
 ///   receipt, so the worst case to notice a dead peer is idle timeout +
 ///   keep-alive interval.
 ///
+/// These defaults suit a driver whose receive path and connections are one
+/// loop — the [`Engine`](crate::engine::Engine), which stamps what it reads
+/// with the `now` of the poll that reads it and handles it before that poll
+/// judges any timer, so a caller's stall does not age what arrived meanwhile
+/// and its idle timer measures the peer's silence. The quinn adapter's connections run as tasks that can fall behind
+/// the receive path, so it times out idle connections later
+/// ([`Liveness::quinn_adapter`]) and notices dead peers by the receive path's
+/// own clock instead (`quinn_adapter::watch`).
+///
 /// The effective idle timeout is the smaller of both peers' (RFC 9000 §10.1),
 /// so a peer with a shorter one shortens ours; keep the keep-alive below it.
 /// An application that must ride out longer stalls (a debugger, a process
@@ -62,6 +71,21 @@ impl Liveness {
     pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_millis(300);
     /// Default idle timeout (`max_idle_timeout`, RFC 9000 §18.2): 1.5 s.
     pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_millis(1500);
+    /// The quinn adapter's idle timeout: 30 s, quinn's own default. It bounds
+    /// how long the local host may starve a connection task (a busy runtime, an
+    /// emulated guest) before quinn kills a live connection; a dead peer is
+    /// noticed sooner by `quinn_adapter::watch`.
+    pub const QUINN_ADAPTER_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// The quinn adapter's timers: the default keep-alive (300 ms, which the
+    /// receive-path watcher needs to tell a live idle peer from a dead one) and
+    /// [`QUINN_ADAPTER_IDLE_TIMEOUT`](Self::QUINN_ADAPTER_IDLE_TIMEOUT).
+    pub const fn quinn_adapter() -> Self {
+        Liveness {
+            keep_alive: Some(Self::DEFAULT_KEEP_ALIVE),
+            idle_timeout: Some(Self::QUINN_ADAPTER_IDLE_TIMEOUT),
+        }
+    }
 
     /// Timers of one's choosing. `keep_alive: None` sends no keep-alives (an
     /// idle connection then times out unless the peer sends them);

@@ -97,6 +97,9 @@ enum State {
 struct Entry {
     ud: UdAddr,
     state: State,
+    /// When a packet from this peer was last read off the fabric (receives
+    /// only, unlike `State::Admitted::last`): what liveness judges by.
+    heard: Option<Instant>,
 }
 
 /// Bidirectional map of known peers (see the [module docs](self)).
@@ -122,7 +125,8 @@ pub(crate) struct PeerTable {
     /// connects to it sees replies from it. Only servers validate Retry tokens,
     /// and a server learns its peers from packets, i.e. by synthetic address.
     adopted: HashMap<SocketAddr, UdAddr>,
-    adopted_by_ud: HashMap<UdAddr, SocketAddr>,
+    /// An adopted peer's address, and when a packet from it was last read.
+    adopted_by_ud: HashMap<UdAddr, (SocketAddr, Option<Instant>)>,
 }
 
 impl Default for PeerTable {
@@ -169,7 +173,8 @@ impl PeerTable {
     /// The address quinn-proto sees for `ud`, a packet from which just arrived:
     /// an unknown peer becomes pending; an admitted one is marked active.
     pub(crate) fn on_receive(&mut self, ud: UdAddr, now: Instant) -> SocketAddr {
-        if let Some(a) = self.adopted_by_ud.get(&ud) {
+        if let Some((a, heard)) = self.adopted_by_ud.get_mut(&ud) {
+            *heard = Some(now);
             return *a;
         }
         let port = match self.by_ud.get(&ud) {
@@ -179,15 +184,28 @@ impl PeerTable {
             }
             None => self.add_pending(ud),
         };
+        if let Some(e) = &mut self.by_port[usize::from(port) - 1] {
+            e.heard = Some(now);
+        }
         synthetic(ud, port)
+    }
+
+    /// When a packet from the peer quinn-proto knows as `a` was last read off
+    /// the fabric (`None`: unknown, or never heard from).
+    #[cfg_attr(not(feature = "quinn"), allow(dead_code))]
+    pub(crate) fn last_heard(&self, a: SocketAddr) -> Option<Instant> {
+        if let Some(ud) = self.adopted.get(&a) {
+            return self.adopted_by_ud.get(ud).and_then(|&(_, h)| h);
+        }
+        self.by_port[usize::from(self.port_of(a)?) - 1]?.heard
     }
 
     /// The address for a peer the application names (it wants to talk to it):
     /// admitted at once. When the table is full of live peers the lossless
     /// address is adopted instead (fine for clients, which never check Retry tokens).
     pub(crate) fn admit(&mut self, ud: UdAddr, now: Instant) -> SocketAddr {
-        if let Some(a) = self.adopted_by_ud.get(&ud) {
-            return *a;
+        if let Some(&(a, _)) = self.adopted_by_ud.get(&ud) {
+            return a;
         }
         let port = match self.by_ud.get(&ud) {
             Some(&p) => p,
@@ -285,6 +303,7 @@ impl PeerTable {
         self.by_port[usize::from(port) - 1] = Some(Entry {
             ud,
             state: State::Pending,
+            heard: None,
         });
         self.by_ud.insert(ud, port);
         self.pending.push_back((port, ud));
@@ -373,7 +392,7 @@ impl PeerTable {
         // address); packets never do, so this map is as large as the
         // application makes it.
         self.adopted.insert(a, ud);
-        self.adopted_by_ud.insert(ud, a);
+        self.adopted_by_ud.insert(ud, (a, None));
         a
     }
 }
@@ -381,7 +400,7 @@ impl PeerTable {
 fn is_pending(by_port: &[Option<Entry>], port: u16, ud: UdAddr) -> bool {
     matches!(
         by_port[usize::from(port) - 1],
-        Some(Entry { ud: u, state: State::Pending }) if u == ud
+        Some(Entry { ud: u, state: State::Pending, .. }) if u == ud
     )
 }
 

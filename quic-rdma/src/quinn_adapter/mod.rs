@@ -22,12 +22,15 @@
 //! )?;
 //! // ...and set `quinn_adapter::transport(mtu)` on the ClientConfig; the rest of
 //! // the quinn API is unchanged. A peer's `SocketAddr` comes from `socket.peer_addr(ud_addr)`.
+//! // To notice a dead peer in ~1.5 s (not the 30 s idle timeout), each connection
+//! // gets a watcher: `quinn_adapter::spawn_watch(socket, conn, DEFAULT_DEAD_AFTER)`.
 //! # assert_eq!(endpoint.local_addr()?.port(), 4791);
 //! # Ok(()) }
 //! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 //! ```
 
 mod coalesce;
+mod liveness;
 mod spin;
 mod wake;
 
@@ -43,17 +46,34 @@ use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 
 pub use crate::quic::config::{
-    endpoint_config, transport, transport_config, transport_config_with, transport_with, Liveness,
-    LivenessError,
+    endpoint_config, transport_config_with, transport_with, Liveness, LivenessError,
 };
+pub use liveness::{spawn_watch, watch, Watched, DEFAULT_DEAD_AFTER, PEER_SILENT};
 
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::peers::{LastSource, PeerLimits, PeerStats, PeerTable};
 use crate::quic::routing::{self, RoutingCheck, RoutingStats};
 use crate::socket::{SocketError, SocketStats, UdSocket};
 use coalesce::{Coalescer, RECV_SEGMENTS};
+use liveness::Stamp;
 use spin::IdleSpin;
 use wake::{FdReadiness, WakeHub};
+
+/// The fabric-tuned transport config ([`transport_config_with`]) with the
+/// adapter's timers, [`Liveness::quinn_adapter`]: 300 ms keep-alive and a 30 s
+/// idle timeout. quinn judges the idle timer in the connection's task, which
+/// can run seconds behind the receive path when the host is busy (its queue
+/// of received packets is unbounded), so a short idle timeout there kills live
+/// connections; dead peers are noticed by [`watch`] instead
+/// (docs/architecture.md §5).
+pub fn transport_config(mtu: usize) -> quinn::TransportConfig {
+    transport_config_with(mtu, Liveness::quinn_adapter())
+}
+
+/// [`transport_config`] behind an `Arc`, ready for client and server configs.
+pub fn transport(mtu: usize) -> Arc<quinn::TransportConfig> {
+    Arc::new(transport_config(mtu))
+}
 
 /// A [`UdSocket`] as a `quinn::AsyncUdpSocket`.
 ///
@@ -76,6 +96,9 @@ pub struct RdmaUdpSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     /// with the sockets [`rebind`](Self::rebind) makes.
     peers: Arc<Mutex<(PeerTable, RoutingStats)>>,
     routing: RoutingCheck,
+    /// When the receive path last found the receive queue empty: its clock,
+    /// by which a peer's silence is judged ([`Self::peer_silence`]).
+    caught_up: Stamp,
     inner: Mutex<UdSocket<Q>>,
 }
 
@@ -113,6 +136,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
             spin: IdleSpin::new(spin::DEFAULT_IDLE_SPIN),
             peers,
             routing,
+            caught_up: Stamp::new(),
             inner: Mutex::new(socket),
         }
     }
@@ -196,9 +220,44 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
         lock(&self.inner)
     }
 
+    /// How long the peer quinn knows as `peer` has been silent, as the receive
+    /// path sees it: from the last packet read from it to the last moment the
+    /// receive path had read everything that had arrived (now, if nothing is
+    /// waiting). A busy host delays the reading, not the arriving, so the
+    /// silence of a live peer stays short however late the tasks run; `None`
+    /// if nothing was ever heard from `peer`.
+    pub fn peer_silence(&self, peer: SocketAddr) -> Option<Duration> {
+        let heard = lock(&self.peers).0.last_heard(peer)?;
+        let now = Instant::now();
+        let pending = {
+            let mut s = self.lock();
+            self.arm_hub(&mut s)
+        };
+        let clock = if pending {
+            // Packets wait unread: the receive path (woken by `arm_hub`) is
+            // behind, and its clock stops where it last caught up.
+            self.caught_up.get().unwrap_or(heard)
+        } else {
+            self.caught_up.set(now);
+            now
+        };
+        Some(clock.saturating_duration_since(heard))
+    }
+
     /// Register `w` and arm the QP. Returns `true` if a completion may already be
     /// waiting (the caller polls again instead of sleeping: no lost wake-up).
     fn arm(&self, s: &mut UdSocket<Q>, w: &Waker) -> bool {
+        self.hub.register(w);
+        self.arm_hub(s)
+    }
+
+    /// Arm the QP (and the readiness descriptor) to wake the hub. If work is
+    /// already waiting, wake every task registered with the hub too: the
+    /// provider may have taken the event that would have woken them (`verbs`
+    /// consumes the completion channel's events and polls completions ahead
+    /// into a stash when it arms, so a writer arming finds receive completions
+    /// the sleeping receive task would otherwise never hear of).
+    fn arm_hub(&self, s: &mut UdSocket<Q>) -> bool {
         let readiness = self.readiness.get_or_init(|| {
             let fd = s.readiness_fd()?.try_clone_to_owned().ok()?;
             tokio::runtime::Handle::try_current()
@@ -210,11 +269,14 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
                 .map_err(|e| tracing::warn!(%e, "cannot watch the provider's descriptor"))
                 .ok()
         });
-        self.hub.register(w);
         if let Some(r) = readiness {
             r.register(&self.hub_waker);
         }
-        s.arm(&self.hub_waker)
+        let pending = s.arm(&self.hub_waker);
+        if pending {
+            self.hub_waker.wake_by_ref();
+        }
+        pending
     }
 }
 
@@ -284,7 +346,12 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
                     let addr = last_source.on_receive(peers, r.src, now);
                     out.push(&r, addr, dst_ip);
                 });
-                if got < quota || out.used() == max {
+                if got < quota {
+                    // Read dry: everything that arrived by `now` is read.
+                    self.caught_up.set(now);
+                    break;
+                }
+                if out.used() == max {
                     break;
                 }
             }
@@ -342,17 +409,32 @@ impl<Q: UdQueuePair> fmt::Debug for Writable<Q> {
 }
 
 impl<Q: UdQueuePair> UdpPoller for Writable<Q> {
+    /// Ready when the largest transmit quinn may hand over fits whole: room
+    /// for one datagram is not enough, since `try_send` posts all of a
+    /// transmit's segments or none, and a `WouldBlock` after a ready sends
+    /// quinn straight back here, a spin until completions come.
     fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
         let sock = &self.socket;
         let mut s = sock.lock();
-        loop {
+        let segments = sock.max_segments.min(QUINN_MAX_TRANSMIT_SEGMENTS);
+        s.reap_sends();
+        if s.can_send_datagrams(segments) {
+            return Poll::Ready(Ok(()));
+        }
+        if sock.arm(&mut s, cx.waker()) {
+            // Something waits: send completions free room now; receive
+            // completions are the receive task's, which `arm` woke. Either
+            // way look once more, then let the hub's wake-up poll us again
+            // rather than spin here holding the socket's lock.
             s.reap_sends();
-            if s.can_send() {
+            if s.can_send_datagrams(segments) {
                 return Poll::Ready(Ok(()));
             }
-            if !sock.arm(&mut s, cx.waker()) {
-                return Poll::Pending;
-            }
         }
+        Poll::Pending
     }
 }
+
+/// quinn 0.11 caps a transmit at this many segments whatever the socket reports
+/// (`MAX_TRANSMIT_SEGMENTS` in quinn's connection driver).
+const QUINN_MAX_TRANSMIT_SEGMENTS: usize = 10;

@@ -356,6 +356,15 @@ impl<Q: UdQueuePair> UdSocket<Q> {
 
     /// Whether a full-MTU datagram could be posted now (send-queue room and a slot).
     pub fn can_send(&self) -> bool {
-        self.inflight.len() < self.qp.attr().max_send_wr as usize && self.send_pool.available() > 0
+        self.can_send_datagrams(1)
+    }
+
+    /// Whether `n` full-MTU datagrams could be posted now as one batch (a
+    /// GSO-style send is posted whole or not at all): send-queue room and a
+    /// slot for each.
+    pub fn can_send_datagrams(&self, n: usize) -> bool {
+        let n = n.max(1);
+        self.inflight.len() + n <= self.qp.attr().max_send_wr as usize
+            && self.send_pool.available() >= n
     }
 }

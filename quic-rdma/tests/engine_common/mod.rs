@@ -58,7 +58,11 @@ pub fn configs_with(
     accept: AcceptPolicy,
     tweak: impl Fn(&mut quinn_proto::TransportConfig),
 ) -> (EngineConfig, EngineConfig) {
-    let certs = common::certs_with(mtu, tweak);
+    // The engine's own timers (its default transport), not the quinn adapter's.
+    let certs = common::certs_with(mtu, |t| {
+        quic_rdma::quic::config::Liveness::default().apply(t);
+        tweak(t)
+    });
     let client = EngineConfig {
         client: Some(certs.client),
         routing_key: 0xc1,

@@ -168,3 +168,27 @@ fn limits_are_clamped_to_the_port_space() {
     assert!(s.max_peers + s.max_pending <= PeerLimits::MAX_TOTAL as u64);
     assert!(s.max_peers >= 1 && s.max_pending >= 1);
 }
+
+/// Liveness judges a peer by when its packets were *read*: sending to a peer
+/// does not make it heard, and an adopted (lossless) address is tracked too.
+#[test]
+fn last_heard_counts_receives_only() {
+    let mut t = PeerTable::default();
+    let t0 = Instant::now();
+    let a = UdAddr::new(gid(7), 0x11, 5);
+    let named = t.admit(a, t0);
+    assert_eq!(t.last_heard(named), None, "named, never heard");
+    let later = t0 + Duration::from_millis(40);
+    assert!(t.on_send(named, &INITIAL, later).is_some());
+    assert_eq!(t.last_heard(named), None, "sending is not hearing");
+    assert_eq!(t.on_receive(a, later), named);
+    assert_eq!(t.last_heard(named), Some(later));
+
+    let b = UdAddr::new(gid(8), 0x11, 5);
+    let lossless = b.to_socket_addr();
+    assert_eq!(t.on_send(lossless, &INITIAL, t0), Some(b));
+    assert_eq!(t.last_heard(lossless), None);
+    assert_eq!(t.on_receive(b, later), lossless);
+    assert_eq!(t.last_heard(lossless), Some(later));
+    assert_eq!(t.last_heard(SocketAddr::from(([127, 0, 0, 1], 9))), None);
+}
