@@ -22,7 +22,7 @@ use engine_common::{Sink, Source};
 use quic_rdma::engine::{AcceptPolicy, Engine, Event};
 use quic_rdma::fabric::verbs::{VerbsOptions, VerbsQp};
 use quic_rdma::fabric::{FabricError, UdQueuePair};
-use quic_rdma::quinn_adapter::RdmaUdpSocket;
+use quic_rdma::quinn_adapter::{self, RdmaUdpSocket, Watched, DEFAULT_DEAD_AFTER};
 use quic_rdma::socket::{SocketConfig, UdSocket};
 
 fn open() -> Option<VerbsQp> {
@@ -73,6 +73,14 @@ async fn quic_handshake_and_64mib_transfer_verbs_to_verbs() {
     let c = connecting.await.unwrap();
     let s = accept.await.unwrap();
     eprintln!("handshake in {:?}", t0.elapsed());
+    // The adapter's defaults (30 s idle timeout) and a receive-path watcher on
+    // each end: under emulation the connection tasks run far behind their
+    // endpoints (issue 22), and neither a timer nor a watcher may call the
+    // live peer dead.
+    let watchers = [
+        quinn_adapter::spawn_watch(client_sock.clone(), c.clone(), DEFAULT_DEAD_AFTER),
+        quinn_adapter::spawn_watch(server_sock.clone(), s.clone(), DEFAULT_DEAD_AFTER),
+    ];
 
     let mib: u64 = std::env::var("QR_TRANSFER_MIB")
         .ok()
@@ -88,6 +96,13 @@ async fn quic_handshake_and_64mib_transfer_verbs_to_verbs() {
     eprintln!("client stats: {:?}", client_sock.stats());
     eprintln!("server stats: {:?}", server_sock.stats());
     c.close(0u32.into(), b"done");
+    for w in watchers {
+        assert_eq!(
+            w.await.unwrap(),
+            Watched::Closed,
+            "a watcher called a live peer dead"
+        );
+    }
     client.wait_idle().await;
 }
 
