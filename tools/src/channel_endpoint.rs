@@ -5,7 +5,10 @@
 //!
 //! Both sides take the fabric's transport config (MTU-sized datagrams, wide
 //! windows, [`Liveness`] timers): a channel's own config only brings TLS and
-//! ALPN. `qr serve` and `qr connect` use the same bootstrap helpers.
+//! ALPN. A dead peer is noticed by the receive path's clock: every connection
+//! a client makes, and every one a server hands to [`Watcher::watch`], is
+//! watched (`quinn_adapter::watch`) for [`Liveness::dead_after`]. `qr serve`
+//! and `qr connect` use the same bootstrap helpers.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -39,7 +42,7 @@ pub struct ListenOptions {
     pub service_port: u16,
     /// QPN of the endpoint (`soft`); the provider's choice if `None`.
     pub qpn: Option<u32>,
-    /// Keep-alive and idle timeout of every connection.
+    /// Keep-alive, idle timeout and dead-peer silence of every connection.
     pub liveness: Liveness,
 }
 
@@ -52,7 +55,7 @@ impl ListenOptions {
             udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
             service_port: DEFAULT_SERVICE_PORT,
             qpn: None,
-            liveness: Liveness::default(),
+            liveness: Liveness::quinn_adapter(),
         }
     }
 }
@@ -68,10 +71,37 @@ pub struct ChannelServer {
     /// The published record (GID, QPN, Q_Key, UDP port, MTU).
     pub record: PeerInfo,
     socket: Socket,
+    liveness: Liveness,
     _bootstrap: BootstrapHandle,
 }
 
+/// Closes a connection whose peer has been silent for [`Liveness::dead_after`]
+/// as the endpoint's receive path sees it (`quinn_adapter::watch`): quinn's
+/// own idle timer runs in a task that a busy host delays, so it is kept long
+/// and this notices dead peers (docs/architecture.md §5).
+#[derive(Clone)]
+pub struct Watcher {
+    socket: Socket,
+    liveness: Liveness,
+}
+
+impl Watcher {
+    /// Watch `conn` on a task of its own, if the liveness has a dead-after.
+    pub fn watch(&self, conn: &quinn::Connection) {
+        quinn_adapter::spawn_watch_for(&self.socket, conn, &self.liveness);
+    }
+}
+
 impl ChannelServer {
+    /// What watches this server's connections for a dead peer: hand it every
+    /// accepted connection.
+    pub fn watcher(&self) -> Watcher {
+        Watcher {
+            socket: self.socket.clone(),
+            liveness: self.liveness,
+        }
+    }
+
     /// The UD socket's counters.
     pub fn socket_stats(&self) -> SocketStats {
         self.socket.stats()
@@ -138,6 +168,7 @@ pub fn listen(opts: &ListenOptions, mut config: quinn::ServerConfig) -> Result<C
         bootstrap: bound,
         record,
         socket: ep.socket,
+        liveness: opts.liveness,
         _bootstrap: handle,
     })
 }
@@ -156,7 +187,7 @@ pub struct DialOptions {
     /// Keep asking a bootstrap service this long while it refuses connections
     /// (a server still starting, or restarting).
     pub wait: Duration,
-    /// Keep-alive and idle timeout of every connection.
+    /// Keep-alive, idle timeout and dead-peer silence of every connection.
     pub liveness: Liveness,
 }
 
@@ -169,7 +200,7 @@ impl DialOptions {
             ip: None,
             udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
             wait: Duration::from_secs(10),
-            liveness: Liveness::default(),
+            liveness: Liveness::quinn_adapter(),
         }
     }
 }
@@ -250,7 +281,8 @@ impl ChannelClient {
             self.socket.mtu(),
             self.opts.liveness,
         ));
-        self.endpoint
+        let conn = self
+            .endpoint
             .connect_with(config, self.socket.peer_addr(peer.addr), server_name)
             .context("starting the handshake")?
             .await
@@ -259,7 +291,18 @@ impl ChannelClient {
                     "handshake with {} QPN {:#x} (certificate checked for \"{server_name}\")",
                     peer.addr.gid, peer.addr.qpn
                 )
-            })
+            })?;
+        self.watcher().watch(&conn);
+        Ok(conn)
+    }
+
+    /// What watches this client's connections for a dead server (every
+    /// connection made by [`connect`](Self::connect) already is).
+    pub fn watcher(&self) -> Watcher {
+        Watcher {
+            socket: self.socket.clone(),
+            liveness: self.opts.liveness,
+        }
     }
 
     /// The quinn endpoint.

@@ -91,7 +91,12 @@ fn start_registry(addr: SocketAddr, mtls: &Mtls, layout: &Path, cache: &Path) ->
         Cache::open(cache, 1 << 40).unwrap(),
         metrics.clone(),
     ));
-    tokio::spawn(server::serve(endpoint.clone(), spool, metrics.clone()));
+    tokio::spawn(server::serve(
+        endpoint.clone(),
+        spool,
+        metrics.clone(),
+        None,
+    ));
     Registry { endpoint, metrics }
 }
 

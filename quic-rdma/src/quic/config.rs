@@ -64,6 +64,7 @@ pub fn endpoint_config(mtu: usize, routing_key: u32) -> EndpointConfig {
 pub struct Liveness {
     keep_alive: Option<Duration>,
     idle_timeout: Option<Duration>,
+    dead_after: Option<Duration>,
 }
 
 impl Liveness {
@@ -76,14 +77,21 @@ impl Liveness {
     /// emulated guest) before quinn kills a live connection; a dead peer is
     /// noticed sooner by `quinn_adapter::watch`.
     pub const QUINN_ADAPTER_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+    /// How long a peer may be silent, as the receive path sees it, before the
+    /// quinn adapter's watcher calls it dead: 1.5 s, five default keep-alive
+    /// intervals, so a dead peer is noticed within ~1.7 s and a live one
+    /// survives four lost keep-alives in a row.
+    pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_millis(1500);
 
     /// The quinn adapter's timers: the default keep-alive (300 ms, which the
-    /// receive-path watcher needs to tell a live idle peer from a dead one) and
-    /// [`QUINN_ADAPTER_IDLE_TIMEOUT`](Self::QUINN_ADAPTER_IDLE_TIMEOUT).
+    /// receive-path watcher needs to tell a live idle peer from a dead one),
+    /// [`QUINN_ADAPTER_IDLE_TIMEOUT`](Self::QUINN_ADAPTER_IDLE_TIMEOUT) and
+    /// [`DEFAULT_DEAD_AFTER`](Self::DEFAULT_DEAD_AFTER).
     pub const fn quinn_adapter() -> Self {
         Liveness {
             keep_alive: Some(Self::DEFAULT_KEEP_ALIVE),
             idle_timeout: Some(Self::QUINN_ADAPTER_IDLE_TIMEOUT),
+            dead_after: Some(Self::DEFAULT_DEAD_AFTER),
         }
     }
 
@@ -118,7 +126,40 @@ impl Liveness {
         Ok(Liveness {
             keep_alive,
             idle_timeout,
+            dead_after: None,
         })
+    }
+
+    /// The same timers, and a peer silent for `dead_after` (as the receive path
+    /// sees it) called dead by the quinn adapter's watcher
+    /// (`quinn_adapter::watch`); `None`: no watcher, the idle timeout alone.
+    /// Local only: nothing of it is sent to the peer. Like the idle timeout,
+    /// it closes an idle connection unless someone sends keep-alives. Refused:
+    /// a `dead_after` not above this end's keep-alive interval (a live idle
+    /// peer answers a keep-alive, so it is heard once per interval) or not
+    /// below the idle timeout (the idle timer would always decide first).
+    pub fn with_dead_after(self, dead_after: Option<Duration>) -> Result<Self, LivenessError> {
+        if let Some(d) = dead_after {
+            if let Some(k) = self.keep_alive.filter(|&k| k >= d) {
+                return Err(LivenessError::DeadAfterNotAboveKeepAlive {
+                    dead_after: d,
+                    keep_alive: k,
+                });
+            }
+            if let Some(idle) = self.idle_timeout.filter(|&i| d >= i) {
+                return Err(LivenessError::DeadAfterNotBelowIdleTimeout {
+                    dead_after: d,
+                    idle_timeout: idle,
+                });
+            }
+        }
+        Ok(Liveness { dead_after, ..self })
+    }
+
+    /// How long a silent peer is given before the quinn adapter's watcher
+    /// closes its connection (`None`: no watcher).
+    pub fn dead_after(&self) -> Option<Duration> {
+        self.dead_after
     }
 
     /// The keep-alive interval (`None`: no keep-alives).
@@ -148,6 +189,7 @@ impl Default for Liveness {
         Liveness {
             keep_alive: Some(Self::DEFAULT_KEEP_ALIVE),
             idle_timeout: Some(Self::DEFAULT_IDLE_TIMEOUT),
+            dead_after: None,
         }
     }
 }
@@ -167,6 +209,22 @@ pub enum LivenessError {
         /// The keep-alive interval asked for.
         keep_alive: Duration,
         /// The idle timeout asked for.
+        idle_timeout: Duration,
+    },
+    /// A peer can only be called dead after a silence longer than the
+    /// keep-alive interval (a live idle peer is heard once per interval).
+    DeadAfterNotAboveKeepAlive {
+        /// The silence asked for.
+        dead_after: Duration,
+        /// The keep-alive interval.
+        keep_alive: Duration,
+    },
+    /// A silence at or after the idle timeout is never seen: the idle timer
+    /// closes the connection first.
+    DeadAfterNotBelowIdleTimeout {
+        /// The silence asked for.
+        dead_after: Duration,
+        /// The idle timeout.
         idle_timeout: Duration,
     },
 }
@@ -196,6 +254,23 @@ impl fmt::Display for LivenessError {
                 f,
                 "keep-alive interval {keep_alive:?} is not below the idle timeout \
                  {idle_timeout:?}: pick a keep-alive of at most a third of the idle timeout"
+            ),
+            LivenessError::DeadAfterNotAboveKeepAlive {
+                dead_after,
+                keep_alive,
+            } => write!(
+                f,
+                "dead-after {dead_after:?} is not above the keep-alive interval \
+                 {keep_alive:?}: a live idle peer is heard only once per interval; pick a \
+                 dead-after of at least five keep-alive intervals"
+            ),
+            LivenessError::DeadAfterNotBelowIdleTimeout {
+                dead_after,
+                idle_timeout,
+            } => write!(
+                f,
+                "dead-after {dead_after:?} is not below the idle timeout {idle_timeout:?}: \
+                 the idle timer would always close first; shorten it or raise the idle timeout"
             ),
         }
     }
@@ -279,6 +354,34 @@ mod tests {
         }
         .to_string();
         assert!(msg.contains("at most a third"), "{msg}");
+    }
+
+    #[test]
+    fn dead_after_needs_keep_alives_and_room_below_the_idle_timeout() {
+        let ms = Duration::from_millis;
+        let a = Liveness::quinn_adapter();
+        assert_eq!(a.dead_after(), Some(Liveness::DEFAULT_DEAD_AFTER));
+        assert_eq!(
+            Liveness::new(a.keep_alive(), a.idle_timeout())
+                .unwrap()
+                .with_dead_after(a.dead_after()),
+            Ok(a)
+        );
+        assert!(a.keep_alive().unwrap() * 5 <= a.dead_after().unwrap());
+        let l = Liveness::new(Some(ms(300)), Some(ms(30_000))).unwrap();
+        assert_eq!(l.dead_after(), None, "new() sets no watcher");
+        let e = l.with_dead_after(Some(ms(300))).unwrap_err();
+        assert!(e.to_string().contains("five keep-alive"), "{e}");
+        // Without keep-alives, like an idle timeout without them: allowed.
+        let quiet = Liveness::new(None, Some(ms(30_000))).unwrap();
+        assert!(quiet.with_dead_after(Some(ms(1500))).is_ok());
+        let e = l.with_dead_after(Some(ms(30_000))).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("idle timer would always close first"),
+            "{e}"
+        );
+        assert_eq!(l.with_dead_after(None), Ok(l));
     }
 
     #[test]

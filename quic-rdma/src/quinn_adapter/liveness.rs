@@ -30,12 +30,13 @@ use quinn::VarInt;
 
 use super::RdmaUdpSocket;
 use crate::fabric::UdQueuePair;
+use crate::quic::config::Liveness;
 
 /// How long a peer may be silent (as the receive path sees it) before
-/// [`watch`] closes its connection: 1.5 s, five keep-alive intervals of the
-/// default 300 ms, so a dead peer is noticed within ~1.7 s and a live one
-/// survives four lost keep-alives in a row.
-pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_millis(1500);
+/// [`watch`] closes its connection: [`Liveness::DEFAULT_DEAD_AFTER`], 1.5 s,
+/// five keep-alive intervals of the default 300 ms, so a dead peer is noticed
+/// within ~1.7 s and a live one survives four lost keep-alives in a row.
+pub const DEFAULT_DEAD_AFTER: Duration = Liveness::DEFAULT_DEAD_AFTER;
 
 /// The application error code [`watch`] closes a connection with (the peer
 /// sees it in `ApplicationClosed`; the local side gets `LocallyClosed`).
@@ -90,6 +91,18 @@ pub fn spawn_watch<Q: UdQueuePair>(
     dead_after: Duration,
 ) -> tokio::task::JoinHandle<Watched> {
     tokio::spawn(watch(socket, conn, dead_after))
+}
+
+/// [`spawn_watch`] with `liveness`'s [`dead_after`](Liveness::dead_after), if
+/// it has one (the timers an endpoint was configured with decide whether its
+/// connections are watched).
+pub fn spawn_watch_for<Q: UdQueuePair>(
+    socket: &Arc<RdmaUdpSocket<Q>>,
+    conn: &quinn::Connection,
+    liveness: &Liveness,
+) -> Option<tokio::task::JoinHandle<Watched>> {
+    let d = liveness.dead_after()?;
+    Some(spawn_watch(socket.clone(), conn.clone(), d))
 }
 
 /// An instant shared between tasks without a lock (nanoseconds after a base).

@@ -48,7 +48,7 @@ use quinn::{AsyncUdpSocket, UdpPoller};
 pub use crate::quic::config::{
     endpoint_config, transport_config_with, transport_with, Liveness, LivenessError,
 };
-pub use liveness::{spawn_watch, watch, Watched, DEFAULT_DEAD_AFTER, PEER_SILENT};
+pub use liveness::{spawn_watch, spawn_watch_for, watch, Watched, DEFAULT_DEAD_AFTER, PEER_SILENT};
 
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::peers::{LastSource, PeerLimits, PeerStats, PeerTable};

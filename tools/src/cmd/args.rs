@@ -52,14 +52,21 @@ pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
-/// `--idle-timeout` and `--keep-alive`: how fast a dead peer is noticed
-/// (RFC 9000 §10.1). The defaults suit a fabric; a peer that may stall for
-/// seconds (an emulated guest, a debugger) needs a longer idle timeout, and
-/// both ends should set it, since the smaller of the two applies.
+/// `--idle-timeout` and `--keep-alive`: how fast a dead peer is noticed. The
+/// defaults suit a fabric; a peer that may stall for seconds (an emulated
+/// guest, a debugger) needs a longer idle timeout on both ends.
+///
+/// The idle timeout is judged by the receive path's clock
+/// (`quinn_adapter::watch`: a peer silent that long, counting only from
+/// packets read off the fabric, is dead), not by quinn's idle timer, which
+/// runs in a connection task a busy host can delay by seconds (issue 22):
+/// the QUIC idle timeout sent to the peer is twice it, and at least 30 s
+/// (`Liveness::QUINN_ADAPTER_IDLE_TIMEOUT`), and only catches what no
+/// watcher does.
 #[derive(Clone, Copy, Debug, clap::Args)]
 pub(crate) struct LivenessArgs {
-    /// Close a connection after this long without hearing from the peer
-    /// (e.g. 1.5s, 30s, 500ms; "off" never times out).
+    /// Close a connection after this long without hearing from the peer, as
+    /// the receive path sees it (e.g. 1.5s, 30s, 500ms; "off" never times out).
     #[arg(long, value_parser = parse_timer, default_value = "1.5s")]
     idle_timeout: Timer,
     /// Send a PING after this long without sending (must be shorter than
@@ -82,10 +89,23 @@ fn parse_timer(s: &str) -> Result<Timer, String> {
 }
 
 impl LivenessArgs {
-    /// The checked timers (a keep-alive not shorter than the idle timeout is refused).
+    /// The checked timers (a keep-alive not shorter than the idle timeout is
+    /// refused): `--idle-timeout` as the watcher's silence
+    /// ([`Liveness::dead_after`]), the QUIC idle timeout well above it.
     pub(crate) fn liveness(&self) -> anyhow::Result<Liveness> {
-        Liveness::new(self.keep_alive.0, self.idle_timeout.0)
-            .map_err(|e| anyhow::anyhow!("--keep-alive/--idle-timeout: {e}"))
+        let err = |e| anyhow::anyhow!("--keep-alive/--idle-timeout: {e}");
+        let (keep_alive, silence) = (self.keep_alive.0, self.idle_timeout.0);
+        // The user's pair, checked as given (the messages name their values).
+        let given = Liveness::new(keep_alive, silence).map_err(err)?;
+        let Some(silence) = silence else {
+            return Ok(given);
+        };
+        let quic_idle = silence
+            .saturating_mul(2)
+            .max(Liveness::QUINN_ADAPTER_IDLE_TIMEOUT);
+        Liveness::new(keep_alive, Some(quic_idle))
+            .and_then(|l| l.with_dead_after(Some(silence)))
+            .map_err(err)
     }
 
     /// The same options as command-line arguments, for a child `qr`.
@@ -150,23 +170,38 @@ mod tests {
         use clap::Parser;
         let ms = Duration::from_millis;
         let default = Cli::try_parse_from(["qr"]).unwrap().liveness;
-        assert_eq!(default.liveness().unwrap(), Liveness::default());
+        // The fabric's 300 ms / 1.5 s, the 1.5 s judged by the receive path
+        // (the adapter's defaults: quinn's own idle timer at 30 s).
+        assert_eq!(default.liveness().unwrap(), Liveness::quinn_adapter());
         let wide = Cli::try_parse_from(["qr", "--idle-timeout", "30s", "--keep-alive", "1s"])
             .unwrap()
             .liveness;
         assert_eq!(
             wide.liveness().unwrap(),
-            Liveness::new(Some(ms(1000)), Some(ms(30_000))).unwrap()
+            Liveness::new(Some(ms(1000)), Some(ms(60_000)))
+                .unwrap()
+                .with_dead_after(Some(ms(30_000)))
+                .unwrap()
         );
         // A child `qr` given to_cli() gets the same timers.
         let mut argv = vec!["qr".to_string()];
         argv.extend(wide.to_cli());
         let again = Cli::try_parse_from(argv).unwrap().liveness;
         assert_eq!(again.liveness().unwrap(), wide.liveness().unwrap());
+        // Without keep-alives an idle connection is closed after 1.5 s of
+        // silence, as an idle timer would close it.
         let off = Cli::try_parse_from(["qr", "--keep-alive", "off"]).unwrap();
         assert_eq!(
             off.liveness.liveness().unwrap(),
-            Liveness::new(None, Some(ms(1500))).unwrap()
+            Liveness::new(None, Some(ms(30_000)))
+                .unwrap()
+                .with_dead_after(Some(ms(1500)))
+                .unwrap()
+        );
+        let never = Cli::try_parse_from(["qr", "--idle-timeout", "off"]).unwrap();
+        assert_eq!(
+            never.liveness.liveness().unwrap(),
+            Liveness::new(Some(ms(300)), None).unwrap()
         );
         // A keep-alive that cannot keep the connection alive is refused, by name.
         let bad =

@@ -230,6 +230,8 @@ async fn client(
             )
         })?;
     let handshake = start.elapsed();
+    // A dead server is noticed by the receive path (docs/architecture.md §5).
+    quinn_adapter::spawn_watch_for(&ep.socket, &conn, &c.liveness);
     let transfer = workload::run_transfer(&conn, c.bytes, c.seed).await?;
     let rtts = if c.pings > 0 {
         workload::run_pings(&conn, c.pings, c.ping_size as usize).await?

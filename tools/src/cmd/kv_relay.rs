@@ -235,11 +235,13 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     };
     tokio::spawn(upstream::run(up, master.clone()));
     let endpoint = listening.endpoint.clone();
+    let watcher = listening.watcher();
     while let Some(incoming) = endpoint.accept().await {
-        let master = master.clone();
+        let (master, watcher) = (master.clone(), watcher.clone());
         tokio::spawn(async move {
             match incoming.await {
                 Ok(conn) => {
+                    watcher.watch(&conn);
                     let peer = conn.remote_address();
                     if let Err(e) = master.serve(conn).await {
                         eprintln!("qr kv-relay upstream: downstream {peer}: {e}");

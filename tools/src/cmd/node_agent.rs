@@ -216,6 +216,7 @@ fn serve_peers(
         server.endpoint.clone(),
         Store::Peer(cache),
         node.metrics.peer_server.clone(),
+        Some(server.watcher()),
     ));
     Ok(server)
 }

@@ -122,7 +122,13 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
             server.describe(),
             String::from_utf8_lossy(wire::ALPN)
         );
-        server::serve(server.endpoint.clone(), spool, metrics).await;
+        server::serve(
+            server.endpoint.clone(),
+            spool,
+            metrics,
+            Some(server.watcher()),
+        )
+        .await;
         Ok(())
     })
 }

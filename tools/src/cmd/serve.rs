@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
-use quic_rdma::quinn_adapter;
+use quic_rdma::quinn_adapter::{self, Liveness};
 
 use super::args::{LivenessArgs, DEFAULT_SERVICE_PORT};
 use crate::endpoint::endpoint;
@@ -202,9 +202,10 @@ fn serve(args: &ServeArgs) -> Result<bool> {
         let _files = CERT_FILES.lock().unwrap_or_else(|e| e.into_inner());
         id.write_cert(&args.cert_out)?;
     }
+    let liveness = args.liveness.liveness()?;
     let server_cfg = tls::server_config(
         &id,
-        quinn_adapter::transport_with(ep.socket.mtu(), args.liveness.liveness()?),
+        quinn_adapter::transport_with(ep.socket.mtu(), liveness),
     )?;
 
     let result = rt.block_on(async {
@@ -265,7 +266,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
                 .ok_or_else(|| anyhow!("endpoint closed"))?;
             let s = tokio::time::timeout_at(
                 deadline,
-                connection(incoming, ep.clone(), metrics.clone()),
+                connection(incoming, ep.clone(), metrics.clone(), liveness),
             )
             .await
             .map_err(|_| {
@@ -282,7 +283,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             while let Some(incoming) = endpoint.accept().await {
                 let (ep, json, metrics) = (ep.clone(), args.json, metrics.clone());
                 tokio::spawn(async move {
-                    let s = connection(incoming, ep, metrics).await;
+                    let s = connection(incoming, ep, metrics, liveness).await;
                     print_summary(&s, json);
                 });
             }
@@ -307,6 +308,7 @@ async fn connection(
     incoming: quinn::Incoming,
     ep: Arc<EndpointSocket>,
     metrics: Arc<EndpointMetrics>,
+    liveness: Liveness,
 ) -> ServeSummary {
     let client = ep
         .socket
@@ -317,6 +319,8 @@ async fn connection(
     let mut server_name = None;
     let outcome = async {
         let conn = incoming.await.context("server handshake")?;
+        // A dead client is noticed by the receive path (docs/architecture.md §5).
+        quinn_adapter::spawn_watch_for(&ep.socket, &conn, &liveness);
         metrics.track(&conn);
         server_name = conn
             .handshake_data()

@@ -13,6 +13,7 @@ use super::metrics::RegistryMetrics;
 use super::source::SourceError;
 use super::spool::{read_range, Piece, Spool};
 use super::wire::{self, read_frame, Request, Response, Status, UNHASHED};
+use crate::channel_endpoint::Watcher;
 
 /// Largest chunk a node may ask for in one request: the agent holds a chunk
 /// in memory to hash it before sending.
@@ -30,15 +31,26 @@ pub enum Store {
     Peer(Arc<Cache>),
 }
 
-/// Serve every connection `endpoint` accepts until it is closed, from `spool`.
-pub async fn serve(endpoint: quinn::Endpoint, spool: Arc<Spool>, metrics: Arc<RegistryMetrics>) {
-    serve_store(endpoint, Store::Registry(spool), metrics).await
+/// Serve every connection `endpoint` accepts until it is closed, from `spool`;
+/// `watcher` (the fabric endpoint's) closes those whose node agent died.
+pub async fn serve(
+    endpoint: quinn::Endpoint,
+    spool: Arc<Spool>,
+    metrics: Arc<RegistryMetrics>,
+    watcher: Option<Watcher>,
+) {
+    serve_store(endpoint, Store::Registry(spool), metrics, watcher).await
 }
 
 /// Serve every connection `endpoint` accepts until it is closed, from `store`.
-pub async fn serve_store(endpoint: quinn::Endpoint, store: Store, metrics: Arc<RegistryMetrics>) {
+pub async fn serve_store(
+    endpoint: quinn::Endpoint,
+    store: Store,
+    metrics: Arc<RegistryMetrics>,
+    watcher: Option<Watcher>,
+) {
     while let Some(incoming) = endpoint.accept().await {
-        let (store, metrics) = (store.clone(), metrics.clone());
+        let (store, metrics, watcher) = (store.clone(), metrics.clone(), watcher.clone());
         tokio::spawn(async move {
             let conn = match incoming.await {
                 Ok(c) => c,
@@ -52,6 +64,9 @@ pub async fn serve_store(endpoint: quinn::Endpoint, store: Store, metrics: Arc<R
                 }
             };
             metrics.connections.inc();
+            if let Some(w) = &watcher {
+                w.watch(&conn);
+            }
             connection(conn, store, metrics).await;
         });
     }

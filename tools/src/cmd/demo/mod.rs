@@ -137,10 +137,8 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
 
 async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
     let fabric_mtu = pair.server.mtu();
-    let tls = tls::configs(quinn_adapter::transport_with(
-        fabric_mtu,
-        args.liveness.liveness()?,
-    ))?;
+    let liveness = args.liveness.liveness()?;
+    let tls = tls::configs(quinn_adapter::transport_with(fabric_mtu, liveness))?;
     let server = endpoint(&pair.server, Some(tls.server))?;
     let client = endpoint(&pair.client, None)?;
     let server_addr = pair.client.peer_addr(pair.server.ud_addr());
@@ -148,10 +146,12 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
     let pings = args.pings;
 
     let accept = {
-        let server = server.clone();
+        let (server, sock) = (server.clone(), pair.server.clone());
         tokio::spawn(async move {
             let incoming = server.accept().await.context("server endpoint closed")?;
             let conn = incoming.await.context("server handshake")?;
+            // Dead peers noticed by the receive path (docs/architecture.md §5).
+            quinn_adapter::spawn_watch_for(&sock, &conn, &liveness);
             workload::serve_transfer(conn.clone()).await?;
             if pings > 0 {
                 workload::serve_pings(conn.clone()).await?;
@@ -167,6 +167,7 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
         .await
         .context("client handshake (certificate verification included)")?;
     let handshake = start.elapsed();
+    quinn_adapter::spawn_watch_for(&pair.client, &conn, &liveness);
 
     let transfer = workload::run_transfer(&conn, args.bytes, args.seed).await?;
     let rtts = if args.pings > 0 {
