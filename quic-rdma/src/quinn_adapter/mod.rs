@@ -231,6 +231,10 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
         let now = Instant::now();
         let pending = {
             let mut s = self.lock();
+            // Retire send completions first: only receive work waiting means
+            // the receive path is behind (our own keep-alives and probes to a
+            // dead peer must not freeze its clock).
+            s.reap_sends();
             self.arm_hub(&mut s)
         };
         let clock = if pending {
