@@ -5,9 +5,10 @@
 //! — there is no "skip verification" mode.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use quic_rdma::quic::suites::{SuiteClientConfig, SuiteHandshakeData};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
@@ -17,27 +18,20 @@ pub(crate) const SERVER_NAME: &str = "localhost";
 /// The ALPN protocol both sides speak.
 pub(crate) const ALPN: &[u8] = b"qr-demo/1";
 
-/// A matched pair of quinn configs plus what the handshake revealed.
+/// A matched pair of quinn configs.
 pub(crate) struct TlsPair {
     /// Server config: the self-signed certificate and its key.
     pub(crate) server: quinn::ServerConfig,
     /// Client config: trusts exactly that certificate.
     pub(crate) client: quinn::ClientConfig,
-    /// Learns the negotiated cipher suite from the client's key schedule.
-    pub(crate) suite: Arc<SuiteProbe>,
 }
 
 /// Build the configs. `transport` goes on both sides.
 pub(crate) fn configs(transport: Arc<quinn::TransportConfig>) -> Result<TlsPair> {
     let id = ServerIdentity::generate(&[])?;
     let server = server_config(&id, transport.clone())?;
-    let suite = Arc::new(SuiteProbe::default());
-    let client = client_config(vec![id.cert.clone()], transport, suite.clone())?;
-    Ok(TlsPair {
-        server,
-        client,
-        suite,
-    })
+    let client = client_config(vec![id.cert.clone()], transport)?;
+    Ok(TlsPair { server, client })
 }
 
 /// A server's self-signed certificate and its private key.
@@ -139,11 +133,11 @@ pub(crate) fn server_config(
 }
 
 /// Client side: TLS 1.3, ALPN [`ALPN`], trusting exactly `trusted` (verification
-/// always on), reporting the suite to `suite`.
+/// always on). Its connections tell the cipher suite they negotiated
+/// ([`SuiteClientConfig`], read by [`TlsInfo`]).
 pub(crate) fn client_config(
     trusted: Vec<CertificateDer<'static>>,
     transport: Arc<quinn::TransportConfig>,
-    suite: Arc<SuiteProbe>,
 ) -> Result<quinn::ClientConfig> {
     let provider = provider()?;
     let mut roots = rustls::RootCertStore::empty();
@@ -158,20 +152,19 @@ pub(crate) fn client_config(
         .with_root_certificates(roots)
         .with_no_client_auth();
     client_tls.alpn_protocols = vec![ALPN.to_vec()];
-    client_tls.key_log = suite;
-    let mut client = quinn::ClientConfig::new(Arc::new(
+    let mut client = quinn::ClientConfig::new(Arc::new(SuiteClientConfig::new(
         QuicClientConfig::try_from(client_tls).context("QUIC client crypto")?,
-    ));
+    )));
     client.transport_config(transport);
     Ok(client)
 }
 
-/// What the TLS handshake agreed on, as far as it can be observed.
+/// What the TLS handshake agreed on.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct TlsInfo {
-    /// Protocol version ("TLSv1.3").
+    /// Protocol version of the negotiated suite ("TLSv1.3").
     pub(crate) version: Option<String>,
-    /// Negotiated cipher suite, when it could be told apart.
+    /// Negotiated cipher suite, e.g. "TLS13_AES_128_GCM_SHA256".
     pub(crate) cipher_suite: Option<String>,
     /// Negotiated ALPN protocol.
     pub(crate) alpn: Option<String>,
@@ -180,101 +173,161 @@ pub(crate) struct TlsInfo {
 }
 
 impl TlsInfo {
-    /// Collect from both ends of a connection and the probe of the client config:
-    /// ALPN as the client saw it, the server name as the server received it (SNI).
-    pub(crate) fn of(
-        client: &quinn::Connection,
-        server: &quinn::Connection,
-        probe: &SuiteProbe,
-    ) -> TlsInfo {
-        let data = |c: &quinn::Connection| {
-            c.handshake_data()
-                .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
-        };
-        let alpn = data(client)
-            .and_then(|hd| hd.protocol)
-            .map(|p| String::from_utf8_lossy(&p).into_owned());
-        let server_name = data(server).and_then(|hd| hd.server_name);
-        let (version, cipher_suite) = probe.get();
-        TlsInfo {
-            version,
-            cipher_suite,
-            alpn,
-            server_name,
-        }
-    }
-}
-
-impl TlsInfo {
-    /// Collect from the client's end only (the server is another process): the
-    /// server name is the one the client asked for and verified.
-    pub(crate) fn client_side(
-        client: &quinn::Connection,
-        probe: &SuiteProbe,
-        server_name: &str,
-    ) -> TlsInfo {
-        let alpn = client
+    /// Collect from both ends of a connection whose client side was made with
+    /// [`client_config`]: version, suite and ALPN as the client saw them, the
+    /// server name as the server received it (SNI).
+    pub(crate) fn of(client: &quinn::Connection, server: &quinn::Connection) -> TlsInfo {
+        let server_name = server
             .handshake_data()
             .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
-            .and_then(|hd| hd.protocol)
-            .map(|p| String::from_utf8_lossy(&p).into_owned());
-        let (version, cipher_suite) = probe.get();
+            .and_then(|hd| hd.server_name);
         TlsInfo {
-            version,
-            cipher_suite,
-            alpn,
+            server_name,
+            ..TlsInfo::of_client(client)
+        }
+    }
+
+    /// Collect from the client's end only (the server is another process): the
+    /// server name is the one the client asked for and verified.
+    pub(crate) fn client_side(client: &quinn::Connection, server_name: &str) -> TlsInfo {
+        TlsInfo {
             server_name: Some(server_name.to_string()),
+            ..TlsInfo::of_client(client)
+        }
+    }
+
+    /// Version, suite and ALPN from a [`client_config`] connection; no server name.
+    fn of_client(client: &quinn::Connection) -> TlsInfo {
+        let Some(data) = client
+            .handshake_data()
+            .and_then(|d| d.downcast::<SuiteHandshakeData>().ok())
+        else {
+            return TlsInfo::default();
+        };
+        let suite = data.cipher_suite;
+        TlsInfo {
+            version: suite.map(|s| version_name(s.version().version)),
+            cipher_suite: suite.map(|s| {
+                let id = s.suite();
+                id.as_str()
+                    .map_or_else(|| format!("{id:?}"), str::to_string)
+            }),
+            alpn: data
+                .handshake
+                .protocol
+                .map(|p| String::from_utf8_lossy(&p).into_owned()),
+            server_name: None,
         }
     }
 }
 
-/// A rustls `KeyLog` that keeps no secrets: it only notes which TLS 1.3 traffic
-/// secret labels appear and how long the secrets are, which names the protocol
-/// version (these labels exist only in TLS 1.3) and the suite's hash.
-///
-/// quinn does not expose the negotiated cipher suite. The secret length gives the
-/// hash: 48 bytes is SHA-384, whose only TLS 1.3 suite is `TLS13_AES_256_GCM_SHA384`;
-/// 32 bytes is SHA-256, shared by `TLS13_AES_128_GCM_SHA256` and
-/// `TLS13_CHACHA20_POLY1305_SHA256` (reported as both).
-#[derive(Debug, Default)]
-pub(crate) struct SuiteProbe {
-    secret_len: Mutex<Option<usize>>,
-}
-
-impl SuiteProbe {
-    /// (version, cipher suite) once the handshake derived traffic secrets.
-    fn get(&self) -> (Option<String>, Option<String>) {
-        let len = *self.secret_len.lock().unwrap_or_else(|e| e.into_inner());
-        match len {
-            None => (None, None),
-            Some(48) => (
-                Some("TLSv1.3".into()),
-                Some("TLS13_AES_256_GCM_SHA384".into()),
-            ),
-            Some(32) => (
-                Some("TLSv1.3".into()),
-                Some("TLS13_AES_128_GCM_SHA256 or TLS13_CHACHA20_POLY1305_SHA256".into()),
-            ),
-            Some(_) => (Some("TLSv1.3".into()), None),
-        }
-    }
-}
-
-impl rustls::KeyLog for SuiteProbe {
-    fn log(&self, label: &str, _client_random: &[u8], secret: &[u8]) {
-        if label == "CLIENT_TRAFFIC_SECRET_0" {
-            *self.secret_len.lock().unwrap_or_else(|e| e.into_inner()) = Some(secret.len());
-        }
-    }
-
-    fn will_log(&self, label: &str) -> bool {
-        label == "CLIENT_TRAFFIC_SECRET_0"
+/// "TLSv1.3" for TLS 1.3 (rustls spells it `TLSv1_3`).
+fn version_name(v: rustls::ProtocolVersion) -> String {
+    match v {
+        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3".into(),
+        rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2".into(),
+        other => format!("{other:?}"),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::endpoint;
+    use crate::provider::{self, FabricOptions, ProviderKind};
+    use quic_rdma::quinn_adapter;
+    use rustls::crypto::ring::cipher_suite::{
+        TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384, TLS13_CHACHA20_POLY1305_SHA256,
+    };
+    use rustls::SupportedCipherSuite;
+
+    /// A server config like [`server_config`]'s that offers `suite` alone (QUIC's
+    /// Initial packets keep AES-128-GCM, RFC 9001 §5.2).
+    fn server_offering(
+        id: &ServerIdentity,
+        suite: SupportedCipherSuite,
+        transport: Arc<quinn::TransportConfig>,
+    ) -> quinn::ServerConfig {
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites = vec![suite];
+        let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![id.cert.clone()],
+                PrivateKeyDer::Pkcs8(id.key.clone_key()),
+            )
+            .unwrap();
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let initial = TLS13_AES_128_GCM_SHA256
+            .tls13()
+            .and_then(|s| s.quic_suite())
+            .unwrap();
+        let crypto = QuicServerConfig::with_initial(Arc::new(tls), initial).unwrap();
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        server.transport_config(transport);
+        server
+    }
+
+    /// The suite reported is the one negotiated: the client offers all three
+    /// (the config `qr demo` and `qr connect` use), the server only one, in turn,
+    /// over the sim fabric. AES-256 and ChaCha20 also show that the Initial
+    /// packets' AES-128 keys are not taken for the negotiated suite.
+    #[test]
+    fn reports_the_negotiated_suite() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        for suite in [
+            TLS13_AES_128_GCM_SHA256,
+            TLS13_AES_256_GCM_SHA384,
+            TLS13_CHACHA20_POLY1305_SHA256,
+        ] {
+            let pair = provider::open_pair(
+                ProviderKind::Sim,
+                &FabricOptions {
+                    loss_percent: 0.0,
+                    seed: 1,
+                },
+            )
+            .unwrap();
+            let transport = quinn_adapter::transport(pair.server.mtu());
+            let id = ServerIdentity::generate(&[]).unwrap();
+            let server_cfg = server_offering(&id, suite, transport.clone());
+            let client_cfg = client_config(vec![id.cert.clone()], transport).unwrap();
+            let info = rt.block_on(async {
+                let server = endpoint(&pair.server, Some(server_cfg)).unwrap();
+                let client = endpoint(&pair.client, None).unwrap();
+                let accept = {
+                    let server = server.clone();
+                    tokio::spawn(async move { server.accept().await.unwrap().await.unwrap() })
+                };
+                let conn = client
+                    .connect_with(
+                        client_cfg,
+                        pair.client.peer_addr(pair.server.ud_addr()),
+                        SERVER_NAME,
+                    )
+                    .unwrap()
+                    .await
+                    .unwrap();
+                let server_conn = accept.await.unwrap();
+                let info = TlsInfo::of(&conn, &server_conn);
+                conn.close(0u32.into(), b"done");
+                server_conn.close(0u32.into(), b"done");
+                client.wait_idle().await;
+                info
+            });
+            let name = suite.suite().as_str().unwrap();
+            assert_eq!(info.cipher_suite.as_deref(), Some(name), "{info:?}");
+            assert_eq!(info.version.as_deref(), Some("TLSv1.3"), "{info:?}");
+            assert_eq!(info.alpn.as_deref().map(str::as_bytes), Some(ALPN));
+            assert_eq!(info.server_name.as_deref(), Some(SERVER_NAME));
+        }
+    }
 
     /// A PEM file that does not decode names the file and keeps the decoder's
     /// error as the source (it was formatted into a string before).

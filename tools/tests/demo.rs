@@ -61,6 +61,27 @@ fn demo_with_one_percent_loss() {
     assert_eq!(r["loss_percent"], 1.0);
 }
 
+/// The report names the suite the handshake negotiated, whichever the
+/// endpoints prefer (`QR_TLS_CIPHERS`).
+#[test]
+fn demo_reports_the_negotiated_suite() {
+    for (pref, suite) in [
+        ("aes128", "TLS13_AES_128_GCM_SHA256"),
+        ("aes256", "TLS13_AES_256_GCM_SHA384"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_qr"))
+            .args(["demo", "--json", "--bytes", "1M", "--pings", "10"])
+            .env("QR_TLS_CIPHERS", pref)
+            .output()
+            .expect("qr runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{pref}: {stdout}");
+        let r: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(r["tls"]["cipher_suite"], suite, "{pref}: {r:#}");
+        assert_eq!(r["tls"]["version"], "TLSv1.3");
+    }
+}
+
 #[test]
 fn human_summary_names_the_essentials() {
     let out = qr(&["demo", "--bytes", "1M", "--pings", "10"]);

@@ -14,7 +14,6 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -30,7 +29,7 @@ use crate::report::{
     EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketReport, SocketsReport,
     SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
 };
-use crate::tls::{self, SuiteProbe, TlsInfo};
+use crate::tls::{self, TlsInfo};
 use crate::workload;
 use quic_rdma::quinn_adapter::Liveness;
 
@@ -209,11 +208,9 @@ async fn client(
     trusted: Vec<rustls::pki_types::CertificateDer<'static>>,
 ) -> Result<Report> {
     let fabric_mtu = ep.socket.mtu();
-    let suite = Arc::new(SuiteProbe::default());
     let cfg = tls::client_config(
         trusted,
         quinn_adapter::transport_with(fabric_mtu, c.liveness),
-        suite.clone(),
     )?;
     let endpoint = endpoint(&ep.socket, None)?;
     let start = Instant::now();
@@ -238,7 +235,7 @@ async fn client(
     } else {
         Vec::new()
     };
-    let tls_info = TlsInfo::client_side(&conn, &suite, &c.server_name);
+    let tls_info = TlsInfo::client_side(&conn, &c.server_name);
     let stats = conn.stats();
     conn.close(0u32.into(), b"done");
     if tokio::time::timeout(Duration::from_secs(3), endpoint.wait_idle())

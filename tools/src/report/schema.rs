@@ -149,7 +149,7 @@ impl From<&SoftStats> for SoftPortReport {
 pub(crate) struct TlsReport {
     /// "TLSv1.3".
     pub(crate) version: Option<String>,
-    /// Negotiated cipher suite (see `tls::SuiteProbe`).
+    /// Negotiated cipher suite (see `tls::TlsInfo`).
     pub(crate) cipher_suite: Option<String>,
     /// Negotiated ALPN protocol.
     pub(crate) alpn: Option<String>,

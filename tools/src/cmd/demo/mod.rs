@@ -176,7 +176,7 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
         Vec::new()
     };
     let server_conn = accept.await.context("server task")??;
-    let tls_info = TlsInfo::of(&conn, &server_conn, &tls.suite);
+    let tls_info = TlsInfo::of(&conn, &server_conn);
 
     let stats = conn.stats();
     conn.close(0u32.into(), b"done");
