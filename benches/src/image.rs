@@ -1,4 +1,4 @@
-//! The `image` workload (issue 11): one blob, in every repeat and one after
+//! The `image` workload: one blob, in every repeat and one after
 //! another,
 //! 1. **direct**: an HTTP GET from docker-registry over TCP loopback (curl);
 //! 2. **raw**: the same byte count over one QUIC stream over `soft`, client
@@ -477,8 +477,8 @@ impl ImageReport {
             .collect()
     }
 
-    /// The median over repeats of agents warm (first byte) ÷ raw: the issue's
-    /// "the agents reach ≥ 80 % of the raw transfer".
+    /// The median over repeats of agents warm (first byte) ÷ raw: the target
+    /// "the agents reach ≥ 80 % of the raw transfer" ([`crate::report::Report::judge`]).
     pub fn warm_ratio_median(&self) -> Option<f64> {
         crate::stats::Spread::of(&self.ratios().iter().map(|r| r[0]).collect::<Vec<_>>())
             .map(|s| s.median)
@@ -491,7 +491,7 @@ impl ImageReport {
         let gib = self.bytes as f64 / crate::report::GIB;
         let _ = writeln!(
             s,
-            "## Image layers (issue 11): {} MiB blob\n\n\
+            "## Image layers: {} MiB blob\n\n\
              direct: curl GET from docker-registry (TCP loopback). raw: {} as two processes \
              (pinned, one core each). agents: curl GET from `qr node-agent` ← soft ← \
              `qr registry-agent` (separate processes, not pinned), cold = the registry agent \

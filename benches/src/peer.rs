@@ -5,7 +5,8 @@
 //!
 //! Each peer binary is a minimal client/server written the way the peer's own
 //! documentation shows, so that the harness's in-process rows can be checked
-//! against "the peer as its users run it" (issue 13, item 1). The transfer is
+//! against "the peer as its users run it" (a target of [`crate::report::Report::judge`]:
+//! each peer row within 10 % of its standalone pair). The transfer is
 //! the harness's: the client sends `bytes` of [`crate::data::pattern`] in
 //! [`crate::rows::WRITE_CHUNK`] writes; the server keeps every byte in a
 //! pre-touched buffer, acknowledges the last byte with one byte, then hashes

@@ -37,7 +37,8 @@ pub struct Report {
     /// The image workload (`--only image`), when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<crate::image::ImageReport>,
-    /// The issue's targets, evaluated from this run.
+    /// The performance targets (ratios between rows, [`Report::judge`]),
+    /// evaluated from this run.
     pub targets: Vec<Target>,
 }
 
@@ -242,7 +243,7 @@ impl HandshakeReport {
     }
 }
 
-/// One target of the issue, judged on medians of this run.
+/// One performance target, judged on medians of this run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Target {
     /// What is compared.
@@ -284,7 +285,7 @@ impl Report {
         Some(r.p50_us.median)
     }
 
-    /// Evaluate the issue's ratio targets (instructions per byte come from callgrind.sh).
+    /// Evaluate the ratio targets (instructions per byte come from callgrind.sh).
     pub fn judge(&mut self, soft_row: &str) {
         let mut t = Vec::new();
         let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -303,8 +304,8 @@ impl Report {
                 ceiling,
             });
         };
-        // Issue 13, item 1: every peer row within 10 % of the standalone pair
-        // of that peer, run in the same repeats.
+        // The harness does not slow the peers down: every peer row within
+        // 10 % of the standalone pair of that peer, run in the same repeats.
         for (row, peer) in [
             ("quinn/udp-4096", "peer-quinn-udp"),
             ("tcp+rustls", "peer-tcp-rustls"),
@@ -323,11 +324,10 @@ impl Report {
                 None,
             );
         }
-        // Issue 13's goals, against the peers as fast as their users get
-        // them: quinn over UDP at MTU 4096 and TCP + rustls, each the faster
-        // of its two-process row and its standalone pair (the median of each),
-        // so a harness that slowed a peer down could only make our ratios
-        // smaller.
+        // Our rows against the peers as fast as their users get them: quinn
+        // over UDP at MTU 4096 and TCP + rustls, each the faster of its
+        // two-process row and its standalone pair (the median of each), so a
+        // harness that slowed a peer down could only make our ratios smaller.
         let best =
             |row: &str, peer: &str| match (self.bulk_proc_median(row), self.bulk_proc_median(peer))
             {
@@ -385,7 +385,7 @@ impl Report {
                 None,
             );
         }
-        // Issue 11: the image agents reach >= 80 % of a raw transfer over soft.
+        // The image agents reach >= 80 % of a raw transfer over soft.
         if let Some(img) = &self.image {
             push(
                 format!(

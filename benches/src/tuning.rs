@@ -1,7 +1,7 @@
 //! The `TransportConfig` of every tuned QUIC row (engine, adapter, quinn/udp at
 //! MTU 4096), with optional experimental changes from the `BENCH_TUNE`
 //! environment variable, so a setting's effect can be measured before/after in
-//! interleaved runs of the same binary (issue 13: settings fit for a lossless
+//! interleaved runs of the same binary (which settings fit a lossless
 //! microsecond fabric). Side processes inherit the variable.
 //!
 //! `BENCH_TUNE` is a comma-separated list of:

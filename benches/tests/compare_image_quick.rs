@@ -1,4 +1,4 @@
-//! `compare --quick --only image` (issue 11's benchmark row, 8 MiB) runs in
+//! `compare --quick --only image` (the image workload, 8 MiB) runs in
 //! the test command: docker-registry (started by the workload itself), a
 //! `qr registry-agent` and `qr node-agent` as processes of their own over
 //! `soft`, the raw QUIC transfer and the direct HTTP GET, every repeat's four
@@ -106,10 +106,7 @@ fn compare_quick_image_row_runs_and_verifies() {
     assert!(img.warm_ratio_median().is_some_and(|x| x > 0.0));
 
     let md = std::fs::read_to_string(out.join("compare.md")).expect("compare.md");
-    assert!(
-        md.contains("## Image layers (issue 11): 8 MiB blob"),
-        "{md}"
-    );
+    assert!(md.contains("## Image layers: 8 MiB blob"), "{md}");
     assert!(md.contains("| median |"));
     assert!(!md.contains("MISMATCH"));
     let _ = std::fs::remove_dir_all(&out);

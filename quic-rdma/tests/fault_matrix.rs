@@ -1,4 +1,4 @@
-//! The fault matrix (issue 9): sha256-verified transfers over the `sim` fabric
+//! The fault matrix: sha256-verified transfers over the `sim` fabric
 //! for both drivers — quinn over `RdmaUdpSocket` and the poll-mode `engine` —
 //! under every fault the fabric injects (loss, duplication, reordering, payload
 //! corruption, delay with jitter, receive-queue starvation), forged RoCE header
@@ -69,7 +69,9 @@ enum Fault {
     IdleTimeout,
 }
 
-/// The matrix. [`Fault::MigrationQpn`] is not in it: see [`quinn_rebind_to_new_qpn`].
+/// The matrix. [`Fault::MigrationQpn`] is not in it: only the quinn adapter can
+/// change its queue pair, so that cell is a test of its own,
+/// [`quinn_rebind_to_new_qpn`].
 const FAULTS: [Fault; 14] = [
     Fault::Loss(0.001),
     Fault::Loss(0.01),
@@ -970,8 +972,8 @@ fn fault_matrix() {
     let _ = writeln!(
         table,
         "\n{} cells in {:.1} s; c = client (data sender), s = server (data receiver). \
-         A QPN change (quinn's rebind) is `quinn_rebind_to_new_qpn`, ignored until the \
-         adapter keeps peer addresses across sockets; the engine cannot change its QP.",
+         A QPN change (quinn's rebind) is tested by `quinn_rebind_to_new_qpn`, quinn \
+         only: the engine cannot change its QP.",
         cells,
         started.elapsed().as_secs_f64()
     );
@@ -987,12 +989,11 @@ fn fault_matrix() {
 }
 
 /// The client moves to a new queue pair (its QPN changes) mid-transfer through
-/// quinn's `Endpoint::rebind_abstract`. Known defect: each `RdmaUdpSocket` has
-/// its own peer table, so the new socket cannot resolve the synthetic address
-/// the connection uses for the server (`try_send` fails with InvalidInput).
-/// Observed: the client sends nothing more, the server's side times out, and
-/// the client's transfer neither completes nor fails within the time bound.
-/// Run with `--ignored`; remove the `#[ignore]` with the fix.
+/// quinn's `Endpoint::rebind_abstract`. The new socket comes from
+/// `RdmaUdpSocket::rebind`, which shares the old socket's peer table, so the
+/// synthetic address quinn keeps for the server still resolves; the transfer
+/// completes, the server follows the client to its new QPN, and the traffic
+/// moves to the new socket (checked in `quinn_transfer_cell`).
 #[test]
 fn quinn_rebind_to_new_qpn() {
     let m = run_cell("quinn", Fault::MigrationQpn, quinn_cell).unwrap_or_else(|e| panic!("{e}"));

@@ -1,4 +1,4 @@
-//! How the image cache should write a blob (issue 11): chunks arrive as
+//! How the image cache should write a blob: chunks arrive as
 //! buffers of up to 4 MiB and are written at their offsets, then the file is
 //! made durable before it is renamed into the cache. Compared, each to
 //! durable (final fsync included), sha256 of the file checked after:

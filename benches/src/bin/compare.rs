@@ -5,7 +5,7 @@
 //!         [--repeats N] [--bulk-bytes N] [--rtt-iters N] [--handshakes N] [--image-bytes N]
 //!         [--image-node-args 'ARGS']
 //! ```
-//! The `image` workload (issue 11, [`quic_rdma_benches::image`]) runs only
+//! The `image` workload ([`quic_rdma_benches::image`]) runs only
 //! when named in `--only`: it needs docker-registry and curl installed and `qr`
 //! built next to `compare` (`cargo build --release -p quic-rdma-tools`).
 //! Writes `compare.json`, `compare.md` and `compare.svg` into DIR

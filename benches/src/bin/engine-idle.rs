@@ -1,5 +1,5 @@
 //! `engine-idle`: the CPU an idle, connected engine costs, busy-polled and
-//! with the spin-then-sleep `Waiter` (issue 13: "an idle engine costs ~0 CPU").
+//! with the spin-then-sleep `Waiter` (the goal: an idle engine costs ~0 CPU).
 //!
 //! ```text
 //! engine-idle [--secs 5] [--rounds 3] [--placement separate-cores|same-core]

@@ -1,4 +1,4 @@
-//! KV sync benchmark (issue 12): a full sync of a large Redis dataset through
+//! KV sync benchmark: a full sync of a large Redis dataset through
 //! `qr kv-relay upstream` → fabric (`soft`, mutual TLS) → `qr kv-relay
 //! downstream`, against Redis's own replication over TCP, in one run; then
 //! the replication lag of both replicas side by side under a steady

@@ -1,4 +1,4 @@
-//! Multi-core engine scaling (issue 13): 1 shard per side (1 thread, 1
+//! Multi-core engine scaling: 1 shard per side (1 thread, 1
 //! connection) against 2 shards per side (2 threads, 2 connections, one
 //! each), the same total bytes, runs interleaved.
 //!

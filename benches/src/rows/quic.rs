@@ -90,7 +90,7 @@ impl Session for QuinnSession {
     }
 }
 
-/// `BENCH_QUINN_STATS`: what limited a side (issue 13: why quinn's sides idle).
+/// `BENCH_QUINN_STATS`: what limited a side (why a quinn side idles).
 /// ACKs and ACK_FREQUENCY frames show whether a `BENCH_TUNE` ackfreq setting
 /// took effect; the flow-control frames (MAX_DATA, MAX_STREAM_DATA sent by the
 /// receiver, DATA_BLOCKED, STREAM_DATA_BLOCKED sent by a blocked sender) and

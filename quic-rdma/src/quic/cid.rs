@@ -183,7 +183,7 @@ mod tests {
 mod random_key_tests {
     use super::*;
 
-    /// Issue 10: routing keys are per endpoint, not a constant every server or
+    /// Routing keys are per endpoint, not a constant every server or
     /// client shares. Three draws all equal has probability 2^-40.
     #[test]
     fn endpoints_get_their_own_routing_keys() {

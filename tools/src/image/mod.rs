@@ -1,4 +1,4 @@
-//! Image layers over the fabric (docs: DESIGN §6 "Image layers"): a registry
+//! Image layers over the fabric (docs/architecture.md §8, "Image layers"): a registry
 //! agent serving manifests and blobs over QUIC streams (`qr-image/1`, mutual
 //! TLS), and a node agent speaking the OCI distribution pull API on local
 //! HTTP, so containerd, skopeo or any OCI client pulls through it unchanged.

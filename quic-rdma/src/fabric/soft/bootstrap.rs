@@ -615,11 +615,11 @@ mod tests {
         f()
     }
 
-    /// Issue 9 #4: a client that trickles its request (a byte every 500 ms, so
-    /// no per-read timeout ever fires) and 20 idle connections must not delay
-    /// anyone else's query, and the trickler is cut at the whole-exchange
-    /// deadline rather than when it stops sending. (Before: one client at a
-    /// time, so the query below waited behind the trickler and timed out.)
+    /// A client that trickles its request (a byte every 500 ms, so no
+    /// per-read timeout ever fires) and 20 idle connections do not delay
+    /// anyone else's query: each connection is served on its own, so the query
+    /// below does not wait behind the trickler, and the trickler is cut at the
+    /// whole-exchange deadline rather than when it stops sending.
     #[test]
     fn slow_and_idle_clients_do_not_block_a_query() {
         let server = BootstrapServer::bind("127.93.0.1:0", sample()).unwrap();
@@ -680,7 +680,7 @@ mod tests {
         drop(handle);
     }
 
-    /// Issue 9 #4: beyond the cap, connections get `ERR busy` at once and no
+    /// Beyond the cap, connections get `ERR busy` at once and no
     /// exchange (thread) of their own; once the held ones go, service resumes.
     #[test]
     fn connection_cap_holds() {

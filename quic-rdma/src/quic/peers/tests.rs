@@ -61,9 +61,9 @@ fn lossless_addresses_named_by_the_application_are_kept() {
     assert_eq!(t.stats().unknown_destination, 1);
 }
 
-/// Issue 9, defect 1: every packet used to add a peer, and the 65 536th distinct
-/// source reused the oldest port — a live client's. Now a flood of spoofed
-/// sources churns only the pending tier.
+/// A flood of spoofed sources churns only the pending tier: however many
+/// distinct sources send (70 000 here, more than there are ports), an admitted
+/// client keeps its entry and its address.
 #[test]
 fn a_flood_of_sources_never_evicts_an_admitted_peer() {
     let mut t = PeerTable::default();
