@@ -126,7 +126,7 @@ impl UdQueuePair for Channel {
     fn post_send(&mut self, mem: &Memory, wrs: &[SendWr]) -> Result<(), (usize, FabricError)> {
         self.qp.post_send(mem, wrs)
     }
-    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
+    fn post_recv(&mut self, mem: &mut Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
         self.qp.post_recv(mem, wrs)
     }
     fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize {

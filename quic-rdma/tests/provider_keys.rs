@@ -65,12 +65,16 @@ impl Ep {
                 sge: self.sge(i, SLOT),
             })
             .collect();
-        self.qp.post_recv(&self.mem, &wrs).unwrap();
+        self.qp.post_recv(&mut self.mem, &wrs).unwrap();
     }
 
     fn send(&mut self, to: Gid, qpn: u32, qkey: u32, payload: &[u8]) {
         let off = (self.slots * SLOT) as usize;
-        self.mem.region_mut(self.region).unwrap().bytes_mut()[off..off + payload.len()]
+        self.mem
+            .region_mut(self.region)
+            .unwrap()
+            .slice_mut(off, payload.len())
+            .unwrap()
             .copy_from_slice(payload);
         let ah = self.qp.create_ah(&AhAttr::new(to, 0)).unwrap();
         let wr = SendWr {
@@ -109,8 +113,8 @@ impl Ep {
                 assert_eq!(done.status, WcStatus::Success);
                 let off = (done.wr_id as u32 * SLOT) as usize + GRH_LEN;
                 let len = done.byte_len as usize - GRH_LEN;
-                let bytes = self.mem.region(self.region).unwrap().bytes();
-                got.push(bytes[off..off + len].to_vec());
+                let r = self.mem.region(self.region).unwrap();
+                got.push(r.slice(off, len).unwrap().to_vec());
             }
             if n == 0 {
                 std::thread::sleep(Duration::from_millis(1));

@@ -82,7 +82,7 @@ impl UdQueuePair for Flaky {
         }
         self.qp.post_send(mem, wrs)
     }
-    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
+    fn post_recv(&mut self, mem: &mut Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
         self.qp.post_recv(mem, wrs)
     }
     fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize {

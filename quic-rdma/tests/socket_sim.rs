@@ -360,7 +360,7 @@ fn immediate_data_is_handed_up_as_it_came() {
     raw.register(&mut r).unwrap();
     let lkey = r.lkey().unwrap();
     let d = datagram(200, 0xAB); // DCID 11 22 33 .. -> routing key 0x11223
-    r.bytes_mut()[..200].copy_from_slice(&d);
+    r.slice_mut(0, 200).unwrap().copy_from_slice(&d);
     let region = mem.push(r);
     let ah = raw.create_ah(&AhAttr::new(g6(2), 0)).unwrap();
     let mk = |imm, wr_id| SendWr {

@@ -58,14 +58,18 @@ impl Ep {
                 sge: self.sge(i, len),
             })
             .collect();
-        self.qp.post_recv(&self.mem, &wrs).unwrap();
+        self.qp.post_recv(&mut self.mem, &wrs).unwrap();
     }
 
     /// Send `payload` from the last slot to (`gid`, `qpn`, `qkey`).
     fn send(&mut self, gid: Gid, qpn: u32, qkey: u32, payload: &[u8], imm: Option<u32>) {
         let slot = (self.mem.region(self.region).unwrap().len() as u32 / SLOT) - 1;
         let off = (slot * SLOT) as usize;
-        self.mem.region_mut(self.region).unwrap().bytes_mut()[off..off + payload.len()]
+        self.mem
+            .region_mut(self.region)
+            .unwrap()
+            .slice_mut(off, payload.len())
+            .unwrap()
             .copy_from_slice(payload);
         let ah = self
             .qp
@@ -123,7 +127,9 @@ impl Ep {
 
     fn data(&self, slot: u32, len: usize) -> &[u8] {
         let off = (slot * SLOT) as usize;
-        &self.mem.region(self.region).unwrap().bytes()[off..off + len]
+        let r = self.mem.region(self.region).unwrap();
+        r.slice(off, len)
+            .expect("a completed receive is the caller's again")
     }
 }
 
@@ -488,7 +494,8 @@ fn post_chain(ep: &mut Ep, to: (Gid, u32), sizes: &[usize]) {
     let mut off = base as usize;
     let mut wrs = Vec::new();
     for (i, &n) in sizes.iter().enumerate() {
-        ep.mem.region_mut(ep.region).unwrap().bytes_mut()[off..off + n].fill(i as u8 + 1);
+        let r = ep.mem.region_mut(ep.region).unwrap();
+        r.slice_mut(off, n).unwrap().fill(i as u8 + 1);
         wrs.push(SendWr {
             wr_id: i as u64,
             sge: Sge {

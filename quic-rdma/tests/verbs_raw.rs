@@ -71,7 +71,7 @@ impl End {
                 sge: self.sge(s, SLOT),
             })
             .collect();
-        self.qp.post_recv(&self.mem, &wrs).unwrap();
+        self.qp.post_recv(&mut self.mem, &wrs).unwrap();
     }
 
     fn wait_recv(&mut self, n: usize, timeout: Duration) -> Vec<Completion> {

@@ -140,7 +140,7 @@ impl Pp {
             })
             .collect();
         let mut pp = pp;
-        pp.qp.post_recv(&pp.mem, &recvs).unwrap();
+        pp.qp.post_recv(&mut pp.mem, &recvs).unwrap();
         pp
     }
 
@@ -169,7 +169,8 @@ fn pingpong(pp: Pp, peer: &Dest, client: bool) -> (u32, u32) {
         lkey,
     };
     let ah = qp.create_ah(&AhAttr::new(peer.gid, 0)).unwrap();
-    mem.region_mut(0).unwrap().bytes_mut()[RX_DEPTH * stride..][..SIZE].fill(0x5a);
+    let r = mem.region_mut(0).unwrap();
+    r.slice_mut(RX_DEPTH * stride, SIZE).unwrap().fill(0x5a);
     let send = SendWr {
         wr_id: 1 << 32,
         sge: sge(RX_DEPTH, SIZE),
@@ -211,7 +212,7 @@ fn pingpong(pp: Pp, peer: &Dest, client: bool) -> (u32, u32) {
                 assert_eq!(wc.src_qp, peer.qpn);
                 let slot = wc.wr_id as usize;
                 qp.post_recv(
-                    &mem,
+                    &mut mem,
                     &[RecvWr {
                         wr_id: wc.wr_id,
                         sge: sge(slot, SIZE + GRH_LEN),

@@ -186,7 +186,7 @@ impl UdQueuePair for FuzzQp {
         panic!("UdSocket::recv posted a send");
     }
 
-    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
+    fn post_recv(&mut self, mem: &mut Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
         let mut st = self.lock();
         let fail_at = st.fail_post_after.take();
         for (i, wr) in wrs.iter().enumerate() {

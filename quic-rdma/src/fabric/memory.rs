@@ -7,11 +7,14 @@
 
 use std::sync::Arc;
 
+use super::FabricError;
+
 /// Cache-line alignment of every region's first usable byte.
 pub const REGION_ALIGN: usize = 64;
 
 /// Takes over a registered region's storage when the [`Region`] is dropped,
-/// and keeps it allocated for as long as a device may still read or write it.
+/// keeps it allocated for as long as a device may still read or write it, and
+/// says which of its bytes the device may be writing right now.
 ///
 /// A NIC writes received packets into registered memory by DMA, outside
 /// Rust's view: if a region were freed while its memory stayed registered
@@ -21,9 +24,19 @@ pub const REGION_ALIGN: usize = 64;
 /// so dropping a region — even under posted receives — is always safe: the
 /// storage outlives the device's access to it, and is freed when the provider
 /// knows the device is done (its queue pair reset or destroyed).
+///
+/// For the same reason a region's bytes are reached only through accessors
+/// ([`Region::slice`], [`Region::slice_mut`], [`Region::vec_mut`],
+/// [`Memory::resolve`]) that ask the keeper first: a reference to bytes the
+/// device may be writing (a receive posted there and not yet completed) would
+/// alias memory changed behind Rust's back, so none is given out.
 pub trait RegionKeeper: Send + Sync {
     /// Keep `storage` (the dropped region's whole allocation) alive.
     fn keep(&self, storage: RegionStorage);
+
+    /// Whether the device may be writing into any of the `len` bytes at
+    /// address `addr` (`len` > 0): a receive posted there has not completed.
+    fn device_writes(&self, addr: usize, len: usize) -> bool;
 }
 
 /// The allocation behind a dropped [`Region`], handed to its [`RegionKeeper`]:
@@ -45,14 +58,6 @@ impl RegionStorage {
         match &self.0 {
             Storage::Boxed { buf, .. } => buf.len(),
             Storage::Vec { vec, .. } => vec.capacity(),
-        }
-    }
-
-    /// The allocation's initialised bytes (a `Vec`'s length).
-    pub fn bytes(&self) -> &[u8] {
-        match &self.0 {
-            Storage::Boxed { buf, .. } => buf,
-            Storage::Vec { vec, .. } => vec,
         }
     }
 }
@@ -163,26 +168,81 @@ impl Region {
     }
 
     /// Hand the storage to `keeper` when this region drops, instead of freeing
-    /// it (called by providers whose device does DMA, from `register`).
-    pub fn set_keeper(&mut self, keeper: Arc<dyn RegionKeeper>) {
-        self.keeper = Some(keeper);
+    /// it, and ask it before giving out a reference to any byte (called by
+    /// providers whose device does DMA, from `register`).
+    ///
+    /// A region has at most one keeper for its life: the device of one queue
+    /// pair may write into it. Registering it with a second DMA-capable queue
+    /// pair is refused (`Registration`); setting the same keeper again is not.
+    pub fn set_keeper(&mut self, keeper: Arc<dyn RegionKeeper>) -> Result<(), FabricError> {
+        match &self.keeper {
+            Some(k) if !Arc::ptr_eq(k, &keeper) => Err(FabricError::Registration(
+                "region is already registered with another DMA-capable queue pair".into(),
+            )),
+            _ => {
+                self.keeper = Some(keeper);
+                Ok(())
+            }
+        }
     }
 
-    /// The initialised memory: all of a fixed region; of a `Vec`-backed one,
-    /// the bytes written so far (its length).
-    pub fn bytes(&self) -> &[u8] {
+    /// How many bytes are initialised: all of a fixed region; of a
+    /// `Vec`-backed one, the bytes written so far (its length).
+    pub fn written(&self) -> usize {
         match &self.storage {
-            Storage::Boxed { buf, base, len } => &buf[*base..*base + *len],
-            Storage::Vec { vec, .. } => vec,
+            Storage::Boxed { len, .. } => *len,
+            Storage::Vec { vec, .. } => vec.len(),
         }
     }
 
-    /// [`Region::bytes`], mutably.
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        match &mut self.storage {
-            Storage::Boxed { buf, base, len } => &mut buf[*base..*base + *len],
-            Storage::Vec { vec, .. } => vec,
+    /// Whether the device may be writing into any of the `len` bytes at `addr`.
+    fn device_writes(&self, addr: usize, len: usize) -> bool {
+        len > 0
+            && self
+                .keeper
+                .as_ref()
+                .is_some_and(|k| k.device_writes(addr, len))
+    }
+
+    /// `len` initialised bytes at `offset` (see [`Region::written`]). `None`
+    /// if they are not all initialised, or if the device may be writing into
+    /// any of them (a receive posted there has not completed): safe code never
+    /// holds a reference to bytes a device is writing.
+    pub fn slice(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len)?;
+        let addr = self.slice_addr(offset, end)?;
+        if self.device_writes(addr, len) {
+            return None;
         }
+        match &self.storage {
+            Storage::Boxed { buf, base, len } => buf[*base..*base + *len].get(offset..end),
+            Storage::Vec { vec, .. } => vec.get(offset..end),
+        }
+    }
+
+    /// [`Region::slice`], mutably.
+    pub fn slice_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        let end = offset.checked_add(len)?;
+        let addr = self.slice_addr(offset, end)?;
+        if self.device_writes(addr, len) {
+            return None;
+        }
+        match &mut self.storage {
+            Storage::Boxed { buf, base, len } => buf[*base..*base + *len].get_mut(offset..end),
+            Storage::Vec { vec, .. } => vec.get_mut(offset..end),
+        }
+    }
+
+    /// Address of the byte at `offset`, if `offset..end` lies in the
+    /// initialised bytes.
+    fn slice_addr(&self, offset: usize, end: usize) -> Option<usize> {
+        (end <= self.written()).then(|| {
+            let first = match &self.storage {
+                Storage::Boxed { buf, base, .. } => buf.as_ptr() as usize + base,
+                Storage::Vec { vec, .. } => vec.as_ptr() as usize,
+            };
+            first + offset
+        })
     }
 
     /// Address of the first registered byte (what a verbs provider registers):
@@ -206,10 +266,18 @@ impl Region {
         }
     }
 
-    /// Lend a `Vec`-backed region's `Vec` (`None` for a fixed region). The
+    /// Lend a `Vec`-backed region's `Vec` (`None` for a fixed region, and
+    /// while the device may be writing into any byte of its allocation). The
     /// borrower may write, clear and truncate; if it grows the `Vec` past its
     /// capacity the region stops being [`intact`](Region::intact).
     pub fn vec_mut(&mut self) -> Option<&mut Vec<u8>> {
+        let (first, cap) = match &self.storage {
+            Storage::Boxed { .. } => return None,
+            Storage::Vec { vec, .. } => (vec.as_ptr() as usize, vec.capacity()),
+        };
+        if self.device_writes(first, cap) {
+            return None;
+        }
         match &mut self.storage {
             Storage::Boxed { .. } => None,
             Storage::Vec { vec, .. } => Some(vec),
@@ -217,7 +285,8 @@ impl Region {
     }
 
     /// Take a `Vec`-backed region's `Vec` out, leaving an empty one behind
-    /// (the region is no longer intact). `None` for a fixed region.
+    /// (the region is no longer intact). `None` for a fixed region, and while
+    /// the device may be writing into it ([`Region::vec_mut`]).
     pub fn take_vec(&mut self) -> Option<Vec<u8>> {
         self.vec_mut().map(std::mem::take)
     }
@@ -296,14 +365,14 @@ impl Memory {
     /// Resolve an SGE the way hardware does: the lkey must match a registered
     /// region, whose memory is still where it was registered, and the range
     /// must lie inside it (inside the written part of a `Vec`-backed region:
-    /// safe code cannot read past a `Vec`'s length).
+    /// safe code cannot read past a `Vec`'s length). `None` too while the
+    /// device may be writing into the range ([`Region::slice`]).
     pub fn resolve(&self, sge: &Sge) -> Option<&[u8]> {
         let r = self.regions.get(sge.region as usize)?;
         if r.lkey != Some(sge.lkey) || !r.intact() {
             return None;
         }
-        r.bytes()
-            .get(sge.offset as usize..sge.offset as usize + sge.len as usize)
+        r.slice(sge.offset as usize, sge.len as usize)
     }
 
     /// Mutable form of [`Memory::resolve`].
@@ -312,21 +381,43 @@ impl Memory {
         if r.lkey != Some(sge.lkey) || !r.intact() {
             return None;
         }
-        r.bytes_mut()
-            .get_mut(sge.offset as usize..sge.offset as usize + sge.len as usize)
+        r.slice_mut(sge.offset as usize, sge.len as usize)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// A keeper standing for a DMA-capable provider: it keeps dropped
+    /// storage, and the device writes into the address ranges in `writing`.
+    #[derive(Default)]
+    struct Keep {
+        kept: Mutex<Vec<RegionStorage>>,
+        writing: Mutex<Vec<(usize, usize)>>,
+    }
+
+    impl RegionKeeper for Keep {
+        fn keep(&self, storage: RegionStorage) {
+            self.kept.lock().unwrap().push(storage);
+        }
+
+        fn device_writes(&self, addr: usize, len: usize) -> bool {
+            let w = self.writing.lock().unwrap();
+            w.iter().any(|&(a, l)| a < addr + len && addr < a + l)
+        }
+    }
 
     #[test]
     fn regions_are_aligned() {
         for len in [1, 63, 4096, 1 << 20] {
             let r = Region::new(len);
             assert_eq!(r.addr() % REGION_ALIGN, 0);
-            assert_eq!(r.bytes().len(), len);
+            assert_eq!(r.written(), len);
+            assert_eq!(r.slice(0, len).unwrap().len(), len);
+            assert!(r.slice(0, len + 1).is_none());
+            assert!(r.slice(usize::MAX, 2).is_none(), "no overflow");
         }
     }
 
@@ -354,7 +445,7 @@ mod tests {
     fn vec_regions_resolve_until_reallocated() {
         let mut m = Memory::new();
         let mut r = Region::new_vec(4096);
-        assert_eq!((r.len(), r.bytes().len()), (4096, 0));
+        assert_eq!((r.len(), r.written()), (4096, 0));
         assert_eq!(r.addr(), r.vec_mut().unwrap().as_ptr() as usize);
         assert!(Region::new(64).vec_mut().is_none());
         r.set_lkey(Some(3));
@@ -376,7 +467,7 @@ mod tests {
         assert!(m.resolve(&sge).is_none());
         assert!(m.resolve_mut(&sge).is_none());
         let old = m.replace(i, Region::new_vec(16)).unwrap();
-        assert_eq!(old.bytes().len(), 4097);
+        assert_eq!(old.written(), 4097);
         assert!(m.replace(9, Region::new(1)).is_err());
     }
 
@@ -384,35 +475,89 @@ mod tests {
     /// device was given; without a keeper it is simply freed.
     #[test]
     fn keeper_takes_the_storage() {
-        use std::sync::Mutex;
-        #[derive(Default)]
-        struct Keep(Mutex<Vec<RegionStorage>>);
-        impl RegionKeeper for Keep {
-            fn keep(&self, storage: RegionStorage) {
-                self.0.lock().unwrap().push(storage);
-            }
-        }
         let keep = Arc::new(Keep::default());
         let mut r = Region::new(4096);
-        r.bytes_mut()[0] = 0xAB;
+        r.slice_mut(0, 1).unwrap()[0] = 0xAB;
         let addr = r.addr();
-        r.set_keeper(keep.clone());
+        r.set_keeper(keep.clone()).unwrap();
         drop(r);
-        let kept = keep.0.lock().unwrap();
+        let kept = keep.kept.lock().unwrap();
         assert_eq!(kept.len(), 1);
         let base = kept[0].addr();
         assert!(base <= addr && addr < base + REGION_ALIGN);
-        assert_eq!(kept[0].bytes()[addr - base], 0xAB);
+        assert_eq!(kept[0].allocated(), 4096 + REGION_ALIGN);
         drop(kept);
         drop(Region::new(16)); // no keeper: nothing to hand over
                                // A Vec-backed region hands over its Vec whole: same memory, same capacity.
         let mut v = Region::new_vec(8192);
         v.vec_mut().unwrap().extend_from_slice(&[1, 2, 3]);
         let addr = v.addr();
-        v.set_keeper(keep.clone());
+        v.set_keeper(keep.clone()).unwrap();
         drop(v);
-        let kept = keep.0.lock().unwrap();
+        let kept = keep.kept.lock().unwrap();
         assert_eq!((kept[1].addr(), kept[1].allocated()), (addr, 8192));
-        assert_eq!(kept[1].bytes(), [1, 2, 3]);
+    }
+
+    /// Safe code gets no reference to bytes the device may be writing: every
+    /// accessor refuses a range that overlaps one, and serves its neighbours.
+    #[test]
+    fn no_reference_to_bytes_the_device_writes() {
+        let keep = Arc::new(Keep::default());
+        let mut m = Memory::new();
+        let mut r = Region::new(4 * 64);
+        r.set_lkey(Some(5));
+        r.set_keeper(keep.clone()).unwrap();
+        let addr = r.addr();
+        let i = m.push(r);
+        let slot = |n: u32| Sge {
+            region: i,
+            offset: n * 64,
+            len: 64,
+            lkey: 5,
+        };
+        // The device writes slot 1.
+        keep.writing.lock().unwrap().push((addr + 64, 64));
+        let r = m.region_mut(i).unwrap();
+        assert!(r.slice(64, 64).is_none());
+        assert!(r.slice(127, 1).is_none(), "its last byte");
+        assert!(r.slice(0, 65).is_none(), "a range reaching into it");
+        assert!(r.slice(0, 256).is_none(), "the whole region");
+        assert!(r.slice_mut(64, 1).is_none());
+        assert_eq!(r.slice(0, 64).unwrap().len(), 64, "slot 0 is the caller's");
+        r.slice_mut(128, 64).unwrap().fill(9);
+        assert_eq!(r.slice(64, 0), Some(&[][..]), "no byte, nothing aliased");
+        assert!(m.resolve(&slot(1)).is_none());
+        assert!(m.resolve_mut(&slot(1)).is_none());
+        assert_eq!(m.resolve(&slot(2)).unwrap(), &[9; 64][..]);
+        assert!(m.resolve_mut(&slot(3)).is_some());
+        // Completed: the caller owns the slot again.
+        keep.writing.lock().unwrap().clear();
+        assert!(m.resolve_mut(&slot(1)).is_some());
+
+        // A Vec-backed region is not lent while the device writes into it.
+        let mut v = Region::new_vec(256);
+        v.set_keeper(keep.clone()).unwrap();
+        v.vec_mut().unwrap().resize(256, 0);
+        keep.writing.lock().unwrap().push((v.addr() + 200, 8));
+        assert!(v.vec_mut().is_none());
+        assert!(v.take_vec().is_none());
+        assert!(v.slice(0, 200).is_some());
+        keep.writing.lock().unwrap().clear();
+        assert_eq!(v.take_vec().unwrap().len(), 256);
+    }
+
+    /// A region's keeper is fixed: a second DMA-capable queue pair could not
+    /// be asked which bytes its device writes, nor keep the storage for it.
+    #[test]
+    fn a_region_has_one_keeper() {
+        let (a, b) = (Arc::new(Keep::default()), Arc::new(Keep::default()));
+        let mut r = Region::new(64);
+        r.set_keeper(a.clone()).unwrap();
+        r.set_keeper(a.clone()).unwrap();
+        let e = r.set_keeper(b.clone()).unwrap_err();
+        assert!(matches!(e, FabricError::Registration(_)), "{e}");
+        drop(r);
+        assert_eq!(a.kept.lock().unwrap().len(), 1);
+        assert!(b.kept.lock().unwrap().is_empty());
     }
 }

@@ -132,7 +132,12 @@ pub trait UdQueuePair: Send + 'static {
     fn post_send(&mut self, mem: &Memory, wrs: &[SendWr]) -> Result<(), (usize, FabricError)>;
 
     /// Post a chain of receives. On error, `.0` WRs were posted.
-    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)>;
+    ///
+    /// `mem` is borrowed mutably because from here on a device may write into
+    /// the posted buffers: no reference into `mem` may be alive while it does,
+    /// and until each receive completes the region accessors refuse its bytes
+    /// ([`Region::slice`]).
+    fn post_recv(&mut self, mem: &mut Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)>;
 
     /// Poll up to `out.len()` send completions (only signaled sends complete).
     fn poll_send_cq(&mut self, out: &mut [Completion]) -> usize;

@@ -440,7 +440,7 @@ mod tests {
                 (1, WcStatus::LocLenErr, None)
             ]
         );
-        assert_eq!(&mem.region(0).unwrap().bytes()[..48], &[1; 48][..]);
+        assert_eq!(mem.region(0).unwrap().slice(0, 48).unwrap(), &[1; 48][..]);
         assert!(!rq.ready());
         assert!(poll_all(&mut rq, &mut mem).is_empty());
         let ok = Some(WcStatus::Success);
@@ -475,7 +475,7 @@ mod tests {
         let placed = rq.arrive_into(&mut mem, 48, Some(3), 6, |b| b.fill(2));
         assert_eq!(placed, Some(WcStatus::Success));
         // Written before any poll, as a NIC's DMA would be.
-        assert_eq!(&mem.region(0).unwrap().bytes()[128..176], &[2; 48][..]);
+        assert_eq!(mem.region(0).unwrap().slice(128, 48).unwrap(), &[2; 48][..]);
         let got = poll_all(&mut rq, &mut mem);
         let ids: Vec<_> = got
             .iter()
@@ -489,8 +489,8 @@ mod tests {
                 (2, WcStatus::Success, Some(3), 6)
             ]
         );
-        assert_eq!(&mem.region(0).unwrap().bytes()[..48], &[1; 48][..]);
-        assert_eq!(&mem.region(0).unwrap().bytes()[128..176], &[2; 48][..]);
+        assert_eq!(mem.region(0).unwrap().slice(0, 48).unwrap(), &[1; 48][..]);
+        assert_eq!(mem.region(0).unwrap().slice(128, 48).unwrap(), &[2; 48][..]);
         // A buffer that no longer resolves: a protection error, nothing written.
         rq.post(&mem, &[wr(3, 192, 64)], |_| true).unwrap();
         mem.region_mut(0).unwrap().set_lkey(Some(LKEY + 1));

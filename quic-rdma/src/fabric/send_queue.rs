@@ -111,10 +111,7 @@ impl<A> SendQueue<A> {
             // must still be where its region says, as `verbs` requires too.
             mem.region(wr.sge.region)
                 .filter(|r| r.intact())
-                .and_then(|r| {
-                    r.bytes()
-                        .get(wr.sge.offset as usize..(wr.sge.offset + wr.sge.len) as usize)
-                })
+                .and_then(|r| r.slice(wr.sge.offset as usize, wr.sge.len as usize))
         } else {
             mem.resolve(&wr.sge)
                 .filter(|_| self.lkeys.contains(&wr.sge.lkey))

@@ -416,7 +416,7 @@ impl<T: UdQueuePair + ?Sized> UdQueuePair for Box<T> {
     }
     fn post_recv(
         &mut self,
-        mem: &Memory,
+        mem: &mut Memory,
         wrs: &[RecvWr],
     ) -> Result<(), (usize, crate::fabric::FabricError)> {
         (**self).post_recv(mem, wrs)

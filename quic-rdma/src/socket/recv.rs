@@ -57,7 +57,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         if self.reposts.is_empty() || self.failed.is_some() {
             return Ok(());
         }
-        let r = self.qp.post_recv(&self.mem, &self.reposts);
+        let r = self.qp.post_recv(&mut self.mem, &self.reposts);
         let posted = match &r {
             Ok(()) => self.reposts.len(),
             Err((k, _)) => *k,

@@ -275,7 +275,9 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         let region = self.stage_region;
         let r = self.mem.region_mut(region).expect("stage region exists");
         let off = i * self.stage_stride;
-        r.bytes_mut()[off..off + d.len()].copy_from_slice(d);
+        r.slice_mut(off, d.len())
+            .expect("staging slots lie in the stage region, which takes no receives")
+            .copy_from_slice(d);
         Sge {
             region,
             offset: off as u32,

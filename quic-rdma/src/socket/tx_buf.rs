@@ -205,7 +205,8 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         self.check_owner(buf);
         self.mem
             .region(self.tx_pool.regions[buf.index as usize])
-            .map_or(&[], Region::bytes)
+            .and_then(|r| r.slice(0, r.written()))
+            .unwrap_or(&[])
     }
 
     /// Hand a lent buffer back unsent.
@@ -251,7 +252,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         if !r.intact() {
             return self.send_reallocated(buf, dest, ecn, imm, len, segment_size);
         }
-        let written = r.bytes().len();
+        let written = r.written();
         if len > written {
             self.tx_pool.give_back(index);
             return Err(TxSendError::Failed(SocketError::Config(format!(

@@ -303,7 +303,12 @@ impl HeaderForger {
         pkt[2] = (key >> 4) as u8;
         pkt[3] = ((key & 0xF) as u8) << 4;
         for r in [self.good_region.0, self.foreign_region.0] {
-            self.mem.region_mut(r).unwrap().bytes_mut()[..64].copy_from_slice(&pkt);
+            self.mem
+                .region_mut(r)
+                .unwrap()
+                .slice_mut(0, 64)
+                .unwrap()
+                .copy_from_slice(&pkt);
         }
         let mut f = Forged::default();
         for _ in 0..n {

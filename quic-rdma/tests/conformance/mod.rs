@@ -108,7 +108,7 @@ impl<Q: UdQueuePair> Side<Q> {
                 },
             })
             .collect();
-        self.qp.post_recv(&self.mem, &wrs).unwrap();
+        self.qp.post_recv(&mut self.mem, &wrs).unwrap();
     }
 
     /// Post one signaled send of `payload` to `to` with `lkey`; its completion.
@@ -119,8 +119,11 @@ impl<Q: UdQueuePair> Side<Q> {
     /// [`Side::send`] with immediate data `imm` (SEND with immediate).
     fn send_imm(&mut self, to: &Q, payload: &[u8], lkey: u32, imm: Option<u32>) -> Completion {
         let off = RECVS * SLOT;
-        self.mem.region_mut(self.region).unwrap().bytes_mut()
-            [off as usize..off as usize + payload.len()]
+        self.mem
+            .region_mut(self.region)
+            .unwrap()
+            .slice_mut(off as usize, payload.len())
+            .expect("the send slot is not posted for receive")
             .copy_from_slice(payload);
         let ah = self.qp.create_ah(&AhAttr::new(to.attr().gid, 0)).unwrap();
         let wr = SendWr {
@@ -244,7 +247,8 @@ pub fn delivery_semantics<Q: UdQueuePair>(a: Q, b: Q, wait: Duration) {
         assert_eq!(r.src_qp, a.qp.attr().qpn, "{r:?}");
         assert_eq!(r.imm, imm, "{r:?}");
         let slot = r.wr_id as usize * SLOT as usize;
-        let buf = &b.mem.region(b.region).unwrap().bytes()[slot..slot + SLOT as usize];
+        let buf = b.mem.region(b.region).unwrap().slice(slot, SLOT as usize);
+        let buf = buf.expect("a completed receive is the caller's again");
         let grh = Grh::parse(&buf[..GRH_LEN], GrhLayout::for_gid(b.qp.attr().gid))
             .expect("the GRH area parses");
         assert_eq!(grh.sgid, a.qp.attr().gid);
@@ -279,7 +283,11 @@ pub fn one_signaled_send_retires_the_earlier_ones<Q: UdQueuePair>(a: Q, b: Q, wa
     b.post_recvs();
     let ah = a.qp.create_ah(&AhAttr::new(b.qp.attr().gid, 0)).unwrap();
     let off = RECVS * SLOT;
-    a.mem.region_mut(a.region).unwrap().bytes_mut()[off as usize..off as usize + 64]
+    a.mem
+        .region_mut(a.region)
+        .unwrap()
+        .slice_mut(off as usize, 64)
+        .unwrap()
         .copy_from_slice(&[3u8; 64]);
     let wrs: Vec<SendWr> = (0..RECVS)
         .map(|i| SendWr {

@@ -360,7 +360,7 @@ fn run(args: &UdPingpongArgs) -> Result<()> {
             sge: sge(s, args.size + GRH_LEN),
         })
         .collect();
-    qp.post_recv(&mem, &recvs).map_err(|(n, e)| {
+    qp.post_recv(&mut mem, &recvs).map_err(|(n, e)| {
         anyhow::Error::new(e).context(format!("posting receives ({n} posted)"))
     })?;
 
@@ -422,7 +422,8 @@ fn run(args: &UdPingpongArgs) -> Result<()> {
     let send_slot = args.rx_depth;
     mem.region_mut(0)
         .ok_or_else(|| anyhow!("no region"))?
-        .bytes_mut()[send_slot * stride..][..args.size]
+        .slice_mut(send_slot * stride, args.size)
+        .ok_or_else(|| anyhow!("the send slot is outside the region"))?
         .fill(0x7b);
     let send = SendWr {
         wr_id: u64::MAX,
@@ -485,7 +486,7 @@ fn run(args: &UdPingpongArgs) -> Result<()> {
             } else {
                 let slot = wc.wr_id as usize;
                 qp.post_recv(
-                    &mem,
+                    &mut mem,
                     &[RecvWr {
                         wr_id: wc.wr_id,
                         sge: sge(slot, args.size + GRH_LEN),

@@ -224,7 +224,7 @@ impl UdQueuePair for SimQp {
         result
     }
 
-    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
+    fn post_recv(&mut self, mem: &mut Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
         let mut st = self.shared.lock();
         let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
             return Err((0, FabricError::QpError("QP destroyed".into())));

@@ -190,7 +190,7 @@ impl UdQueuePair for SoftQp {
         result
     }
 
-    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
+    fn post_recv(&mut self, mem: &mut Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
         let mut d = self.port.shared.lock();
         let Some(slot) = d.table.qps.get_mut(&self.attr.qpn) else {
             return Err((0, FabricError::QpError("QP destroyed".into())));

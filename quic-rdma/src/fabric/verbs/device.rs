@@ -348,23 +348,36 @@ impl Device {
 }
 
 impl Drop for Device {
+    /// Runs only once the QP using these objects is gone: a QP that could not
+    /// be destroyed keeps its Device alive for good (`VerbsQp`'s teardown). A
+    /// failure here leaves the object to the library (which frees nothing it
+    /// could not destroy), so it is only reported.
     fn drop(&mut self) {
+        let report = |what: &str, rc: i32| {
+            if rc != 0 {
+                let error = super::qp::errno_of(rc);
+                tracing::warn!(device = %self.name, %error, "{what} failed");
+            }
+        };
         // SAFETY: each object was created by this Device, is destroyed once, in
         // reverse order of creation; the QP/MRs/AHs using them are already gone.
         unsafe {
             if !self.recv_cq.is_null() {
-                ibv_destroy_cq(self.recv_cq);
+                report("ibv_destroy_cq(recv)", ibv_destroy_cq(self.recv_cq));
             }
             if !self.send_cq.is_null() {
-                ibv_destroy_cq(self.send_cq);
+                report("ibv_destroy_cq(send)", ibv_destroy_cq(self.send_cq));
             }
             if !self.channel.is_null() {
-                ibv_destroy_comp_channel(self.channel);
+                report(
+                    "ibv_destroy_comp_channel",
+                    ibv_destroy_comp_channel(self.channel),
+                );
             }
             if !self.pd.is_null() {
-                ibv_dealloc_pd(self.pd);
+                report("ibv_dealloc_pd", ibv_dealloc_pd(self.pd));
             }
-            ibv_close_device(self.ctx);
+            report("ibv_close_device", ibv_close_device(self.ctx));
         }
     }
 }

@@ -26,9 +26,15 @@
 //! buffers until the QP is destroyed. Registration therefore gives each region
 //! a keeper ([`crate::fabric::RegionKeeper`]): a region dropped while still
 //! registered — even under posted receives — hands its storage to the QP,
-//! which frees it only after `ibv_destroy_qp` and `ibv_dereg_mr`. So the safe
-//! API stays sound whatever the caller drops first; the cost is that such
-//! storage lives as long as the QP.
+//! which frees it only after `ibv_destroy_qp` succeeded. So the safe API stays
+//! sound whatever the caller drops first; the cost is that such storage lives
+//! as long as the QP. If `ibv_destroy_qp` fails the device may go on writing:
+//! the QP's MRs stay registered and its memory is leaked, never freed (logged
+//! at error level). The keeper also records every receive buffer from its post
+//! until its completion is polled (or the QP is reset or destroyed), and the
+//! region accessors ([`crate::fabric::Region::slice`], `Memory::resolve`, …)
+//! refuse those bytes: safe code never holds a reference to memory the device
+//! is writing. A buffer posted again while still posted is refused.
 
 mod ah;
 mod cq;
@@ -80,7 +86,7 @@ impl UdQueuePair for VerbsQp {
         self.post_send_chain(mem, wrs)
     }
 
-    fn post_recv(&mut self, mem: &Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
+    fn post_recv(&mut self, mem: &mut Memory, wrs: &[RecvWr]) -> Result<(), (usize, FabricError)> {
         self.post_recv_chain(mem, wrs)
     }
 
@@ -95,6 +101,8 @@ impl UdQueuePair for VerbsQp {
     fn poll_recv_cq(&mut self, _mem: &mut Memory, out: &mut [Completion]) -> usize {
         let n = self.cq.poll_recv(&self.dev, out);
         self.recv_posted -= n.min(self.recv_posted);
+        // The device is done with these buffers: they are the caller's again.
+        self.kept.completed(out[..n].iter().map(|c| c.wr_id));
         n
     }
 

@@ -129,9 +129,14 @@ impl VerbsQp {
     }
 
     /// `UdQueuePair::post_recv`: as many WRs as fit, in one chain.
+    ///
+    /// Each buffer is recorded in `self.kept` before the doorbell: from then
+    /// until its completion is handed out, the device may write into it, and
+    /// the region accessors refuse its bytes. `mem` is borrowed mutably, so no
+    /// reference into it is alive when the device starts writing.
     pub(super) fn post_recv_chain(
         &mut self,
-        mem: &Memory,
+        mem: &mut Memory,
         wrs: &[RecvWr],
     ) -> Result<(), (usize, FabricError)> {
         if wrs.is_empty() {
@@ -140,20 +145,32 @@ impl VerbsQp {
         let room = (self.attr.max_recv_wr as usize).saturating_sub(self.recv_posted);
         let mut failure = None;
         self.sges.clear();
+        // Held to the end: the regions' accessors ask `self.kept` too, and
+        // must not see a buffer before it is recorded.
+        let mut kept = self.kept.lock();
         for wr in wrs {
             if self.sges.len() >= room {
                 failure = Some(FabricError::QueueFull(self.recv_posted));
                 break;
             }
             // The device writes here: it must lie inside a registered region of `mem`.
-            let ok = mem.resolve(&wr.sge).is_some();
-            let Some(addr) = Self::region_addr(mem, &wr.sge).filter(|_| ok) else {
+            let Some(addr) = Self::recv_addr(mem, &wr.sge) else {
                 failure = Some(FabricError::QpError(format!(
                     "receive buffer {:?} not registered",
                     wr.sge
                 )));
                 break;
             };
+            if !kept
+                .posted
+                .post(wr.wr_id, addr as usize, wr.sge.len as usize)
+            {
+                failure = Some(FabricError::QpError(format!(
+                    "receive buffer {:?} overlaps a receive still posted",
+                    wr.sge
+                )));
+                break;
+            }
             self.sges.push(ibv_sge {
                 addr,
                 length: wr.sge.len,
@@ -189,11 +206,25 @@ impl VerbsQp {
             failure = Some(os_err("ibv_post_recv", rc));
             usize::try_from(idx).unwrap_or(0).min(take)
         };
+        kept.posted.unpost_last(take - posted);
+        drop(kept);
         self.recv_posted += posted;
         match failure {
             Some(e) => Err((posted, e)),
             None => Ok(()),
         }
+    }
+
+    /// The address of a receive buffer: inside the initialised bytes of the
+    /// region of `mem` whose lkey it names ([`Memory::resolve`]'s rules, without
+    /// asking the region's keeper, which is `self.kept`, locked by the caller).
+    fn recv_addr(mem: &Memory, sge: &Sge) -> Option<u64> {
+        let r = mem.region(sge.region)?;
+        let end = sge.offset as usize + sge.len as usize;
+        if r.lkey() != Some(sge.lkey) || end > r.written() {
+            return None;
+        }
+        Self::region_addr(mem, sge)
     }
 
     /// The address of `sge` if it lies inside its region of `mem`, whose memory

@@ -108,15 +108,19 @@ impl std::fmt::Debug for VerbsQp {
     }
 }
 
-/// A `QpError` naming the failed call: `rc` is the errno when positive (as
-/// `ibv_modify_qp` returns it), else `errno` is read.
-pub(super) fn os_err(what: &str, rc: i32) -> FabricError {
-    let e = if rc > 0 {
+/// The error of a failed libibverbs call: `rc` is the errno when positive (as
+/// `ibv_modify_qp` and the `ibv_destroy_*` calls return it), else `errno` is read.
+pub(super) fn errno_of(rc: i32) -> io::Error {
+    if rc > 0 {
         io::Error::from_raw_os_error(rc)
     } else {
         io::Error::last_os_error()
-    };
-    FabricError::QpError(format!("{what}: {e}"))
+    }
+}
+
+/// A `QpError` naming the failed call (`rc` as for [`errno_of`]).
+pub(super) fn os_err(what: &str, rc: i32) -> FabricError {
+    FabricError::QpError(format!("{what}: {}", errno_of(rc)))
 }
 
 impl VerbsQp {
@@ -359,6 +363,7 @@ impl VerbsQp {
         self.cq.discard(&self.dev);
         self.sends.reset();
         self.recv_posted = 0;
+        self.kept.reset_posted();
         // A failure reported before the reset was about the QP just reset: drop
         // it, or it would reset the recovered QP again. Keep every other event.
         while let Some(ev) = self.read_async_event() {
@@ -375,23 +380,67 @@ impl VerbsQp {
     }
 }
 
-impl Drop for VerbsQp {
-    fn drop(&mut self) {
-        // SAFETY: every object is ours and destroyed once: the QP first (no more DMA,
-        // no WR references AHs or MRs), then AHs and MRs; the Device (CQs, channel,
-        // PD, context) goes when the last Arc does.
-        unsafe {
-            ibv_destroy_qp(self.qp);
-            for ah in self.sends.drain_ahs() {
-                ibv_destroy_ah(ah);
-            }
-            for mr in self.mrs.drain(..) {
-                ibv_dereg_mr(mr);
+impl VerbsQp {
+    /// Teardown after `ibv_destroy_qp` succeeded: no WR is left, so the device
+    /// writes nothing any more; destroy the AHs, deregister the MRs and free
+    /// the storage of regions dropped while registered.
+    fn destroy_after_qp(&mut self) {
+        for ah in self.sends.drain_ahs() {
+            // SAFETY: `ah` was created by ibv_create_ah, is destroyed once (the
+            // ledger hands it out once), and no WR uses it: the QP is gone.
+            let rc = unsafe { ibv_destroy_ah(ah) };
+            if rc != 0 {
+                tracing::warn!(qpn = self.attr.qpn, error = %errno_of(rc), "ibv_destroy_ah failed");
             }
         }
-        // The device is done with every buffer: regions dropped while
-        // registered can be freed now.
+        for mr in self.mrs.drain(..) {
+            // SAFETY: `mr` is a live MR of ours, deregistered once (drained).
+            let rc = unsafe { ibv_dereg_mr(mr) };
+            if rc != 0 {
+                // Its pages stay pinned; nothing writes into them: the PD it
+                // belongs to is this QP's own and has no QP left, and the MR
+                // grants no remote access.
+                tracing::warn!(qpn = self.attr.qpn, error = %errno_of(rc),
+                    "ibv_dereg_mr failed; its memory is freed (the QP is destroyed)");
+            }
+        }
         self.kept.release();
+    }
+
+    /// Teardown after `ibv_destroy_qp` failed with `rc`: the QP may still be
+    /// live in the device, writing into posted receive buffers (and reading
+    /// AHs, CQs, the PD). Nothing it may use is released: the MRs stay
+    /// registered, the storage of regions dropped while registered — and of
+    /// those that drop later — is never freed, their posted buffers stay out
+    /// of safe code's reach, and the device context (PD, CQs) is never closed.
+    fn leak_after_failed_destroy(&mut self, rc: i32) {
+        let error = errno_of(rc);
+        let errno = error.raw_os_error().unwrap_or(rc);
+        tracing::error!(qpn = self.attr.qpn, device = %self.dev.name, errno, %error,
+            mrs = self.mrs.len(), kept_regions = self.kept.len(),
+            recvs_posted = self.recv_posted,
+            "ibv_destroy_qp failed: the device may still write into this QP's receive \
+             buffers, so its memory regions stay registered and their memory is leaked \
+             (never freed) rather than handed back to the allocator");
+        self.kept.leak();
+        // Raw pointers: forgetting them frees nothing; the MRs (and the AHs,
+        // left in the ledger) stay.
+        self.mrs.clear();
+        // The device context outlives the QP that may still use its PD and CQs.
+        std::mem::forget(Arc::clone(&self.dev));
+    }
+}
+
+impl Drop for VerbsQp {
+    fn drop(&mut self) {
+        // SAFETY: the QP is ours and destroyed once, here, first: the AHs, MRs
+        // and memory it uses are released only once it is gone.
+        let rc = unsafe { ibv_destroy_qp(self.qp) };
+        if rc == 0 {
+            self.destroy_after_qp();
+        } else {
+            self.leak_after_failed_destroy(rc);
+        }
         self.notify.shutdown();
     }
 }
