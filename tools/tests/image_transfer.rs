@@ -324,7 +324,11 @@ async fn http_ranges_errors_and_malformed_requests() {
     let listener = tokio::net::TcpListener::bind("127.0.111.12:19110")
         .await
         .unwrap();
-    tokio::spawn(http::serve(listener, n.clone()));
+    tokio::spawn(http::serve(
+        listener,
+        quic_rdma_tools::listener::Limits::DEFAULT,
+        n.clone(),
+    ));
     let base = "http://127.0.111.12:19110";
     let c = reqwest::Client::new();
     let url = format!("{base}/v2/library/x/blobs/{d}?ns=docker.io");

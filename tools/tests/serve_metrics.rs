@@ -16,14 +16,7 @@ use serde_json::Value;
 const METRICS: &str = "127.0.116.40:19812";
 
 fn scrape() -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(METRICS).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out.split_once("\r\n\r\n")?.1.to_string())
+    common::http::get_ok(METRICS, "/metrics")
 }
 
 #[test]

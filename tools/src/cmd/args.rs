@@ -1,8 +1,15 @@
 //! Option values and defaults that more than one subcommand takes.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use quic_rdma::quinn_adapter::Liveness;
+
+use anyhow::Context as _;
+
+use crate::http::Page;
+use crate::listener::{Limits, ListenerStats};
 
 pub(crate) use crate::channel_endpoint::DEFAULT_SERVICE_PORT;
 
@@ -59,7 +66,7 @@ pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
 /// The idle timeout is judged by the receive path's clock
 /// (`quinn_adapter::watch`: a peer silent that long, counting only from
 /// packets read off the fabric, is dead), not by quinn's idle timer, which
-/// runs in a connection task a busy host can delay by seconds (issue 22):
+/// runs in a connection task a busy host can delay by seconds:
 /// the QUIC idle timeout sent to the peer is twice it, and at least 30 s
 /// (`Liveness::QUINN_ADAPTER_IDLE_TIMEOUT`), and only catches what no
 /// watcher does.
@@ -123,6 +130,85 @@ impl LivenessArgs {
     }
 }
 
+/// `--metrics ADDR` and the limits of its listener: every long-running
+/// command's Prometheus endpoint, declared once.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub(crate) struct MetricsArgs {
+    /// Serve Prometheus text on http://ADDR/metrics (watch it live with
+    /// `qr stats ADDR`); bind it to loopback or a management network.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics: Option<SocketAddr>,
+    /// Limits of the TCP listeners.
+    #[command(flatten)]
+    pub(crate) tcp: TcpLimitsArgs,
+}
+
+impl MetricsArgs {
+    /// Serve `pages` on `--metrics`, if given, announcing it on stderr as
+    /// `command`; the listener runs until the returned task is dropped.
+    /// `also`: the command's other TCP listeners, whose counters `/metrics`
+    /// carries too.
+    pub(crate) async fn serve(
+        &self,
+        command: &str,
+        pages: Vec<Page>,
+        also: Vec<Arc<ListenerStats>>,
+    ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+        let Some(addr) = self.metrics else {
+            return Ok(None);
+        };
+        let (bound, task) = crate::http::serve_pages(addr, self.tcp.limits(), pages, also)
+            .await
+            .with_context(|| format!("--metrics {addr}: is the port taken?"))?;
+        eprintln!("{command}: metrics on http://{bound}/metrics");
+        Ok(Some(task))
+    }
+}
+
+/// `--tcp-*`: the limits of every TCP listener a command opens (its
+/// `/metrics`, the node agent's OCI API, the KV relay's Redis port).
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub(crate) struct TcpLimitsArgs {
+    /// Open TCP connections at most per listener; past it a new connection
+    /// takes the place of the one idle longest.
+    #[arg(long, default_value_t = Limits::DEFAULT.max_connections, value_parser = parse_connections)]
+    tcp_max_connections: usize,
+    /// Time a TCP client has to send a whole request, from connecting or from
+    /// its previous response (e.g. 10s).
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    tcp_request_timeout: Duration,
+    /// Drop a TCP client that takes no bytes of a response for this long.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    tcp_stall_timeout: Duration,
+}
+
+fn parse_connections(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("a cap of 0 would refuse everyone: give at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a connection count (e.g. 512)")),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("a timeout of 0 would drop every connection: give e.g. 10s".into()),
+        Err(e) => Err(format!("`{s}` is not a duration (e.g. 500ms, 10s): {e}")),
+    }
+}
+
+impl TcpLimitsArgs {
+    /// The limits.
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            max_connections: self.tcp_max_connections,
+            request_timeout: self.tcp_request_timeout,
+            stall_timeout: self.tcp_stall_timeout,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,7 +225,7 @@ mod tests {
         assert!(parse_bytes("0").is_err());
         assert!(parse_bytes("12X").is_err());
         assert!(parse_bytes("M").is_err());
-        // Never rounded (issue 9 #10): fractions only where they are exact.
+        // Never rounded: fractions only where they are exact.
         assert_eq!(parse_bytes("1.5K"), Ok(1536));
         assert_eq!(parse_bytes(".5k"), Ok(512));
         assert_eq!(parse_bytes("2."), Ok(2));
@@ -163,6 +249,41 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         liveness: LivenessArgs,
+        #[command(flatten)]
+        tcp: TcpLimitsArgs,
+    }
+
+    #[test]
+    fn tcp_limits_options() {
+        use clap::Parser;
+        let default = Cli::try_parse_from(["qr"]).unwrap().tcp;
+        assert_eq!(default.limits(), Limits::DEFAULT);
+        let set = Cli::try_parse_from([
+            "qr",
+            "--tcp-max-connections",
+            "8",
+            "--tcp-request-timeout",
+            "2s",
+            "--tcp-stall-timeout",
+            "500ms",
+        ])
+        .unwrap()
+        .tcp;
+        assert_eq!(
+            set.limits(),
+            Limits {
+                max_connections: 8,
+                request_timeout: Duration::from_secs(2),
+                stall_timeout: Duration::from_millis(500),
+            }
+        );
+        for bad in [
+            ["qr", "--tcp-max-connections", "0"],
+            ["qr", "--tcp-request-timeout", "0s"],
+            ["qr", "--tcp-stall-timeout", "soon"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -23,9 +23,10 @@ use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::fabric::{Mtu, UdQueuePair};
 use quic_rdma::socket::SocketConfig;
 
-use super::args::DEFAULT_SERVICE_PORT;
+use super::args::{MetricsArgs, DEFAULT_SERVICE_PORT};
 use crate::channel_endpoint::query_bootstrap;
 use crate::gateway::{self, GatewayStats, Limits, QpFactory, ToFabric, ToUdp};
+use crate::http::Page;
 use crate::provider::{self, EndpointOptions, ProviderKind};
 
 /// Options of `qr gateway`.
@@ -71,9 +72,9 @@ struct Common {
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     idle_timeout: Duration,
 
-    /// Serve the gateway's counters as Prometheus text on http://ADDR/metrics.
-    #[arg(long)]
-    metrics: Option<SocketAddr>,
+    /// `--metrics` (the gateway's counters) and the limits of its listener.
+    #[command(flatten)]
+    metrics: MetricsArgs,
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -160,20 +161,14 @@ async fn metrics(
     c: &Common,
     stats: &Arc<GatewayStats>,
 ) -> Result<Option<tokio::task::JoinHandle<()>>> {
-    let Some(addr) = c.metrics else {
-        return Ok(None);
-    };
     let stats = stats.clone();
-    let (bound, task) = crate::kv::http::serve_routes(
-        addr,
-        Arc::new(move |path: &str| {
-            (path == "/metrics").then(|| ("text/plain; version=0.0.4", stats.prometheus()))
-        }),
-    )
-    .await
-    .with_context(|| format!("metrics listener on {addr}"))?;
-    eprintln!("qr gateway: metrics on http://{bound}/metrics");
-    Ok(Some(task))
+    c.metrics
+        .serve(
+            "qr gateway",
+            vec![Page::metrics(move || stats.prometheus())],
+            vec![],
+        )
+        .await
 }
 
 async fn to_fabric(a: &ToFabricArgs) -> Result<()> {

@@ -23,11 +23,13 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use quic_rdma::quinn_adapter::Liveness;
 
-use super::args::{parse_bytes, LivenessArgs};
+use super::args::{parse_bytes, LivenessArgs, MetricsArgs};
 use crate::channel_endpoint::{self, ChannelClient, DialOptions, ListenOptions};
+use crate::http::Page;
 use crate::kv::redis::downstream::{self, Dialer, Upstream};
 use crate::kv::redis::upstream::{self, UpstreamConfig};
 use crate::kv::{self, Master, MasterConfig, Metrics};
+use crate::listener::ListenerStats;
 use crate::pki::MtlsArgs;
 use crate::provider::{self, ProviderKind};
 
@@ -61,9 +63,9 @@ struct Common {
     /// Mutual TLS identity and CA.
     #[command(flatten)]
     mtls: MtlsArgs,
-    /// Serve Prometheus metrics (/metrics) and JSON status (/status) here.
-    #[arg(long)]
-    metrics: Option<SocketAddr>,
+    /// `--metrics` (also JSON status on /status) and the limits of its listener.
+    #[command(flatten)]
+    metrics: MetricsArgs,
     /// Progress as one JSON status object per line on stdout.
     #[arg(long)]
     json: bool,
@@ -153,13 +155,28 @@ pub(crate) fn main(args: &KvRelayArgs) -> ExitCode {
 }
 
 /// Metrics endpoint and progress printer, common to both sides.
-async fn observe(common: &Common, metrics: Arc<Metrics>, role: &'static str) -> Result<()> {
-    if let Some(addr) = common.metrics {
-        let (bound, _task) = kv::http::serve(addr, metrics.clone(), role)
-            .await
-            .with_context(|| format!("metrics endpoint on {addr}"))?;
-        eprintln!("qr kv-relay {role}: metrics on http://{bound}/metrics");
-    }
+///
+/// `resp`: the counters of the Redis port's listener, on the downstream side.
+async fn observe(
+    common: &Common,
+    metrics: Arc<Metrics>,
+    role: &'static str,
+    resp: Option<Arc<ListenerStats>>,
+) -> Result<()> {
+    let (m, s) = (metrics.clone(), metrics.clone());
+    let task = common
+        .metrics
+        .serve(
+            &format!("qr kv-relay {role}"),
+            vec![
+                Page::metrics(move || m.prometheus(role)),
+                Page::status(move || s.status(role).to_string()),
+            ],
+            resp.into_iter().collect(),
+        )
+        .await?;
+    // A dropped JoinHandle detaches its task: it serves for the process's life.
+    drop(task);
     if let Some(every) = common.progress.0 {
         let json = common.json;
         tokio::spawn(async move {
@@ -219,7 +236,7 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     // The transport config is the fabric's (channel_endpoint replaces it).
     let transport = Arc::new(quinn::TransportConfig::default());
     let listening = channel_endpoint::listen(&lo, mtls.server_config(kv::ALPN, transport)?)?;
-    observe(c, metrics.clone(), "upstream").await?;
+    observe(c, metrics.clone(), "upstream", None).await?;
     eprintln!(
         "qr kv-relay upstream: following Redis master {}; serving downstream relays: {}",
         a.master,
@@ -277,7 +294,8 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .with_context(|| format!("listening for replicas on TCP {}", a.listen))?;
-    observe(c, metrics.clone(), "downstream").await?;
+    let resp = Arc::new(ListenerStats::new("resp"));
+    observe(c, metrics.clone(), "downstream", Some(resp.clone())).await?;
     // One client endpoint for the relay's life: the first dial opens it,
     // later ones reconnect on it (its RoCEv2 port stays ours).
     let client: Arc<tokio::sync::Mutex<Option<ChannelClient>>> = Arc::default();
@@ -318,6 +336,6 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
         "qr kv-relay downstream: replicas connect to {}; upstream relay {}",
         a.listen, a.upstream
     );
-    downstream::serve(listener, upstream, metrics).await;
+    downstream::serve(listener, c.metrics.tcp.limits(), resp, upstream, metrics).await;
     Ok(())
 }

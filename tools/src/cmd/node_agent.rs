@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::args::{parse_bytes, LivenessArgs};
+use super::args::{parse_bytes, LivenessArgs, TcpLimitsArgs};
 use crate::channel_endpoint::{listen, ChannelServer, DialOptions, ListenOptions};
 use crate::image::cache::Cache;
 use crate::image::client::FabricClient;
@@ -40,6 +40,10 @@ pub(crate) struct NodeAgentArgs {
     /// container runtime is plain HTTP).
     #[arg(long, default_value = "127.0.0.1:5000")]
     listen: SocketAddr,
+
+    /// Limits of the pull API's listener.
+    #[command(flatten)]
+    tcp: TcpLimitsArgs,
 
     /// Fabric provider.
     #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
@@ -269,7 +273,7 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
             "qr node-agent: ready on http://{} (registry agent {})",
             args.listen, args.registry
         );
-        http::serve(listener, node).await;
+        http::serve(listener, args.tcp.limits(), node).await;
         Ok(())
     })
 }

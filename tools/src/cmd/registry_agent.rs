@@ -1,15 +1,16 @@
 //! `qr registry-agent`: serve manifests and blobs over the fabric
 //! (`qr-image/1`, mutual TLS) from an upstream registry or an OCI layout.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use super::args::{parse_bytes, LivenessArgs, DEFAULT_SERVICE_PORT};
+use super::args::{parse_bytes, LivenessArgs, MetricsArgs, DEFAULT_SERVICE_PORT};
 use crate::channel_endpoint::{listen, ListenOptions};
+use crate::http::Page;
 use crate::image::cache::Cache;
 use crate::image::metrics::RegistryMetrics;
 use crate::image::source::Source;
@@ -54,9 +55,9 @@ pub(crate) struct RegistryAgentArgs {
     #[arg(long, default_value = "20G", value_parser = parse_bytes)]
     cache_size: u64,
 
-    /// Serve Prometheus text on http://ADDR/metrics.
-    #[arg(long)]
-    metrics: Option<SocketAddr>,
+    /// `--metrics` and the limits of its listener.
+    #[command(flatten)]
+    metrics: MetricsArgs,
 
     /// Certificate, key and CA (PEM) of mutual TLS with the node agents.
     #[command(flatten)]
@@ -108,13 +109,15 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
         opts.liveness = args.liveness.liveness()?;
         let server = listen(&opts, config)?;
         let metrics = Arc::new(RegistryMetrics::default());
-        if let Some(addr) = args.metrics {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("--metrics {addr}: is the port taken?"))?;
-            let m = metrics.clone();
-            tokio::spawn(crate::image::http::serve_text(listener, move || m.render()));
-        }
+        let m = metrics.clone();
+        let _metrics_http = args
+            .metrics
+            .serve(
+                "qr registry-agent",
+                vec![Page::metrics(move || m.render())],
+                vec![],
+            )
+            .await?;
         let spool = Arc::new(Spool::new(Arc::new(source), cache, metrics.clone()));
         println!(
             "qr registry-agent: ready on {} ({}), ALPN {}",

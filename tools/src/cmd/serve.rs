@@ -24,9 +24,10 @@ use anyhow::{anyhow, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::quinn_adapter::{self, Liveness};
 
-use super::args::{LivenessArgs, DEFAULT_SERVICE_PORT};
+use super::args::{LivenessArgs, MetricsArgs, DEFAULT_SERVICE_PORT};
 use crate::endpoint::endpoint;
 use crate::endpoint_metrics::EndpointMetrics;
+use crate::http::Page;
 use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError, ProviderKind};
 use crate::report::{hex, ServeSummary, SocketReport, SoftPortReport, UdEndpointReport};
 use crate::tls::{self, ServerIdentity};
@@ -88,10 +89,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, hide = true)]
     pub(crate) exit_with_parent: bool,
 
-    /// Serve the endpoint's socket, provider and quinn counters as Prometheus
-    /// text on http://ADDR/metrics (watch them live with `qr stats ADDR`).
-    #[arg(long)]
-    pub(crate) metrics: Option<SocketAddr>,
+    /// `--metrics` (the endpoint's socket, provider and quinn counters) and
+    /// the limits of its listener.
+    #[command(flatten)]
+    pub(crate) metrics: MetricsArgs,
 
     /// Print each connection's summary as one JSON line instead of text.
     #[arg(long)]
@@ -233,22 +234,15 @@ fn serve(args: &ServeArgs) -> Result<bool> {
         );
         let ep = Arc::new(ep);
         let metrics = Arc::new(EndpointMetrics::new(ep.socket.clone(), ep.soft.clone()));
-        let _metrics_http = match args.metrics {
-            Some(addr) => {
-                let m = metrics.clone();
-                let (bound, task) = crate::kv::http::serve_routes(
-                    addr,
-                    Arc::new(move |path: &str| {
-                        (path == "/metrics").then(|| ("text/plain; version=0.0.4", m.prometheus()))
-                    }),
-                )
-                .await
-                .with_context(|| format!("metrics listener on {addr}"))?;
-                eprintln!("qr serve: metrics on http://{bound}/metrics");
-                Some(task)
-            }
-            None => None,
-        };
+        let m = metrics.clone();
+        let _metrics_http = args
+            .metrics
+            .serve(
+                "qr serve",
+                vec![Page::metrics(move || m.prometheus())],
+                vec![],
+            )
+            .await?;
         if args.once {
             // One deadline for the whole run, from start-up: a client that never
             // comes must not keep the process (its IP:port, its service port).

@@ -5,12 +5,11 @@
 //! each gauge's value — `top` for an endpoint.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::prom_text::{self, Exposition};
 
@@ -44,61 +43,47 @@ pub(crate) struct StatsArgs {
 /// Run `qr stats`: 0 after --count intervals; 1 when the endpoint fails or
 /// answers something that is not Prometheus text.
 pub(crate) fn main(args: &StatsArgs) -> ExitCode {
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("qr stats: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    super::run_on_runtime("stats", run(args))
 }
 
 /// One GET of http://addr/metrics, its body.
-pub(crate) fn scrape(addr: &str, timeout: Duration) -> Result<String> {
-    let to = addr
-        .to_socket_addrs()
-        .with_context(|| format!("`{addr}` is not HOST:PORT"))?
-        .next()
-        .ok_or_else(|| anyhow!("`{addr}` resolved to no address"))?;
-    let mut s = TcpStream::connect_timeout(&to, timeout).with_context(|| {
-        format!("connecting to {to} (is the endpoint running with --metrics {addr}?)")
-    })?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)
-        .context("reading the response")?;
-    let (head, body) = resp
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| anyhow!("{to} did not answer HTTP"))?;
-    let status = head.lines().next().unwrap_or("");
-    if !status.contains(" 200 ") {
-        bail!("{to}/metrics answered `{status}`");
+async fn scrape(client: &reqwest::Client, addr: &str) -> Result<String> {
+    let url = format!("http://{addr}/metrics");
+    let resp =
+        client.get(&url).send().await.with_context(|| {
+            format!("GET {url} (is the endpoint running with --metrics {addr}?)")
+        })?;
+    let status = resp.status();
+    if !status.is_success() {
+        bail!("{url} answered `{status}`");
     }
-    Ok(body.to_string())
+    resp.text().await.with_context(|| format!("reading {url}"))
 }
 
-fn poll(args: &StatsArgs) -> Result<Exposition> {
-    let text = scrape(&args.addr, Duration::from_secs(2))?;
+async fn poll(client: &reqwest::Client, args: &StatsArgs) -> Result<Exposition> {
+    let text = scrape(client, &args.addr).await?;
     prom_text::parse(&text)
         .with_context(|| format!("{}/metrics is not valid Prometheus text", args.addr))
 }
 
-fn run(args: &StatsArgs) -> Result<()> {
+async fn run(args: &StatsArgs) -> Result<()> {
     if args.interval.is_zero() {
         bail!("--interval 0 would poll in a busy loop: give e.g. 1s or 250ms");
     }
+    if args.addr.contains('/') {
+        bail!("`{}` is not HOST:PORT (`/metrics` is added)", args.addr);
+    }
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .context("building the HTTP client")?;
     let started = Instant::now();
-    let mut prev = poll(args)?;
+    let mut prev = poll(&client, args).await?;
     let mut prev_at = Instant::now();
     let mut n = 0;
     while args.count == 0 || n < args.count {
-        std::thread::sleep(args.interval.saturating_sub(prev_at.elapsed()));
-        let now = poll(args)?;
+        tokio::time::sleep(args.interval.saturating_sub(prev_at.elapsed())).await;
+        let now = poll(&client, args).await?;
         let at = Instant::now();
         let secs = at.duration_since(prev_at).as_secs_f64();
         let old: BTreeMap<String, f64> = prev.samples.iter().map(|s| (s.key(), s.value)).collect();

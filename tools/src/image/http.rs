@@ -4,84 +4,34 @@
 //!
 //! Only GET and HEAD exist here: pushing is for the upstream registry.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, RANGE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use super::client::FetchError;
 use super::digest::{check_name, Digest, Reference};
 use super::metrics::Path;
 use super::node::Node;
+use crate::http::{full, METRICS_CONTENT_TYPE};
+use crate::listener::{Limits, ListenerStats};
 
-/// The response body type.
-pub type Body = BoxBody<Bytes, std::io::Error>;
+pub use crate::http::Body;
 
-/// Serve HTTP on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, node: Arc<Node>) {
-    loop {
-        let (tcp, _) = match listener.accept().await {
-            Ok(a) => a,
-            Err(e) => {
-                // EMFILE and the like: keep serving the connections we have.
-                tracing::warn!("accept: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let node = node.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let node = node.clone();
-                async move { Ok::<_, Infallible>(handle(req, &node).await) }
-            });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tcp), svc)
-                .await
-            {
-                tracing::debug!("HTTP connection: {e}");
-            }
-        });
-    }
-}
-
-/// Serve `text()` as Prometheus text on every path of `listener` (the
-/// registry agent's `--metrics`).
-pub async fn serve_text<F>(listener: TcpListener, text: F)
-where
-    F: Fn() -> String + Send + Sync + 'static,
-{
-    let text = Arc::new(text);
-    loop {
-        let Ok((tcp, _)) = listener.accept().await else {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            continue;
-        };
-        let text = text.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
-                let mut r = Response::new(full(text()));
-                r.headers_mut().insert(
-                    CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; version=0.0.4"),
-                );
-                async move { Ok::<_, Infallible>(r) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tcp), svc)
-                .await;
-        });
-    }
-}
-
-fn full(b: impl Into<Bytes>) -> Body {
-    Full::new(b.into()).map_err(|n| match n {}).boxed()
+/// Serve the OCI pull API (and `/metrics`) on `listener` under `limits`
+/// until the task is dropped.
+pub async fn serve(listener: TcpListener, limits: Limits, node: Arc<Node>) {
+    let stats = Arc::new(ListenerStats::new("http"));
+    let s = stats.clone();
+    crate::http::serve(listener, limits, stats, move |req| {
+        let (node, stats) = (node.clone(), s.clone());
+        async move { handle(req, &node, &stats).await }
+    })
+    .await
 }
 
 /// An OCI error response (distribution-spec "Error Codes": a JSON body
@@ -200,9 +150,9 @@ pub fn parse_range(h: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, ()>
     }
 }
 
-async fn handle(req: Request<Incoming>, node: &Arc<Node>) -> Response<Body> {
+async fn handle(req: Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) -> Response<Body> {
     node.metrics.requests.inc();
-    let resp = answer(&req, node).await;
+    let resp = answer(&req, node, tcp).await;
     match resp.status() {
         StatusCode::BAD_REQUEST => node.metrics.bad_requests.inc(),
         s if s.is_client_error() || s.is_server_error() => node.metrics.errors.inc(),
@@ -211,7 +161,7 @@ async fn handle(req: Request<Incoming>, node: &Arc<Node>) -> Response<Body> {
     resp
 }
 
-async fn answer(req: &Request<Incoming>, node: &Arc<Node>) -> Response<Body> {
+async fn answer(req: &Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) -> Response<Body> {
     let head = req.method() == Method::HEAD;
     if !head && req.method() != Method::GET {
         return oci_error(
@@ -237,11 +187,9 @@ async fn answer(req: &Request<Incoming>, node: &Arc<Node>) -> Response<Body> {
                     .evictions()
                     .saturating_sub(m.cache_evictions.get()),
             );
-            let mut r = Response::new(full(m.render()));
-            r.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4"),
-            );
+            let mut r = Response::new(full(m.render() + &ListenerStats::prometheus(&[tcp])));
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
             r
         }
         Route::Base => {

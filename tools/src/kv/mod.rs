@@ -18,7 +18,6 @@ pub mod backlog;
 pub mod error;
 pub mod flow;
 pub mod frame;
-pub mod http;
 pub mod master;
 pub mod metrics;
 pub mod redis;

@@ -2,6 +2,8 @@
 //! with the test, private temp dirs, and network namespaces the test creates.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod http;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};

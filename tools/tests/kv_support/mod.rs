@@ -3,6 +3,9 @@
 //! dataset checks. Every process dies with the test (killed on drop).
 #![allow(dead_code, unreachable_pub)]
 
+#[path = "../common/http.rs"]
+mod http;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -388,22 +391,15 @@ pub fn downstream(
 
 /// GET a relay's /status as JSON.
 pub fn status(addr: &str) -> serde_json::Value {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    let json = body.split("\r\n\r\n").nth(1).unwrap_or("");
-    serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {body}"))
+    let (code, body) = http::get(addr, "/status").unwrap();
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
 /// GET a relay's /metrics.
 pub fn metrics(addr: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
+    let (code, body) = http::get(addr, "/metrics").unwrap();
+    assert_eq!(code, 200, "{body}");
     body
 }
 

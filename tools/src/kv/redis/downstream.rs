@@ -22,6 +22,7 @@ use super::rdb::EOF_MARK_LEN;
 use super::resp::{Command, Parser, RespError};
 use crate::kv::metrics::{Metrics, ReplicaStatus};
 use crate::kv::replica::{ReplicaConn, SyncStart};
+use crate::listener::{Ended, Limits, ListenerStats, Slot};
 
 /// Opens a QUIC connection to the upstream relay.
 pub type Dialer = Arc<
@@ -70,32 +71,54 @@ impl Upstream {
     }
 }
 
-/// Accept replicas on `listener` forever; each link fails alone.
-pub async fn serve(listener: TcpListener, upstream: Arc<Upstream>, metrics: Arc<Metrics>) {
+/// Accept replicas on `listener` under `limits` until the task is dropped;
+/// each link fails alone. A connection counts as idle (evictable when the
+/// listener is full) until its PSYNC, and must send each handshake command
+/// within the request timeout.
+pub async fn serve(
+    listener: TcpListener,
+    limits: Limits,
+    stats: Arc<ListenerStats>,
+    upstream: Arc<Upstream>,
+    metrics: Arc<Metrics>,
+) {
     static LINK: AtomicU64 = AtomicU64::new(1);
-    loop {
-        let (sock, peer) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("kv downstream: accept: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    crate::listener::serve(listener, limits, stats, move |sock, slot| {
         let (upstream, metrics) = (upstream.clone(), metrics.clone());
         let id = LINK.fetch_add(1, Relaxed);
-        tokio::spawn(async move {
-            let r = replica_link(RedisConn::new(sock), &upstream, &metrics, id).await;
+        async move {
+            let peer = sock.peer_addr().ok();
+            let link = Link {
+                slot: &slot,
+                request_timeout: limits.request_timeout,
+            };
+            let r = replica_link(RedisConn::new(sock), link, &upstream, &metrics, id).await;
             metrics.remove_replica(id);
-            if let Err(e) = r {
-                metrics.link_errors.fetch_add(1, Relaxed);
-                if e.is_malformed() {
-                    metrics.malformed.fetch_add(1, Relaxed);
+            match r {
+                Ok(()) => Ended::Closed,
+                Err(e) => {
+                    metrics.link_errors.fetch_add(1, Relaxed);
+                    if e.is_malformed() {
+                        metrics.malformed.fetch_add(1, Relaxed);
+                    }
+                    if let Some(peer) = peer {
+                        eprintln!("qr kv-relay downstream: replica {peer} link closed: {e}");
+                    }
+                    match e {
+                        RelayError::Timeout(_) => Ended::TimedOut,
+                        _ => Ended::Closed,
+                    }
                 }
-                eprintln!("qr kv-relay downstream: replica {peer} link closed: {e}");
             }
-        });
-    }
+        }
+    })
+    .await
+}
+
+/// A replica connection's place in the listener.
+struct Link<'a> {
+    slot: &'a Slot,
+    request_timeout: Duration,
 }
 
 /// Commands from a replica, in order; a parse error comes after the
@@ -157,6 +180,7 @@ async fn reply(c: &mut RedisConn, s: &str) -> Result<(), RelayError> {
 
 async fn replica_link(
     mut c: RedisConn,
+    link: Link<'_>,
     upstream: &Upstream,
     metrics: &Metrics,
     id: u64,
@@ -165,7 +189,7 @@ async fn replica_link(
     let mut hello = Hello::default();
     // The handshake, up to PSYNC (bounded: a silent peer is dropped).
     let have = loop {
-        let cmd = tokio::time::timeout(Duration::from_secs(60), cmds.next(&mut c))
+        let cmd = tokio::time::timeout(link.request_timeout, cmds.next(&mut c))
             .await
             .map_err(|_| RelayError::Timeout("the replica's handshake"))??;
         match cmd.arg_lower(0).as_deref() {
@@ -222,6 +246,8 @@ async fn replica_link(
             }
         }
     };
+    // A replica from here on: never evicted for a newcomer.
+    let _busy = link.slot.busy();
     if !hello.capa_eof {
         reply(
             &mut c,

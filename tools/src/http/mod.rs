@@ -1,0 +1,10 @@
+//! The one HTTP stack of `qr`: hyper, HTTP/1.1, behind [`crate::listener`]'s
+//! connection cap and timeouts. The node agent's OCI API serves through
+//! [`serve`]; every `/metrics` (and the KV relay's `/status`) through
+//! [`serve_pages`].
+
+mod pages;
+mod server;
+
+pub use pages::{serve_pages, Page, METRICS_CONTENT_TYPE};
+pub use server::{full, serve, Body};
