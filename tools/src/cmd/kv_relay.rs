@@ -20,12 +20,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use quic_rdma::quinn_adapter::Liveness;
 
 use super::args::{parse_bytes, LivenessArgs, MetricsArgs};
 use crate::channel_endpoint::{self, ChannelClient, DialOptions, ListenOptions};
 use crate::http::Page;
+use crate::kv::redis::auth::ReplicaAuth;
 use crate::kv::redis::downstream::{self, Dialer, Upstream};
 use crate::kv::redis::upstream::{self, UpstreamConfig};
 use crate::kv::{self, Master, MasterConfig, Metrics};
@@ -133,6 +134,55 @@ struct DownstreamArgs {
     /// Where real Redis replicas connect (their `replicaof HOST PORT`).
     #[arg(long)]
     listen: SocketAddr,
+    /// File whose first line is the password replicas must send (their
+    /// `masterauth`); or set it in the environment as QR_KV_REPLICA_PASSWORD.
+    #[arg(long, value_name = "FILE")]
+    replica_password_file: Option<PathBuf>,
+    /// ACL user replicas authenticate as (their `masteruser`; default
+    /// "default", i.e. `AUTH password`).
+    #[arg(long)]
+    replica_user: Option<String>,
+    /// Serve replicas on a non-loopback --listen without a password: anyone
+    /// who reaches it can read the whole dataset.
+    #[arg(long)]
+    allow_unauthenticated_replicas: bool,
+}
+
+/// The environment variable that may hold the replicas' password.
+const PASSWORD_ENV: &str = "QR_KV_REPLICA_PASSWORD";
+
+/// What replicas must present, from --replica-password-file or the
+/// environment; refuses an open relay on a non-loopback address.
+fn replica_auth(a: &DownstreamArgs) -> Result<Option<Arc<ReplicaAuth>>> {
+    let password = match (&a.replica_password_file, std::env::var(PASSWORD_ENV)) {
+        (Some(f), _) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("--replica-password-file {}", f.display()))?;
+            let line = text.lines().next().unwrap_or("").to_string();
+            if line.is_empty() {
+                bail!(
+                    "--replica-password-file {}: the first line is empty; put the password there",
+                    f.display()
+                );
+            }
+            Some(line)
+        }
+        (None, Ok(p)) if !p.is_empty() => Some(p),
+        _ => None,
+    };
+    match password {
+        Some(p) => Ok(Some(Arc::new(ReplicaAuth::new(a.replica_user.clone(), p)))),
+        None if a.replica_user.is_some() => {
+            bail!("--replica-user needs a password: --replica-password-file or {PASSWORD_ENV}")
+        }
+        None if !a.listen.ip().is_loopback() && !a.allow_unauthenticated_replicas => bail!(
+            "--listen {} is not loopback and replicas need no password: anyone who reaches it \
+             could read the whole dataset. Give --replica-password-file (the replicas' \
+             masterauth), or --allow-unauthenticated-replicas if this is intended",
+            a.listen
+        ),
+        None => Ok(None),
+    }
 }
 
 /// Run `qr kv-relay`: runs until killed; exit 1 if it cannot start, 2 for
@@ -280,6 +330,7 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
 
 async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
     let c = &a.common;
+    let auth = replica_auth(a)?;
     let mtls = Arc::new(c.mtls.load()?);
     let liveness = c.liveness.liveness()?;
     let server_name = match &a.server_name {
@@ -336,6 +387,14 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
         "qr kv-relay downstream: replicas connect to {}; upstream relay {}",
         a.listen, a.upstream
     );
-    downstream::serve(listener, c.metrics.tcp.limits(), resp, upstream, metrics).await;
+    downstream::serve(
+        listener,
+        c.metrics.tcp.limits(),
+        resp,
+        auth,
+        upstream,
+        metrics,
+    )
+    .await;
     Ok(())
 }

@@ -49,6 +49,8 @@ pub struct Metrics {
     pub malformed: AtomicU64,
     /// Links closed by any error.
     pub link_errors: AtomicU64,
+    /// Replica connections refused for a missing or wrong password.
+    pub auth_failures: AtomicU64,
     /// Bytes in the backlog now (master).
     pub backlog_bytes: AtomicU64,
     /// Head of the log now.
@@ -151,6 +153,11 @@ impl Metrics {
             self.link_errors.load(Relaxed),
         );
         counter(
+            "auth_failures",
+            "Replica connections refused for a missing or wrong password.",
+            self.auth_failures.load(Relaxed),
+        );
+        counter(
             "credit_turnaround_count",
             "Credit turnarounds measured.",
             self.turnaround_count.load(Relaxed),
@@ -217,6 +224,7 @@ impl Metrics {
             "log_bytes": self.log_bytes.load(Relaxed),
             "malformed": self.malformed.load(Relaxed),
             "link_errors": self.link_errors.load(Relaxed),
+            "auth_failures": self.auth_failures.load(Relaxed),
             "backlog_bytes": self.backlog_bytes.load(Relaxed),
             "head": self.head.load(Relaxed),
             "credit_turnaround_seconds_mean": self.turnaround_mean(),

@@ -368,13 +368,27 @@ pub fn downstream(
     metrics_port: u16,
     upstream: &str,
 ) -> Proc {
+    downstream_with(dir, pki, ip, listen_port, metrics_port, upstream, &[])
+}
+
+/// `qr kv-relay downstream` with `extra` options.
+pub fn downstream_with(
+    dir: &TempDir,
+    pki: &Path,
+    ip: &str,
+    listen_port: u16,
+    metrics_port: u16,
+    upstream: &str,
+    extra: &[&str],
+) -> Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qr"));
     cmd.args(["kv-relay", "downstream", "--ip", ip])
         .args(["--upstream", upstream])
         .args(["--listen", &format!("{ip}:{listen_port}")])
         .args(["--metrics", &format!("{ip}:{metrics_port}")])
         .args(mtls_args(pki, "down"))
-        .args(LIVENESS);
+        .args(LIVENESS)
+        .args(extra);
     let p = Proc::spawn(
         "downstream relay",
         &mut cmd,

@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
+use super::auth::ReplicaAuth;
 use super::conn::RedisConn;
 use super::error::RelayError;
 use super::rdb::EOF_MARK_LEN;
@@ -74,23 +75,26 @@ impl Upstream {
 /// Accept replicas on `listener` under `limits` until the task is dropped;
 /// each link fails alone. A connection counts as idle (evictable when the
 /// listener is full) until its PSYNC, and must send each handshake command
-/// within the request timeout.
+/// within the request timeout. With `auth`, a replica must `AUTH` before
+/// anything but PING is served.
 pub async fn serve(
     listener: TcpListener,
     limits: Limits,
     stats: Arc<ListenerStats>,
+    auth: Option<Arc<ReplicaAuth>>,
     upstream: Arc<Upstream>,
     metrics: Arc<Metrics>,
 ) {
     static LINK: AtomicU64 = AtomicU64::new(1);
     crate::listener::serve(listener, limits, stats, move |sock, slot| {
-        let (upstream, metrics) = (upstream.clone(), metrics.clone());
+        let (upstream, metrics, auth) = (upstream.clone(), metrics.clone(), auth.clone());
         let id = LINK.fetch_add(1, Relaxed);
         async move {
             let peer = sock.peer_addr().ok();
             let link = Link {
                 slot: &slot,
                 request_timeout: limits.request_timeout,
+                auth: auth.as_deref(),
             };
             let r = replica_link(RedisConn::new(sock), link, &upstream, &metrics, id).await;
             metrics.remove_replica(id);
@@ -100,6 +104,9 @@ pub async fn serve(
                     metrics.link_errors.fetch_add(1, Relaxed);
                     if e.is_malformed() {
                         metrics.malformed.fetch_add(1, Relaxed);
+                    }
+                    if matches!(e, RelayError::Unauthenticated(_)) {
+                        metrics.auth_failures.fetch_add(1, Relaxed);
                     }
                     if let Some(peer) = peer {
                         eprintln!("qr kv-relay downstream: replica {peer} link closed: {e}");
@@ -119,7 +126,14 @@ pub async fn serve(
 struct Link<'a> {
     slot: &'a Slot,
     request_timeout: Duration,
+    auth: Option<&'a ReplicaAuth>,
 }
+
+/// Commands a replica may send before `AUTH` (each answered `-NOAUTH`)
+/// before its link is closed.
+const MAX_UNAUTHENTICATED: u32 = 8;
+
+const NOAUTH: &str = "-NOAUTH Authentication required.\r\n";
 
 /// Commands from a replica, in order; a parse error comes after the
 /// commands that preceded it (so a valid `PING` before garbage is answered).
@@ -187,15 +201,55 @@ async fn replica_link(
 ) -> Result<(), RelayError> {
     let mut cmds = Commands::default();
     let mut hello = Hello::default();
+    let mut authenticated = link.auth.is_none();
+    let mut refused = 0;
     // The handshake, up to PSYNC (bounded: a silent peer is dropped).
     let have = loop {
         let cmd = tokio::time::timeout(link.request_timeout, cmds.next(&mut c))
             .await
             .map_err(|_| RelayError::Timeout("the replica's handshake"))??;
-        match cmd.arg_lower(0).as_deref() {
+        let name = cmd.arg_lower(0);
+        if !authenticated && cmd.argc > 0 && name.as_deref() != Some("auth") {
+            // A replica's PING before AUTH gets -NOAUTH too, which Redis
+            // replicas accept as a live master; PSYNC never passes.
+            reply(&mut c, NOAUTH).await?;
+            refused += 1;
+            if matches!(name.as_deref(), Some("psync" | "sync")) {
+                return Err(RelayError::Unauthenticated("PSYNC before AUTH"));
+            }
+            if refused >= MAX_UNAUTHENTICATED {
+                return Err(RelayError::Unauthenticated("too many commands before AUTH"));
+            }
+            continue;
+        }
+        match name.as_deref() {
             None if cmd.argc == 0 => {}
             Some("ping") => reply(&mut c, "+PONG\r\n").await?,
-            Some("auth") => reply(&mut c, "+OK\r\n").await?,
+            Some("auth") => match link.auth {
+                // No password configured: accepted, as before.
+                None => reply(&mut c, "+OK\r\n").await?,
+                Some(auth) => {
+                    let arg = |i: usize| cmd.args.get(i).and_then(|a| a.as_deref());
+                    let ok = match cmd.argc {
+                        2 => arg(1).is_some_and(|p| auth.check(None, p)),
+                        3 => match (arg(1), arg(2)) {
+                            (Some(u), Some(p)) => auth.check(Some(u), p),
+                            _ => false,
+                        },
+                        _ => false,
+                    };
+                    if !ok {
+                        reply(
+                            &mut c,
+                            "-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+                        )
+                        .await?;
+                        return Err(RelayError::Unauthenticated("wrong user name or password"));
+                    }
+                    authenticated = true;
+                    reply(&mut c, "+OK\r\n").await?;
+                }
+            },
             Some("replconf") => {
                 let mut i = 1;
                 while let Some(k) = cmd.arg_lower(i) {

@@ -30,6 +30,10 @@ pub enum RelayError {
     /// Reaching the other relay failed.
     #[error("dialing the upstream relay: {0}")]
     Dial(String),
+    /// A replica asked to sync without authenticating, or with a wrong
+    /// password (its link is closed).
+    #[error("replica not authenticated: {0}")]
+    Unauthenticated(&'static str),
     /// The peer said nothing for too long.
     #[error("timed out: {0}")]
     Timeout(&'static str),

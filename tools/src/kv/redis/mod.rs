@@ -27,6 +27,7 @@
 //! upstream relay for exactly that, and answers `+CONTINUE` when the
 //! upstream's backlog still holds it.
 
+pub mod auth;
 pub mod conn;
 pub mod downstream;
 pub mod error;
