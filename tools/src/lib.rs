@@ -27,6 +27,7 @@ pub mod pki;
 pub mod prom_text;
 mod provider;
 mod report;
+mod secret;
 mod tls;
 mod workload;
 

@@ -1,7 +1,8 @@
 //! `qr serve --metrics` and `qr stats`: scraped during a transfer over `soft`
 //! between processes, every scrape is valid Prometheus text and the socket,
 //! provider and quinn counters move; `qr stats` reports their rates.
-//! Addresses 127.0.116.40-41, ports 19811-19812.
+//! A bearer token, when set, is required of every scrape.
+//! Addresses 127.0.116.40-42, ports 19811-19814.
 
 mod common;
 
@@ -145,4 +146,87 @@ fn serve_metrics_move_during_a_transfer_and_qr_stats_shows_rates() {
         })
         .count();
     assert!(moving >= 1, "no interval showed the receive rate:\n{out}");
+}
+
+#[test]
+fn metrics_with_a_token_file_answer_only_requests_that_carry_it() {
+    let dir = TempDir::new("serve-metrics-token");
+    let cert = dir.path("serve.der");
+    let token = dir.path("token");
+    std::fs::write(&token, "t0ken-of-the-scraper\n").unwrap();
+    let metrics = "127.0.116.42:19814";
+    let _serve = Guard::spawn(qr().args([
+        "serve",
+        "--ip",
+        "127.0.116.42",
+        "--service-port",
+        "19813",
+        "--metrics",
+        metrics,
+        "--metrics-token-file",
+        token.to_str().unwrap(),
+        "--cert-out",
+        cert.to_str().unwrap(),
+    ]));
+    wait_for_file(&cert, Duration::from_secs(20));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let refused = loop {
+        if let Ok(r) = common::http::get(metrics, "/metrics") {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "metrics never answered"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(refused.0, 401, "{}", refused.1);
+    assert!(!refused.1.contains("qr_socket"), "{}", refused.1);
+    for wrong in [
+        "Authorization: Bearer guess\r\n",
+        "Authorization: t0ken-of-the-scraper\r\n",
+    ] {
+        assert_eq!(
+            common::http::get_with(metrics, "/metrics", wrong)
+                .unwrap()
+                .0,
+            401
+        );
+    }
+    let (code, body) = common::http::get_with(
+        metrics,
+        "/metrics",
+        "Authorization: Bearer t0ken-of-the-scraper\r\n",
+    )
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(prom_text::parse(&body)
+        .unwrap()
+        .value("qr_quinn_connections_open")
+        .is_some());
+    // `qr stats` with the token reads it; without, it fails naming the 401.
+    let ok = Guard::spawn(qr().args([
+        "stats",
+        metrics,
+        "--interval",
+        "100ms",
+        "--count",
+        "1",
+        "--token-file",
+        token.to_str().unwrap(),
+    ]))
+    .wait(Duration::from_secs(30));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let no =
+        Guard::spawn(qr().args(["stats", metrics, "--count", "1"])).wait(Duration::from_secs(30));
+    assert_eq!(no.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&no.stderr).contains("401"),
+        "{}",
+        String::from_utf8_lossy(&no.stderr)
+    );
 }

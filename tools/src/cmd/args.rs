@@ -1,6 +1,7 @@
 //! Option values and defaults that more than one subcommand takes.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -132,12 +133,17 @@ impl LivenessArgs {
 
 /// `--metrics ADDR` and the limits of its listener: every long-running
 /// command's Prometheus endpoint, declared once.
-#[derive(Clone, Copy, Debug, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub(crate) struct MetricsArgs {
     /// Serve Prometheus text on http://ADDR/metrics (watch it live with
     /// `qr stats ADDR`); bind it to loopback or a management network.
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics: Option<SocketAddr>,
+    /// Require `Authorization: Bearer TOKEN` on --metrics, TOKEN being the
+    /// file's first line (Prometheus: `authorization: {credentials_file: FILE}`;
+    /// `qr stats --token-file FILE`).
+    #[arg(long, value_name = "FILE", requires = "metrics")]
+    pub(crate) metrics_token_file: Option<PathBuf>,
     /// Limits of the TCP listeners.
     #[command(flatten)]
     pub(crate) tcp: TcpLimitsArgs,
@@ -157,7 +163,15 @@ impl MetricsArgs {
         let Some(addr) = self.metrics else {
             return Ok(None);
         };
-        let (bound, task) = crate::http::serve_pages(addr, self.tcp.limits(), pages, also)
+        let token = match &self.metrics_token_file {
+            Some(f) => Some(
+                crate::secret::read_first_line(f, "--metrics-token-file")
+                    .map_err(anyhow::Error::msg)?,
+            ),
+            None => None,
+        };
+        let access = crate::http::Access { token };
+        let (bound, task) = crate::http::serve_pages(addr, self.tcp.limits(), access, pages, also)
             .await
             .with_context(|| format!("--metrics {addr}: is the port taken?"))?;
         eprintln!("{command}: metrics on http://{bound}/metrics");

@@ -155,18 +155,10 @@ const PASSWORD_ENV: &str = "QR_KV_REPLICA_PASSWORD";
 /// environment; refuses an open relay on a non-loopback address.
 fn replica_auth(a: &DownstreamArgs) -> Result<Option<Arc<ReplicaAuth>>> {
     let password = match (&a.replica_password_file, std::env::var(PASSWORD_ENV)) {
-        (Some(f), _) => {
-            let text = std::fs::read_to_string(f)
-                .with_context(|| format!("--replica-password-file {}", f.display()))?;
-            let line = text.lines().next().unwrap_or("").to_string();
-            if line.is_empty() {
-                bail!(
-                    "--replica-password-file {}: the first line is empty; put the password there",
-                    f.display()
-                );
-            }
-            Some(line)
-        }
+        (Some(f), _) => Some(
+            crate::secret::read_first_line(f, "--replica-password-file")
+                .map_err(anyhow::Error::msg)?,
+        ),
         (None, Ok(p)) if !p.is_empty() => Some(p),
         _ => None,
     };

@@ -35,6 +35,11 @@ pub(crate) struct StatsArgs {
     #[arg(long)]
     all: bool,
 
+    /// Send `Authorization: Bearer TOKEN`, TOKEN being this file's first
+    /// line (for an endpoint started with --metrics-token-file).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<std::path::PathBuf>,
+
     /// One JSON object per interval (`{"elapsed_s", "rates", "gauges"}`) instead of a table.
     #[arg(long)]
     json: bool,
@@ -47,12 +52,16 @@ pub(crate) fn main(args: &StatsArgs) -> ExitCode {
 }
 
 /// One GET of http://addr/metrics, its body.
-async fn scrape(client: &reqwest::Client, addr: &str) -> Result<String> {
+async fn scrape(client: &reqwest::Client, addr: &str, token: Option<&str>) -> Result<String> {
     let url = format!("http://{addr}/metrics");
-    let resp =
-        client.get(&url).send().await.with_context(|| {
-            format!("GET {url} (is the endpoint running with --metrics {addr}?)")
-        })?;
+    let mut req = client.get(&url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req
+        .send()
+        .await
+        .with_context(|| format!("GET {url} (is the endpoint running with --metrics {addr}?)"))?;
     let status = resp.status();
     if !status.is_success() {
         bail!("{url} answered `{status}`");
@@ -60,8 +69,12 @@ async fn scrape(client: &reqwest::Client, addr: &str) -> Result<String> {
     resp.text().await.with_context(|| format!("reading {url}"))
 }
 
-async fn poll(client: &reqwest::Client, args: &StatsArgs) -> Result<Exposition> {
-    let text = scrape(client, &args.addr).await?;
+async fn poll(
+    client: &reqwest::Client,
+    args: &StatsArgs,
+    token: Option<&str>,
+) -> Result<Exposition> {
+    let text = scrape(client, &args.addr, token).await?;
     prom_text::parse(&text)
         .with_context(|| format!("{}/metrics is not valid Prometheus text", args.addr))
 }
@@ -77,13 +90,19 @@ async fn run(args: &StatsArgs) -> Result<()> {
         .timeout(Duration::from_secs(2))
         .build()
         .context("building the HTTP client")?;
+    let token = match &args.token_file {
+        Some(f) => {
+            Some(crate::secret::read_first_line(f, "--token-file").map_err(anyhow::Error::msg)?)
+        }
+        None => None,
+    };
     let started = Instant::now();
-    let mut prev = poll(&client, args).await?;
+    let mut prev = poll(&client, args, token.as_deref()).await?;
     let mut prev_at = Instant::now();
     let mut n = 0;
     while args.count == 0 || n < args.count {
         tokio::time::sleep(args.interval.saturating_sub(prev_at.elapsed())).await;
-        let now = poll(&client, args).await?;
+        let now = poll(&client, args, token.as_deref()).await?;
         let at = Instant::now();
         let secs = at.duration_since(prev_at).as_secs_f64();
         let old: BTreeMap<String, f64> = prev.samples.iter().map(|s| (s.key(), s.value)).collect();

@@ -6,5 +6,5 @@
 mod pages;
 mod server;
 
-pub use pages::{serve_pages, Page, METRICS_CONTENT_TYPE};
+pub use pages::{serve_pages, Access, Page, METRICS_CONTENT_TYPE};
 pub use server::{full, serve, Body};

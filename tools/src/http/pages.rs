@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Response, StatusCode};
 use tokio::net::TcpListener;
 
@@ -51,6 +51,31 @@ impl Page {
     }
 }
 
+/// Who may read the pages.
+#[derive(Clone, Default)]
+pub struct Access {
+    /// A request must carry `Authorization: Bearer <token>` (RFC 6750 §2.1).
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Access {
+    fn allows(&self, authorization: Option<&[u8]>) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        let want = format!("Bearer {token}");
+        authorization.is_some_and(|got| crate::secret::equal(got, want.as_bytes()))
+    }
+}
+
 /// Bind `addr` and serve `pages` there under `limits` until the returned task
 /// is dropped or aborted; returns the bound address. `/metrics` carries the
 /// counters of this listener (`listener="http"`) and of `also`, the
@@ -58,6 +83,7 @@ impl Page {
 pub async fn serve_pages(
     addr: SocketAddr,
     limits: Limits,
+    access: Access,
     pages: Vec<Page>,
     also: Vec<Arc<ListenerStats>>,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
@@ -68,7 +94,17 @@ pub async fn serve_pages(
     listeners.extend(also);
     let pages = Arc::new(pages);
     let task = tokio::spawn(super::serve(tcp, limits, stats, move |req| {
-        let resp = answer(req.method(), req.uri().path(), &pages, &listeners);
+        let resp = if access.allows(req.headers().get(AUTHORIZATION).map(|v| v.as_bytes())) {
+            answer(req.method(), req.uri().path(), &pages, &listeners)
+        } else {
+            let mut r = text(
+                StatusCode::UNAUTHORIZED,
+                "a bearer token is required\n".into(),
+            );
+            r.headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            r
+        };
         async move { resp }
     }));
     Ok((bound, task))

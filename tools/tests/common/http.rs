@@ -7,11 +7,16 @@ use std::time::Duration;
 
 /// GET http://addr{path}: (status code, body).
 pub fn get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    get_with(addr, path, "")
+}
+
+/// GET http://addr{path} with `headers` (each line ending in CRLF).
+pub fn get_with(addr: &str, path: &str, headers: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\r\n"
     )?;
     let mut out = String::new();
     s.read_to_string(&mut out)?;

@@ -41,18 +41,10 @@ impl ReplicaAuth {
     pub fn check(&self, user: Option<&[u8]>, password: &[u8]) -> bool {
         let user = user.unwrap_or(DEFAULT_USER.as_bytes());
         // Both comparisons always run: neither result short-cuts the other.
-        let u = same(user, self.user.as_bytes());
-        let p = same(password, &self.password);
+        let u = crate::secret::equal(user, self.user.as_bytes());
+        let p = crate::secret::equal(password, &self.password);
         u & p
     }
-}
-
-/// Equal bytes, in time that depends only on the lengths.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
