@@ -26,6 +26,7 @@ pub mod listener;
 pub mod pki;
 pub mod prom_text;
 mod provider;
+mod refusal;
 mod report;
 mod secret;
 mod tls;

@@ -210,6 +210,49 @@ async fn client_of_another_ca_is_refused() {
     assert!(!n.cache.contains(&d));
 }
 
+/// A node that trusts the registry agent but shows a certificate of another
+/// CA: the agent refuses it after the handshake, and the node says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_client_certificate_is_named_not_a_lost_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reg_tls, _) = pki(&dir.path().join("pki"));
+    pki(&dir.path().join("other"));
+    let other = dir.path().join("other");
+    let foreign = Mtls::from_pem_files(
+        &other.join("node.pem"),
+        &other.join("node-key.pem"),
+        &dir.path().join("pki").join("ca.pem"),
+    )
+    .unwrap();
+    let (d, _) = layout_with_blob(&dir.path().join("layout"), 1000);
+    let reg = start_registry(
+        format!("{REG_IP}:0").parse().unwrap(),
+        &reg_tls,
+        &dir.path().join("layout"),
+        &dir.path().join("rc"),
+    );
+    let n = node(
+        reg.endpoint.local_addr().unwrap(),
+        &foreign,
+        &dir.path().join("nc"),
+        TransferOptions::default(),
+    );
+    let e = n.blob("a", &d, &|_, _| {}).await.unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, FetchError::Connection(_)), "{text}");
+    assert!(text.contains("refused our TLS handshake"), "{text}");
+    // The other CA has the same name as ours, so rustls finds "our" issuer
+    // and the signature fails: DecryptError; a differently named CA would
+    // give UnknownCA. Either way the alert is named.
+    assert!(
+        ["DecryptError", "UnknownCA", "BadCertificate"]
+            .iter()
+            .any(|a| text.contains(&format!("alert {a}"))),
+        "{text}"
+    );
+    assert!(!n.cache.contains(&d));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resumes_after_the_registry_agent_goes_away_mid_blob() {
     let dir = tempfile::tempdir().unwrap();

@@ -160,7 +160,12 @@ impl FabricClient {
     /// file with one `pwritev`, [`super::cache::TempWriter::write_pieces_at`]).
     pub async fn request_pieces(&self, req: &Request) -> Result<Pieces, FetchError> {
         let conn = self.connection().await?;
-        let lost = |e: &dyn std::fmt::Display| FetchError::Connection(e.to_string());
+        // A certificate the registry agent refused is named as such.
+        let lost = |e: &dyn std::fmt::Display| {
+            FetchError::Connection(
+                crate::refusal::tls_refusal(&conn).unwrap_or_else(|| e.to_string()),
+            )
+        };
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| lost(&e))?;
         send.write_all(&wire::frame(&req.encode()))
             .await
