@@ -5,17 +5,19 @@
 
 use std::path::Path;
 
+use anyhow::{bail, Context as _};
+
 /// The first line of `path`, which must not be empty; `what` names the
 /// option in the error.
-pub(crate) fn read_first_line(path: &Path, what: &str) -> Result<String, String> {
+pub(crate) fn read_first_line(path: &Path, what: &str) -> anyhow::Result<String> {
     let text =
-        std::fs::read_to_string(path).map_err(|e| format!("{what} {}: {e}", path.display()))?;
+        std::fs::read_to_string(path).with_context(|| format!("{what} {}", path.display()))?;
     let line = text.lines().next().unwrap_or("").trim_end();
     if line.is_empty() {
-        return Err(format!(
+        bail!(
             "{what} {}: the first line is empty; put the secret there",
             path.display()
-        ));
+        );
     }
     Ok(line.to_string())
 }
@@ -39,9 +41,13 @@ mod tests {
         std::fs::write(&f, "tok en\r\nsecond\n").unwrap();
         assert_eq!(read_first_line(&f, "--x").unwrap(), "tok en");
         std::fs::write(&f, "\nx\n").unwrap();
-        assert!(read_first_line(&f, "--x").unwrap_err().contains("empty"));
+        assert!(read_first_line(&f, "--x")
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
         assert!(read_first_line(&dir.path().join("none"), "--x")
             .unwrap_err()
+            .to_string()
             .starts_with("--x "));
         assert!(equal(b"abc", b"abc"));
         assert!(!equal(b"abc", b"abd"));

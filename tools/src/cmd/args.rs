@@ -163,14 +163,12 @@ impl MetricsArgs {
         let Some(addr) = self.metrics else {
             return Ok(None);
         };
-        let token = match &self.metrics_token_file {
-            Some(f) => Some(
-                crate::secret::read_first_line(f, "--metrics-token-file")
-                    .map_err(anyhow::Error::msg)?,
-            ),
-            None => None,
-        };
-        let access = crate::http::Access { token };
+        let token = self
+            .metrics_token_file
+            .as_deref()
+            .map(|f| crate::secret::read_first_line(f, "--metrics-token-file"))
+            .transpose()?;
+        let access = crate::http::Access::bearer(token);
         let (bound, task) = crate::http::serve_pages(addr, self.tcp.limits(), access, pages, also)
             .await
             .with_context(|| format!("--metrics {addr}: is the port taken?"))?;

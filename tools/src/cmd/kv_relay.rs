@@ -155,10 +155,10 @@ const PASSWORD_ENV: &str = "QR_KV_REPLICA_PASSWORD";
 /// environment; refuses an open relay on a non-loopback address.
 fn replica_auth(a: &DownstreamArgs) -> Result<Option<Arc<ReplicaAuth>>> {
     let password = match (&a.replica_password_file, std::env::var(PASSWORD_ENV)) {
-        (Some(f), _) => Some(
-            crate::secret::read_first_line(f, "--replica-password-file")
-                .map_err(anyhow::Error::msg)?,
-        ),
+        (Some(f), _) => Some(crate::secret::read_first_line(
+            f,
+            "--replica-password-file",
+        )?),
         (None, Ok(p)) if !p.is_empty() => Some(p),
         _ => None,
     };

@@ -90,12 +90,11 @@ async fn run(args: &StatsArgs) -> Result<()> {
         .timeout(Duration::from_secs(2))
         .build()
         .context("building the HTTP client")?;
-    let token = match &args.token_file {
-        Some(f) => {
-            Some(crate::secret::read_first_line(f, "--token-file").map_err(anyhow::Error::msg)?)
-        }
-        None => None,
-    };
+    let token = args
+        .token_file
+        .as_deref()
+        .map(|f| crate::secret::read_first_line(f, "--token-file"))
+        .transpose()?;
     let started = Instant::now();
     let mut prev = poll(&client, args, token.as_deref()).await?;
     let mut prev_at = Instant::now();

@@ -54,24 +54,34 @@ impl Page {
 /// Who may read the pages.
 #[derive(Clone, Default)]
 pub struct Access {
-    /// A request must carry `Authorization: Bearer <token>` (RFC 6750 §2.1).
-    pub token: Option<String>,
+    /// The whole `Authorization` value a request must carry, if any.
+    authorization: Option<String>,
 }
 
 impl std::fmt::Debug for Access {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Access")
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "authorization",
+                &self.authorization.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
 
 impl Access {
+    /// With `Some(token)`, a request must carry `Authorization: Bearer
+    /// <token>` (RFC 6750 §2.1); with `None`, anyone may read.
+    pub fn bearer(token: Option<String>) -> Self {
+        Self {
+            authorization: token.map(|t| format!("Bearer {t}")),
+        }
+    }
+
     fn allows(&self, authorization: Option<&[u8]>) -> bool {
-        let Some(token) = &self.token else {
+        let Some(want) = &self.authorization else {
             return true;
         };
-        let want = format!("Bearer {token}");
         authorization.is_some_and(|got| crate::secret::equal(got, want.as_bytes()))
     }
 }
@@ -131,8 +141,7 @@ fn answer(
     }
     let mut body = (page.render)();
     if page.path == "/metrics" {
-        let l: Vec<&ListenerStats> = listeners.iter().map(|l| &**l).collect();
-        body.push_str(&ListenerStats::prometheus(&l));
+        body.push_str(&ListenerStats::prometheus(listeners.iter().map(|l| &**l)));
     }
     // hyper sends a HEAD response's headers only.
     let mut r = Response::new(full(body));

@@ -187,7 +187,7 @@ async fn answer(req: &Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) 
                     .evictions()
                     .saturating_sub(m.cache_evictions.get()),
             );
-            let mut r = Response::new(full(m.render() + &ListenerStats::prometheus(&[tcp])));
+            let mut r = Response::new(full(m.render() + &ListenerStats::prometheus([tcp])));
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
             r

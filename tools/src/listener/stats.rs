@@ -89,9 +89,9 @@ impl ListenerStats {
 
     /// Prometheus text (format 0.0.4) of `listeners`: one family per value,
     /// `qr_tcp_<name>{listener="<label>"}`, a series per listener.
-    pub fn prometheus(listeners: &[&ListenerStats]) -> String {
+    pub fn prometheus<'a>(listeners: impl IntoIterator<Item = &'a ListenerStats>) -> String {
         let mut families: Vec<(String, Vec<String>)> = Vec::new();
-        for (i, l) in listeners.iter().enumerate() {
+        for (i, l) in listeners.into_iter().enumerate() {
             let mut at = 0;
             l.visit(&mut |name, kind, help, v| {
                 if i == 0 {
@@ -126,7 +126,7 @@ mod tests {
         let s = ListenerStats::new("http");
         s.accepted.store(3, Ordering::Relaxed);
         let resp = ListenerStats::new("resp");
-        let text = ListenerStats::prometheus(&[&s, &resp]);
+        let text = ListenerStats::prometheus([&s, &resp]);
         let e = crate::prom_text::parse(&text).unwrap();
         let mut n = 0;
         s.visit(&mut |name, kind, _, _| {
