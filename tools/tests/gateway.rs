@@ -385,17 +385,7 @@ fn scrape(addr: &str) -> Option<String> {
 }
 
 fn scrape_until_up(addr: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(t) = scrape(addr) {
-            return t;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "metrics on {addr} never answered"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::http::when_up(addr, || scrape(addr))
 }
 
 /// The counters once they stop moving, checked to reconcile.

@@ -187,11 +187,13 @@ async fn blob_in_parallel_chunks_verified_and_cached() {
     ));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn client_of_another_ca_is_refused() {
+/// A registry agent of the CA in `dir/pki` serving one blob, and a node
+/// whose identity `node_tls` makes in `dir`: the node's error fetching the
+/// blob, and whether the blob reached its cache anyway.
+async fn fetch_as(node_tls: impl FnOnce(&Path) -> Mtls) -> (FetchError, bool) {
     let dir = tempfile::tempdir().unwrap();
     let (reg_tls, _) = pki(&dir.path().join("pki"));
-    let (_, other_node) = pki(&dir.path().join("other"));
+    let node_tls = node_tls(dir.path());
     let (d, _) = layout_with_blob(&dir.path().join("layout"), 1000);
     let reg = start_registry(
         format!("{REG_IP}:0").parse().unwrap(),
@@ -201,43 +203,36 @@ async fn client_of_another_ca_is_refused() {
     );
     let n = node(
         reg.endpoint.local_addr().unwrap(),
-        &other_node,
+        &node_tls,
         &dir.path().join("nc"),
         TransferOptions::default(),
     );
     let e = n.blob("a", &d, &|_, _| {}).await.unwrap_err();
+    (e, n.cache.contains(&d))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_of_another_ca_is_refused() {
+    let (e, cached) = fetch_as(|dir| pki(&dir.join("other")).1).await;
     assert!(matches!(e, FetchError::Connection(_)), "{e}");
-    assert!(!n.cache.contains(&d));
+    assert!(!cached);
 }
 
 /// A node that trusts the registry agent but shows a certificate of another
 /// CA: the agent refuses it after the handshake, and the node says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_client_certificate_is_named_not_a_lost_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let (reg_tls, _) = pki(&dir.path().join("pki"));
-    pki(&dir.path().join("other"));
-    let other = dir.path().join("other");
-    let foreign = Mtls::from_pem_files(
-        &other.join("node.pem"),
-        &other.join("node-key.pem"),
-        &dir.path().join("pki").join("ca.pem"),
-    )
-    .unwrap();
-    let (d, _) = layout_with_blob(&dir.path().join("layout"), 1000);
-    let reg = start_registry(
-        format!("{REG_IP}:0").parse().unwrap(),
-        &reg_tls,
-        &dir.path().join("layout"),
-        &dir.path().join("rc"),
-    );
-    let n = node(
-        reg.endpoint.local_addr().unwrap(),
-        &foreign,
-        &dir.path().join("nc"),
-        TransferOptions::default(),
-    );
-    let e = n.blob("a", &d, &|_, _| {}).await.unwrap_err();
+    let (e, cached) = fetch_as(|dir| {
+        let other = dir.join("other");
+        pki(&other);
+        Mtls::from_pem_files(
+            &other.join("node.pem"),
+            &other.join("node-key.pem"),
+            &dir.join("pki").join("ca.pem"),
+        )
+        .unwrap()
+    })
+    .await;
     let text = e.to_string();
     assert!(matches!(e, FetchError::Connection(_)), "{text}");
     assert!(text.contains("refused our TLS handshake"), "{text}");
@@ -250,7 +245,7 @@ async fn a_refused_client_certificate_is_named_not_a_lost_connection() {
             .any(|a| text.contains(&format!("alert {a}"))),
         "{text}"
     );
-    assert!(!n.cache.contains(&d));
+    assert!(!cached);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

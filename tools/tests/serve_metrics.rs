@@ -36,17 +36,7 @@ fn serve_metrics_move_during_a_transfer_and_qr_stats_shows_rates() {
         cert.to_str().unwrap(),
     ]));
     wait_for_file(&cert, Duration::from_secs(20));
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let idle = loop {
-        if let Some(t) = scrape() {
-            break t;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "metrics never answered"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let idle = common::http::when_up(METRICS, scrape);
     let idle = prom_text::parse(&idle).unwrap();
     assert_eq!(idle.value("qr_quinn_connections_open"), Some(0.0));
     assert_eq!(idle.type_of("qr_socket_recv_wrs_total"), Some("counter"));
@@ -169,17 +159,7 @@ fn metrics_with_a_token_file_answer_only_requests_that_carry_it() {
         cert.to_str().unwrap(),
     ]));
     wait_for_file(&cert, Duration::from_secs(20));
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let refused = loop {
-        if let Ok(r) = common::http::get(metrics, "/metrics") {
-            break r;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "metrics never answered"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let refused = common::http::when_up(metrics, || common::http::get(metrics, "/metrics").ok());
     assert_eq!(refused.0, 401, "{}", refused.1);
     assert!(!refused.1.contains("qr_socket"), "{}", refused.1);
     for wrong in [

@@ -48,11 +48,7 @@ fn serve(
 }
 
 fn wait_up(metrics: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while http::get_ok(metrics, "/metrics").is_none() {
-        assert!(Instant::now() < deadline, "metrics never answered");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    http::when_up(metrics, || http::get_ok(metrics, "/metrics"));
 }
 
 /// Open `n` connections that never send a byte.

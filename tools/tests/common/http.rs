@@ -37,3 +37,19 @@ pub fn get_ok(addr: &str, path: &str) -> Option<String> {
         _ => None,
     }
 }
+
+/// Retry `attempt` every 50 ms until it gives a value, for at most 20 s: an
+/// endpoint just started. Panics naming `addr` if it never does.
+pub fn when_up<T>(addr: &str, mut attempt: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = attempt() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{addr} never answered"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
