@@ -30,6 +30,22 @@
 #define QR_ACCEPT_MANUAL 3
 
 /**
+ * Answer attempts from unvalidated addresses with a Retry only while 64 or
+ * more handshakes from unvalidated addresses are in flight (a spoofed flood).
+ */
+#define QR_RETRY_AUTO 0
+
+/**
+ * Answer every attempt from an unvalidated address with a Retry.
+ */
+#define QR_RETRY_ALWAYS 1
+
+/**
+ * Never ask for a Retry (except under `QR_ACCEPT_RETRY`).
+ */
+#define QR_RETRY_NEVER 2
+
+/**
  * A timer value meaning "none": no idle timeout, or no keep-alives.
  */
 #define QR_TIMER_OFF UINT32_MAX
@@ -415,10 +431,11 @@ typedef struct {
    */
   uint32_t routing_key;
   /**
-   * Reserved: must be zero (`QR_EINVAL` otherwise), so a later version
-   * can give it a meaning.
+   * One of `QR_RETRY_*` (0, `QR_RETRY_AUTO`, is the default): when an
+   * attempt from an unvalidated address gets a Retry before the accept
+   * policy sees it (under `QR_ACCEPT_ALL` and `QR_ACCEPT_MANUAL`).
    */
-  uint32_t reserved;
+  uint32_t retry_policy;
   /**
    * This endpoint's certificate (chain), PEM or DER (NULL: not a server,
    * and no client certificate).

@@ -8,6 +8,7 @@ use std::time::Duration;
 use quic_rdma::engine::{AcceptPolicy, EngineConfig};
 use quic_rdma::fabric::{Gid, UdAddr};
 use quic_rdma::quic::config::{transport_config_with, Liveness};
+use quic_rdma::quic::retry::RetryPolicy;
 use quic_rdma::quic::tls::{parse_certificates, parse_private_key, TlsError, TlsSettings};
 use quinn_proto::{congestion, TransportConfig, VarInt};
 
@@ -22,6 +23,14 @@ pub const QR_ACCEPT_REFUSE: u32 = 1;
 pub const QR_ACCEPT_RETRY: u32 = 2;
 /// Report `QR_EVENT_INCOMING` and let the application decide.
 pub const QR_ACCEPT_MANUAL: u32 = 3;
+
+/// Answer attempts from unvalidated addresses with a Retry only while 64 or
+/// more handshakes from unvalidated addresses are in flight (a spoofed flood).
+pub const QR_RETRY_AUTO: u32 = 0;
+/// Answer every attempt from an unvalidated address with a Retry.
+pub const QR_RETRY_ALWAYS: u32 = 1;
+/// Never ask for a Retry (except under `QR_ACCEPT_RETRY`).
+pub const QR_RETRY_NEVER: u32 = 2;
 
 /// A UD peer address: GID, queue pair number, Q_Key.
 #[repr(C)]
@@ -127,9 +136,10 @@ pub struct qr_engine_config {
     /// The 20-bit routing key of this endpoint's connection IDs (a larger
     /// value is refused with `QR_EINVAL`, never masked).
     pub routing_key: u32,
-    /// Reserved: must be zero (`QR_EINVAL` otherwise), so a later version
-    /// can give it a meaning.
-    pub reserved: u32,
+    /// One of `QR_RETRY_*` (0, `QR_RETRY_AUTO`, is the default): when an
+    /// attempt from an unvalidated address gets a Retry before the accept
+    /// policy sees it (under `QR_ACCEPT_ALL` and `QR_ACCEPT_MANUAL`).
+    pub retry_policy: u32,
     /// This endpoint's certificate (chain), PEM or DER (NULL: not a server,
     /// and no client certificate).
     pub cert_der: *const u8,
@@ -193,9 +203,6 @@ impl qr_engine_config {
     /// # Safety
     /// The string and buffer pointers are valid as the struct's docs say.
     pub(crate) unsafe fn build(&self, mtu: usize) -> Result<EngineConfig, i32> {
-        if self.reserved != 0 {
-            return Err(fail(QR_EINVAL, "qr_engine_config.reserved must be 0"));
-        }
         // SAFETY: buffer pointers with their lengths, by contract (NULL allowed with 0).
         let (cert, key, ca) = unsafe {
             (
@@ -229,6 +236,7 @@ impl qr_engine_config {
         let transport = self.transport(mtu)?;
         let mut engine = EngineConfig {
             accept: policy(self.accept_policy)?,
+            retry: retry_policy(self.retry_policy)?,
             routing_key: self.routing_key,
             ..EngineConfig::default()
         };
@@ -328,6 +336,20 @@ fn alpn_list(s: &str) -> Result<Vec<Vec<u8>>, i32> {
             }
         })
         .collect()
+}
+
+fn retry_policy(p: u32) -> Result<RetryPolicy, i32> {
+    match p {
+        QR_RETRY_AUTO => Ok(RetryPolicy::Auto),
+        QR_RETRY_ALWAYS => Ok(RetryPolicy::Always),
+        QR_RETRY_NEVER => Ok(RetryPolicy::Never),
+        _ => Err(fail(
+            QR_EINVAL,
+            format!(
+                "retry_policy {p} is not one of QR_RETRY_AUTO, QR_RETRY_ALWAYS, QR_RETRY_NEVER"
+            ),
+        )),
+    }
 }
 
 fn policy(p: u32) -> Result<AcceptPolicy, i32> {

@@ -8,6 +8,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use super::EngineError;
 use crate::quic::config::transport;
 use crate::quic::peers::PeerLimits;
+use crate::quic::retry::RetryPolicy;
 use crate::quic::routing::RoutingCheck;
 use crate::quic::tls::TlsSettings;
 use crate::socket::SocketConfig;
@@ -39,6 +40,10 @@ pub struct EngineConfig {
     pub client: Option<ClientConfig>,
     /// What to do with incoming attempts (when `server` is set).
     pub accept: AcceptPolicy,
+    /// When attempts from unvalidated addresses get a Retry before `accept`
+    /// sees them (under [`AcceptPolicy::AcceptAll`] and [`AcceptPolicy::Manual`];
+    /// [`AcceptPolicy::RetryThenAccept`] always asks).
+    pub retry: RetryPolicy,
     /// The 20-bit routing key every CID this endpoint issues carries; random
     /// per endpoint by default ([`random_routing_key`](crate::quic::cid::random_routing_key)).
     pub routing_key: u32,
@@ -61,6 +66,7 @@ impl Default for EngineConfig {
             server: None,
             client: None,
             accept: AcceptPolicy::AcceptAll,
+            retry: RetryPolicy::Auto,
             routing_key: crate::quic::cid::random_routing_key(),
             // The engine polls its queue pair every turn of its loop, so a
             // posted window of 512 (2 MiB at MTU 4096) keeps up and keeps the
@@ -114,6 +120,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("server", &self.server.is_some())
             .field("client", &self.client.is_some())
             .field("accept", &self.accept)
+            .field("retry", &self.retry)
             .field("routing_key", &self.routing_key)
             .field("socket", &self.socket)
             .field("recv_batch", &self.recv_batch)

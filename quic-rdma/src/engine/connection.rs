@@ -21,6 +21,9 @@ pub(crate) struct Conn {
     /// Streams the peer opened that we have seen, per direction: a higher
     /// index implicitly opens every lower one (RFC 9000 §3.2).
     accepted: [u64; 2],
+    /// Accepted from an address not validated yet, handshake not complete:
+    /// counted in the engine's unvalidated handshakes ([`crate::quic::retry`]).
+    pub(crate) unvalidated_handshake: bool,
 }
 
 fn dir_index(d: Dir) -> usize {
@@ -38,6 +41,7 @@ impl Conn {
             stashed_datagram: None,
             opened: [0; 2],
             accepted: [0; 2],
+            unvalidated_handshake: false,
         }
     }
 

@@ -8,7 +8,7 @@ use super::Engine;
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::peers::LastSource;
 use crate::quic::routing;
-use crate::socket::{SocketError, TxBuf, TxSendError};
+use crate::socket::{TxBuf, TxSendError};
 
 /// Endpoint-level responses queued while the send queue is full, at most;
 /// further ones are dropped (and counted) like lost packets.
@@ -64,14 +64,8 @@ impl<Q: UdQueuePair> Engine<Q> {
             let data = rx_buf.split();
             response_buf.clear();
             let ecn = EcnCodepoint::from_bits(r.ecn);
-            match endpoint.handle(
-                now,
-                last_source.on_receive(peers, r.src, now),
-                local_ip,
-                ecn,
-                data,
-                response_buf,
-            ) {
+            let remote = last_source.on_receive(peers, r.src, r.data, now);
+            match endpoint.handle(now, remote, local_ip, ecn, data, response_buf) {
                 Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                     if let Some(c) = conns.by_proto(ch) {
                         c.inner.handle_event(ev);
@@ -86,7 +80,7 @@ impl<Q: UdQueuePair> Engine<Q> {
                     *responses_dropped += 1;
                 }
                 Some(DatagramEvent::Response(t)) => {
-                    responses.push((r.src, response_buf[..t.size].to_vec()));
+                    responses.push((remote, response_buf[..t.size].to_vec()));
                 }
                 None => {}
             }
@@ -97,14 +91,21 @@ impl<Q: UdQueuePair> Engine<Q> {
     }
 
     /// Send the endpoint-level responses queued by the receive path and decisions.
-    pub(super) fn send_responses(&mut self) {
-        while let Some((dest, buf)) = self.responses.pop() {
-            if let Err(e) = routing::send(&mut self.socket, dest, 0, &buf, None) {
-                if matches!(e, SocketError::WouldBlock) {
-                    // Keep it for the next flush.
-                    self.responses.push((dest, buf));
-                    return;
-                }
+    ///
+    /// They go through the peer table like any transmit: to an unvalidated
+    /// peer only within its 3× budget (RFC 9000 §8.1).
+    pub(super) fn send_responses(&mut self, now: Instant) {
+        while let Some((to, buf)) = self.responses.pop() {
+            if !self.socket.can_send() {
+                // Keep it for the next flush (not yet charged to the peer).
+                self.responses.push((to, buf));
+                return;
+            }
+            let Some((dest, len)) = self.peers.on_send(to, &buf, None, now) else {
+                tracing::debug!(dest = %to, "endpoint response dropped by the peer table");
+                continue;
+            };
+            if let Err(e) = routing::send(&mut self.socket, dest, 0, &buf[..len], None) {
                 tracing::debug!(%e, "dropping endpoint response");
             }
         }
@@ -165,15 +166,16 @@ impl<Q: UdQueuePair> Engine<Q> {
                 };
                 self.activity += 1;
                 let data = &self.socket.tx_bytes(&buf)[..t.size];
-                let Some(dest) = self.peers.on_send(t.destination, data, now) else {
+                let Some((dest, len)) =
+                    self.peers.on_send(t.destination, data, t.segment_size, now)
+                else {
                     // Counted in the peer table; like a lost packet to QUIC.
-                    tracing::debug!(dest = %t.destination, "transmit to an unknown UD peer dropped");
+                    tracing::debug!(dest = %t.destination, "transmit dropped by the peer table");
                     self.tx_spare = Some(buf);
                     continue;
                 };
                 let ecn = t.ecn.map_or(0, |e| e as u8);
-                match routing::send_tx_buf(&mut self.socket, buf, dest, ecn, t.size, t.segment_size)
-                {
+                match routing::send_tx_buf(&mut self.socket, buf, dest, ecn, len, t.segment_size) {
                     Ok(()) => {}
                     Err(TxSendError::WouldBlock(buf)) => {
                         // Keep the bytes (in their buffer: no copy) and stop
@@ -182,7 +184,7 @@ impl<Q: UdQueuePair> Engine<Q> {
                             buf,
                             dest,
                             ecn,
-                            len: t.size,
+                            len,
                             segment_size: t.segment_size,
                         });
                         return;

@@ -48,7 +48,7 @@ mod io;
 mod streams;
 mod waiter;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -69,6 +69,7 @@ pub use waiter::{Wait, WaitStats, Waiter};
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::config::endpoint_config;
 use crate::quic::peers::{PeerStats, PeerTable};
+use crate::quic::retry::RetryPolicy;
 use crate::quic::routing::{RoutingCheck, RoutingStats};
 use crate::socket::{SocketStats, TxBuf, UdSocket};
 use connection::{Conn, ConnTable};
@@ -83,6 +84,10 @@ pub struct Engine<Q: UdQueuePair> {
     next_incoming_gen: u32,
     client: Option<quinn_proto::ClientConfig>,
     accept: AcceptPolicy,
+    retry: RetryPolicy,
+    /// Connections accepted from unvalidated addresses whose handshake is not
+    /// complete: what [`RetryPolicy::Auto`] judges load by.
+    unvalidated_handshakes: usize,
     has_server: bool,
     recv_batch: usize,
     mtu: usize,
@@ -105,9 +110,12 @@ pub struct Engine<Q: UdQueuePair> {
     tx_spare: Option<TxBuf>,
     /// Endpoint-level responses (stateless reset, version negotiation, refusals,
     /// retries) produced while the socket was busy receiving: rare, so owned.
-    responses: Vec<(UdAddr, Vec<u8>)>,
+    /// Addressed as quinn-proto sees the peer: sent through the peer table.
+    responses: Vec<(SocketAddr, Vec<u8>)>,
     /// Responses dropped because too many were queued.
     responses_dropped: u64,
+    /// Attempts answered with a Retry.
+    retries: u64,
     /// Events produced inside the receive path, moved to the caller's buffer.
     staged: Vec<Event>,
     /// Connections freed in the last poll, with why they ended: the caller may
@@ -145,13 +153,15 @@ impl<Q: UdQueuePair> Engine<Q> {
             socket,
             endpoint,
             conns: ConnTable::new(),
-            peers: PeerTable::new(cfg.peers),
+            peers: PeerTable::new(cfg.peers, mtu),
             routing: cfg.routing,
             routing_stats: RoutingStats::default(),
             incoming: Slab::new(),
             next_incoming_gen: 0,
             client: cfg.client,
             accept: cfg.accept,
+            retry: cfg.retry,
+            unvalidated_handshakes: 0,
             has_server,
             recv_batch: cfg.recv_batch.max(1),
             mtu,
@@ -162,6 +172,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             tx_spare: None,
             responses: Vec::new(),
             responses_dropped: 0,
+            retries: 0,
             staged: Vec::with_capacity(64),
             just_closed: Vec::new(),
             activity: 0,
@@ -197,6 +208,18 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// queue stayed full while more were owed.
     pub fn responses_dropped(&self) -> u64 {
         self.responses_dropped
+    }
+
+    /// Attempts answered with a Retry (by [`EngineConfig::retry`], the
+    /// [`AcceptPolicy`] or [`retry`](Self::retry)).
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+
+    /// Connections accepted from addresses not validated yet whose handshake
+    /// is not complete (what [`RetryPolicy::Auto`] judges load by).
+    pub fn unvalidated_handshakes(&self) -> usize {
+        self.unvalidated_handshakes
     }
 
     /// quinn-proto's statistics of one connection (RTT, congestion, losses, frames).
@@ -287,11 +310,7 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// Refuse a pending attempt: the client sees CONNECTION_REFUSED.
     pub fn refuse(&mut self, id: IncomingId) -> Result<(), EngineError> {
         let inc = self.take_incoming(id)?;
-        let dest = self.incoming_remote(&inc);
-        let mut buf = Vec::new();
-        let t = self.endpoint.refuse(inc, &mut buf);
-        buf.truncate(t.size);
-        self.responses.push((dest, buf));
+        self.refuse_incoming(inc);
         Ok(())
     }
 
@@ -300,20 +319,12 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// accept or refuse it); the attempt is consumed either way.
     pub fn retry(&mut self, id: IncomingId) -> Result<(), EngineError> {
         let inc = self.take_incoming(id)?;
-        let dest = self.incoming_remote(&inc);
-        let mut buf = Vec::new();
-        match self.endpoint.retry(inc, &mut buf) {
-            Ok(t) => {
-                buf.truncate(t.size);
-                self.responses.push((dest, buf));
-                Ok(())
-            }
-            Err(e) => {
-                self.endpoint.ignore(e.into_incoming());
-                Err(EngineError::InvalidArgument(
-                    "attempt already validated: accept or refuse it",
-                ))
-            }
+        if self.retry_incoming(inc) {
+            Ok(())
+        } else {
+            Err(EngineError::InvalidArgument(
+                "attempt already validated: accept or refuse it",
+            ))
         }
     }
 
@@ -398,7 +409,7 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// Flush every connection's pending transmits now (a write made after
     /// [`poll`](Self::poll) otherwise leaves on the next one).
     pub fn flush(&mut self, now: Instant) {
-        self.send_responses();
+        self.send_responses(now);
         self.flush_connections(now);
     }
 
@@ -441,10 +452,19 @@ impl<Q: UdQueuePair> Engine<Q> {
         inc: Incoming,
     ) -> Result<ConnHandle, ConnectionError> {
         let dest = self.incoming_remote(&inc);
+        let remote = inc.remote_address();
+        let validated = inc.remote_address_validated();
+        if validated {
+            // A Retry or NEW_TOKEN token proved it (RFC 9000 §8.1.3): no 3× limit.
+            self.peers.confirm(remote, now);
+        }
         let mut buf = Vec::new();
         match self.endpoint.accept(inc, now, &mut buf, None) {
             Ok((ch, conn)) => {
-                let h = self.conns.insert(ch, Conn::new(conn));
+                let mut conn = Conn::new(conn);
+                conn.unvalidated_handshake = !validated;
+                self.unvalidated_handshakes += usize::from(!validated);
+                let h = self.conns.insert(ch, conn);
                 self.staged.push(Event::Accepted {
                     conn: h,
                     remote: dest,
@@ -454,10 +474,38 @@ impl<Q: UdQueuePair> Engine<Q> {
             Err(e) => {
                 if let Some(t) = e.response {
                     buf.truncate(t.size);
-                    self.responses.push((dest, buf));
+                    self.responses.push((remote, buf));
                 }
                 tracing::debug!(cause = %e.cause, "accept failed");
                 Err(e.cause)
+            }
+        }
+    }
+
+    /// Refuse an attempt (CONNECTION_REFUSED, queued).
+    fn refuse_incoming(&mut self, inc: Incoming) {
+        let remote = inc.remote_address();
+        let mut buf = Vec::new();
+        let t = self.endpoint.refuse(inc, &mut buf);
+        buf.truncate(t.size);
+        self.responses.push((remote, buf));
+    }
+
+    /// Answer an attempt with a Retry (queued); `false` (the attempt dropped)
+    /// if it already carries a validated token.
+    fn retry_incoming(&mut self, inc: Incoming) -> bool {
+        let remote = inc.remote_address();
+        let mut buf = Vec::new();
+        match self.endpoint.retry(inc, &mut buf) {
+            Ok(t) => {
+                buf.truncate(t.size);
+                self.responses.push((remote, buf));
+                self.retries += 1;
+                true
+            }
+            Err(e) => {
+                self.endpoint.ignore(e.into_incoming());
+                false
             }
         }
     }
@@ -468,31 +516,27 @@ impl<Q: UdQueuePair> Engine<Q> {
             self.endpoint.ignore(inc);
             return;
         }
+        let asks_retry = matches!(self.accept, AcceptPolicy::AcceptAll | AcceptPolicy::Manual)
+            && self.retry.should_retry(
+                inc.remote_address_validated(),
+                inc.may_retry(),
+                self.unvalidated_handshakes,
+            );
+        if asks_retry {
+            self.retry_incoming(inc);
+            return;
+        }
         match self.accept {
             AcceptPolicy::AcceptAll => {
                 let _ = self.accept_incoming(now, inc);
             }
             AcceptPolicy::RetryThenAccept if inc.may_retry() => {
-                let dest = self.incoming_remote(&inc);
-                let mut buf = Vec::new();
-                match self.endpoint.retry(inc, &mut buf) {
-                    Ok(t) => {
-                        buf.truncate(t.size);
-                        self.responses.push((dest, buf));
-                    }
-                    Err(e) => self.endpoint.ignore(e.into_incoming()),
-                }
+                self.retry_incoming(inc);
             }
             AcceptPolicy::RetryThenAccept => {
                 let _ = self.accept_incoming(now, inc);
             }
-            AcceptPolicy::RefuseAll => {
-                let dest = self.incoming_remote(&inc);
-                let mut buf = Vec::new();
-                let t = self.endpoint.refuse(inc, &mut buf);
-                buf.truncate(t.size);
-                self.responses.push((dest, buf));
-            }
+            AcceptPolicy::RefuseAll => self.refuse_incoming(inc),
             AcceptPolicy::Manual => {
                 let remote = self.incoming_remote(&inc);
                 self.next_incoming_gen = self.next_incoming_gen.wrapping_add(1).max(1);
@@ -525,9 +569,19 @@ impl<Q: UdQueuePair> Engine<Q> {
             }
         }
         while let Some(ev) = c.inner.poll() {
+            if matches!(ev, quinn_proto::Event::Connected) {
+                // The handshake proved the peer's address (RFC 9000 §8.1).
+                self.peers.confirm(c.inner.remote_address(), now);
+                if std::mem::take(&mut c.unvalidated_handshake) {
+                    self.unvalidated_handshakes -= 1;
+                }
+            }
             translate(h, c, ev, events);
         }
         if c.inner.is_drained() {
+            if std::mem::take(&mut c.unvalidated_handshake) {
+                self.unvalidated_handshakes -= 1;
+            }
             let error = self.conns.remove(i).and_then(|c| c.error);
             self.just_closed.push((h, error));
             events.push(Event::ConnectionClosed { conn: h });

@@ -19,8 +19,12 @@ pub const ROUTING_KEY_BITS: u32 = 20;
 pub const ROUTING_KEY_MASK: u32 = (1 << ROUTING_KEY_BITS) - 1;
 /// The longest CID QUIC v1 allows (RFC 9000 §17.2).
 pub const MAX_CID_LEN: usize = 20;
-/// Default length of the CIDs quic-rdma issues.
-pub const DEFAULT_CID_LEN: usize = 8;
+/// Default length of the CIDs quic-rdma issues: 12 bytes, so 76 bits are
+/// random after the routing key. RFC 9000 §8.1 lets an endpoint take a peer's
+/// use of a CID it chose as proof of the peer's address only when the CID has
+/// at least 64 bits of entropy; the peer table relies on that
+/// ([`crate::quic::peers`]).
+pub const DEFAULT_CID_LEN: usize = 12;
 
 /// A fresh random routing key: what an endpoint should use unless it routes
 /// by key itself (e.g. one key per core). A constant shared by every endpoint
@@ -38,8 +42,6 @@ pub fn key_of_cid(cid: &[u8]) -> u32 {
     }
 }
 
-/// The routing key of the destination CID of a QUIC datagram, without decrypting.
-///
 /// A long-header packet's version and its two type bits (RFC 9000 §17.2), or
 /// `None` for a short header or a datagram too short to tell. The one place
 /// the drivers classify packets before QUIC parses them.
@@ -53,6 +55,22 @@ pub(crate) fn long_header(d: &[u8]) -> Option<(u32, u8)> {
     }
 }
 
+/// The destination and source CIDs of a long-header packet (RFC 9000 §17.2:
+/// first byte, Version, DCID length and DCID, SCID length and SCID), or `None`
+/// for a short header or a datagram too short to hold what it claims.
+pub(crate) fn long_header_cids(d: &[u8]) -> Option<(&[u8], &[u8])> {
+    if d.first()? & 0x80 == 0 {
+        return None;
+    }
+    let dlen = usize::from(*d.get(5)?);
+    let dcid = d.get(6..6 + dlen)?;
+    let slen = usize::from(*d.get(6 + dlen)?);
+    let scid = d.get(7 + dlen..7 + dlen + slen)?;
+    Some((dcid, scid))
+}
+
+/// The routing key of the destination CID of a QUIC datagram, without decrypting.
+///
 /// RFC 9000 §17.2: a long header (first bit set) has Version (4 bytes), then the
 /// DCID length byte and the DCID. §17.3: a short header has the DCID right after
 /// the first byte; its length is not on the wire, but the key needs only the first

@@ -15,6 +15,7 @@
 pub mod cid;
 pub mod config;
 pub mod peers;
+pub mod retry;
 pub mod routing;
 pub mod suites;
 pub mod tls;

@@ -12,27 +12,43 @@
 //!
 //! ## Who gets an entry, and who loses one
 //! UD headers are not authenticated: anyone who can compute an ICRC can send
-//! from any (GID, QPN). So the table is two-tier (docs/architecture.md, "Peer
-//! table"; SECURITY.md):
+//! from any (GID, QPN). So the table has three tiers (docs/architecture.md,
+//! "Peer table"; SECURITY.md):
 //! - a packet from an unknown peer makes it **pending**: it gets an address so
 //!   quinn-proto can look at the packet, in a small FIFO that evicts its oldest
 //!   entry when full — a flood of spoofed sources churns only this tier;
-//! - the peer is **admitted** when QUIC sends to it — it has a connection, or
-//!   an Initial is being answered — except for the stateless answers (Version
-//!   Negotiation, Retry), which hold no state and admit nobody;
+//! - the peer becomes **unvalidated** when QUIC answers it with state — an
+//!   Initial being answered, a stateless reset — but not for the stateless
+//!   answers (Version Negotiation, Retry). This tier is smaller
+//!   ([`PeerLimits::max_unvalidated`]), evicts its oldest entry when full and
+//!   drops entries older than [`PeerLimits::unvalidated_expiry`]; what it may
+//!   be sent is held to 3× what it sent, in bytes on the wire ([`budget`],
+//!   RFC 9000 §8.1) — quinn-proto's own limit overshoots by a datagram;
+//! - the peer is **admitted** once its address is validated: it used a
+//!   connection ID this endpoint chose and sent only to it (RFC 9000 §8.1), or
+//!   the driver says so ([`PeerTable::confirm`]: a Retry token, a completed
+//!   handshake), or quinn-proto sends it more than its own limit allows to an
+//!   unvalidated address (it validated the path itself), or the application
+//!   names the peer ([`PeerTable::admit`]);
 //! - an admitted peer is evicted only when the table is full and it has been
 //!   silent both ways for [`PeerLimits::evict_idle_after`]: longer than any
 //!   idle timeout, so its connections are gone. A live connection's entry is
-//!   never evicted; when no entry qualifies, the new admission is refused and
-//!   its packet dropped (counted), and the existing connections carry on.
+//!   never evicted; when no entry qualifies, the peer stays unvalidated
+//!   (counted), and the existing connections carry on.
 //! - a send to an address the table does not know is a counted drop, never an
 //!   I/O error (quinn would take an error for a fatal one and kill the connection).
+
+mod budget;
+
+pub use budget::WIRE_OVERHEAD;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, SocketAddrV6};
 use std::time::{Duration, Instant};
 
 use crate::fabric::UdAddr;
+
+use budget::{Budget, CidKey};
 
 /// Bounds of a peer table (both drivers take one in their configuration).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +57,13 @@ pub struct PeerLimits {
     pub max_peers: usize,
     /// Pending peers (seen, not yet answered) at most; the oldest is evicted first.
     pub max_pending: usize,
+    /// Unvalidated peers (answered, address not yet validated) at most; the
+    /// oldest is evicted first.
+    pub max_unvalidated: usize,
+    /// An unvalidated peer is dropped this long after it was first answered. A
+    /// real client validates its address within a round trip of the server's
+    /// first flight; a spoofed source never does.
+    pub unvalidated_expiry: Duration,
     /// An admitted peer silent this long may be evicted when the table is full.
     /// Keep it above the transport's idle timeout: then only dead connections lose
     /// their entry.
@@ -48,7 +71,7 @@ pub struct PeerLimits {
 }
 
 impl PeerLimits {
-    /// Ports are 16 bits: admitted and pending peers share 65 535 of them.
+    /// Ports are 16 bits: the three tiers share 65 535 of them.
     pub const MAX_TOTAL: usize = u16::MAX as usize;
 }
 
@@ -57,6 +80,8 @@ impl Default for PeerLimits {
         PeerLimits {
             max_peers: 16_384,
             max_pending: 4_096,
+            max_unvalidated: 1_024,
+            unvalidated_expiry: Duration::from_secs(2),
             // Twice quinn's default idle timeout (30 s), far above the fabric's.
             evict_idle_after: Duration::from_secs(60),
         }
@@ -71,17 +96,28 @@ pub struct PeerStats {
     pub peers: u64,
     /// Pending peers now.
     pub pending: u64,
+    /// Unvalidated peers now.
+    pub unvalidated: u64,
     /// The bound on admitted peers.
     pub max_peers: u64,
     /// The bound on pending peers.
     pub max_pending: u64,
+    /// The bound on unvalidated peers.
+    pub max_unvalidated: u64,
     /// Peers admitted since the start.
     pub admitted: u64,
     /// Pending peers evicted to make room (a flood of new sources shows here).
     pub evicted_pending: u64,
+    /// Unvalidated peers evicted to make room (a flood of spoofed Initials).
+    pub evicted_unvalidated: u64,
+    /// Unvalidated peers dropped after [`PeerLimits::unvalidated_expiry`].
+    pub expired_unvalidated: u64,
+    /// Datagrams to unvalidated peers dropped by the 3× limit (RFC 9000 §8.1).
+    pub amplification_drops: u64,
     /// Admitted peers evicted after being silent for `evict_idle_after`.
     pub evicted_idle: u64,
-    /// Admissions refused because every admitted peer was live (packet dropped).
+    /// Admissions refused because every admitted peer was live (the peer
+    /// stays unvalidated).
     pub refused_full: u64,
     /// Sends to an address the table does not know (packet dropped).
     pub unknown_destination: u64,
@@ -89,7 +125,8 @@ pub struct PeerStats {
 
 #[derive(Clone, Copy, Debug)]
 enum State {
-    Pending,
+    Pending(Budget),
+    Unvalidated(Budget),
     Admitted { last: Instant },
 }
 
@@ -116,6 +153,13 @@ pub(crate) struct PeerTable {
     fresh: std::ops::RangeInclusive<u16>,
     /// Pending peers, oldest first (entries since admitted or evicted are skipped).
     pending: VecDeque<(u16, UdAddr)>,
+    /// Unvalidated peers and when they became so, oldest first (entries since
+    /// admitted or evicted are skipped).
+    unvalidated: VecDeque<(u16, UdAddr, Instant)>,
+    /// Hashes the connection IDs sent to unvalidated peers.
+    cid_key: CidKey,
+    /// The largest datagram QUIC sends ([`Budget::validated_by_quic`]).
+    mtu: usize,
     /// No admitted peer can be evicted before this (from the last full scan):
     /// spares a scan per refused admission while the table is full of live peers.
     no_eviction_before: Option<Instant>,
@@ -131,20 +175,33 @@ pub(crate) struct PeerTable {
 
 impl Default for PeerTable {
     fn default() -> Self {
-        Self::new(PeerLimits::default())
+        Self::new(PeerLimits::default(), 4096)
     }
 }
 
+/// What [`PeerTable::on_receive`] found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Source {
+    /// The address quinn-proto sees.
+    pub(crate) addr: SocketAddr,
+    /// The peer is admitted (or adopted): further datagrams from it within the
+    /// same batch need no accounting ([`LastSource`]).
+    admitted: bool,
+}
+
 impl PeerTable {
-    /// An empty table with `limits` (clamped so both tiers fit in 65 535 ports).
-    pub(crate) fn new(limits: PeerLimits) -> Self {
-        let max_pending = limits.max_pending.clamp(1, PeerLimits::MAX_TOTAL / 2);
+    /// An empty table with `limits` (clamped so the tiers fit in 65 535 ports),
+    /// for QUIC datagrams of at most `mtu` bytes.
+    pub(crate) fn new(limits: PeerLimits, mtu: usize) -> Self {
+        let max_pending = limits.max_pending.clamp(1, PeerLimits::MAX_TOTAL / 4);
+        let max_unvalidated = limits.max_unvalidated.clamp(1, PeerLimits::MAX_TOTAL / 4);
         let max_peers = limits
             .max_peers
-            .clamp(1, PeerLimits::MAX_TOTAL - max_pending);
+            .clamp(1, PeerLimits::MAX_TOTAL - max_pending - max_unvalidated);
         let limits = PeerLimits {
             max_peers,
             max_pending,
+            max_unvalidated,
             ..limits
         };
         PeerTable {
@@ -154,10 +211,14 @@ impl PeerTable {
             free: VecDeque::new(),
             fresh: 1..=u16::MAX,
             pending: VecDeque::new(),
+            unvalidated: VecDeque::new(),
+            cid_key: CidKey::default(),
+            mtu,
             no_eviction_before: None,
             stats: PeerStats {
                 max_peers: max_peers as u64,
                 max_pending: max_pending as u64,
+                max_unvalidated: max_unvalidated as u64,
                 ..PeerStats::default()
             },
             adopted: HashMap::new(),
@@ -170,24 +231,51 @@ impl PeerTable {
         self.stats
     }
 
-    /// The address quinn-proto sees for `ud`, a packet from which just arrived:
-    /// an unknown peer becomes pending; an admitted one is marked active.
-    pub(crate) fn on_receive(&mut self, ud: UdAddr, now: Instant) -> SocketAddr {
+    /// [`receive`](Self::receive)'s address only.
+    #[cfg(test)]
+    pub(crate) fn on_receive(&mut self, ud: UdAddr, datagram: &[u8], now: Instant) -> SocketAddr {
+        self.receive(ud, datagram, now).addr
+    }
+
+    /// The address quinn-proto sees for `ud`, from which `datagram` just
+    /// arrived: an unknown peer becomes pending; a pending or unvalidated one is
+    /// charged for it, and admitted if it proves its address; an admitted one
+    /// is marked active.
+    pub(crate) fn receive(&mut self, ud: UdAddr, datagram: &[u8], now: Instant) -> Source {
         if let Some((a, heard)) = self.adopted_by_ud.get_mut(&ud) {
             *heard = Some(now);
-            return *a;
+            return Source {
+                addr: *a,
+                admitted: true,
+            };
         }
         let port = match self.by_ud.get(&ud) {
-            Some(&p) => {
-                self.touch(p, now);
-                p
-            }
-            None => self.add_pending(ud),
+            Some(&p) => p,
+            None => self.add_pending(ud, now),
         };
-        if let Some(e) = &mut self.by_port[usize::from(port) - 1] {
-            e.heard = Some(now);
+        let idx = usize::from(port) - 1;
+        let Some(e) = &mut self.by_port[idx] else {
+            unreachable!("by_ud names live ports")
+        };
+        e.heard = Some(now);
+        let proves = match &mut e.state {
+            State::Admitted { last } => {
+                *last = now;
+                return Source {
+                    addr: synthetic(ud, port),
+                    admitted: true,
+                };
+            }
+            State::Pending(b) | State::Unvalidated(b) => {
+                b.heard(datagram);
+                b.proves_address(datagram, &self.cid_key)
+            }
+        };
+        let admitted = proves && self.promote(port, now);
+        Source {
+            addr: synthetic(ud, port),
+            admitted,
         }
-        synthetic(ud, port)
     }
 
     /// When a packet from the peer quinn-proto knows as `a` was last read off
@@ -209,7 +297,7 @@ impl PeerTable {
         }
         let port = match self.by_ud.get(&ud) {
             Some(&p) => p,
-            None => self.add_pending(ud),
+            None => self.add_pending(ud, now),
         };
         if self.promote(port, now) {
             synthetic(ud, port)
@@ -219,34 +307,81 @@ impl PeerTable {
         }
     }
 
-    /// The UD peer to send `packet` (the first datagram of a transmit) to, or
-    /// `None` (counted) if the address is unknown or the table has no room to
-    /// admit it. Admits a pending peer unless the packet is a stateless answer.
-    pub(crate) fn on_send(&mut self, a: SocketAddr, packet: &[u8], now: Instant) -> Option<UdAddr> {
+    /// The driver knows that the peer quinn-proto calls `a` has a validated
+    /// address (RFC 9000 §8.1: a valid Retry or NEW_TOKEN token, a completed
+    /// handshake): admit it. `false` if unknown or the table is full of live peers.
+    #[cfg_attr(not(feature = "quinn"), allow(dead_code))]
+    pub(crate) fn confirm(&mut self, a: SocketAddr, now: Instant) -> bool {
+        if self.adopted.contains_key(&a) {
+            return true;
+        }
+        match self.port_of(a) {
+            Some(port) => self.promote(port, now),
+            None => false,
+        }
+    }
+
+    /// Where to send a transmit of `contents` (datagrams of `segment` bytes,
+    /// the last maybe shorter) that quinn-proto addressed to `a`, and how many
+    /// of its bytes may go (whole datagrams); `None` (counted) if the address
+    /// is unknown or nothing may go. A pending peer becomes unvalidated unless
+    /// the packet is a stateless answer; an unvalidated one is held to 3×
+    /// ([`budget`]).
+    pub(crate) fn on_send(
+        &mut self,
+        a: SocketAddr,
+        contents: &[u8],
+        segment: Option<usize>,
+        now: Instant,
+    ) -> Option<(UdAddr, usize)> {
+        let len = contents.len();
         if let Some(ud) = self.adopted.get(&a) {
-            return Some(*ud);
+            return Some((*ud, len));
         }
         let Some(port) = self.port_of(a) else {
             // The application may dial a peer by its lossless address.
             return match UdAddr::from_socket_addr(a) {
-                Ok(ud) if !self.by_ud.contains_key(&ud) => Some(self.adopt_ud(a, ud)),
+                Ok(ud) if !self.by_ud.contains_key(&ud) => Some((self.adopt_ud(a, ud), len)),
                 _ => {
                     self.stats.unknown_destination += 1;
                     None
                 }
             };
         };
-        let e = self.by_port[usize::from(port) - 1].expect("port_of checked");
-        match e.state {
-            State::Admitted { .. } => self.touch(port, now),
-            State::Pending if is_stateless_answer(packet) => {}
-            State::Pending => {
-                if !self.promote(port, now) {
-                    return None;
-                }
-            }
+        let idx = usize::from(port) - 1;
+        let Entry { ud, state, .. } = self.by_port[idx].expect("port_of checked");
+        if matches!(state, State::Pending(_)) && !is_stateless_answer(contents) {
+            // Evicting the tier's oldest never evicts this entry: it is
+            // not queued there yet.
+            self.make_unvalidated(port, now);
         }
-        Some(e.ud)
+        let mtu = self.mtu;
+        let Some(e) = &mut self.by_port[idx] else {
+            unreachable!("port_of checked")
+        };
+        let (mut allowed, validated) = match &mut e.state {
+            State::Admitted { last } => {
+                *last = now;
+                return Some((ud, len));
+            }
+            State::Pending(b) => {
+                b.issue(contents, &self.cid_key);
+                (b.allow(len, segment), false)
+            }
+            State::Unvalidated(b) => {
+                b.issue(contents, &self.cid_key);
+                let allowed = b.allow(len, segment);
+                (allowed, allowed < len && b.validated_by_quic(mtu))
+            }
+        };
+        if validated && self.promote(port, now) {
+            allowed = len;
+        }
+        if allowed < len {
+            let segment = segment.unwrap_or(len).max(1);
+            self.stats.amplification_drops += (len - allowed).div_ceil(segment) as u64;
+        }
+        (allowed > 0).then_some((ud, allowed))
     }
 
     /// The UD address behind an address quinn-proto gave us (no side effects).
@@ -264,28 +399,20 @@ impl PeerTable {
         (a == synthetic(e.ud, port)).then_some(port)
     }
 
-    fn touch(&mut self, port: u16, now: Instant) {
-        if let Some(Entry {
-            state: State::Admitted { last },
-            ..
-        }) = &mut self.by_port[usize::from(port) - 1]
-        {
-            *last = now;
-        }
-    }
-
-    fn add_pending(&mut self, ud: UdAddr) -> u16 {
+    fn add_pending(&mut self, ud: UdAddr, now: Instant) -> u16 {
+        self.expire_unvalidated(now);
         // Compact the FIFO of entries admitted or evicted meanwhile.
         if self.pending.len() >= 2 * self.limits.max_pending {
             let by_port = &self.by_port;
-            self.pending.retain(|&(p, u)| is_pending(by_port, p, u));
+            self.pending
+                .retain(|&(p, u)| in_state(by_port, p, u, Tier::Pending));
         }
         while self.stats.pending as usize >= self.limits.max_pending {
             let (p, u) = self
                 .pending
                 .pop_front()
                 .expect("pending entries are queued");
-            if is_pending(&self.by_port, p, u) {
+            if in_state(&self.by_port, p, u, Tier::Pending) {
                 self.remove(p);
                 self.stats.evicted_pending += 1;
             }
@@ -295,14 +422,16 @@ impl PeerTable {
             None => self
                 .free
                 .pop_front()
-                .expect("pending + admitted < 65 535 ports"),
+                .expect("the tiers fit in 65 535 ports"),
         };
-        if self.by_port.is_empty() {
-            self.by_port.resize(PeerLimits::MAX_TOTAL, None);
+        let idx = usize::from(port) - 1;
+        if self.by_port.len() <= idx {
+            // Grown as ports are first used: a small deployment stays small.
+            self.by_port.resize(idx + 1, None);
         }
-        self.by_port[usize::from(port) - 1] = Some(Entry {
+        self.by_port[idx] = Some(Entry {
             ud,
-            state: State::Pending,
+            state: State::Pending(Budget::default()),
             heard: None,
         });
         self.by_ud.insert(ud, port);
@@ -311,19 +440,66 @@ impl PeerTable {
         port
     }
 
-    /// Make pending `port` admitted; `false` (counted) if the table is full of live peers.
+    /// Move pending `port` to the unvalidated tier, evicting that tier's oldest
+    /// entry if it is full.
+    fn make_unvalidated(&mut self, port: u16, now: Instant) {
+        self.expire_unvalidated(now);
+        if self.unvalidated.len() >= 2 * self.limits.max_unvalidated {
+            let by_port = &self.by_port;
+            self.unvalidated
+                .retain(|&(p, u, _)| in_state(by_port, p, u, Tier::Unvalidated));
+        }
+        while self.stats.unvalidated as usize >= self.limits.max_unvalidated {
+            let (p, u, _) = self
+                .unvalidated
+                .pop_front()
+                .expect("unvalidated entries are queued");
+            if in_state(&self.by_port, p, u, Tier::Unvalidated) {
+                self.remove(p);
+                self.stats.evicted_unvalidated += 1;
+            }
+        }
+        let Some(e) = &mut self.by_port[usize::from(port) - 1] else {
+            return;
+        };
+        if let State::Pending(b) = e.state {
+            e.state = State::Unvalidated(b);
+            self.unvalidated.push_back((port, e.ud, now));
+            self.stats.pending -= 1;
+            self.stats.unvalidated += 1;
+        }
+    }
+
+    /// Drop the unvalidated peers answered `unvalidated_expiry` ago or earlier.
+    fn expire_unvalidated(&mut self, now: Instant) {
+        let expiry = self.limits.unvalidated_expiry;
+        while let Some(&(p, u, since)) = self.unvalidated.front() {
+            if now.saturating_duration_since(since) < expiry {
+                break;
+            }
+            self.unvalidated.pop_front();
+            if in_state(&self.by_port, p, u, Tier::Unvalidated) {
+                self.remove(p);
+                self.stats.expired_unvalidated += 1;
+            }
+        }
+    }
+
+    /// Admit `port` (validated, or named by the application); `false` (counted)
+    /// if the table is full of live peers.
     fn promote(&mut self, port: u16, now: Instant) -> bool {
         let idx = usize::from(port) - 1;
-        if matches!(
-            self.by_port[idx],
-            Some(Entry {
-                state: State::Admitted { .. },
-                ..
-            })
-        ) {
-            self.touch(port, now);
-            return true;
-        }
+        let Some(e) = &mut self.by_port[idx] else {
+            return false;
+        };
+        let was = match e.state {
+            State::Admitted { ref mut last } => {
+                *last = now;
+                return true;
+            }
+            State::Pending(_) => Tier::Pending,
+            State::Unvalidated(_) => Tier::Unvalidated,
+        };
         if self.stats.peers as usize >= self.limits.max_peers && !self.evict_idle(now) {
             self.stats.refused_full += 1;
             return false;
@@ -331,7 +507,10 @@ impl PeerTable {
         if let Some(e) = &mut self.by_port[idx] {
             e.state = State::Admitted { last: now };
         }
-        self.stats.pending -= 1;
+        match was {
+            Tier::Pending => self.stats.pending -= 1,
+            Tier::Unvalidated => self.stats.unvalidated -= 1,
+        }
         self.stats.peers += 1;
         self.stats.admitted += 1;
         true
@@ -375,7 +554,8 @@ impl PeerTable {
         if let Some(e) = self.by_port[usize::from(port) - 1].take() {
             self.by_ud.remove(&e.ud);
             match e.state {
-                State::Pending => self.stats.pending -= 1,
+                State::Pending(_) => self.stats.pending -= 1,
+                State::Unvalidated(_) => self.stats.unvalidated -= 1,
                 State::Admitted { .. } => self.stats.peers -= 1,
             }
             self.free.push_back(port);
@@ -397,11 +577,23 @@ impl PeerTable {
     }
 }
 
-fn is_pending(by_port: &[Option<Entry>], port: u16, ud: UdAddr) -> bool {
-    matches!(
-        by_port[usize::from(port) - 1],
-        Some(Entry { ud: u, state: State::Pending, .. }) if u == ud
-    )
+/// The tiers whose entries sit in a FIFO.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tier {
+    Pending,
+    Unvalidated,
+}
+
+/// Whether `port` still holds `ud` in `tier` (FIFO entries go stale when the
+/// peer moves on or is evicted, and the port may since name another peer).
+fn in_state(by_port: &[Option<Entry>], port: u16, ud: UdAddr, tier: Tier) -> bool {
+    match by_port[usize::from(port) - 1] {
+        Some(Entry { ud: u, state, .. }) if u == ud => matches!(
+            (state, tier),
+            (State::Pending(_), Tier::Pending) | (State::Unvalidated(_), Tier::Unvalidated)
+        ),
+        _ => false,
+    }
 }
 
 fn synthetic(ud: UdAddr, port: u16) -> SocketAddr {
@@ -418,26 +610,29 @@ fn is_stateless_answer(packet: &[u8]) -> bool {
     )
 }
 
-/// The source [`PeerTable::on_receive`] answered last, within one receive batch
-/// (one `now`, no other use of the table in between): a run of packets from
-/// one peer — a bulk stream — asks the table (two SipHash lookups) once.
+/// The source [`PeerTable::on_receive`] last found admitted, within one
+/// receive batch (one `now`, no other use of the table in between): a run of
+/// packets from one admitted peer — a bulk stream — asks the table (two SipHash
+/// lookups) once. Peers not yet admitted are accounted per datagram.
 #[derive(Debug, Default)]
 pub(crate) struct LastSource(Option<(UdAddr, SocketAddr)>);
 
 impl LastSource {
-    /// `table.on_receive(ud, now)`, or its answer for the same `ud` just before.
+    /// `table.on_receive(ud, datagram, now)`, or its answer for the same
+    /// admitted `ud` just before.
     pub(crate) fn on_receive(
         &mut self,
         table: &mut PeerTable,
         ud: UdAddr,
+        datagram: &[u8],
         now: Instant,
     ) -> SocketAddr {
         match self.0 {
             Some((last, a)) if last == ud => a,
             _ => {
-                let a = table.on_receive(ud, now);
-                self.0 = Some((ud, a));
-                a
+                let s = table.receive(ud, datagram, now);
+                self.0 = s.admitted.then_some((ud, s.addr));
+                s.addr
             }
         }
     }

@@ -31,6 +31,7 @@
 
 mod coalesce;
 mod liveness;
+mod retry_gate;
 mod spin;
 mod wake;
 
@@ -48,7 +49,9 @@ use quinn::{AsyncUdpSocket, UdpPoller};
 pub use crate::quic::config::{
     endpoint_config, transport_config_with, transport_with, Liveness, LivenessError,
 };
+pub use crate::quic::retry::RetryPolicy;
 pub use liveness::{spawn_watch, spawn_watch_for, watch, Watched, DEFAULT_DEAD_AFTER, PEER_SILENT};
+pub use retry_gate::{Attempt, RetryGate};
 
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::peers::{LastSource, PeerLimits, PeerStats, PeerTable};
@@ -114,8 +117,9 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     /// Wrap a socket; its peer table is bounded by `limits` (see [`crate::quic::peers`]),
     /// and received immediate data is checked as `routing` says.
     pub fn with_options(socket: UdSocket<Q>, limits: PeerLimits, routing: RoutingCheck) -> Self {
+        let mtu = socket.mtu();
         let peers = Arc::new(Mutex::new((
-            PeerTable::new(limits),
+            PeerTable::new(limits, mtu),
             RoutingStats::default(),
         )));
         Self::over(socket, peers, routing)
@@ -305,15 +309,23 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
         // An unknown destination (never seen, or refused by a full table) is a
         // counted drop like a lost packet: an error here would be fatal to the
         // connection in quinn.
-        let Some(dest) = lock(&self.peers)
-            .0
-            .on_send(t.destination, t.contents, Instant::now())
+        // Likewise what the 3× limit holds back from an unvalidated peer.
+        let Some((dest, len)) =
+            lock(&self.peers)
+                .0
+                .on_send(t.destination, t.contents, t.segment_size, Instant::now())
         else {
-            tracing::debug!(dest = %t.destination, "transmit to an unknown UD peer dropped");
+            tracing::debug!(dest = %t.destination, "transmit dropped by the peer table");
             return Ok(());
         };
         let ecn = t.ecn.map_or(0, |e| e as u8);
-        match routing::send(&mut self.lock(), dest, ecn, t.contents, t.segment_size) {
+        match routing::send(
+            &mut self.lock(),
+            dest,
+            ecn,
+            &t.contents[..len],
+            t.segment_size,
+        ) {
             // Counted by the socket; the unposted segments are lost packets to QUIC.
             Ok(()) | Err(SocketError::PartiallyPosted { .. }) => Ok(()),
             Err(e) => Err(io::Error::from(e)),
@@ -347,7 +359,7 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
                     if !check.accept(r.imm, r.data, routing_stats) {
                         return;
                     }
-                    let addr = last_source.on_receive(peers, r.src, now);
+                    let addr = last_source.on_receive(peers, r.src, r.data, now);
                     out.push(&r, addr, dst_ip);
                 });
                 if got < quota {

@@ -471,9 +471,10 @@ static int test_config_contract(void) {
     qr_engine *e = NULL;
     EXPECT(qr_engine_new(f, &ec, &e) == QR_EINVAL);
     ec.struct_size = sizeof ec;
-    ec.reserved = 1;
+    ec.retry_policy = 3; /* none of QR_RETRY_* */
     EXPECT(qr_engine_new(f, &ec, &e) == QR_EINVAL);
-    ec.reserved = 0;
+    EXPECT(strstr(qr_last_error(), "QR_RETRY_AUTO") != NULL);
+    ec.retry_policy = QR_RETRY_AUTO;
     ec.routing_key = 1u << 20;
     EXPECT(qr_engine_new(f, &ec, &e) == QR_EINVAL);
     ec.routing_key = (1u << 20) - 1;
