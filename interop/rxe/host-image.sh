@@ -46,7 +46,7 @@ PY
 echo "layout with a $MIB MiB blob $(cat "$X/blob.digest")"
 "$QR" cert --dir "$X/pki" --leaf registry=10.77.0.1 --leaf node=node >/dev/null
 
-"$QR" registry-agent --provider soft --layout "$W/layout" --ip 10.77.0.1 \
+"$QR" registry-agent --provider soft --layout "$W/layout" --layout-repository qr/rxe --ip 10.77.0.1 \
   --service-port 19651 --metrics 10.77.0.1:19652 --cache-dir "$W/cache" \
   --cert "$X/pki/registry.pem" --key "$X/pki/registry-key.pem" --ca "$X/pki/ca.pem" \
   $QR_LIVENESS >"$W/ra.out" 2>"$W/ra.log" &

@@ -14,6 +14,7 @@
 //! `provider.rs` (`--provider`: sockets on a fabric), `tls.rs` (certificates
 //! and TLS 1.3 configs).
 
+pub mod access;
 pub mod channel_endpoint;
 mod cmd;
 mod endpoint;

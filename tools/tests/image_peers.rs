@@ -144,7 +144,12 @@ fn blobs_come_from_a_peer_and_fall_back_to_the_registry_agent() {
     let up = ra_args.iter().position(|a| a == "--upstream").unwrap();
     ra_args.splice(
         up..up + 2,
-        ["--layout".into(), layout.display().to_string()],
+        [
+            "--layout".into(),
+            layout.display().to_string(),
+            "--layout-repository".into(),
+            REPO.into(),
+        ],
     );
     let _ra = qr("registry-agent", &ra_args, &d.join("ra.log"));
     let node = |name: &str, ip: &str, port: u16, extra: &[&str]| {

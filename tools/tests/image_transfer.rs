@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use quic_rdma_tools::access::Access;
 use quic_rdma_tools::image::cache::Cache;
 use quic_rdma_tools::image::client::{DialFuture, Dialer, FabricClient, FetchError};
 use quic_rdma_tools::image::digest::Digest;
@@ -51,7 +52,11 @@ fn pki(dir: &Path) -> (Mtls, Mtls) {
     (load("registry"), load("node"))
 }
 
-/// An OCI layout with one blob of `size` random bytes; returns its digest.
+/// The repository the test layouts are served under.
+const REPO: &str = "library/x";
+
+/// An OCI layout (served as [`REPO`]) whose one image has a layer of `size`
+/// random bytes; returns the layer's digest and bytes.
 fn layout_with_blob(dir: &Path, size: usize) -> (Digest, Vec<u8>) {
     let blobs = dir.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).unwrap();
@@ -59,10 +64,25 @@ fn layout_with_blob(dir: &Path, size: usize) -> (Digest, Vec<u8>) {
     rand::thread_rng().fill_bytes(&mut data);
     let d = Digest::of(&data);
     std::fs::write(blobs.join(d.hex()), &data).unwrap();
+    let config = br#"{"architecture":"amd64","os":"linux"}"#;
+    let c = Digest::of(config);
+    std::fs::write(blobs.join(c.hex()), config).unwrap();
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",
+            "config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{c}","size":{}}},
+            "layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"{d}","size":{size}}}]}}"#,
+        config.len()
+    );
+    let m = Digest::of(manifest.as_bytes());
+    std::fs::write(blobs.join(m.hex()), &manifest).unwrap();
     std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
     std::fs::write(
         dir.join("index.json"),
-        r#"{"schemaVersion":2,"manifests":[]}"#,
+        format!(
+            r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"application/vnd.oci.image.manifest.v1+json",
+                "digest":"{m}","size":{},"annotations":{{"org.opencontainers.image.ref.name":"v1"}}}}]}}"#,
+            manifest.len()
+        ),
     )
     .unwrap();
     (d, data)
@@ -83,20 +103,34 @@ struct Registry {
 }
 
 fn start_registry(addr: SocketAddr, mtls: &Mtls, layout: &Path, cache: &Path) -> Registry {
+    start_registry_with(addr, mtls, layout, cache, Access::Open)
+}
+
+/// [`start_registry`] with an access policy.
+fn start_registry_with(
+    addr: SocketAddr,
+    mtls: &Mtls,
+    layout: &Path,
+    cache: &Path,
+    access: Access,
+) -> Registry {
     let cfg = mtls.server_config(wire::ALPN, transport()).unwrap();
     let endpoint = quinn::Endpoint::server(cfg, addr).unwrap();
     let metrics = Arc::new(RegistryMetrics::default());
     let spool = Arc::new(Spool::new(
-        Arc::new(Source::Layout(layout.to_path_buf())),
+        Arc::new(Source::Layout {
+            dir: layout.to_path_buf(),
+            repository: REPO.into(),
+        }),
         Cache::open(cache, 1 << 40).unwrap(),
         metrics.clone(),
     ));
-    tokio::spawn(server::serve(
-        endpoint.clone(),
-        spool,
-        metrics.clone(),
-        None,
-    ));
+    let serving = server::Serving {
+        metrics: metrics.clone(),
+        access: Arc::new(access),
+        ..server::Serving::default()
+    };
+    tokio::spawn(server::serve(endpoint.clone(), spool, serving));
     Registry { endpoint, metrics }
 }
 
@@ -207,7 +241,7 @@ async fn fetch_as(node_tls: impl FnOnce(&Path) -> Mtls) -> (FetchError, bool) {
         &dir.path().join("nc"),
         TransferOptions::default(),
     );
-    let e = n.blob("a", &d, &|_, _| {}).await.unwrap_err();
+    let e = n.blob(REPO, &d, &|_, _| {}).await.unwrap_err();
     (e, n.cache.contains(&d))
 }
 
@@ -272,7 +306,7 @@ async fn resumes_after_the_registry_agent_goes_away_mid_blob() {
     let p2 = progress.clone();
     let (n2, d2) = (n.clone(), d);
     let pull = tokio::spawn(async move {
-        n2.blob("a", &d2, &move |v, _| {
+        n2.blob(REPO, &d2, &move |v, _| {
             p2.store(v, std::sync::atomic::Ordering::Relaxed)
         })
         .await
@@ -325,7 +359,7 @@ async fn corrupt_source_is_an_error_and_never_cached() {
         &dir.path().join("nc"),
         TransferOptions::default(),
     );
-    let e = n.blob("a", &d, &|_, _| {}).await.unwrap_err();
+    let e = n.blob(REPO, &d, &|_, _| {}).await.unwrap_err();
     assert!(matches!(e, FetchError::DigestMismatch(_)), "{e}");
     assert!(!n.cache.contains(&d));
     assert!(n.metrics.verify_failures.get() >= 1);
@@ -339,6 +373,186 @@ async fn corrupt_source_is_an_error_and_never_cached() {
         );
         assert_eq!(std::fs::read_dir(p.join("tmp")).unwrap().count(), 0);
     }
+}
+
+/// Issue 23, hole 7: a blob is served under repository R only if R is served
+/// and references it — from the registry agent's store, and from a node's
+/// cache that holds the blob because another repository's pull put it there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blobs_are_served_only_under_repositories_that_reference_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reg_tls, node_tls) = pki(&dir.path().join("pki"));
+    let layout = dir.path().join("layout");
+    let (d, data) = layout_with_blob(&layout, 1 << 20);
+    // A blob in the layout that no manifest references.
+    let stray = b"not part of any image".to_vec();
+    let s = Digest::of(&stray);
+    std::fs::write(layout.join("blobs/sha256").join(s.hex()), &stray).unwrap();
+    let reg = start_registry(
+        format!("{REG_IP}:0").parse().unwrap(),
+        &reg_tls,
+        &layout,
+        &dir.path().join("rc"),
+    );
+    let n = node(
+        reg.endpoint.local_addr().unwrap(),
+        &node_tls,
+        &dir.path().join("nc"),
+        TransferOptions::default(),
+    );
+    let not_found = |r: Result<_, FetchError>| matches!(r, Err(FetchError::NotFound(_)));
+    assert!(not_found(
+        n.blob("othertenant/secret", &d, &|_, _| {}).await
+    ));
+    assert!(
+        not_found(n.blob(REPO, &s, &|_, _| {}).await),
+        "unreferenced"
+    );
+    assert!(!n.cache.contains(&d) && !n.cache.contains(&s));
+    // Pulled under its repository: cached (sha256 equal).
+    let b = n.blob(REPO, &d, &|_, _| {}).await.unwrap();
+    assert_eq!(Digest::of(&read_file(&b.file)), Digest::of(&data));
+    b.stored.wait().await.unwrap();
+    assert!(n.cache.contains(&d));
+    // In the node's cache now, still not readable under another name.
+    assert!(not_found(
+        n.blob("othertenant/secret", &d, &|_, _| {}).await
+    ));
+    assert!(matches!(
+        n.blob_size("othertenant/secret", &d).await,
+        Err(FetchError::NotFound(_))
+    ));
+    // Nor over the wire, by asking the registry agent directly.
+    let c = FabricClient::new(Box::new(UdpDialer {
+        server: reg.endpoint.local_addr().unwrap(),
+        cfg: node_tls.client_config(wire::ALPN, transport()).unwrap(),
+    }));
+    for req in [
+        wire::Request::Blob {
+            repo: "othertenant/secret".into(),
+            digest: d,
+            offset: 0,
+            len: 100,
+        },
+        wire::Request::Manifest {
+            repo: "othertenant/secret".into(),
+            reference: "v1".parse().unwrap(),
+            accept: String::new(),
+        },
+    ] {
+        assert!(matches!(
+            c.request(&req).await,
+            Err(FetchError::NotFound(_))
+        ));
+    }
+    // The node serving its cache to peers: the blob under the repository it
+    // was confirmed for, not under another name.
+    let peer_cfg = reg_tls.server_config(wire::ALPN, transport()).unwrap();
+    let peer_ep =
+        quinn::Endpoint::server(peer_cfg, format!("{REG_IP}:0").parse().unwrap()).unwrap();
+    tokio::spawn(server::serve_store(
+        peer_ep.clone(),
+        server::Store::Peer(n.clone()),
+        server::Serving::default(),
+    ));
+    let p = FabricClient::new(Box::new(UdpDialer {
+        server: peer_ep.local_addr().unwrap(),
+        cfg: node_tls.client_config(wire::ALPN, transport()).unwrap(),
+    }));
+    let ask = |repo: &str| wire::Request::Blob {
+        repo: repo.into(),
+        digest: d,
+        offset: 0,
+        len: 100,
+    };
+    assert_eq!(&p.request(&ask(REPO)).await.unwrap().body[..], &data[..100]);
+    assert!(matches!(
+        p.request(&ask("othertenant/secret")).await,
+        Err(FetchError::NotFound(_))
+    ));
+}
+
+/// Issue 23, hole 7: an access policy grants certificate identities channels
+/// and repositories. A certificate from the same CA that is granted only the
+/// KV channel (a KV relay's) is refused on the image channel; an image
+/// client is refused repositories outside its grant (403 DENIED over HTTP).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_policy_refuses_other_channels_and_repositories() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki_dir = dir.path().join("pki");
+    let (reg_tls, node_tls) = pki(&pki_dir);
+    generate_dev_pki(
+        &pki_dir,
+        &[LeafSpec {
+            name: "kv".into(),
+            sans: vec!["kv".into()],
+        }],
+    )
+    .unwrap();
+    let kv_tls = Mtls::from_pem_files(
+        &pki_dir.join("kv.pem"),
+        &pki_dir.join("kv-key.pem"),
+        &pki_dir.join("ca.pem"),
+    )
+    .unwrap();
+    let layout = dir.path().join("layout");
+    let (d, _) = layout_with_blob(&layout, 1 << 16);
+    let policy = Access::parse(
+        br#"{"grants": [
+            {"identities": ["node"], "channels": ["qr-image/1"], "repositories": ["team-a/**"]},
+            {"identities": ["kv"], "channels": ["qr-kv/1"]}]}"#,
+    )
+    .unwrap();
+    let reg = start_registry_with(
+        format!("{REG_IP}:0").parse().unwrap(),
+        &reg_tls,
+        &layout,
+        &dir.path().join("rc"),
+        policy,
+    );
+    let server = reg.endpoint.local_addr().unwrap();
+    // The KV certificate: its connection is closed, nothing is served.
+    let kv = node(
+        server,
+        &kv_tls,
+        &dir.path().join("kc"),
+        TransferOptions::default(),
+    );
+    let e = kv.blob(REPO, &d, &|_, _| {}).await.unwrap_err();
+    assert!(
+        matches!(e, FetchError::Connection(_)) && e.to_string().contains("not granted channel"),
+        "{e}"
+    );
+    // The node certificate: granted team-a/**, not library/x.
+    let n = node(
+        server,
+        &node_tls,
+        &dir.path().join("nc"),
+        TransferOptions::default(),
+    );
+    let e = n.blob(REPO, &d, &|_, _| {}).await.unwrap_err();
+    assert!(matches!(e, FetchError::Denied(_)), "{e}");
+    assert!(
+        e.to_string().contains("not granted repository library/x"),
+        "{e}"
+    );
+    assert!(!n.cache.contains(&d));
+    assert!(reg.metrics.denied.get() >= 2, "{}", reg.metrics.render());
+    // Over the node agent's HTTP API: 403 with the OCI error code DENIED.
+    let listener = tokio::net::TcpListener::bind("127.0.111.12:0")
+        .await
+        .unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(http::serve(
+        listener,
+        quic_rdma_tools::listener::Limits::DEFAULT,
+        n.clone(),
+    ));
+    let r = reqwest::get(format!("{base}/v2/{REPO}/blobs/{d}"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.text().await.unwrap().contains("DENIED"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use quic_rdma::quinn_adapter::RetryGate;
 
 use super::args::{parse_bytes, LivenessArgs, TcpLimitsArgs};
+use crate::access::Access;
 use crate::channel_endpoint::{listen, ChannelServer, DialOptions, ListenOptions};
 use crate::image::cache::Cache;
 use crate::image::client::FabricClient;
@@ -113,6 +115,13 @@ pub(crate) struct NodeAgentArgs {
     #[arg(long, default_value_t = 4792)]
     peer_udp_port: u16,
 
+    /// A JSON file granting peer certificates the channel and repositories
+    /// they may fetch from --serve-peers (see SECURITY.md, "Authorization").
+    /// Without it every certificate from the CA may (each blob still only
+    /// under a repository the registry agent confirmed for this node).
+    #[arg(long, requires = "serve_peers")]
+    access_policy: Option<PathBuf>,
+
     /// Certificate, key and CA (PEM) of mutual TLS with the registry agent
     /// and the peers.
     #[command(flatten)]
@@ -198,8 +207,7 @@ fn serve_peers(
     args: &NodeAgentArgs,
     ip: IpAddr,
     port: u16,
-    node: &Node,
-    cache: Arc<Cache>,
+    node: &Arc<Node>,
 ) -> Result<ChannelServer> {
     let config = args
         .tls
@@ -216,11 +224,16 @@ fn serve_peers(
         args.provider,
         server.describe()
     );
+    let serving = server::Serving {
+        metrics: node.metrics.peer_server.clone(),
+        watcher: Some(server.watcher()),
+        access: Arc::new(Access::load(args.access_policy.as_deref())?),
+        gate: RetryGate::default(),
+    };
     tokio::spawn(server::serve_store(
         server.endpoint.clone(),
-        Store::Peer(cache),
-        node.metrics.peer_server.clone(),
-        Some(server.watcher()),
+        Store::Peer(node.clone()),
+        serving,
     ));
     Ok(server)
 }
@@ -255,7 +268,7 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
         )?;
         // Kept for the process's life: dropping it stops the bootstrap service.
         let _peer_service = match (args.serve_peers, args.ip) {
-            (Some(port), Some(ip)) => Some(serve_peers(args, ip, port, &node, cache)?),
+            (Some(port), Some(ip)) => Some(serve_peers(args, ip, port, &node)?),
             _ => None,
         };
         if let (Some(u), Some(t)) = (&args.direct_upstream, args.direct_threshold) {

@@ -7,8 +7,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use quic_rdma::quinn_adapter::RetryGate;
 
 use super::args::{parse_bytes, LivenessArgs, MetricsArgs, DEFAULT_SERVICE_PORT};
+use crate::access::Access;
 use crate::channel_endpoint::{listen, ListenOptions};
 use crate::http::Page;
 use crate::image::cache::Cache;
@@ -28,8 +30,19 @@ pub(crate) struct RegistryAgentArgs {
     upstream: Option<String>,
 
     /// An OCI image-layout directory to serve instead of an upstream.
-    #[arg(long)]
+    #[arg(long, requires = "layout_repository")]
     layout: Option<PathBuf>,
+
+    /// The repository name the --layout directory is served under (e.g.
+    /// library/alpine); requests for any other repository are not found.
+    #[arg(long, requires = "layout")]
+    layout_repository: Option<String>,
+
+    /// A JSON file granting client certificate identities channels and
+    /// repositories (see SECURITY.md, "Authorization"). Without it every
+    /// certificate from the CA may read every repository.
+    #[arg(long)]
+    access_policy: Option<PathBuf>,
 
     /// Local IP: the fabric endpoint's GID and the bootstrap service's address.
     #[arg(long)]
@@ -91,7 +104,13 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
                     l.display()
                 );
             }
-            Source::Layout(l.clone())
+            Source::Layout {
+                dir: l.clone(),
+                repository: args
+                    .layout_repository
+                    .clone()
+                    .expect("clap requires --layout-repository with --layout"),
+            }
         }
         (None, None) => unreachable!("clap requires --upstream or --layout"),
     };
@@ -118,20 +137,22 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
                 vec![],
             )
             .await?;
+        let access = Arc::new(Access::load(args.access_policy.as_deref())?);
         let spool = Arc::new(Spool::new(Arc::new(source), cache, metrics.clone()));
         println!(
-            "qr registry-agent: ready on {} ({}), ALPN {}",
+            "qr registry-agent: ready on {} ({}), ALPN {}; {}",
             args.provider,
             server.describe(),
-            String::from_utf8_lossy(wire::ALPN)
+            String::from_utf8_lossy(wire::ALPN),
+            access.describe()
         );
-        server::serve(
-            server.endpoint.clone(),
-            spool,
+        let serving = server::Serving {
             metrics,
-            Some(server.watcher()),
-        )
-        .await;
+            watcher: Some(server.watcher()),
+            access,
+            gate: RetryGate::default(),
+        };
+        server::serve(server.endpoint.clone(), spool, serving).await;
         Ok(())
     })
 }

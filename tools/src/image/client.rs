@@ -20,6 +20,9 @@ pub enum FetchError {
     /// The registry agent has no such object (nor has its upstream).
     #[error("not found: {0}")]
     NotFound(String),
+    /// This node's certificate is not granted the repository.
+    #[error("denied: {0}")]
+    Denied(String),
     /// The range asked for lies outside the blob.
     #[error("range outside the blob: {0}")]
     Range(String),
@@ -179,6 +182,7 @@ impl FabricClient {
         match header {
             Response::Err { status, message } => Err(match status {
                 Status::NotFound => FetchError::NotFound(message),
+                Status::Denied => FetchError::Denied(message),
                 Status::RangeInvalid => FetchError::Range(message),
                 Status::Upstream => FetchError::Upstream(message),
                 Status::DigestMismatch => FetchError::DigestMismatch(message),

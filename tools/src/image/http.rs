@@ -238,6 +238,9 @@ fn fetch_error(e: &FetchError, unknown_code: &str) -> Response<Body> {
     let msg = e.to_string();
     match e {
         FetchError::NotFound(_) => oci_error(StatusCode::NOT_FOUND, unknown_code, &msg),
+        // OCI distribution spec, error codes: DENIED, "requested access to the
+        // resource is denied".
+        FetchError::Denied(_) => oci_error(StatusCode::FORBIDDEN, "DENIED", &msg),
         FetchError::Range(_) => oci_error(StatusCode::RANGE_NOT_SATISFIABLE, "SIZE_INVALID", &msg),
         FetchError::Connection(_) => oci_error(
             StatusCode::SERVICE_UNAVAILABLE,

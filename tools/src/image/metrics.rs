@@ -267,6 +267,8 @@ pub struct RegistryMetrics {
     pub requests: Counter,
     /// Requests refused as malformed.
     pub bad_requests: Counter,
+    /// Connections and requests the access policy refused.
+    pub denied: Counter,
     /// Requests answered with an error.
     pub errors: Counter,
     /// Blob bytes sent over the fabric.
@@ -311,6 +313,12 @@ impl RegistryMetrics {
             "qr_registry_bad_requests_total",
             "Malformed requests",
             self.bad_requests.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_denied_total",
+            "Connections and requests the access policy refused",
+            self.denied.get(),
         );
         counter(
             &mut o,

@@ -11,7 +11,8 @@
 //! QUIC side: parallel, adaptive, resumable chunk streams, written and hashed
 //! by a [`sink`]), [`node`] (the node
 //! agent's store), [`peer`] (other node agents it may fetch from, whose
-//! caches the [`server`] also serves), [`http`] (its HTTP side) and [`metrics`].
+//! caches the [`server`] also serves), [`http`] (its HTTP side) and [`metrics`];
+//! [`references`] remembers which repositories reference which blobs.
 
 pub mod cache;
 pub mod client;
@@ -21,6 +22,7 @@ pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod peer;
+pub mod references;
 pub mod server;
 pub mod sink;
 pub mod source;

@@ -2,6 +2,11 @@
 //! agent that has them, else from the registry agent over the fabric
 //! (single-flight per blob, so concurrent requests for one blob share one
 //! transfer), verified whole before they are cached or served.
+//!
+//! The cache is keyed by digest; a blob is served under repository R only
+//! once the registry agent confirmed that this node may read R and that R
+//! references it ([`References`], one stat per pair, remembered) — whether the
+//! bytes then come from the cache, a peer or the fabric.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -14,6 +19,7 @@ use super::client::{Answer, FabricClient, FetchError};
 use super::digest::{Digest, Reference};
 use super::metrics::{NodeMetrics, Path};
 use super::peer::Peer;
+use super::references::References;
 use super::transfer::{fetch_blob, TransferOptions};
 use super::upstream::Upstream;
 
@@ -32,6 +38,8 @@ pub struct Node {
     pub metrics: Arc<NodeMetrics>,
     /// Transfer tuning.
     pub transfer: TransferOptions,
+    /// (repository, digest) pairs the registry agent confirmed for this node.
+    pub references: References,
     flights: Arc<Flights>,
     direct: std::sync::OnceLock<(Arc<Upstream>, u64)>,
     peers: std::sync::OnceLock<Vec<Peer>>,
@@ -112,6 +120,7 @@ impl Node {
             cache,
             metrics,
             transfer,
+            references: References::default(),
             flights: Arc::new(std::sync::Mutex::new(HashMap::new())),
             direct: std::sync::OnceLock::new(),
             peers: std::sync::OnceLock::new(),
@@ -147,10 +156,27 @@ impl Node {
 
     /// A blob's size: from the cache, else asked over the fabric.
     pub async fn blob_size(&self, repo: &str, d: &Digest) -> Result<u64, FetchError> {
-        if let Some((_, size)) = self.cache.get(d) {
-            return Ok(size);
+        match self.cache.get(d) {
+            Some((_, size)) => self.confirm(repo, d).await.map(|()| size),
+            None => self.stat(repo, d).await,
         }
-        self.client.stat(repo, d).await
+    }
+
+    /// Confirm `repo` may be read and references `d`, unless already known.
+    async fn confirm(&self, repo: &str, d: &Digest) -> Result<(), FetchError> {
+        if !self.references.contains(repo, d) {
+            self.stat(repo, d).await?;
+        }
+        Ok(())
+    }
+
+    /// Ask the registry agent for blob `d` under `repo` (it refuses a
+    /// repository this node may not read, or one that does not reference the
+    /// blob) and remember the pair.
+    async fn stat(&self, repo: &str, d: &Digest) -> Result<u64, FetchError> {
+        let size = self.client.stat(repo, d).await?;
+        self.references.insert(repo, d);
+        Ok(size)
     }
 
     /// A whole verified blob; `progress` hears the verified prefix grow.
@@ -161,6 +187,7 @@ impl Node {
         progress: &(dyn Fn(u64, u64) + Send + Sync),
     ) -> Result<Blob, FetchError> {
         if let Some((file, size)) = self.cache.get(d) {
+            self.confirm(repo, d).await?;
             self.metrics.cache_hits.inc();
             progress(size, size);
             return Ok(Blob {
@@ -182,8 +209,10 @@ impl Node {
             digest: *d,
             _guard: flight.lock_owned().await,
         };
-        // Whoever held the flight before us may have cached it.
+        // Whoever held the flight before us may have cached it (for another
+        // repository, maybe).
         if let Some((file, size)) = self.cache.get(d) {
+            self.confirm(repo, d).await?;
             self.metrics.cache_hits.inc();
             progress(size, size);
             return Ok(Blob {
@@ -370,10 +399,11 @@ impl Node {
         flight: Flight,
     ) -> Result<Blob, FetchError> {
         let flight = &mut Some(flight);
+        // Confirmed by the registry agent before any peer is asked.
+        let size = self.stat(repo, d).await?;
         if let Some(b) = self.fetch_from_peers(repo, d, progress, flight).await {
             return Ok(b);
         }
-        let size = self.client.stat(repo, d).await?;
         if let Some((up, threshold)) = self.direct.get() {
             if size < *threshold {
                 return self.fetch_direct(up, repo, d, size, progress, flight).await;

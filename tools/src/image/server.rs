@@ -2,18 +2,34 @@
 //! checked by the endpoint's server config), one task per stream, one request
 //! per stream (see [`super::wire`]). A registry agent serves its pull-through
 //! [`Spool`]; a node agent serves its peers from its verified cache only.
+//!
+//! Mutual TLS says who the client is; the [`Access`] policy says what it may
+//! read: a connection whose certificate is not granted this channel is closed,
+//! a request for a repository it is not granted is answered
+//! [`Status::Denied`].
 
 use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 
-use super::cache::Cache;
 use super::digest::Digest;
 use super::metrics::RegistryMetrics;
+use super::node::Node;
 use super::source::SourceError;
 use super::spool::{read_range, Piece, Spool};
 use super::wire::{self, read_frame, Request, Response, Status, UNHASHED};
+use crate::access::{Access, Identity};
 use crate::channel_endpoint::Watcher;
+use quic_rdma::quinn_adapter::RetryGate;
+
+/// The channel's name in the access policy.
+fn channel() -> &'static str {
+    std::str::from_utf8(wire::ALPN).expect("the ALPN is ASCII")
+}
+
+/// The application error code a connection is closed with when its
+/// certificate is not granted the channel.
+pub const CLOSE_DENIED: u32 = 0x403;
 
 /// Largest chunk a node may ask for in one request: the agent holds a chunk
 /// in memory to hash it before sending.
@@ -27,32 +43,50 @@ pub enum Store {
     /// A node agent serving its peers: blobs that are complete and verified in
     /// its cache, nothing else (no manifests: tags move, and the registry
     /// agent is the authority on them; no partial blobs: a peer that lacks a
-    /// blob answers "not found" and the asker falls back to the registry agent).
-    Peer(Arc<Cache>),
+    /// blob answers "not found" and the asker falls back to the registry agent),
+    /// and only under a repository the registry agent confirmed for it.
+    Peer(Arc<Node>),
 }
 
-/// Serve every connection `endpoint` accepts until it is closed, from `spool`;
-/// `watcher` (the fabric endpoint's) closes those whose node agent died.
-pub async fn serve(
-    endpoint: quinn::Endpoint,
-    spool: Arc<Spool>,
-    metrics: Arc<RegistryMetrics>,
-    watcher: Option<Watcher>,
-) {
-    serve_store(endpoint, Store::Registry(spool), metrics, watcher).await
+/// How a server screens, watches and counts what it serves.
+#[derive(Clone, Default)]
+pub struct Serving {
+    /// Counters.
+    pub metrics: Arc<RegistryMetrics>,
+    /// The fabric endpoint's watcher: closes connections whose peer died.
+    pub watcher: Option<Watcher>,
+    /// What each client certificate may read.
+    pub access: Arc<Access>,
+    /// When attempts get a Retry (address validation).
+    pub gate: RetryGate,
+}
+
+impl std::fmt::Debug for Serving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Serving")
+            .field("access", &self.access)
+            .field("gate", &self.gate)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Serve every connection `endpoint` accepts until it is closed, from `spool`.
+pub async fn serve(endpoint: quinn::Endpoint, spool: Arc<Spool>, serving: Serving) {
+    serve_store(endpoint, Store::Registry(spool), serving).await
 }
 
 /// Serve every connection `endpoint` accepts until it is closed, from `store`.
-pub async fn serve_store(
-    endpoint: quinn::Endpoint,
-    store: Store,
-    metrics: Arc<RegistryMetrics>,
-    watcher: Option<Watcher>,
-) {
-    while let Some(incoming) = endpoint.accept().await {
-        let (store, metrics, watcher) = (store.clone(), metrics.clone(), watcher.clone());
+pub async fn serve_store(endpoint: quinn::Endpoint, store: Store, serving: Serving) {
+    while let Some(attempt) = serving.gate.accept(&endpoint).await {
+        let (store, serving) = (store.clone(), serving.clone());
         tokio::spawn(async move {
-            let conn = match incoming.await {
+            let Serving {
+                metrics,
+                watcher,
+                access,
+                ..
+            } = serving;
+            let conn = match attempt.await {
                 Ok(c) => c,
                 Err(e) => {
                     metrics.handshake_failures.inc();
@@ -63,16 +97,36 @@ pub async fn serve_store(
                     return;
                 }
             };
+            let id = Identity::of(&conn).unwrap_or_default();
+            if !access.may_use_channel(&id, channel()) {
+                metrics.denied.inc();
+                tracing::warn!(
+                    "{id} from {} is not granted channel {} by the access policy: closed",
+                    conn.remote_address(),
+                    channel()
+                );
+                let why = format!("{id} is not granted channel {}", channel());
+                conn.close(CLOSE_DENIED.into(), why.as_bytes());
+                return;
+            }
             metrics.connections.inc();
             if let Some(w) = &watcher {
                 w.watch(&conn);
             }
-            connection(conn, store, metrics).await;
+            connection(conn, store, metrics, Arc::new((id, access))).await;
         });
     }
 }
 
-async fn connection(conn: quinn::Connection, store: Store, metrics: Arc<RegistryMetrics>) {
+/// Who the client is, and what it may read.
+type Client = Arc<(Identity, Arc<Access>)>;
+
+async fn connection(
+    conn: quinn::Connection,
+    store: Store,
+    metrics: Arc<RegistryMetrics>,
+    client: Client,
+) {
     loop {
         let (send, recv) = match conn.accept_bi().await {
             Ok(s) => s,
@@ -81,9 +135,9 @@ async fn connection(conn: quinn::Connection, store: Store, metrics: Arc<Registry
                 return;
             }
         };
-        let (store, metrics) = (store.clone(), metrics.clone());
+        let (store, metrics, client) = (store.clone(), metrics.clone(), client.clone());
         tokio::spawn(async move {
-            if let Err(e) = stream(send, recv, &store, &metrics).await {
+            if let Err(e) = stream(send, recv, &store, &metrics, &client).await {
                 tracing::debug!("stream: {e}");
             }
         });
@@ -112,6 +166,7 @@ async fn stream(
     mut recv: quinn::RecvStream,
     store: &Store,
     metrics: &RegistryMetrics,
+    client: &Client,
 ) -> anyhow::Result<()> {
     metrics.requests.inc();
     let req = match read_frame(&mut recv).await {
@@ -138,9 +193,19 @@ async fn stream(
                 Vec::new(),
             )
         }
+        Ok(req) if !client.1.may_read(&client.0, channel(), req.repo()) => {
+            metrics.denied.inc();
+            (
+                err(
+                    Status::Denied,
+                    format!("{} is not granted repository {}", client.0, req.repo()),
+                ),
+                Vec::new(),
+            )
+        }
         Ok(req) => match store {
             Store::Registry(spool) => answer(req, spool, metrics).await,
-            Store::Peer(cache) => answer_peer(req, cache).await,
+            Store::Peer(node) => answer_peer(req, node).await,
         },
     };
     if matches!(header, Response::Err { .. }) {
@@ -259,7 +324,8 @@ async fn answer(
 /// complete and was verified against its digest before it was committed
 /// (cache::TempBlob::commit), so its chunks go [`UNHASHED`] as the registry
 /// agent's cached ones do; the asker verifies the whole blob.
-async fn answer_peer(req: Request, cache: &Cache) -> (Response, Vec<u8>) {
+async fn answer_peer(req: Request, node: &Node) -> (Response, Vec<u8>) {
+    let cache = &node.cache;
     let not_here = |what: &str| {
         (
             err(
@@ -272,6 +338,13 @@ async fn answer_peer(req: Request, cache: &Cache) -> (Response, Vec<u8>) {
     match req {
         Request::Manifest { reference, .. } => {
             not_here(&format!("manifest {reference} (peers serve blobs only)"))
+        }
+        // Only under a repository the registry agent confirmed references
+        // the blob (for this node): the cache itself is keyed by digest.
+        Request::Stat { repo, digest } | Request::Blob { repo, digest, .. }
+            if !node.references.contains(&repo, &digest) =>
+        {
+            not_here(&format!("{digest} under {repo}"))
         }
         Request::Stat { digest, .. } => match cache.get(&digest) {
             Some((_, size)) => ok("application/octet-stream", digest, size, Vec::new()),

@@ -44,8 +44,13 @@ pub enum SourceError {
 pub enum Source {
     /// A registry over HTTP, pulled through.
     Upstream(Upstream),
-    /// An OCI image-layout directory.
-    Layout(PathBuf),
+    /// An OCI image-layout directory, served as one repository.
+    Layout {
+        /// The directory (`oci-layout`, `index.json`, `blobs/`).
+        dir: PathBuf,
+        /// The repository name it is served under; any other name is unknown.
+        repository: String,
+    },
 }
 
 /// A blob being read from its source, front to back.
@@ -88,7 +93,40 @@ impl Source {
     ) -> Result<(Bytes, String, Digest), SourceError> {
         match self {
             Source::Upstream(u) => u.manifest(repo, reference, accept).await,
-            Source::Layout(dir) => layout_manifest(dir, reference).await,
+            Source::Layout { dir, repository } => {
+                if repo != repository {
+                    return Err(unknown_repository(repo));
+                }
+                if let Reference::Digest(d) = reference {
+                    // A manifest by digest must be one this repository's index reaches.
+                    if !layout_references(dir).await?.contains(d) {
+                        return Err(SourceError::NotFound(format!("manifest {d} in {repo}")));
+                    }
+                }
+                layout_manifest(dir, reference).await
+            }
+        }
+    }
+
+    /// Confirm that repository `repo` references blob `d` (OCI distribution
+    /// spec: a blob is fetched through a repository that links it): asked of
+    /// the upstream (a HEAD under that name), or found by walking the
+    /// layout's manifests from its index. [`SourceError::NotFound`] if not.
+    pub async fn confirm_reference(&self, repo: &str, d: &Digest) -> Result<(), SourceError> {
+        match self {
+            Source::Upstream(u) => u.blob_size(repo, d).await.map(drop),
+            Source::Layout { dir, repository } => {
+                if repo != repository {
+                    return Err(unknown_repository(repo));
+                }
+                if layout_references(dir).await?.contains(d) {
+                    Ok(())
+                } else {
+                    Err(SourceError::NotFound(format!(
+                        "blob {d} is not referenced by repository {repo}"
+                    )))
+                }
+            }
         }
     }
 
@@ -96,7 +134,7 @@ impl Source {
     pub async fn blob_size(&self, repo: &str, digest: &Digest) -> Result<u64, SourceError> {
         match self {
             Source::Upstream(u) => u.blob_size(repo, digest).await,
-            Source::Layout(dir) => tokio::fs::metadata(layout_blob(dir, digest))
+            Source::Layout { dir, .. } => tokio::fs::metadata(layout_blob(dir, digest))
                 .await
                 .map(|m| m.len())
                 .map_err(|_| SourceError::NotFound(digest.to_string())),
@@ -117,7 +155,7 @@ impl Source {
                 })?;
                 Ok((BlobReader::Http(r), size))
             }
-            Source::Layout(dir) => {
+            Source::Layout { dir, .. } => {
                 let f = tokio::fs::File::open(layout_blob(dir, digest))
                     .await
                     .map_err(|_| SourceError::NotFound(digest.to_string()))?;
@@ -134,6 +172,77 @@ impl Source {
 
 fn layout_blob(dir: &std::path::Path, d: &Digest) -> PathBuf {
     dir.join("blobs/sha256").join(d.hex())
+}
+
+fn unknown_repository(repo: &str) -> SourceError {
+    SourceError::NotFound(format!("repository {repo} is not served here"))
+}
+
+/// Most descriptors a layout's manifests may hold before the walk gives up
+/// (a malformed or hostile layout must not run the agent out of memory).
+const MAX_LAYOUT_DESCRIPTORS: usize = 1 << 16;
+
+/// A descriptor's digest, and whether it names a manifest or an index.
+fn descriptor(desc: &serde_json::Value) -> Option<(Digest, bool)> {
+    let d = desc["digest"].as_str()?.parse().ok()?;
+    let manifest = desc["mediaType"]
+        .as_str()
+        .is_some_and(|m| m.contains("manifest") || m.contains("index"));
+    Some((d, manifest))
+}
+
+/// Every digest the layout's `index.json` reaches: its manifests and indexes,
+/// and their configs, layers and sub-manifests (image-spec "Image Index",
+/// "Image Manifest"). Blobs no manifest references are not part of the image.
+async fn layout_references(
+    dir: &std::path::Path,
+) -> Result<std::collections::HashSet<Digest>, SourceError> {
+    let index = tokio::fs::read(dir.join("index.json"))
+        .await
+        .map_err(|e| SourceError::Config(format!("{}/index.json: {e}", dir.display())))?;
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![index];
+    while let Some(doc) = todo.pop() {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&doc) else {
+            continue;
+        };
+        // (digest, is a manifest or index) of every descriptor in `doc`;
+        // collected first, as the walk below awaits.
+        let mut descriptors: Vec<(Digest, bool)> = Vec::new();
+        for list in ["manifests", "layers"] {
+            descriptors.extend(
+                v[list]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(descriptor),
+            );
+        }
+        descriptors.extend(
+            ["config", "subject"]
+                .iter()
+                .filter_map(|k| descriptor(&v[*k])),
+        );
+        for (d, is_manifest) in descriptors {
+            if seen.len() >= MAX_LAYOUT_DESCRIPTORS {
+                return Err(SourceError::Config(format!(
+                    "{}: more than {MAX_LAYOUT_DESCRIPTORS} descriptors",
+                    dir.display()
+                )));
+            }
+            if !seen.insert(d) {
+                continue;
+            }
+            if is_manifest {
+                if let Ok(body) = tokio::fs::read(layout_blob(dir, &d)).await {
+                    if Digest::of(&body) == d {
+                        todo.push(body);
+                    }
+                }
+            }
+        }
+    }
+    Ok(seen)
 }
 
 /// image-spec "Image Layout": a tag is the `org.opencontainers.image.ref.name`

@@ -5,6 +5,10 @@
 //! for one blob at once read it once upstream. The download is hashed as it
 //! arrives and committed to the cache only if it matches; on a mismatch the
 //! waiters get [`SourceError::DigestMismatch`] and the next request starts afresh.
+//!
+//! The cache is keyed by digest, but a blob is served under repository R only
+//! once the source confirmed that R references it ([`References`]): a blob
+//! cached for one repository is not readable under another's name.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -17,6 +21,7 @@ use tokio::sync::watch;
 use super::cache::{Cache, CacheError};
 use super::digest::Digest;
 use super::metrics::RegistryMetrics;
+use super::references::References;
 use super::source::{Source, SourceError};
 
 #[derive(Clone, Debug)]
@@ -43,6 +48,7 @@ pub struct Spool {
     cache: Arc<Cache>,
     metrics: Arc<RegistryMetrics>,
     inflight: tokio::sync::Mutex<HashMap<Digest, Arc<Download>>>,
+    references: References,
 }
 
 fn cache_err(e: CacheError) -> SourceError {
@@ -57,7 +63,18 @@ impl Spool {
             cache,
             metrics,
             inflight: tokio::sync::Mutex::new(HashMap::new()),
+            references: References::default(),
         }
+    }
+
+    /// Confirm (once, then remembered) that `repo` references `d`.
+    async fn confirm(&self, repo: &str, d: &Digest) -> Result<(), SourceError> {
+        if self.references.contains(repo, d) {
+            return Ok(());
+        }
+        self.source.confirm_reference(repo, d).await?;
+        self.references.insert(repo, d);
+        Ok(())
     }
 
     /// The source.
@@ -67,6 +84,7 @@ impl Spool {
 
     /// A blob's size, without starting a download.
     pub async fn size(&self, repo: &str, d: &Digest) -> Result<u64, SourceError> {
+        self.confirm(repo, d).await?;
         if let Some((_, size)) = self.cache.get(d) {
             return Ok(size);
         }
@@ -86,6 +104,7 @@ impl Spool {
         offset: u64,
         len: u64,
     ) -> Result<Option<Piece>, SourceError> {
+        self.confirm(repo, d).await?;
         if let Some((f, size)) = self.cache.get(d) {
             return read_range(&f, size, offset, len).await;
         }

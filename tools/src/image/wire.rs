@@ -110,6 +110,8 @@ pub enum Status {
     RangeInvalid = 5,
     /// Anything else on the registry agent.
     Internal = 6,
+    /// The client's certificate is not granted that repository (or channel).
+    Denied = 7,
 }
 
 impl Status {
@@ -122,6 +124,7 @@ impl Status {
             4 => Status::DigestMismatch,
             5 => Status::RangeInvalid,
             6 => Status::Internal,
+            7 => Status::Denied,
             value => {
                 return Err(WireError::Unknown {
                     what: "status",
@@ -207,6 +210,15 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 }
 
 impl Request {
+    /// The repository it names.
+    pub fn repo(&self) -> &str {
+        match self {
+            Request::Manifest { repo, .. }
+            | Request::Stat { repo, .. }
+            | Request::Blob { repo, .. } => repo,
+        }
+    }
+
     /// The message bytes (without the frame length).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128);
