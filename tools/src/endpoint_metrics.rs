@@ -11,6 +11,7 @@
 use std::sync::Mutex;
 
 use quic_rdma::fabric::soft::SoftPort;
+use quic_rdma::quinn_adapter::RetryGate;
 use serde_json::Value;
 
 use crate::image::metrics::{counter, gauge};
@@ -55,6 +56,7 @@ struct Connections {
 pub(crate) struct EndpointMetrics {
     socket: Socket,
     soft: Option<SoftPort>,
+    gate: Option<RetryGate>,
     conns: Mutex<Connections>,
 }
 
@@ -64,8 +66,16 @@ impl EndpointMetrics {
         EndpointMetrics {
             socket,
             soft,
+            gate: None,
             conns: Mutex::default(),
         }
+    }
+
+    /// Count the Retries and unvalidated handshakes of the server's accept
+    /// loop too (see [`retry_gate`]).
+    pub(crate) fn with_gate(mut self, gate: RetryGate) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     fn conns(&self) -> std::sync::MutexGuard<'_, Connections> {
@@ -97,24 +107,53 @@ impl EndpointMetrics {
             flatten(&mut o, "qr_socket", &v);
         }
         let p = self.socket.peer_stats();
-        gauge(
-            &mut o,
-            "qr_peers_live",
-            "UD peers in the peer table",
-            p.peers as i64,
-        );
-        gauge(
-            &mut o,
-            "qr_peers_pending",
-            "UD peers not yet confirmed",
-            p.pending as i64,
-        );
+        for (name, help, v) in [
+            ("live", "UD peers in the peer table", p.peers),
+            (
+                "live_limit",
+                "Bound on UD peers in the peer table",
+                p.max_peers,
+            ),
+            ("pending", "UD peers not yet confirmed", p.pending),
+            (
+                "pending_limit",
+                "Bound on unconfirmed UD peers",
+                p.max_pending,
+            ),
+            (
+                "unvalidated",
+                "UD peers whose address is not validated yet",
+                p.unvalidated,
+            ),
+            (
+                "unvalidated_limit",
+                "Bound on UD peers whose address is not validated",
+                p.max_unvalidated,
+            ),
+        ] {
+            gauge(&mut o, &format!("qr_peers_{name}"), help, saturating_i64(v));
+        }
         for (name, help, v) in [
             ("admitted", "UD peers admitted", p.admitted),
             (
                 "evicted_pending",
                 "Unconfirmed peers evicted",
                 p.evicted_pending,
+            ),
+            (
+                "evicted_unvalidated",
+                "Unvalidated peers evicted to make room",
+                p.evicted_unvalidated,
+            ),
+            (
+                "expired_unvalidated",
+                "Unvalidated peers dropped when their time ran out",
+                p.expired_unvalidated,
+            ),
+            (
+                "amplification_drops",
+                "Datagrams to unvalidated peers dropped by the 3x amplification limit",
+                p.amplification_drops,
             ),
             ("evicted_idle", "Idle peers evicted", p.evicted_idle),
             (
@@ -201,8 +240,35 @@ impl EndpointMetrics {
             "Congestion windows of the open connections, summed",
             cwnd as i64,
         );
+        if let Some(gate) = &self.gate {
+            retry_gate(&mut o, gate);
+        }
         o
     }
+}
+
+/// A server's [`RetryGate`] as Prometheus text: `qr_quinn_retries_total`
+/// (attempts answered with a Retry) and `qr_quinn_unvalidated_handshakes`
+/// (handshakes from unvalidated addresses in flight, what `--retry auto`
+/// compares with its threshold). For every command whose server has a gate.
+pub(crate) fn retry_gate(o: &mut String, gate: &RetryGate) {
+    counter(
+        o,
+        "qr_quinn_retries_total",
+        "Connection attempts answered with a QUIC Retry",
+        gate.retries(),
+    );
+    gauge(
+        o,
+        "qr_quinn_unvalidated_handshakes",
+        "Handshakes from unvalidated addresses in flight",
+        saturating_i64(gate.unvalidated_handshakes() as u64),
+    );
+}
+
+/// `v` as a gauge's value.
+fn saturating_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 /// A gauge with a fractional value.

@@ -1,8 +1,9 @@
 //! `qr serve --metrics` and `qr stats`: scraped during a transfer over `soft`
 //! between processes, every scrape is valid Prometheus text and the socket,
 //! provider and quinn counters move; `qr stats` reports their rates.
-//! A bearer token, when set, is required of every scrape.
-//! Addresses 127.0.116.40-42, ports 19811-19814.
+//! A bearer token, when set, is required of every scrape. `--retry always`
+//! answers a client's first attempt with a Retry, counted, and it still gets in.
+//! Addresses 127.0.116.40-44, ports 19811-19816.
 
 mod common;
 
@@ -209,4 +210,59 @@ fn metrics_with_a_token_file_answer_only_requests_that_carry_it() {
         "{}",
         String::from_utf8_lossy(&no.stderr)
     );
+}
+
+#[test]
+fn retry_always_is_counted_and_the_client_still_connects() {
+    let dir = TempDir::new("serve-metrics-retry");
+    let cert = dir.path("serve.der");
+    let metrics = "127.0.116.43:19816";
+    let _serve = Guard::spawn(qr().args([
+        "serve",
+        "--ip",
+        "127.0.116.43",
+        "--service-port",
+        "19815",
+        "--metrics",
+        metrics,
+        "--retry",
+        "always",
+        "--cert-out",
+        cert.to_str().unwrap(),
+    ]));
+    wait_for_file(&cert, Duration::from_secs(20));
+    let scrape = || common::http::get_ok(metrics, "/metrics");
+    let idle = prom_text::parse(&common::http::when_up(metrics, scrape)).unwrap();
+    for (name, kind) in [
+        ("qr_quinn_retries_total", "counter"),
+        ("qr_quinn_unvalidated_handshakes", "gauge"),
+        ("qr_peers_unvalidated", "gauge"),
+        ("qr_peers_unvalidated_limit", "gauge"),
+        ("qr_peers_evicted_unvalidated_total", "counter"),
+        ("qr_peers_expired_unvalidated_total", "counter"),
+        ("qr_peers_amplification_drops_total", "counter"),
+    ] {
+        assert_eq!(idle.type_of(name), Some(kind), "{name}");
+    }
+    assert_eq!(idle.value("qr_quinn_retries_total"), Some(0.0));
+    let client = Guard::spawn(qr().args([
+        "connect",
+        "127.0.116.43:19815",
+        "--cert",
+        cert.to_str().unwrap(),
+        "--ip",
+        "127.0.116.44",
+        "--bytes",
+        "1M",
+        "--pings",
+        "10",
+        "--json",
+    ]))
+    .wait(Duration::from_secs(60));
+    let report = json_of("qr connect", &client);
+    assert_eq!(report["transfer"]["sha256_match"], true, "{report:#}");
+    let after = prom_text::parse(&scrape().unwrap()).unwrap();
+    assert_eq!(after.value("qr_quinn_retries_total"), Some(1.0));
+    assert_eq!(after.value("qr_quinn_connections_total"), Some(1.0));
+    assert_eq!(after.value("qr_quinn_unvalidated_handshakes"), Some(0.0));
 }

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quic_rdma::quinn_adapter::Liveness;
+use quic_rdma::quic::retry::RetryPolicy;
+use quic_rdma::quinn_adapter::{Liveness, RetryGate};
 
 use anyhow::Context as _;
 
@@ -128,6 +129,40 @@ impl LivenessArgs {
             "--keep-alive".into(),
             show(self.keep_alive),
         ]
+    }
+}
+
+/// `--retry`: when a QUIC server over the fabric asks a client to prove its
+/// address before keeping any state for it. Every serving command takes it;
+/// one [`RetryGate`] per server counts its Retries and its unvalidated
+/// handshakes (both on `--metrics`).
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub(crate) struct RetryArgs {
+    /// When to answer connection attempts from unvalidated addresses with a
+    /// QUIC Retry (RFC 9000 §8.1.2): auto = only while ≥64 handshakes from
+    /// unvalidated addresses are in flight, e.g. during a spoofed-Initial
+    /// flood; always = every attempt without a token (one more round trip for
+    /// each client); never.
+    #[arg(
+        long,
+        value_name = "auto|always|never",
+        default_value_t = RetryPolicy::Auto,
+        value_parser = parse_retry_policy
+    )]
+    retry: RetryPolicy,
+}
+
+/// `--retry`'s value, by [`RetryPolicy`]'s `FromStr` (its error names the
+/// allowed values).
+fn parse_retry_policy(s: &str) -> Result<RetryPolicy, String> {
+    s.parse::<RetryPolicy>().map_err(|e| e.to_string())
+}
+
+impl RetryArgs {
+    /// A gate with the policy, for one server's accept loop (clones share
+    /// its counts).
+    pub(crate) fn gate(&self) -> RetryGate {
+        RetryGate::new(self.retry)
     }
 }
 
@@ -263,6 +298,36 @@ mod tests {
         liveness: LivenessArgs,
         #[command(flatten)]
         tcp: TcpLimitsArgs,
+        #[command(flatten)]
+        retry: RetryArgs,
+    }
+
+    #[test]
+    fn retry_option() {
+        use clap::Parser;
+        let default = Cli::try_parse_from(["qr"]).unwrap().retry;
+        assert_eq!(default.gate().policy(), RetryPolicy::Auto);
+        for (arg, policy) in [
+            ("auto", RetryPolicy::Auto),
+            ("always", RetryPolicy::Always),
+            ("never", RetryPolicy::Never),
+        ] {
+            let got = Cli::try_parse_from(["qr", "--retry", arg]).unwrap().retry;
+            assert_eq!(got.gate().policy(), policy, "{arg}");
+        }
+        let e = Cli::try_parse_from(["qr", "--retry", "sometimes"])
+            .unwrap_err()
+            .to_string();
+        for word in ["--retry", "sometimes", "auto", "always", "never"] {
+            assert!(e.contains(word), "{word} not in: {e}");
+        }
+        // The help states the threshold `auto` really uses.
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        let threshold = format!("≥{} handshakes", RetryPolicy::AUTO_THRESHOLD);
+        assert!(help.contains(&threshold), "{help}");
+        assert!(help.contains("[default: auto]"), "{help}");
     }
 
     #[test]

@@ -21,10 +21,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use quic_rdma::quinn_adapter::Liveness;
+use quic_rdma::quinn_adapter::{Liveness, RetryGate};
 
-use super::args::{parse_bytes, LivenessArgs, MetricsArgs};
+use super::args::{parse_bytes, LivenessArgs, MetricsArgs, RetryArgs};
 use crate::channel_endpoint::{self, ChannelClient, DialOptions, ListenOptions};
+use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
 use crate::kv::redis::auth::ReplicaAuth;
 use crate::kv::redis::downstream::{self, Dialer, Upstream};
@@ -119,6 +120,10 @@ struct UpstreamArgs {
     /// Credit window per stream: bytes sent ahead of a replica's acks.
     #[arg(long, default_value = "16M", value_parser = parse_bytes)]
     window: u64,
+    /// When downstream relays' connection attempts get a Retry (address
+    /// validation).
+    #[command(flatten)]
+    retry: RetryArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -198,12 +203,14 @@ pub(crate) fn main(args: &KvRelayArgs) -> ExitCode {
 
 /// Metrics endpoint and progress printer, common to both sides.
 ///
-/// `resp`: the counters of the Redis port's listener, on the downstream side.
+/// `resp`: the counters of the Redis port's listener, on the downstream side;
+/// `gate`: the fabric server's, on the upstream side.
 async fn observe(
     common: &Common,
     metrics: Arc<Metrics>,
     role: &'static str,
     resp: Option<Arc<ListenerStats>>,
+    gate: Option<RetryGate>,
 ) -> Result<()> {
     let (m, s) = (metrics.clone(), metrics.clone());
     let task = common
@@ -211,7 +218,13 @@ async fn observe(
         .serve(
             &format!("qr kv-relay {role}"),
             vec![
-                Page::metrics(move || m.prometheus(role)),
+                Page::metrics(move || {
+                    let mut o = m.prometheus(role);
+                    if let Some(g) = &gate {
+                        retry_gate(&mut o, g);
+                    }
+                    o
+                }),
                 Page::status(move || s.status(role).to_string()),
             ],
             resp.into_iter().collect(),
@@ -278,7 +291,8 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     // The transport config is the fabric's (channel_endpoint replaces it).
     let transport = Arc::new(quinn::TransportConfig::default());
     let listening = channel_endpoint::listen(&lo, mtls.server_config(kv::ALPN, transport)?)?;
-    observe(c, metrics.clone(), "upstream", None).await?;
+    let gate = a.retry.gate();
+    observe(c, metrics.clone(), "upstream", None, Some(gate.clone())).await?;
     eprintln!(
         "qr kv-relay upstream: following Redis master {}; serving downstream relays: {}",
         a.master,
@@ -295,10 +309,10 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     tokio::spawn(upstream::run(up, master.clone()));
     let endpoint = listening.endpoint.clone();
     let watcher = listening.watcher();
-    while let Some(incoming) = endpoint.accept().await {
+    while let Some(attempt) = gate.accept(&endpoint).await {
         let (master, watcher) = (master.clone(), watcher.clone());
         tokio::spawn(async move {
-            match incoming.await {
+            match attempt.await {
                 Ok(conn) => {
                     watcher.watch(&conn);
                     let peer = conn.remote_address();
@@ -338,7 +352,7 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
         .await
         .with_context(|| format!("listening for replicas on TCP {}", a.listen))?;
     let resp = Arc::new(ListenerStats::new("resp"));
-    observe(c, metrics.clone(), "downstream", Some(resp.clone())).await?;
+    observe(c, metrics.clone(), "downstream", Some(resp.clone()), None).await?;
     // One client endpoint for the relay's life: the first dial opens it,
     // later ones reconnect on it (its RoCEv2 port stays ours).
     let client: Arc<tokio::sync::Mutex<Option<ChannelClient>>> = Arc::default();

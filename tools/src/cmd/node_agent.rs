@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use quic_rdma::quinn_adapter::RetryGate;
 
-use super::args::{parse_bytes, LivenessArgs, TcpLimitsArgs};
+use super::args::{parse_bytes, LivenessArgs, RetryArgs, TcpLimitsArgs};
 use crate::access::Access;
 use crate::channel_endpoint::{listen, ChannelServer, DialOptions, ListenOptions};
 use crate::image::cache::Cache;
@@ -130,6 +129,11 @@ pub(crate) struct NodeAgentArgs {
     /// Liveness timers of the QUIC connection.
     #[command(flatten)]
     liveness: LivenessArgs,
+
+    /// When peers' connection attempts on --serve-peers get a Retry (address
+    /// validation).
+    #[command(flatten)]
+    retry: RetryArgs,
 }
 
 /// Run `qr node-agent` until killed; 1 if it cannot start.
@@ -224,11 +228,13 @@ fn serve_peers(
         args.provider,
         server.describe()
     );
+    let gate = args.retry.gate();
+    let _ = node.metrics.peer_retry.set(gate.clone());
     let serving = server::Serving {
         metrics: node.metrics.peer_server.clone(),
         watcher: Some(server.watcher()),
         access: Arc::new(Access::load(args.access_policy.as_deref())?),
-        gate: RetryGate::default(),
+        gate,
     };
     tokio::spawn(server::serve_store(
         server.endpoint.clone(),

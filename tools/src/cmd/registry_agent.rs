@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use quic_rdma::quinn_adapter::RetryGate;
 
-use super::args::{parse_bytes, LivenessArgs, MetricsArgs, DEFAULT_SERVICE_PORT};
+use super::args::{parse_bytes, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT};
 use crate::access::Access;
 use crate::channel_endpoint::{listen, ListenOptions};
+use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
 use crate::image::cache::Cache;
 use crate::image::metrics::RegistryMetrics;
@@ -79,6 +79,10 @@ pub(crate) struct RegistryAgentArgs {
     /// Liveness timers of the QUIC connections.
     #[command(flatten)]
     liveness: LivenessArgs,
+
+    /// When node agents' connection attempts get a Retry (address validation).
+    #[command(flatten)]
+    retry: RetryArgs,
 }
 
 /// Run `qr registry-agent` until killed; 1 if it cannot start.
@@ -128,12 +132,17 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
         opts.liveness = args.liveness.liveness()?;
         let server = listen(&opts, config)?;
         let metrics = Arc::new(RegistryMetrics::default());
-        let m = metrics.clone();
+        let gate = args.retry.gate();
+        let (m, g) = (metrics.clone(), gate.clone());
         let _metrics_http = args
             .metrics
             .serve(
                 "qr registry-agent",
-                vec![Page::metrics(move || m.render())],
+                vec![Page::metrics(move || {
+                    let mut o = m.render();
+                    retry_gate(&mut o, &g);
+                    o
+                })],
                 vec![],
             )
             .await?;
@@ -150,7 +159,7 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
             metrics,
             watcher: Some(server.watcher()),
             access,
-            gate: RetryGate::default(),
+            gate,
         };
         server::serve(server.endpoint.clone(), spool, serving).await;
         Ok(())

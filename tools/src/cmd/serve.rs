@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
-use quic_rdma::quinn_adapter::{self, Liveness};
+use quic_rdma::quinn_adapter::{self, Attempt, Liveness};
 
-use super::args::{LivenessArgs, MetricsArgs, DEFAULT_SERVICE_PORT};
+use super::args::{LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT};
 use crate::endpoint::endpoint;
 use crate::endpoint_metrics::EndpointMetrics;
 use crate::http::Page;
@@ -101,6 +101,10 @@ pub(crate) struct ServeArgs {
     /// Liveness timers of the QUIC connection.
     #[command(flatten)]
     pub(crate) liveness: LivenessArgs,
+
+    /// When connection attempts get a Retry (address validation).
+    #[command(flatten)]
+    pub(crate) retry: RetryArgs,
 }
 
 /// A QPN in decimal or 0x-hex, 2..=0xFFFFFF (0 and 1 are special in IBA).
@@ -233,7 +237,10 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             args.cert_out.display()
         );
         let ep = Arc::new(ep);
-        let metrics = Arc::new(EndpointMetrics::new(ep.socket.clone(), ep.soft.clone()));
+        let gate = args.retry.gate();
+        let metrics = Arc::new(
+            EndpointMetrics::new(ep.socket.clone(), ep.soft.clone()).with_gate(gate.clone()),
+        );
         let m = metrics.clone();
         let _metrics_http = args
             .metrics
@@ -249,7 +256,9 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             // Clamped so that adding it to `started` cannot overflow.
             let budget = Duration::from_secs(args.timeout.min(u64::from(u32::MAX)));
             let deadline = tokio::time::Instant::from_std(started + budget);
-            let incoming = tokio::time::timeout_at(deadline, endpoint.accept())
+            // Attempts answered with a Retry are skipped: the client comes
+            // back with a token, within the same deadline.
+            let attempt = tokio::time::timeout_at(deadline, gate.accept(&endpoint))
                 .await
                 .map_err(|_| {
                     anyhow!(
@@ -260,7 +269,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
                 .ok_or_else(|| anyhow!("endpoint closed"))?;
             let s = tokio::time::timeout_at(
                 deadline,
-                connection(incoming, ep.clone(), metrics.clone(), liveness),
+                connection(attempt, ep.clone(), metrics.clone(), liveness),
             )
             .await
             .map_err(|_| {
@@ -274,10 +283,10 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
             Ok(s.ok)
         } else {
-            while let Some(incoming) = endpoint.accept().await {
+            while let Some(attempt) = gate.accept(&endpoint).await {
                 let (ep, json, metrics) = (ep.clone(), args.json, metrics.clone());
                 tokio::spawn(async move {
-                    let s = connection(incoming, ep, metrics, liveness).await;
+                    let s = connection(attempt, ep, metrics, liveness).await;
                     print_summary(&s, json);
                 });
             }
@@ -299,20 +308,20 @@ fn print_summary(s: &ServeSummary, json: bool) {
 /// Handshake, workload, wait for the client to close; never fails (errors go
 /// into the summary).
 async fn connection(
-    incoming: quinn::Incoming,
+    attempt: Attempt,
     ep: Arc<EndpointSocket>,
     metrics: Arc<EndpointMetrics>,
     liveness: Liveness,
 ) -> ServeSummary {
     let client = ep
         .socket
-        .ud_addr_of(incoming.remote_address())
+        .ud_addr_of(attempt.remote_address())
         .map(|a| UdEndpointReport::new(a, None));
     let mut received = None;
     let mut echoed = 0;
     let mut server_name = None;
     let outcome = async {
-        let conn = incoming.await.context("server handshake")?;
+        let conn = attempt.await.context("server handshake")?;
         // A dead client is noticed by the receive path (docs/architecture.md §5).
         quinn_adapter::spawn_watch_for(&ep.socket, &conn, &liveness);
         metrics.track(&conn);

@@ -93,6 +93,10 @@ pub struct NodeMetrics {
     /// This node agent's own peer server (`--serve-peers`): what it served
     /// other node agents from its cache.
     pub peer_server: std::sync::Arc<RegistryMetrics>,
+    /// The peer server's Retry gate, once it serves (exported as every
+    /// serving command's `qr_quinn_retries_total` and
+    /// `qr_quinn_unvalidated_handshakes`).
+    pub peer_retry: std::sync::OnceLock<quic_rdma::quinn_adapter::RetryGate>,
     /// Blob lookups found in the cache.
     pub cache_hits: Counter,
     /// Blob lookups not found in the cache.
@@ -252,6 +256,9 @@ impl NodeMetrics {
             "Current adaptive chunk size",
             self.chunk_size.get(),
         );
+        if let Some(gate) = self.peer_retry.get() {
+            crate::endpoint_metrics::retry_gate(&mut o, gate);
+        }
         o
     }
 }
@@ -401,5 +408,14 @@ mod tests {
             Some(10.0)
         );
         assert_eq!(sample(&t, "qr_node_bytes_total{path=\"cache\"}"), Some(0.0));
+        // The peer server's Retry counts appear once it serves.
+        assert_eq!(sample(&t, "qr_quinn_retries_total"), None);
+        let _ = m
+            .peer_retry
+            .set(quic_rdma::quinn_adapter::RetryGate::default());
+        let t = m.render();
+        assert_eq!(sample(&t, "qr_quinn_retries_total"), Some(0.0));
+        assert_eq!(sample(&t, "qr_quinn_unvalidated_handshakes"), Some(0.0));
+        crate::prom_text::parse(&t).unwrap();
     }
 }

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use quic_rdma::quinn_adapter;
+use quic_rdma::quinn_adapter::{self, RetryGate};
 
 use super::args::{parse_bytes, LivenessArgs, DEFAULT_SERVICE_PORT};
 use super::{print_report, RunError};
@@ -148,8 +148,12 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
     let accept = {
         let (server, sock) = (server.clone(), pair.server.clone());
         tokio::spawn(async move {
-            let incoming = server.accept().await.context("server endpoint closed")?;
-            let conn = incoming.await.context("server handshake")?;
+            // The serving commands' accept path, with `--retry`'s default.
+            let attempt = RetryGate::default()
+                .accept(&server)
+                .await
+                .context("server endpoint closed")?;
+            let conn = attempt.await.context("server handshake")?;
             // Dead peers noticed by the receive path (docs/architecture.md §5).
             quinn_adapter::spawn_watch_for(&sock, &conn, &liveness);
             workload::serve_transfer(conn.clone()).await?;
