@@ -69,6 +69,33 @@ pub(crate) fn long_header_cids(d: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((dcid, scid))
 }
 
+/// QUIC version 1 (RFC 9000 §15).
+pub const QUIC_V1: u32 = 0x0000_0001;
+/// QUIC version 2 (RFC 9369 §3.1), whose Initial packets have type 0b01.
+pub const QUIC_V2: u32 = 0x6b33_43cf;
+/// The least a client's Initial datagram carries (RFC 9000 §14.1).
+pub const MIN_INITIAL_DATAGRAM: usize = 1200;
+
+/// Whether `d` can open a connection: a datagram of at least 1 200 bytes
+/// (RFC 9000 §14.1) starting with a long header with the fixed bit set
+/// (§17.2), a version we know (v1, or v2 of RFC 9369) and the Initial type,
+/// a destination CID of 8 to 20 bytes (§7.2) and a source CID of at most 20.
+///
+/// What a forwarder checks before it keeps any state for a new source: junk,
+/// short headers and truncated Initials are not worth a queue pair.
+pub fn is_client_initial(d: &[u8]) -> bool {
+    if d.len() < MIN_INITIAL_DATAGRAM || d[0] & 0x40 == 0 {
+        return false;
+    }
+    let initial = matches!(
+        long_header(d),
+        Some((QUIC_V1, 0b00)) | Some((QUIC_V2, 0b01))
+    );
+    initial
+        && matches!(long_header_cids(d),
+            Some((dcid, scid)) if (8..=MAX_CID_LEN).contains(&dcid.len()) && scid.len() <= MAX_CID_LEN)
+}
+
 /// The routing key of the destination CID of a QUIC datagram, without decrypting.
 ///
 /// RFC 9000 §17.2: a long header (first bit set) has Version (4 bytes), then the
@@ -182,6 +209,42 @@ mod tests {
         #[test]
         fn datagram_parse_never_panics(d in proptest::collection::vec(any::<u8>(), 0..40)) {
             let _ = key_of_datagram(&d);
+        }
+
+        #[test]
+        fn initial_check_never_panics(d in proptest::collection::vec(any::<u8>(), 0..1300)) {
+            let _ = is_client_initial(&d);
+        }
+    }
+
+    /// A long header: first byte, version, DCID, SCID, padded to `len`.
+    fn long(first: u8, version: u32, dcid: usize, len: usize) -> Vec<u8> {
+        let mut d = vec![first];
+        d.extend_from_slice(&version.to_be_bytes());
+        d.push(dcid as u8);
+        d.extend(std::iter::repeat_n(7, dcid));
+        d.extend_from_slice(&[8, 1, 2, 3, 4, 5, 6, 7, 8]);
+        d.resize(len, 0);
+        d
+    }
+
+    #[test]
+    fn only_full_size_initials_of_known_versions_open_connections() {
+        assert!(is_client_initial(&long(0xC3, QUIC_V1, 8, 1200)));
+        assert!(is_client_initial(&long(0xD3, QUIC_V2, 20, 1350)));
+        for (what, d) in [
+            ("1 199 bytes", long(0xC3, QUIC_V1, 8, 1199)),
+            ("fixed bit clear", long(0x83, QUIC_V1, 8, 1200)),
+            ("v1 Handshake", long(0xE3, QUIC_V1, 8, 1200)),
+            ("v2 0-RTT type 0", long(0xC3, QUIC_V2, 8, 1200)),
+            ("unknown version", long(0xC3, 0x1a2a_3a4a, 8, 1200)),
+            ("version negotiation", long(0xC3, 0, 8, 1200)),
+            ("DCID of 7 bytes", long(0xC3, QUIC_V1, 7, 1200)),
+            ("DCID of 21 bytes", long(0xC3, QUIC_V1, 21, 1200)),
+            ("short header", vec![0x43; 1200]),
+            ("junk", vec![0; 1200]),
+        ] {
+            assert!(!is_client_initial(&d), "{what}");
         }
     }
 

@@ -22,7 +22,7 @@
 //!   answers (Version Negotiation, Retry). This tier is smaller
 //!   ([`PeerLimits::max_unvalidated`]), evicts its oldest entry when full and
 //!   drops entries older than [`PeerLimits::unvalidated_expiry`]; what it may
-//!   be sent is held to 3× what it sent, in bytes on the wire ([`budget`],
+//!   be sent is held to 3× what it sent, in bytes on the wire ([`amplification`](super::amplification),
 //!   RFC 9000 §8.1) — quinn-proto's own limit overshoots by a datagram;
 //! - the peer is **admitted** once its address is validated: it used a
 //!   connection ID this endpoint chose and sent only to it (RFC 9000 §8.1), or
@@ -38,9 +38,7 @@
 //! - a send to an address the table does not know is a counted drop, never an
 //!   I/O error (quinn would take an error for a fatal one and kill the connection).
 
-mod budget;
-
-pub use budget::WIRE_OVERHEAD;
+pub use super::amplification::WIRE_OVERHEAD;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, SocketAddrV6};
@@ -48,7 +46,8 @@ use std::time::{Duration, Instant};
 
 use crate::fabric::UdAddr;
 
-use budget::{Budget, CidKey};
+use super::amplification::{Budget, CidKey};
+use super::cid::ROUTING_KEY_BITS;
 
 /// Bounds of a peer table (both drivers take one in their configuration).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,7 +267,7 @@ impl PeerTable {
             }
             State::Pending(b) | State::Unvalidated(b) => {
                 b.heard(datagram);
-                b.proves_address(datagram, &self.cid_key)
+                b.proves_address(datagram, &self.cid_key, ROUTING_KEY_BITS)
             }
         };
         let admitted = proves && self.promote(port, now);
@@ -326,7 +325,7 @@ impl PeerTable {
     /// of its bytes may go (whole datagrams); `None` (counted) if the address
     /// is unknown or nothing may go. A pending peer becomes unvalidated unless
     /// the packet is a stateless answer; an unvalidated one is held to 3×
-    /// ([`budget`]).
+    /// ([`amplification`](super::amplification)).
     pub(crate) fn on_send(
         &mut self,
         a: SocketAddr,

@@ -200,6 +200,14 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
         lock(&self.peers).0.ud_addr(addr)
     }
 
+    /// Admit the peer quinn knows as `addr`: its address is validated by
+    /// evidence the socket cannot see (RFC 9000 §8.1), e.g. a forwarder that
+    /// saw the peer use a connection ID only the far server issued. `false`
+    /// if the peer is unknown or the table is full of live peers.
+    pub fn confirm_peer(&self, addr: SocketAddr) -> bool {
+        lock(&self.peers).0.confirm(addr, Instant::now())
+    }
+
     /// The peer table's counters and bounds.
     pub fn peer_stats(&self) -> PeerStats {
         lock(&self.peers).0.stats()

@@ -193,8 +193,23 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         let mtu = attr.active_mtu.bytes();
         let recv_depth = cfg.recv_depth.min(attr.max_recv_wr as usize).max(1);
         let mut mem = Memory::new();
-        let send_pool = SlotPool::new(&mut qp, &mut mem, mtu, cfg.send_slots, cfg.region_bytes)?;
-        let recv_pool = SlotPool::new(&mut qp, &mut mem, mtu, recv_depth, cfg.region_bytes)?;
+        let send_pool = SlotPool::new(
+            &mut qp,
+            &mut mem,
+            mtu,
+            cfg.send_slots,
+            cfg.region_bytes,
+            cfg.send_slots,
+        )?;
+        // Receive buffers are registered as the posted window grows to need them.
+        let recv_pool = SlotPool::new(
+            &mut qp,
+            &mut mem,
+            mtu,
+            recv_depth,
+            cfg.region_bytes,
+            cfg.recv_start.clamp(1, recv_depth),
+        )?;
         let inline_max = cfg.inline_threshold.min(attr.max_inline as usize);
         let stage_stride = inline_max.div_ceil(REGION_ALIGN).max(1) * REGION_ALIGN;
         let mut stage = Region::new(stage_stride * MAX_SEND_BATCH);

@@ -27,8 +27,16 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         self.post_reposts()
     }
 
-    /// Queue free slots for posting until posted plus queued fill the window.
+    /// Queue free slots for posting until posted plus queued fill the window
+    /// (registering more buffers first if the window outgrew them).
     fn top_up_reposts(&mut self) {
+        if let Err(e) = self
+            .recv_pool
+            .grow_to(self.recv_window, &mut self.qp, &mut self.mem)
+        {
+            // The window stays what the registered buffers allow.
+            tracing::warn!(%e, window = self.recv_window, "registering receive buffers failed");
+        }
         while self.recv_posted + self.reposts.len() < self.recv_window {
             let Some(slot) = self.recv_pool.alloc() else {
                 break;

@@ -1,5 +1,7 @@
 //! What a peer whose address is not validated may be sent (RFC 9000 §8.1),
-//! and what proves its address.
+//! and what proves its address: one account per unvalidated peer, kept by
+//! the peer table ([`super::peers`]) for the endpoints' own sends and by the
+//! gateway (`qr gateway`) for what it forwards to its clients.
 //!
 //! quinn-proto enforces the 3× anti-amplification limit itself, but starts a
 //! datagram while any budget is left and fills it to the MTU
@@ -40,7 +42,7 @@ fn sent_cost(len: u64) -> u64 {
 /// Keyed hash of connection IDs: a table remembers what it sent as 8 bytes, and
 /// an attacker cannot pick a CID that collides with it.
 #[derive(Debug, Default)]
-pub(super) struct CidKey(RandomState);
+pub struct CidKey(RandomState);
 
 impl CidKey {
     fn hash(&self, cid: &[u8]) -> u64 {
@@ -50,7 +52,7 @@ impl CidKey {
 
 /// The account of one peer whose address is not validated.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Budget {
+pub struct Budget {
     /// QUIC payload bytes received from the peer.
     heard: u64,
     /// Datagrams received from the peer.
@@ -70,7 +72,7 @@ pub(super) struct Budget {
 
 impl Budget {
     /// Account for `datagram`, just received from the peer.
-    pub(super) fn heard(&mut self, datagram: &[u8]) {
+    pub fn heard(&mut self, datagram: &[u8]) {
         self.heard += datagram.len() as u64;
         self.heard_datagrams += 1;
         // Version 0 is Version Negotiation, which has no type.
@@ -82,19 +84,21 @@ impl Budget {
     /// Whether `datagram` proves the peer's address: it is addressed to a
     /// connection ID this endpoint chose and sent only to that address, and
     /// only a peer that received it can know it (RFC 9000 §8.1; the CID must
-    /// carry 64 bits of entropy, [`cid::DEFAULT_CID_LEN`]). Long headers only:
-    /// a client's second flight, or its Initial after a Retry.
-    pub(super) fn proves_address(&self, datagram: &[u8], key: &CidKey) -> bool {
+    /// carry 64 bits of entropy besides the `predictable_bits` its issuer
+    /// derives from something else: [`cid::ROUTING_KEY_BITS`] for ours,
+    /// [`cid::DEFAULT_CID_LEN`]; 0 for a server whose CIDs are random). Long
+    /// headers only: a client's second flight, or its Initial after a Retry.
+    pub fn proves_address(&self, datagram: &[u8], key: &CidKey, predictable_bits: u32) -> bool {
         match (self.issued, cid::long_header_cids(datagram)) {
             (Some(issued), Some((dcid, _))) => {
-                dcid.len() * 8 >= 64 + cid::ROUTING_KEY_BITS as usize && key.hash(dcid) == issued
+                dcid.len() * 8 >= 64 + predictable_bits as usize && key.hash(dcid) == issued
             }
             _ => false,
         }
     }
 
     /// Remember the connection ID `packet` (about to be sent) names as ours.
-    pub(super) fn issue(&mut self, packet: &[u8], key: &CidKey) {
+    pub fn issue(&mut self, packet: &[u8], key: &CidKey) {
         if let Some((_, scid)) = cid::long_header_cids(packet) {
             if !scid.is_empty() {
                 self.issued = Some(key.hash(scid));
@@ -105,7 +109,7 @@ impl Budget {
     /// Account for a transmit QUIC asks to send: `len` bytes in datagrams of
     /// `segment` bytes (the last may be shorter). Returns how many bytes of it
     /// may go: whole datagrams, in order, while both limits hold.
-    pub(super) fn allow(&mut self, len: usize, segment: Option<usize>) -> usize {
+    pub fn allow(&mut self, len: usize, segment: Option<usize>) -> usize {
         self.asked += len as u64;
         let segment = segment.unwrap_or(len).max(1);
         let mut allowed = 0;
@@ -132,7 +136,7 @@ impl Budget {
     /// change one more. Stateless answers (Version Negotiation, Retry, a
     /// stateless reset, a refusal) are each smaller than the datagram that
     /// caused them, so they add at most what was heard.
-    pub(super) fn validated_by_quic(&self, mtu: usize) -> bool {
+    pub fn validated_by_quic(&self, mtu: usize) -> bool {
         self.asked > (FACTOR + 1) * self.heard + (self.initials + 1) * mtu as u64
     }
 }
@@ -179,24 +183,27 @@ mod tests {
 
     #[test]
     fn only_a_connection_id_we_sent_proves_the_address() {
+        const R: u32 = cid::ROUTING_KEY_BITS;
         let key = CidKey::default();
         let ours = [7u8; 12];
         let mut b = Budget::default();
         assert!(
-            !b.proves_address(&long(0xC0, &ours, &[]), &key),
+            !b.proves_address(&long(0xC0, &ours, &[]), &key, R),
             "nothing sent yet"
         );
         b.issue(&long(0xC0, &[1; 12], &ours), &key);
-        assert!(b.proves_address(&long(0xE0, &ours, &[3; 8]), &key));
-        assert!(!b.proves_address(&long(0xE0, &[8; 12], &[3; 8]), &key));
+        assert!(b.proves_address(&long(0xE0, &ours, &[3; 8]), &key, R));
+        assert!(!b.proves_address(&long(0xE0, &[8; 12], &[3; 8]), &key, R));
         assert!(
-            !b.proves_address(&[0x40; 40], &key),
+            !b.proves_address(&[0x40; 40], &key, R),
             "short headers do not count"
         );
         // CIDs too short to carry 64 random bits prove nothing (RFC 9000 §8.1).
         let mut short = Budget::default();
         short.issue(&long(0xC0, &[1; 8], &[9; 8]), &key);
-        assert!(!short.proves_address(&long(0xE0, &[9; 8], &[]), &key));
+        assert!(!short.proves_address(&long(0xE0, &[9; 8], &[]), &key, R));
+        // ... unless all 64 of them are random (a foreign server's).
+        assert!(short.proves_address(&long(0xE0, &[9; 8], &[]), &key, 0));
     }
 
     #[test]
