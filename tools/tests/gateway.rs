@@ -13,149 +13,29 @@
 //! Addresses 127.0.116.x, TCP/UDP ports 19800-19899.
 
 mod common;
+mod gateway_support;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{json_of, qr, wait_for_file, Guard, TempDir};
+use gateway_support::{
+    client_trusting, receive_and_answer, send_and_verify, server_cert, udp_transport,
+};
 use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQpOptions};
 use quic_rdma::fabric::{Gid, Mtu, UdQueuePair};
 use quic_rdma::quinn_adapter::{self, RdmaUdpSocket};
 use quic_rdma::socket::{SocketConfig, UdSocket};
-use quic_rdma_tools::gateway::{self, GatewaySnapshot, GatewayStats, Limits, QpFactory};
+use quic_rdma_tools::gateway::{
+    self, FabricSocket, GatewaySnapshot, GatewayStats, Limits, QpFactory,
+};
 use quic_rdma_tools::image::metrics::sample;
-use sha2::{Digest, Sha256};
 
 const BODY: u64 = 64 << 20;
 
 fn ip(last: u8) -> IpAddr {
     IpAddr::from([127, 0, 116, last])
-}
-
-// ---- the workload: the same protocol as `qr serve` (crate::workload) ----
-
-/// Deterministic data, chunk `i`.
-fn fill(buf: &mut [u8], i: u64) {
-    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for b in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        b.copy_from_slice(&x.to_le_bytes()[..b.len()]);
-    }
-}
-
-/// Client: send `len` bytes on a new stream, read the server's verdict
-/// (8-byte count, sha256); assert both equal what was sent.
-async fn send_and_verify(conn: &quinn::Connection, len: u64) {
-    let (mut tx, mut rx) = conn.open_bi().await.unwrap();
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let (mut left, mut i) = (len, 0);
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        fill(&mut buf[..n], i);
-        h.update(&buf[..n]);
-        tx.write_all(&buf[..n]).await.unwrap();
-        left -= n as u64;
-        i += 1;
-    }
-    tx.finish().unwrap();
-    let sent: [u8; 32] = h.finalize().into();
-    let verdict = rx.read_to_end(40).await.unwrap();
-    assert_eq!(u64::from_be_bytes(verdict[..8].try_into().unwrap()), len);
-    assert_eq!(
-        &verdict[8..],
-        &sent,
-        "sha256 at the server equals the one sent"
-    );
-}
-
-/// Server: read the first stream to its end, answer count + sha256 (returned),
-/// then echo a second stream (`qr connect`'s ping-pong) if one comes.
-async fn receive_and_answer(conn: quinn::Connection) -> (u64, [u8; 32]) {
-    let (mut tx, mut rx) = conn.accept_bi().await.unwrap();
-    let mut h = Sha256::new();
-    let mut n = 0u64;
-    while let Some(c) = rx.read_chunk(usize::MAX, true).await.unwrap() {
-        n += c.bytes.len() as u64;
-        h.update(&c.bytes);
-    }
-    let digest: [u8; 32] = h.finalize().into();
-    tx.write_all(&n.to_be_bytes()).await.unwrap();
-    tx.write_all(&digest).await.unwrap();
-    tx.finish().unwrap();
-    let c = conn.clone();
-    tokio::spawn(async move {
-        if let Ok((mut tx, mut rx)) = c.accept_bi().await {
-            while let Ok(Some(chunk)) = rx.read_chunk(usize::MAX, true).await {
-                if tx.write_chunk(chunk.bytes).await.is_err() {
-                    return;
-                }
-            }
-            let _ = tx.finish();
-        }
-    });
-    (n, digest)
-}
-
-/// The application protocol of `qr serve` / `qr connect`'s workload (ALPN).
-const ALPN: &[u8] = b"qr-demo/1";
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A self-signed certificate for "localhost": (DER, server config with `transport`).
-fn server_cert(
-    transport: Arc<quinn::TransportConfig>,
-) -> (
-    rustls::pki_types::CertificateDer<'static>,
-    quinn::ServerConfig,
-) {
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let cert = ck.cert.der().clone();
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.key_pair.serialize_der().into());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.clone()], key)
-        .unwrap();
-    tls.alpn_protocols = vec![ALPN.to_vec()];
-    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).unwrap();
-    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    cfg.transport_config(transport);
-    (cert, cfg)
-}
-
-fn client_trusting(
-    cert: rustls::pki_types::CertificateDer<'static>,
-    transport: Arc<quinn::TransportConfig>,
-) -> quinn::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert).unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![ALPN.to_vec()];
-    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-    let mut c = quinn::ClientConfig::new(Arc::new(crypto));
-    c.transport_config(transport);
-    c
-}
-
-/// A stock UDP-side transport whose path-MTU search may go up to 4096 bytes
-/// (quinn's default stops at 1452, below any fabric MTU).
-fn udp_transport() -> Arc<quinn::TransportConfig> {
-    let mut mtud = quinn::MtuDiscoveryConfig::default();
-    mtud.upper_bound(4096).interval(Duration::from_millis(200));
-    let mut t = quinn::TransportConfig::default();
-    t.mtu_discovery_config(Some(mtud));
-    Arc::new(t)
 }
 
 fn adapter_endpoint(
@@ -225,7 +105,7 @@ async fn sim_udp_client_to_fabric_server_and_fabric_client_to_udp_server() {
             new_qp,
             target: ssock.ud_addr(),
             limits: Limits::default(),
-            socket_config: SocketConfig::default(),
+            socket_config: gateway::client_socket_config(),
         },
         stats.clone(),
     ));
@@ -248,7 +128,11 @@ async fn sim_udp_client_to_fabric_server_and_fabric_client_to_udp_server() {
     assert_eq!(n, BODY);
     let s = settled(&stats).await;
     eprintln!("to-fabric over sim: {s:?}");
-    assert_eq!((s.clients_admitted, s.clients_active), (1, 1));
+    assert_eq!(
+        (s.clients_admitted, s.clients_validated, s.clients_active),
+        (1, 1, 1),
+        "{s:?}"
+    );
     // The client's path-MTU search went up to the fabric's 4096.
     assert!(s.fabric_tx >= BODY / 4096, "{s:?}");
     assert!(
@@ -301,14 +185,72 @@ async fn sim_udp_client_to_fabric_server_and_fabric_client_to_udp_server() {
     assert_eq!(n, BODY);
     let s = settled(&stats).await;
     eprintln!("to-udp over sim: {s:?}");
-    assert_eq!(s.clients_admitted, 1);
+    assert_eq!((s.clients_admitted, s.clients_validated), (1, 1), "{s:?}");
     assert!(s.udp_tx >= BODY / 4096, "{s:?}");
     assert_eq!(s.drops(), 0, "{s:?}");
     gw.abort();
 }
 
+/// A QUIC long header (`first` byte, v1) with the given CIDs, `len` bytes.
+fn long_header(first: u8, dcid: &[u8], scid: &[u8], len: usize) -> Vec<u8> {
+    let mut d = vec![first, 0, 0, 0, 1, dcid.len() as u8];
+    d.extend_from_slice(dcid);
+    d.push(scid.len() as u8);
+    d.extend_from_slice(scid);
+    d.resize(len, 0);
+    d
+}
+
+/// The next datagram on a fabric socket, or `None` after `wait`.
+async fn fabric_recv(sock: &FabricSocket, wait: Duration) -> Option<(Vec<u8>, SocketAddr)> {
+    use quinn::AsyncUdpSocket as _;
+    let mut buf = vec![0u8; sock.mtu()];
+    let got = tokio::time::timeout(
+        wait,
+        std::future::poll_fn(|cx| {
+            let mut bufs = [std::io::IoSliceMut::new(&mut buf)];
+            let mut meta = [quinn::udp::RecvMeta::default()];
+            sock.poll_recv(cx, &mut bufs, &mut meta)
+                .map_ok(|_| (meta[0].len, meta[0].addr))
+        }),
+    )
+    .await
+    .ok()?
+    .unwrap();
+    Some((buf[..got.0].to_vec(), got.1))
+}
+
+fn fabric_send(sock: &FabricSocket, to: SocketAddr, data: &[u8]) {
+    use quinn::AsyncUdpSocket as _;
+    sock.try_send(&quinn::udp::Transmit {
+        destination: to,
+        ecn: None,
+        contents: data,
+        segment_size: None,
+        src_ip: None,
+    })
+    .unwrap();
+}
+
+/// Poll `stats` until `done` holds (5 s at most).
+async fn until(stats: &GatewayStats, done: impl Fn(&GatewaySnapshot) -> bool) -> GatewaySnapshot {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = stats.snapshot();
+        if done(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{s:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The admission rules, step by step, against a raw fabric target: junk gets
+/// nothing; an Initial gets an unvalidated entry, answered at most 3×; the
+/// oldest unvalidated entry makes room for a new one; naming the server's CID
+/// validates; a full validated tier refuses; both tiers expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sim_bounded_table_refuses_and_expires() {
+async fn sim_clients_get_state_for_initials_and_prove_their_address() {
     let fabric = SimFabric::new(SimConfig::default());
     let v6 = |n: u16| Gid::from(std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 1, n));
     let target = sim_socket(&fabric, v6(1));
@@ -329,50 +271,96 @@ async fn sim_bounded_table_refuses_and_expires() {
             new_qp,
             target: target.ud_addr(),
             limits: Limits {
-                max_clients: 2,
+                max_clients: 1,
+                max_unvalidated: 2,
+                unvalidated_expiry: Duration::from_millis(1500),
                 idle_timeout: Duration::from_millis(300),
+                ..Limits::default()
             },
-            socket_config: SocketConfig::default(),
+            socket_config: gateway::client_socket_config(),
         },
         stats.clone(),
     ));
-    let mut senders = Vec::new();
-    for n in 0..3 {
-        senders.push(std::net::UdpSocket::bind((ip(31 + n), 0)).unwrap());
-    }
-    // Three clients, two at a time: the third is refused, and a too-big one dropped.
-    for s in &senders {
-        s.send_to(&[0x40; 1300], gw_addr).unwrap();
-    }
-    senders[0].send_to(&vec![0x40; 5000], gw_addr).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stats.snapshot().udp_rx < 4 {
-        assert!(Instant::now() < deadline, "{:?}", stats.snapshot());
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    let senders: Vec<std::net::UdpSocket> = (0..4)
+        .map(|n| {
+            let s = std::net::UdpSocket::bind((ip(31 + n), 0)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            s
+        })
+        .collect();
+    let initial = |n: u8| long_header(0xC0, &[n; 8], &[n; 8], 1200);
+
+    // Junk and a short Initial from unknown sources: dropped, nothing made.
+    senders[0].send_to(&[0x40; 40], gw_addr).unwrap();
+    senders[0].send_to(&initial(0)[..1199], gw_addr).unwrap();
+    let s = until(&stats, |s| s.udp_rx == 2).await;
+    assert_eq!((s.drop_not_initial, s.clients_admitted), (2, 0), "{s:?}");
+
+    // Three Initials, two unvalidated places: the oldest is evicted.
+    for (n, sender) in senders.iter().enumerate().take(3) {
+        sender.send_to(&initial(n as u8), gw_addr).unwrap();
+        until(&stats, |s| s.fabric_tx == n as u64 + 1).await;
     }
     let s = stats.snapshot();
     assert_eq!(
-        (s.clients_admitted, s.drop_refused, s.drop_too_big),
-        (2, 1, 1),
+        (s.clients_admitted, s.clients_evicted, s.clients_unvalidated),
+        (3, 1, 2),
         "{s:?}"
     );
-    assert_eq!(s.fabric_tx, 2);
-    assert_eq!(s.unaccounted(), 0);
-    // After the idle timeout both expire and the third client gets in.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stats.snapshot().clients_expired < 2 {
-        assert!(Instant::now() < deadline, "{:?}", stats.snapshot());
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // The target hears three queue pairs; it answers the second client's
+    // with 1 400-byte long headers naming its CID: two fit 3 × 1 200 bytes.
+    let mut from = Vec::new();
+    for _ in 0..3 {
+        from.push(fabric_recv(&target, Duration::from_secs(2)).await.unwrap());
     }
-    senders[2].send_to(&[0x40; 1300], gw_addr).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stats.snapshot().clients_admitted < 3 {
-        assert!(Instant::now() < deadline, "{:?}", stats.snapshot());
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    let (_, second) = from.iter().find(|(d, _)| d[6] == 1).unwrap().clone();
+    // The target's own peer table holds it to 3× as well; naming the peer
+    // admits it there, so what is held back below is the gateway's doing.
+    let second = target.peer_addr(target.ud_addr_of(second).unwrap());
+    let server_cid = [0xAB; 12];
+    let answer = long_header(0xC0, &[1; 8], &server_cid, 1400);
+    for _ in 0..3 {
+        fabric_send(&target, second, &answer);
     }
-    let s = stats.snapshot();
-    assert_eq!((s.clients_active, s.fabric_tx), (1, 3), "{s:?}");
-    // Mtu of the sim fabric: what "too big" was measured against.
+    let s = until(&stats, |s| s.udp_tx + s.drop_amplification == 3).await;
+    assert_eq!((s.udp_tx, s.drop_amplification), (2, 1), "{s:?}");
+    let mut buf = [0u8; 2048];
+    for _ in 0..2 {
+        assert_eq!(senders[1].recv(&mut buf).unwrap(), 1400);
+    }
+    // A Handshake packet to another CID proves nothing; to the server's, it does.
+    senders[1]
+        .send_to(&long_header(0xE0, &[0xCD; 12], &[1; 8], 100), gw_addr)
+        .unwrap();
+    senders[1]
+        .send_to(&long_header(0xE0, &server_cid, &[1; 8], 100), gw_addr)
+        .unwrap();
+    let s = until(&stats, |s| s.fabric_tx == 5).await;
+    assert_eq!(
+        (s.clients_validated, s.clients_unvalidated),
+        (1, 1),
+        "{s:?}"
+    );
+    for _ in 0..4 {
+        fabric_send(&target, second, &answer);
+    }
+    until(&stats, |s| s.udp_tx == 6).await;
+    // One validated place, taken: a new client is refused; a datagram over
+    // the fabric MTU is dropped.
+    senders[3].send_to(&initial(3), gw_addr).unwrap();
+    senders[1].send_to(&vec![0x40; 5000], gw_addr).unwrap();
+    let s = until(&stats, |s| s.drop_refused == 1 && s.drop_too_big == 1).await;
+    assert_eq!(s.clients_admitted, 3, "{s:?}");
+    // The unvalidated client expires at 1.5 s, the silent validated one after
+    // 300 ms idle; then the refused client gets in.
+    let s = until(&stats, |s| {
+        s.clients_expired_unvalidated == 1 && s.clients_expired == 1
+    })
+    .await;
+    assert_eq!(s.clients_active, 0, "{s:?}");
+    senders[3].send_to(&initial(3), gw_addr).unwrap();
+    let s = until(&stats, |s| s.clients_admitted == 4).await;
+    assert_eq!((s.clients_active, s.unaccounted()), (1, 0), "{s:?}");
     assert_eq!(target.mtu(), Mtu::M4096.bytes());
     gw.abort();
 }

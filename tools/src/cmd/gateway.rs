@@ -21,7 +21,6 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::fabric::{Mtu, UdQueuePair};
-use quic_rdma::socket::SocketConfig;
 
 use super::args::{MetricsArgs, DEFAULT_SERVICE_PORT};
 use crate::channel_endpoint::query_bootstrap;
@@ -62,13 +61,32 @@ struct Common {
     #[arg(long, default_value_t = 4096, value_parser = parse_mtu)]
     fabric_mtu: usize,
 
-    /// Clients at most (queue pairs or UDP sockets); more are refused until one
-    /// expires.
+    /// Validated clients at most (each a queue pair or UDP socket); new
+    /// clients are refused while it is reached.
     #[arg(long, default_value_t = Limits::default().max_clients)]
     max_clients: usize,
 
-    /// Remove a client after this long without traffic (e.g. 30s); keep it
-    /// above the QUIC idle timeout of the endpoints.
+    /// Clients that have not yet proved their address at most (a source gets
+    /// one only for a well-formed QUIC Initial); the oldest is evicted to
+    /// make room.
+    #[arg(long, default_value_t = Limits::default().max_unvalidated)]
+    max_unvalidated: usize,
+
+    /// Unvalidated clients from one source IP (or GID) at most.
+    #[arg(long, default_value_t = Limits::default().max_unvalidated_per_source)]
+    max_unvalidated_per_source: usize,
+
+    /// Clients of both kinds from one source IP (or GID) at most.
+    #[arg(long, default_value_t = Limits::default().max_per_source)]
+    max_per_source: usize,
+
+    /// Remove a client that has not proved its address this long after its
+    /// first datagram (a real client does within a round trip).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    unvalidated_expiry: Duration,
+
+    /// Remove a validated client after this long without traffic (e.g. 30s);
+    /// keep it above the QUIC idle timeout of the endpoints.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     idle_timeout: Duration,
 
@@ -147,11 +165,25 @@ pub(crate) fn main(args: &GatewayArgs) -> ExitCode {
 }
 
 fn limits(c: &Common) -> Result<Limits> {
-    if c.max_clients == 0 {
-        bail!("--max-clients 0 would refuse everyone: give at least 1");
+    for (flag, v) in [
+        ("--max-clients", c.max_clients),
+        ("--max-unvalidated", c.max_unvalidated),
+        ("--max-unvalidated-per-source", c.max_unvalidated_per_source),
+        ("--max-per-source", c.max_per_source),
+    ] {
+        if v == 0 {
+            bail!("{flag} 0 would refuse everyone: give at least 1");
+        }
+    }
+    if c.unvalidated_expiry.is_zero() {
+        bail!("--unvalidated-expiry 0 would drop every client before it answers: give e.g. 2s");
     }
     Ok(Limits {
         max_clients: c.max_clients,
+        max_unvalidated: c.max_unvalidated,
+        max_unvalidated_per_source: c.max_unvalidated_per_source,
+        max_per_source: c.max_per_source,
+        unvalidated_expiry: c.unvalidated_expiry,
         idle_timeout: c.idle_timeout,
     })
 }
@@ -196,7 +228,7 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
     let _metrics = metrics(&a.common, &stats).await?;
     eprintln!(
         "qr gateway: UDP {} -> fabric GID {} QPN {:#x} (UDP port {}), from GID {} MTU {}; \
-         max {} clients, idle timeout {:?}",
+         max {} clients (+{} unvalidated), idle timeout {:?}",
         udp.local_addr()?,
         peer.addr.gid,
         peer.addr.qpn,
@@ -204,6 +236,7 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
         port.gid(),
         a.common.fabric_mtu,
         limits.max_clients,
+        limits.max_unvalidated,
         limits.idle_timeout
     );
     gateway::to_fabric(
@@ -212,7 +245,7 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
             new_qp,
             target: peer.addr,
             limits,
-            socket_config: SocketConfig::default(),
+            socket_config: gateway::client_socket_config(),
         },
         stats,
     )
@@ -241,12 +274,13 @@ async fn to_udp(a: &ToUdpArgs) -> Result<()> {
     });
     eprintln!(
         "qr gateway: fabric GID {} QPN {:#x} MTU {} (bootstrap on TCP {bound}) -> UDP {}; \
-         max {} clients, idle timeout {:?}",
+         max {} clients (+{} unvalidated), idle timeout {:?}",
         publish.addr.gid,
         publish.addr.qpn,
         a.common.fabric_mtu,
         a.target,
         limits.max_clients,
+        limits.max_unvalidated,
         limits.idle_timeout
     );
     gateway::to_udp(

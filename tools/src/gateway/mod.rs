@@ -31,14 +31,28 @@
 //! size that crossed. The fabric side's MTU is what its endpoints advertise as
 //! `max_udp_payload_size`, so a fabric endpoint never sends the UDP side more.
 //!
-//! State is bounded ([`Limits`]): at most `max_clients` entries (a client beyond
-//! is refused, its datagrams dropped and counted), each removed after
-//! `idle_timeout` without traffic either way. Counters: [`GatewayStats`].
+//! **Who gets state.** Anyone can send a UDP datagram, or a RoCEv2 packet,
+//! from any source; every client costs a queue pair or a socket. So a source
+//! gets nothing until it sends a well-formed client Initial
+//! ([`quic_rdma::quic::cid::is_client_initial`]: long header, QUIC v1 or v2,
+//! at least 1 200 bytes); anything else from an unknown source is dropped and
+//! counted (`drop_not_initial`). A new client is *unvalidated* until it names
+//! a connection ID the server chose ([`validation`], RFC 9000 §8.1): until
+//! then the gateway forwards to it at most 3× what it sent (bytes on the
+//! wire, `drop_amplification`), and the [`table`] keeps it in a small tier
+//! that evicts its oldest entry when full, expires every entry within
+//! [`Limits::unvalidated_expiry`] and caps each source IP or GID. Validated
+//! clients are bounded too, never evicted to make room, and removed after
+//! [`Limits::idle_timeout`] without traffic. Each client's queue pair is
+//! small ([`client_socket_config`]): its buffers are touched only as traffic
+//! needs them. Counters: [`GatewayStats`].
 
+mod clients;
 pub mod stats;
 pub mod table;
 mod to_fabric;
 mod to_udp;
+mod validation;
 
 use std::io;
 use std::net::SocketAddr;
@@ -51,7 +65,7 @@ use quinn::udp::{RecvMeta, Transmit};
 use quinn::AsyncUdpSocket;
 
 pub use stats::{GatewaySnapshot, GatewayStats};
-pub use to_fabric::{to_fabric, ToFabric};
+pub use to_fabric::{client_socket_config, to_fabric, ToFabric};
 pub use to_udp::{to_udp, ToUdp};
 
 /// A quinn-style datagram socket on the fabric (any provider).
@@ -60,13 +74,24 @@ pub type FabricSocket = Arc<RdmaUdpSocket<Box<dyn UdQueuePair>>>;
 /// Makes a new queue pair on the gateway's fabric port (one per UDP client).
 pub type QpFactory = Arc<dyn Fn() -> Result<Box<dyn UdQueuePair>, FabricError> + Send + Sync>;
 
-/// How much state the gateway keeps.
+/// How much state the gateway keeps (see the [module docs](self)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Clients at most; more are refused until one expires.
+    /// Validated clients at most; new clients are refused while it is reached.
     pub max_clients: usize,
-    /// A client silent this long (both directions) is removed, with its queue
-    /// pair or socket. Choose it above the QUIC idle timeout of the endpoints.
+    /// Unvalidated clients at most; the oldest is evicted to make room.
+    pub max_unvalidated: usize,
+    /// Unvalidated clients from one source IP (or GID) at most.
+    pub max_unvalidated_per_source: usize,
+    /// Clients of both tiers from one source IP (or GID) at most.
+    pub max_per_source: usize,
+    /// An unvalidated client is removed this long after it was admitted: a
+    /// real client validates within a round trip of the server's first
+    /// flight, a forged source never does.
+    pub unvalidated_expiry: Duration,
+    /// A validated client silent this long (both directions) is removed, with
+    /// its queue pair or socket. Choose it above the QUIC idle timeout of the
+    /// endpoints.
     pub idle_timeout: Duration,
 }
 
@@ -74,6 +99,10 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_clients: 1024,
+            max_unvalidated: 256,
+            max_unvalidated_per_source: 16,
+            max_per_source: 256,
+            unvalidated_expiry: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(30),
         }
     }
@@ -140,7 +169,8 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// How often expiry runs: a quarter of the idle timeout, within 10 ms..1 s.
-fn sweep_interval(idle: Duration) -> Duration {
-    (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+/// How often expiry runs: a quarter of the shorter timeout, within 10 ms..250 ms.
+fn sweep_interval(l: &Limits) -> Duration {
+    (l.idle_timeout.min(l.unvalidated_expiry) / 4)
+        .clamp(Duration::from_millis(10), Duration::from_millis(250))
 }

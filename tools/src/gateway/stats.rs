@@ -38,12 +38,27 @@ pub struct GatewayStats {
     pub drop_udp_send: Counter,
     /// New clients whose resources (queue pair, UDP socket) could not be made.
     pub drop_client_setup: Counter,
-    /// Clients admitted.
+    /// Datagrams from unknown sources that are not a client Initial (junk,
+    /// short headers, truncated or unknown-version Initials): no state made.
+    pub drop_not_initial: Counter,
+    /// Initials from a source IP (or GID) that already has its share of clients.
+    pub drop_source_limit: Counter,
+    /// Datagrams to an unvalidated client beyond 3× what it sent (RFC 9000 §8.1).
+    pub drop_amplification: Counter,
+    /// Clients admitted (unvalidated).
     pub clients_admitted: Counter,
-    /// Clients removed after the idle timeout.
+    /// Clients that proved their address.
+    pub clients_validated: Counter,
+    /// Unvalidated clients evicted to make room for newer ones.
+    pub clients_evicted: Counter,
+    /// Unvalidated clients removed when their time ran out.
+    pub clients_expired_unvalidated: Counter,
+    /// Validated clients removed after the idle timeout.
     pub clients_expired: Counter,
-    /// Clients in the table now.
+    /// Clients in the table now, both tiers.
     pub clients_active: Gauge,
+    /// Unvalidated clients in the table now.
+    pub clients_unvalidated: Gauge,
 }
 
 /// A copy of the counters at one moment.
@@ -74,12 +89,26 @@ pub struct GatewaySnapshot {
     pub drop_udp_send: u64,
     /// See [`GatewayStats::drop_client_setup`].
     pub drop_client_setup: u64,
+    /// See [`GatewayStats::drop_not_initial`].
+    pub drop_not_initial: u64,
+    /// See [`GatewayStats::drop_source_limit`].
+    pub drop_source_limit: u64,
+    /// See [`GatewayStats::drop_amplification`].
+    pub drop_amplification: u64,
     /// See [`GatewayStats::clients_admitted`].
     pub clients_admitted: u64,
+    /// See [`GatewayStats::clients_validated`].
+    pub clients_validated: u64,
+    /// See [`GatewayStats::clients_evicted`].
+    pub clients_evicted: u64,
+    /// See [`GatewayStats::clients_expired_unvalidated`].
+    pub clients_expired_unvalidated: u64,
     /// See [`GatewayStats::clients_expired`].
     pub clients_expired: u64,
     /// See [`GatewayStats::clients_active`].
     pub clients_active: i64,
+    /// See [`GatewayStats::clients_unvalidated`].
+    pub clients_unvalidated: i64,
 }
 
 impl GatewaySnapshot {
@@ -91,6 +120,9 @@ impl GatewaySnapshot {
             + self.drop_fabric_send
             + self.drop_udp_send
             + self.drop_client_setup
+            + self.drop_not_initial
+            + self.drop_source_limit
+            + self.drop_amplification
     }
 
     /// Datagrams read but neither forwarded nor counted as dropped: 0 once
@@ -120,9 +152,16 @@ impl GatewayStats {
             drop_fabric_send: self.drop_fabric_send.get(),
             drop_udp_send: self.drop_udp_send.get(),
             drop_client_setup: self.drop_client_setup.get(),
+            drop_not_initial: self.drop_not_initial.get(),
+            drop_source_limit: self.drop_source_limit.get(),
+            drop_amplification: self.drop_amplification.get(),
             clients_admitted: self.clients_admitted.get(),
+            clients_validated: self.clients_validated.get(),
+            clients_evicted: self.clients_evicted.get(),
+            clients_expired_unvalidated: self.clients_expired_unvalidated.get(),
             clients_expired: self.clients_expired.get(),
             clients_active: self.clients_active.get(),
+            clients_unvalidated: self.clients_unvalidated.get(),
         }
     }
 
@@ -184,13 +223,43 @@ impl GatewayStats {
                 s.drop_client_setup,
             ),
             (
+                "drop_not_initial_total",
+                "Datagrams from unknown sources that are not a client Initial",
+                s.drop_not_initial,
+            ),
+            (
+                "drop_source_limit_total",
+                "Initials refused by the per-source client limit",
+                s.drop_source_limit,
+            ),
+            (
+                "drop_amplification_total",
+                "Datagrams to unvalidated clients beyond 3x what they sent",
+                s.drop_amplification,
+            ),
+            (
                 "clients_admitted_total",
-                "Clients admitted",
+                "Clients admitted (unvalidated)",
                 s.clients_admitted,
             ),
             (
+                "clients_validated_total",
+                "Clients that proved their address",
+                s.clients_validated,
+            ),
+            (
+                "clients_evicted_total",
+                "Unvalidated clients evicted to make room",
+                s.clients_evicted,
+            ),
+            (
+                "clients_expired_unvalidated_total",
+                "Unvalidated clients expired",
+                s.clients_expired_unvalidated,
+            ),
+            (
                 "clients_expired_total",
-                "Clients expired after the idle timeout",
+                "Validated clients expired after the idle timeout",
                 s.clients_expired,
             ),
         ] {
@@ -201,6 +270,12 @@ impl GatewayStats {
             "qr_gateway_clients_active",
             "Clients in the table",
             s.clients_active,
+        );
+        gauge(
+            &mut o,
+            "qr_gateway_clients_unvalidated",
+            "Unvalidated clients in the table",
+            s.clients_unvalidated,
         );
         o
     }
@@ -218,13 +293,17 @@ mod tests {
         st.fabric_tx.add(7);
         st.drop_too_big.add(2);
         st.drop_refused.inc();
+        st.drop_not_initial.add(4);
+        st.udp_rx.add(4);
         st.clients_active.add(3);
         let snap = st.snapshot();
         assert_eq!(snap.unaccounted(), 0);
         let t = st.prometheus();
-        assert_eq!(sample(&t, "qr_gateway_udp_rx_datagrams_total"), Some(10.0));
+        assert_eq!(sample(&t, "qr_gateway_udp_rx_datagrams_total"), Some(14.0));
         assert_eq!(sample(&t, "qr_gateway_drop_too_big_total"), Some(2.0));
         assert_eq!(sample(&t, "qr_gateway_clients_active"), Some(3.0));
+        assert_eq!(sample(&t, "qr_gateway_drop_not_initial_total"), Some(4.0));
+        assert_eq!(sample(&t, "qr_gateway_clients_unvalidated"), Some(0.0));
         assert!(t.contains("# TYPE qr_gateway_clients_active gauge"));
         st.udp_rx.inc();
         assert_eq!(

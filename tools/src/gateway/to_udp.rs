@@ -7,7 +7,11 @@ use std::time::Instant;
 
 use tokio::net::UdpSocket;
 
-use super::table::{Activity, Admission, ClientTable};
+use quic_rdma::quic::amplification::CidKey;
+
+use super::clients::{Clients, HasValidation, Routed};
+use super::table::Activity;
+use super::validation::Validation;
 use super::{
     fabric_recv, fabric_send, sweep_interval, AbortOnDrop, FabricSocket, GatewayStats, Limits,
 };
@@ -28,47 +32,55 @@ pub struct ToUdp {
 /// One fabric client: its own UDP socket, and the task forwarding its replies.
 struct Client {
     udp: Arc<UdpSocket>,
+    validation: Arc<Validation>,
     _replies: AbortOnDrop,
+}
+
+impl HasValidation for Arc<Client> {
+    fn validation(&self) -> &Validation {
+        &self.validation
+    }
 }
 
 /// Run the gateway until the listening fabric socket fails.
 pub async fn to_udp(cfg: ToUdp, stats: Arc<GatewayStats>) -> io::Result<()> {
-    let mut table: ClientTable<SocketAddr, Arc<Client>> = ClientTable::new(cfg.limits.max_clients);
-    let mut sweep = tokio::time::interval(sweep_interval(cfg.limits.idle_timeout));
+    // The UDP server is anyone's: its CIDs may be all random bits.
+    let mut clients: Clients<Arc<Client>> = Clients::new(cfg.limits, stats.clone(), 0);
+    let cid_key = clients.cid_key();
+    let mut sweep = tokio::time::interval(sweep_interval(&cfg.limits));
     let mut buf = vec![0u8; cfg.listener.mtu()];
     loop {
         let (n, from) = tokio::select! {
             r = fabric_recv(&cfg.listener, &mut buf) => r?,
             _ = sweep.tick() => {
-                let gone = table.expire(Instant::now(), cfg.limits.idle_timeout);
-                stats.clients_expired.add(gone.len() as u64);
-                stats.clients_active.add(-(gone.len() as i64));
+                clients.sweep(Instant::now());
                 continue;
             }
         };
         stats.fabric_rx.inc();
         stats.fabric_rx_bytes.add(n as u64);
-        let admitted = table.get_or_admit(&from, Instant::now(), |activity| {
-            new_client(&cfg, from, activity, stats.clone())
+        let routed = clients.route(from, &buf[..n], Instant::now(), |activity, validation| {
+            new_client(
+                &cfg,
+                from,
+                activity,
+                validation,
+                cid_key.clone(),
+                stats.clone(),
+            )
         });
-        let client = match admitted {
-            Ok(Admission::Known(c)) => c.clone(),
-            Ok(Admission::New(c)) => {
-                stats.clients_admitted.inc();
-                stats.clients_active.add(1);
-                tracing::debug!(client = %from, "gateway: new fabric client");
-                c.clone()
-            }
-            Ok(Admission::Full) => {
-                stats.drop_refused.inc();
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(%e, client = %from, "gateway: no UDP socket for a new client");
-                stats.drop_client_setup.inc();
-                continue;
-            }
+        let Some(Routed {
+            client,
+            validated_now,
+        }) = routed
+        else {
+            continue;
         };
+        if validated_now {
+            // The listener's peer table cannot see the proof (the CID is the
+            // UDP server's): admit the peer, so its replies are not held to 3×.
+            cfg.listener.confirm_peer(from);
+        }
         match client.udp.send(&buf[..n]).await {
             Ok(_) => stats.udp_tx.inc(),
             Err(e) => {
@@ -83,21 +95,27 @@ fn new_client(
     cfg: &ToUdp,
     from: SocketAddr,
     activity: Arc<Activity>,
+    validation: Validation,
+    cid_key: Arc<CidKey>,
     stats: Arc<GatewayStats>,
 ) -> io::Result<Arc<Client>> {
     let std_sock = std::net::UdpSocket::bind(SocketAddr::new(cfg.bind_ip, 0))?;
     std_sock.connect(cfg.target)?;
     std_sock.set_nonblocking(true)?;
     let udp = Arc::new(UdpSocket::from_std(std_sock)?);
+    let validation = Arc::new(validation);
     let task = tokio::spawn(replies(
         cfg.listener.clone(),
         from,
         udp.clone(),
+        validation.clone(),
         activity,
+        cid_key,
         stats,
     ));
     Ok(Arc::new(Client {
         udp,
+        validation,
         _replies: AbortOnDrop(task),
     }))
 }
@@ -107,7 +125,9 @@ async fn replies(
     listener: FabricSocket,
     client: SocketAddr,
     udp: Arc<UdpSocket>,
+    validation: Arc<Validation>,
     activity: Arc<Activity>,
+    cid_key: Arc<CidKey>,
     stats: Arc<GatewayStats>,
 ) {
     let mtu = listener.mtu();
@@ -131,6 +151,10 @@ async fn replies(
         activity.touch(Instant::now());
         if n > mtu {
             stats.drop_too_big.inc();
+            continue;
+        }
+        if !validation.to_client(&buf[..n], &cid_key) {
+            stats.drop_amplification.inc();
             continue;
         }
         fabric_send(&listener, client, &buf[..n], &stats).await;

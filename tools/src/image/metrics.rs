@@ -33,6 +33,10 @@ impl Gauge {
     pub fn add(&self, n: i64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
+    /// Set the value (for a gauge that mirrors a size kept elsewhere).
+    pub fn set(&self, v: i64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
     /// The current value.
     pub fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
