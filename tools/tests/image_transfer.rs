@@ -3,7 +3,8 @@
 //! `soft` are in image_agents.rs): registry agent serving an OCI layout,
 //! node agent fetching in parallel adaptive chunks, mutual TLS with the dev
 //! CA, resume after the registry agent goes away mid-blob, a corrupt source
-//! refused and never cached, and the node agent's HTTP answers (Range, 416,
+//! refused and never cached, a corrupt cached copy quarantined and fetched
+//! again, and the node agent's HTTP answers (Range, 416,
 //! OCI error JSON, 400). Addresses: 127.0.111.10–19, TCP 19110–19119.
 
 use std::net::SocketAddr;
@@ -373,6 +374,82 @@ async fn corrupt_source_is_an_error_and_never_cached() {
         );
         assert_eq!(std::fs::read_dir(p.join("tmp")).unwrap().count(), 0);
     }
+}
+
+/// Integrity at rest: a byte flipped in each agent's cached copy (found when
+/// the agents restart and read it again) is never served — each copy is
+/// quarantined and counted, the blob comes afresh from the source, the node
+/// gets the right bytes on the first request, and both caches are repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_cached_copy_is_quarantined_and_fetched_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reg_tls, node_tls) = pki(&dir.path().join("pki"));
+    let layout = dir.path().join("layout");
+    let (d, data) = layout_with_blob(&layout, 3 << 20);
+    let (rc, nc) = (dir.path().join("rc"), dir.path().join("nc"));
+    let addr: SocketAddr = format!("{REG_IP}:0").parse().unwrap();
+    {
+        let reg = start_registry(addr, &reg_tls, &layout, &rc);
+        let n = node(
+            reg.endpoint.local_addr().unwrap(),
+            &node_tls,
+            &nc,
+            TransferOptions::default(),
+        );
+        n.blob(REPO, &d, &|_, _| {})
+            .await
+            .unwrap()
+            .stored
+            .wait()
+            .await
+            .unwrap();
+        reg.endpoint.close(0u32.into(), b"restart");
+    }
+    for c in [&rc, &nc] {
+        let p = c.join("blobs/sha256").join(d.hex());
+        // The registry agent commits behind its last chunk.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !p.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} never cached",
+                p.display()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[(2 << 20) + 17] ^= 0x01;
+        std::fs::write(&p, bytes).unwrap();
+    }
+    let reg = start_registry(addr, &reg_tls, &layout, &rc);
+    let n = node(
+        reg.endpoint.local_addr().unwrap(),
+        &node_tls,
+        &nc,
+        TransferOptions::default(),
+    );
+    let b = n.blob(REPO, &d, &|_, _| {}).await.unwrap();
+    assert_eq!(
+        Digest::of(&read_file(&b.file)),
+        d,
+        "the right bytes, first time"
+    );
+    assert_eq!(b.path.name(), "fabric");
+    assert_eq!(n.metrics.cache_corrupt.get(), 1);
+    assert_eq!(n.metrics.verify_failures.get(), 1);
+    assert_eq!(reg.metrics.cache_corrupt.get(), 1);
+    assert_eq!(reg.metrics.upstream_blob_fetches.get(), 1, "fetched afresh");
+    b.stored.wait().await.unwrap();
+    for c in [&rc, &nc] {
+        let good = std::fs::read(c.join("blobs/sha256").join(d.hex())).unwrap();
+        assert_eq!(good, data, "{} repaired", c.display());
+        let bad = std::fs::read(c.join("quarantine").join(d.hex())).unwrap();
+        assert_ne!(bad, data, "the damaged copy kept aside");
+    }
+    // Served from the repaired cache now, nothing counted again.
+    let again = n.blob(REPO, &d, &|_, _| {}).await.unwrap();
+    assert_eq!(again.path.name(), "cache");
+    assert_eq!(n.metrics.cache_corrupt.get(), 1);
 }
 
 /// Issue 23, hole 7: a blob is served under repository R only if R is served

@@ -6,6 +6,13 @@
 //! crash leaves at most a temp file, which the next [`Cache::open`] deletes:
 //! nothing partial is ever taken as complete, because the only way into
 //! `blobs/` is the rename after the digest matched.
+//!
+//! Integrity at rest: a file can still rot or be altered after its commit.
+//! A blob this process did not write itself is hashed again before it is
+//! first served ([`Cache::get_verified`]); a copy that no longer matches its
+//! name is moved to `DIR/quarantine/` (kept for the operator, never served)
+//! and the caller fetches the blob afresh — a corrupt copy is served zero
+//! times, not once per retry.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -18,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use super::digest::Digest;
+use super::metrics::Counter;
 
 /// Why the cache failed.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +51,22 @@ pub enum CacheError {
     },
 }
 
+/// The sha256 of a whole file, read in 1 MiB pieces.
+fn hash_file(f: &File) -> io::Result<Digest> {
+    use sha2::{Digest as _, Sha256};
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    loop {
+        let n = f.read_at(&mut buf, at)?;
+        if n == 0 {
+            return Ok(Digest::from_bytes(h.finalize().into()));
+        }
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+}
+
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CacheError + 'a {
     move |source| CacheError::Io {
         what,
@@ -55,6 +79,8 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> C
 struct Entry {
     size: u64,
     last_use: u64,
+    /// Hashed by this process (written here, or checked since it started).
+    verified: bool,
 }
 
 #[derive(Debug, Default)]
@@ -70,6 +96,8 @@ pub struct Cache {
     dir: PathBuf,
     max_bytes: u64,
     index: Mutex<Index>,
+    /// Held while a copy is hashed again ([`Cache::get_verified`]).
+    verifying: tokio::sync::Mutex<()>,
     evictions: AtomicU64,
     temp_seq: AtomicU64,
 }
@@ -102,6 +130,7 @@ impl Cache {
                 Entry {
                     size,
                     last_use: index.clock,
+                    verified: false,
                 },
             );
             index.total += size;
@@ -110,6 +139,7 @@ impl Cache {
             dir: dir.to_path_buf(),
             max_bytes,
             index: Mutex::new(index),
+            verifying: tokio::sync::Mutex::new(()),
             evictions: AtomicU64::new(0),
             temp_seq: AtomicU64::new(0),
         });
@@ -121,7 +151,87 @@ impl Cache {
         self.dir.join("blobs/sha256").join(d.hex())
     }
 
-    /// The blob, opened, and its size; marks it recently used.
+    /// The blob, opened, its bytes checked against its digest unless this
+    /// process already did (hashing on a blocking thread), and its size. A
+    /// copy that does not match (or cannot be read) is quarantined, logged
+    /// with both paths and counted in `corrupt`, and is a miss: the caller
+    /// fetches the blob afresh (see the [module docs](self)).
+    pub async fn get_verified(
+        self: &Arc<Self>,
+        d: &Digest,
+        corrupt: &Counter,
+    ) -> Option<(File, u64)> {
+        let (file, size) = self.get(d)?;
+        if self.is_verified(d) {
+            return Some((file, size));
+        }
+        // One check at a time: parallel chunk requests for one blob hash it once.
+        let _one = self.verifying.lock().await;
+        if self.is_verified(d) {
+            return Some((file, size));
+        }
+        let d = *d;
+        let checked = tokio::task::spawn_blocking(move || hash_file(&file).map(|a| (file, a)))
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)));
+        let actual = match checked {
+            Ok((file, actual)) if actual == d => {
+                self.set_verified(&d);
+                return Some((file, size));
+            }
+            Ok((_, actual)) => actual.to_string(),
+            Err(e) => format!("unreadable ({e})"),
+        };
+        let from = self.blob_path(&d);
+        let to = self.quarantine(&d)?;
+        corrupt.inc();
+        tracing::warn!(
+            "cache copy {} of blob {d} is corrupt: its bytes hash to {actual}; moved to {} \
+             and fetched again",
+            from.display(),
+            to.display()
+        );
+        None
+    }
+
+    fn is_verified(&self, d: &Digest) -> bool {
+        let idx = self.index.lock().expect("cache index lock");
+        idx.entries.get(d).is_some_and(|e| e.verified)
+    }
+
+    fn set_verified(&self, d: &Digest) {
+        let mut idx = self.index.lock().expect("cache index lock");
+        if let Some(e) = idx.entries.get_mut(d) {
+            e.verified = true;
+        }
+    }
+
+    /// Take blob `d` out of the cache: its file moves to `DIR/quarantine/`.
+    /// Returns where it went (or would have: if the move fails it is
+    /// deleted); `None` if it was no longer in the cache.
+    fn quarantine(&self, d: &Digest) -> Option<PathBuf> {
+        {
+            let mut idx = self.index.lock().expect("cache index lock");
+            let e = idx.entries.remove(d)?;
+            idx.total -= e.size;
+        }
+        let dir = self.dir.join("quarantine");
+        let to = dir.join(d.hex());
+        let from = self.blob_path(d);
+        let moved = fs::create_dir_all(&dir).and_then(|()| fs::rename(&from, &to));
+        if let Err(e) = moved {
+            tracing::warn!(
+                "moving {} to {}: {e}; deleting it",
+                from.display(),
+                to.display()
+            );
+            let _ = fs::remove_file(&from);
+        }
+        Some(to)
+    }
+
+    /// The blob, opened, and its size (as stored: not hashed again; for
+    /// sizes, and for readers that verify themselves); marks it recently used.
     pub fn get(&self, d: &Digest) -> Option<(File, u64)> {
         {
             let mut idx = self.index.lock().expect("cache index lock");
@@ -354,6 +464,8 @@ impl TempBlob {
                     Entry {
                         size: self.size,
                         last_use: clock,
+                        // Hashed as it arrived.
+                        verified: true,
                     },
                 )
                 .is_none()
@@ -432,6 +544,35 @@ mod tests {
         ));
         assert!(!tmp.exists());
         assert!(!c.contains(&d) && c.get(&d).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_copy_that_rotted_at_rest_is_quarantined_not_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let (good, bad) = {
+            let c = Cache::open(dir.path(), 1 << 20).unwrap();
+            (put(&c, b"kept intact"), put(&c, b"to be damaged"))
+        };
+        let path = dir.path().join("blobs/sha256").join(bad.hex());
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[3] ^= 0x20;
+        fs::write(&path, &bytes).unwrap();
+        // Reopened, nothing is taken on trust: both are hashed on first use.
+        let c = Cache::open(dir.path(), 1 << 20).unwrap();
+        let corrupt = Counter::default();
+        let (f, size) = c.get_verified(&good, &corrupt).await.unwrap();
+        assert_eq!((size, hash_file(&f).unwrap()), (11, good));
+        assert!(c.get_verified(&bad, &corrupt).await.is_none());
+        assert_eq!(corrupt.get(), 1);
+        assert!(!c.contains(&bad));
+        assert_eq!(c.total_bytes(), 11);
+        let moved = dir.path().join("quarantine").join(bad.hex());
+        assert_eq!(fs::read(moved).unwrap(), bytes, "kept for the operator");
+        // A miss now (counted once); the blob can be stored again.
+        assert!(c.get_verified(&bad, &corrupt).await.is_none());
+        assert_eq!(corrupt.get(), 1);
+        assert_eq!(put(&c, b"to be damaged"), bad);
+        assert!(c.get_verified(&bad, &corrupt).await.is_some());
     }
 
     #[test]

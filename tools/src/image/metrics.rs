@@ -107,8 +107,12 @@ pub struct NodeMetrics {
     pub cache_misses: Counter,
     /// Blobs evicted from the cache (LRU, over the size bound).
     pub cache_evictions: Counter,
-    /// Whole-blob or chunk digests that did not match.
+    /// Whole-blob or chunk digests that did not match (cached copies found
+    /// corrupt included).
     pub verify_failures: Counter,
+    /// Cached copies found corrupt when read again, quarantined and fetched
+    /// afresh (`cache::Cache::get_verified`).
+    pub cache_corrupt: Counter,
     /// Transfers resumed after a lost connection or a failed chunk.
     pub resumes: Counter,
     /// Chunk requests in flight.
@@ -238,6 +242,12 @@ impl NodeMetrics {
         );
         counter(
             &mut o,
+            "qr_node_cache_corrupt_total",
+            "Cached copies found corrupt, quarantined and fetched again",
+            self.cache_corrupt.get(),
+        );
+        counter(
+            &mut o,
             "qr_node_resumes_total",
             "Transfers resumed",
             self.resumes.get(),
@@ -293,6 +303,9 @@ pub struct RegistryMetrics {
     pub upstream_bytes: Counter,
     /// Upstream blobs whose bytes did not hash to their digest.
     pub upstream_verify_failures: Counter,
+    /// Cached copies found corrupt when read again, quarantined and fetched
+    /// afresh from the source (`cache::Cache::get_verified`).
+    pub cache_corrupt: Counter,
     /// Blob requests that joined a fetch already under way.
     pub single_flight_joins: Counter,
 }
@@ -366,6 +379,12 @@ impl RegistryMetrics {
             "qr_registry_upstream_verify_failures_total",
             "Upstream digest mismatches",
             self.upstream_verify_failures.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_cache_corrupt_total",
+            "Cached copies found corrupt, quarantined and fetched again",
+            self.cache_corrupt.get(),
         );
         counter(
             &mut o,

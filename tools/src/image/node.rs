@@ -179,6 +179,20 @@ impl Node {
         Ok(size)
     }
 
+    /// Blob `d` from the cache, its bytes checked (a corrupt copy is
+    /// quarantined, counted as a verify failure too, and is a miss).
+    pub(crate) async fn cached(&self, d: &Digest) -> Option<(File, u64)> {
+        let before = self.metrics.cache_corrupt.get();
+        let hit = self
+            .cache
+            .get_verified(d, &self.metrics.cache_corrupt)
+            .await;
+        if self.metrics.cache_corrupt.get() != before {
+            self.metrics.verify_failures.inc();
+        }
+        hit
+    }
+
     /// A whole verified blob; `progress` hears the verified prefix grow.
     pub async fn blob(
         &self,
@@ -186,7 +200,7 @@ impl Node {
         d: &Digest,
         progress: &(dyn Fn(u64, u64) + Send + Sync),
     ) -> Result<Blob, FetchError> {
-        if let Some((file, size)) = self.cache.get(d) {
+        if let Some((file, size)) = self.cached(d).await {
             self.confirm(repo, d).await?;
             self.metrics.cache_hits.inc();
             progress(size, size);
@@ -211,7 +225,7 @@ impl Node {
         };
         // Whoever held the flight before us may have cached it (for another
         // repository, maybe).
-        if let Some((file, size)) = self.cache.get(d) {
+        if let Some((file, size)) = self.cached(d).await {
             self.confirm(repo, d).await?;
             self.metrics.cache_hits.inc();
             progress(size, size);

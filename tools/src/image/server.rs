@@ -356,7 +356,7 @@ async fn answer_peer(req: Request, node: &Node) -> (Response, Vec<u8>) {
             len,
             ..
         } => {
-            let Some((file, size)) = cache.get(&digest) else {
+            let Some((file, size)) = node.cached(&digest).await else {
                 return not_here(&digest.to_string());
             };
             chunk(digest, offset, read_range(&file, size, offset, len).await).await

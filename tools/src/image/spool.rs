@@ -105,7 +105,11 @@ impl Spool {
         len: u64,
     ) -> Result<Option<Piece>, SourceError> {
         self.confirm(repo, d).await?;
-        if let Some((f, size)) = self.cache.get(d) {
+        if let Some((f, size)) = self
+            .cache
+            .get_verified(d, &self.metrics.cache_corrupt)
+            .await
+        {
             return read_range(&f, size, offset, len).await;
         }
         let dl = self.download(repo, d).await?;
@@ -141,7 +145,11 @@ impl Spool {
             return Ok(dl.clone());
         }
         // It may have completed while we waited for the lock.
-        if let Some((f, size)) = self.cache.get(d) {
+        if let Some((f, size)) = self
+            .cache
+            .get_verified(d, &self.metrics.cache_corrupt)
+            .await
+        {
             let (_tx, rx) = watch::channel(State::Done);
             return Ok(Arc::new(Download {
                 file: f,
