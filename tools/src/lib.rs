@@ -153,6 +153,12 @@ pub fn run() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: a log file or a pipe gets
+        // plain text (and NO_COLOR, https://no-color.org, is honoured).
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .init();
     match cli.command {
         Command::Demo(args) => demo::main(&args),

@@ -75,6 +75,23 @@ fn connect_refused_is_said_once() {
     assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
 }
 
+/// Log lines written to a pipe or a file carry no colour codes.
+#[test]
+fn logs_to_a_pipe_are_plain_text() {
+    let out = Guard::spawn(qr().env("RUST_LOG", "debug").args([
+        "connect",
+        "127.0.93.7:19307",
+        "--cert",
+        "/nonexistent/cert.der",
+        "--wait",
+        "1",
+    ]))
+    .wait(Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("DEBUG"), "a debug line was logged: {err}");
+    assert!(!err.contains('\x1b'), "colour codes in a pipe: {err:?}");
+}
+
 /// Without the `verbs` feature, `--provider verbs` fails at once naming the
 /// fix, instead of first waiting --wait seconds for a bootstrap answer.
 #[cfg(not(feature = "verbs"))]
