@@ -59,6 +59,6 @@ cat "$W/ra.out"
 # The guest boots, pulls and writes its exit code to done (TCG: minutes).
 for _ in $(seq 1 900); do [[ -s "$X/done" ]] && break; kill -0 $ra || break; sleep 1; done
 [[ -s "$X/done" ]] || { echo "no result from the guest"; tail -20 "$W/ra.log"; exit 1; }
-sent=$(curl -fsS http://10.77.0.1:19652/metrics | awk '$1=="qr_registry_bytes_sent_total"{print $2}')
+sent=$(curl -fsS http://10.77.0.1:19652/metrics | awk '$1=="qr_registry_sent_bytes_total"{print $2}')
 echo "guest exit $(cat "$X/done"); registry agent sent ${sent:-?} blob bytes over the fabric"
 [[ "$(cat "$X/done")" == 0 && -n "$sent" && "$sent" -ge $((MIB << 20)) ]]

@@ -123,7 +123,7 @@ fn metric(text: &str, name: &str) -> u64 {
 // Manifests count here too: they always come from the registry agent.
 const FABRIC: &str = "qr_node_bytes_total{path=\"fabric\"}";
 const PEER: &str = "qr_node_bytes_total{path=\"peer\"}";
-const SENT: &str = "qr_registry_bytes_sent_total";
+const SENT: &str = "qr_registry_sent_bytes_total";
 
 #[test]
 fn blobs_come_from_a_peer_and_fall_back_to_the_registry_agent() {

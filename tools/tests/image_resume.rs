@@ -88,7 +88,7 @@ fn killed_registry_agent_resumes_and_corrupt_upstream_is_refused() {
     assert!(metric(node, "qr_node_resumes_total") >= 1.0);
     // The restarted agent sent what was missing (plus the chunks that were
     // in flight at the kill), not the whole blob again.
-    let sent_after = metric("127.0.111.31:19132", "qr_registry_bytes_sent_total") as u64;
+    let sent_after = metric("127.0.111.31:19132", "qr_registry_sent_bytes_total") as u64;
     assert!(
         sent_after <= size - at_kill + 4 * (256 << 10),
         "restarted agent sent {sent_after} bytes; {at_kill} of {size} had arrived"

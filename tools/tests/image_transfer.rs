@@ -675,6 +675,15 @@ async fn http_ranges_errors_and_malformed_requests() {
     );
     assert_eq!(r.headers()["docker-content-digest"], d.to_string());
     assert_eq!(r.bytes().await.unwrap(), &data[100..200]);
+    // The first (cold) request's bytes count once, under the fabric.
+    let bytes = |p: &str| {
+        quic_rdma_tools::image::metrics::sample(
+            &n.metrics.render(),
+            &format!("qr_node_bytes_total{{path=\"{p}\"}}"),
+        )
+    };
+    assert_eq!(bytes("fabric"), Some(data.len() as f64));
+    assert_eq!(bytes("cache"), Some(0.0));
 
     let r = c
         .get(&url)
@@ -701,6 +710,9 @@ async fn http_ranges_errors_and_malformed_requests() {
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-length"], data.len().to_string());
     assert_eq!(Digest::of(&r.bytes().await.unwrap()), d);
+    // Warm requests count under the cache: 10 bytes, then the whole blob.
+    assert_eq!(bytes("cache"), Some((10 + data.len()) as f64));
+    assert_eq!(bytes("fabric"), Some(data.len() as f64));
 
     let r = c.head(&url).send().await.unwrap();
     assert_eq!(r.status(), 200);

@@ -161,12 +161,15 @@ impl Cache {
         d: &Digest,
         corrupt: &Counter,
     ) -> Option<(File, u64)> {
-        let (file, size) = self.get(d)?;
+        let hit = self.get(d)?;
         if self.is_verified(d) {
-            return Some((file, size));
+            return Some(hit);
         }
-        // One check at a time: parallel chunk requests for one blob hash it once.
+        // One check at a time: parallel chunk requests for one blob hash it
+        // once. Opened again under the lock: another check may have moved
+        // the copy aside, and a fresh one been committed, meanwhile.
         let _one = self.verifying.lock().await;
+        let (file, size) = self.get(d)?;
         if self.is_verified(d) {
             return Some((file, size));
         }
@@ -208,10 +211,13 @@ impl Cache {
 
     /// Take blob `d` out of the cache: its file moves to `DIR/quarantine/`.
     /// Returns where it went (or would have: if the move fails it is
-    /// deleted); `None` if it was no longer in the cache.
+    /// deleted); `None` if no unverified copy is in the cache any more.
     fn quarantine(&self, d: &Digest) -> Option<PathBuf> {
         {
             let mut idx = self.index.lock().expect("cache index lock");
+            if idx.entries.get(d)?.verified {
+                return None;
+            }
             let e = idx.entries.remove(d)?;
             idx.total -= e.size;
         }

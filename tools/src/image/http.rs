@@ -301,7 +301,11 @@ async fn blob(
         }
     };
     let len = end - start;
-    node.metrics.bytes(Path::Cache, len);
+    // Bytes fetched for this request were counted under their path as they
+    // arrived; only a cache hit's are counted here.
+    if b.path == Path::Cache {
+        node.metrics.bytes(Path::Cache, len);
+    }
     // Pieces read at their offsets on a blocking thread: one copy out of the
     // page cache (tokio::fs::File reads into its own buffer, then copies).
     let file = Arc::new(b.file);

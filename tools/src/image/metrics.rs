@@ -352,7 +352,7 @@ impl RegistryMetrics {
         );
         counter(
             &mut o,
-            "qr_registry_bytes_sent_total",
+            "qr_registry_sent_bytes_total",
             "Blob bytes sent",
             self.bytes_sent.get(),
         );
