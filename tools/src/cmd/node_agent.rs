@@ -63,6 +63,12 @@ pub(crate) struct NodeAgentArgs {
     #[arg(long)]
     cache_dir: PathBuf,
 
+    /// Bytes a second the cache scrub reads, hashing every cached blob again
+    /// pass after pass (a corrupt copy is quarantined and fetched afresh);
+    /// 0 turns it off.
+    #[arg(long, default_value = "16M", value_parser = parse_bytes)]
+    cache_scrub_rate: u64,
+
     /// Size bound of the cache (least recently used blobs go first).
     #[arg(long, default_value = "10G", value_parser = parse_bytes)]
     cache_size: u64,
@@ -279,6 +285,14 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
         };
         if let (Some(u), Some(t)) = (&args.direct_upstream, args.direct_threshold) {
             node.set_direct(Arc::new(Upstream::new(u)?), t);
+        }
+        if args.cache_scrub_rate > 0 {
+            tokio::spawn(cache.clone().scrub(
+                args.cache_scrub_rate,
+                node.metrics.clone(),
+                |m| &m.cache_corrupt,
+                |m| &m.cache_scrubbed_bytes,
+            ));
         }
         // Connect now, so a wrong certificate or an unreachable agent shows at
         // start; a registry agent not up yet is retried per request later.

@@ -64,6 +64,12 @@ pub(crate) struct RegistryAgentArgs {
     #[arg(long)]
     cache_dir: PathBuf,
 
+    /// Bytes a second the cache scrub reads, hashing every cached blob again
+    /// pass after pass (a corrupt copy is quarantined and fetched afresh);
+    /// 0 turns it off.
+    #[arg(long, default_value = "16M", value_parser = parse_bytes)]
+    cache_scrub_rate: u64,
+
     /// Size bound of the cache (least recently used blobs go first).
     #[arg(long, default_value = "20G", value_parser = parse_bytes)]
     cache_size: u64,
@@ -132,6 +138,14 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
         opts.liveness = args.liveness.liveness()?;
         let server = listen(&opts, config)?;
         let metrics = Arc::new(RegistryMetrics::default());
+        if args.cache_scrub_rate > 0 {
+            tokio::spawn(cache.clone().scrub(
+                args.cache_scrub_rate,
+                metrics.clone(),
+                |m| &m.cache_corrupt,
+                |m| &m.cache_scrubbed_bytes,
+            ));
+        }
         let gate = args.retry.gate();
         let (m, g) = (metrics.clone(), gate.clone());
         let _metrics_http = args

@@ -12,7 +12,9 @@
 //! first served ([`Cache::get_verified`]); a copy that no longer matches its
 //! name is moved to `DIR/quarantine/` (kept for the operator, never served)
 //! and the caller fetches the blob afresh — a corrupt copy is served zero
-//! times, not once per retry.
+//! times, not once per retry. A copy that rots after that check is found by
+//! the scrub ([`Cache::scrub`]): every blob hashed again, at a bounded rate,
+//! pass after pass.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -49,6 +51,29 @@ pub enum CacheError {
         /// What the bytes hash to.
         actual: Digest,
     },
+}
+
+/// How long the scrub rests between passes over the cache.
+pub const SCRUB_PAUSE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The sha256 of a whole file, read at most `rate` bytes a second (sleeping
+/// the blocking thread between pieces), and the bytes read.
+fn hash_file_paced(f: &File, rate: u64) -> io::Result<(Digest, u64)> {
+    use sha2::{Digest as _, Sha256};
+    let started = std::time::Instant::now();
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    loop {
+        let n = f.read_at(&mut buf, at)?;
+        if n == 0 {
+            return Ok((Digest::from_bytes(h.finalize().into()), at));
+        }
+        h.update(&buf[..n]);
+        at += n as u64;
+        let due = std::time::Duration::from_secs_f64(at as f64 / rate as f64);
+        std::thread::sleep(due.saturating_sub(started.elapsed()));
+    }
 }
 
 /// The sha256 of a whole file, read in 1 MiB pieces.
@@ -195,6 +220,85 @@ impl Cache {
             to.display()
         );
         None
+    }
+
+    /// Scrub forever: [`Self::scrub_pass`] at `rate` bytes a second, then a
+    /// pause of [`SCRUB_PAUSE`], again and again. Corrupt copies are counted
+    /// in `corrupt(&metrics)`, bytes read in `scrubbed(&metrics)`.
+    pub async fn scrub<M: Send + Sync + 'static>(
+        self: Arc<Self>,
+        rate: u64,
+        metrics: Arc<M>,
+        corrupt: fn(&M) -> &Counter,
+        scrubbed: fn(&M) -> &Counter,
+    ) {
+        loop {
+            self.scrub_pass(rate, corrupt(&metrics), scrubbed(&metrics))
+                .await;
+            tokio::time::sleep(SCRUB_PAUSE).await;
+        }
+    }
+
+    /// Hash every blob in the cache again (verified or not), reading at most
+    /// `rate` bytes a second; a copy that no longer matches its digest is
+    /// quarantined, logged and counted like one [`Self::get_verified`] finds.
+    /// Blobs evicted or replaced meanwhile are skipped.
+    pub async fn scrub_pass(self: &Arc<Self>, rate: u64, corrupt: &Counter, scrubbed: &Counter) {
+        let digests: Vec<Digest> = {
+            let idx = self.index.lock().expect("cache index lock");
+            idx.entries.keys().copied().collect()
+        };
+        let rate = rate.max(1);
+        for d in digests {
+            let Some((file, _)) = self.get(&d) else {
+                continue;
+            };
+            let checked = tokio::task::spawn_blocking(move || {
+                hash_file_paced(&file, rate).map(|(a, n)| (file, a, n))
+            })
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)));
+            let (file, actual) = match checked {
+                Ok((file, actual, n)) => {
+                    scrubbed.add(n);
+                    (file, actual)
+                }
+                // Gone meanwhile, or unreadable: the next lookup checks it.
+                Err(_) => continue,
+            };
+            if actual == d || !self.still_holds(&d, &file) {
+                continue;
+            }
+            // Verified once, rotted since: take it out whatever its flag says.
+            self.set_unverified(&d);
+            let from = self.blob_path(&d);
+            if let Some(to) = self.quarantine(&d) {
+                corrupt.inc();
+                tracing::warn!(
+                    "scrub: cache copy {} of blob {d} is corrupt: its bytes hash to {actual}; \
+                     moved to {}; the next request fetches it again",
+                    from.display(),
+                    to.display()
+                );
+            }
+        }
+    }
+
+    /// Whether `file` is still the cache's copy of `d` (not replaced by a
+    /// fresh commit since it was opened).
+    fn still_holds(&self, d: &Digest, file: &File) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (file.metadata(), fs::metadata(self.blob_path(d))) {
+            (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+            _ => false,
+        }
+    }
+
+    fn set_unverified(&self, d: &Digest) {
+        let mut idx = self.index.lock().expect("cache index lock");
+        if let Some(e) = idx.entries.get_mut(d) {
+            e.verified = false;
+        }
     }
 
     fn is_verified(&self, d: &Digest) -> bool {
@@ -579,6 +683,39 @@ mod tests {
         assert_eq!(corrupt.get(), 1);
         assert_eq!(put(&c, b"to be damaged"), bad);
         assert!(c.get_verified(&bad, &corrupt).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn the_scrub_finds_a_copy_that_rotted_after_it_was_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Cache::open(dir.path(), 1 << 20).unwrap();
+        let (good, bad) = (put(&c, b"stays whole"), put(&c, b"rots later"));
+        let path = dir.path().join("blobs/sha256").join(bad.hex());
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[0] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        let (corrupt, scrubbed) = (Counter::default(), Counter::default());
+        // Written (and hashed) by this process: lookups trust it...
+        assert!(c.get_verified(&bad, &corrupt).await.is_some());
+        // ... the scrub does not.
+        c.scrub_pass(1 << 30, &corrupt, &scrubbed).await;
+        assert_eq!((corrupt.get(), scrubbed.get()), (1, 21));
+        assert!(c.contains(&good) && !c.contains(&bad));
+        assert!(dir.path().join("quarantine").join(bad.hex()).exists());
+        c.scrub_pass(1 << 30, &corrupt, &scrubbed).await;
+        assert_eq!((corrupt.get(), scrubbed.get()), (1, 32));
+    }
+
+    #[test]
+    fn scrub_reads_at_the_rate_it_is_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        fs::write(&p, vec![7u8; 3 << 20]).unwrap();
+        let started = std::time::Instant::now();
+        let (_, n) = hash_file_paced(&File::open(&p).unwrap(), 10 << 20).unwrap();
+        // 3 MiB at 10 MiB/s: the last piece is due at 300 ms.
+        assert_eq!(n, 3 << 20);
+        assert!(started.elapsed() >= std::time::Duration::from_millis(290));
     }
 
     #[test]

@@ -110,9 +110,11 @@ pub struct NodeMetrics {
     /// Whole-blob or chunk digests that did not match (cached copies found
     /// corrupt included).
     pub verify_failures: Counter,
-    /// Cached copies found corrupt when read again, quarantined and fetched
-    /// afresh (`cache::Cache::get_verified`).
+    /// Cached copies found corrupt when read again or by the scrub,
+    /// quarantined and fetched afresh (`cache::Cache::get_verified`).
     pub cache_corrupt: Counter,
+    /// Bytes the cache scrub read (`cache::Cache::scrub`).
+    pub cache_scrubbed_bytes: Counter,
     /// Transfers resumed after a lost connection or a failed chunk.
     pub resumes: Counter,
     /// Chunk requests in flight.
@@ -248,6 +250,12 @@ impl NodeMetrics {
         );
         counter(
             &mut o,
+            "qr_node_cache_scrubbed_bytes_total",
+            "Bytes the cache scrub read",
+            self.cache_scrubbed_bytes.get(),
+        );
+        counter(
+            &mut o,
             "qr_node_resumes_total",
             "Transfers resumed",
             self.resumes.get(),
@@ -303,9 +311,12 @@ pub struct RegistryMetrics {
     pub upstream_bytes: Counter,
     /// Upstream blobs whose bytes did not hash to their digest.
     pub upstream_verify_failures: Counter,
-    /// Cached copies found corrupt when read again, quarantined and fetched
-    /// afresh from the source (`cache::Cache::get_verified`).
+    /// Cached copies found corrupt when read again or by the scrub,
+    /// quarantined and fetched afresh from the source
+    /// (`cache::Cache::get_verified`).
     pub cache_corrupt: Counter,
+    /// Bytes the cache scrub read (`cache::Cache::scrub`).
+    pub cache_scrubbed_bytes: Counter,
     /// Blob requests that joined a fetch already under way.
     pub single_flight_joins: Counter,
 }
@@ -385,6 +396,12 @@ impl RegistryMetrics {
             "qr_registry_cache_corrupt_total",
             "Cached copies found corrupt, quarantined and fetched again",
             self.cache_corrupt.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_cache_scrubbed_bytes_total",
+            "Bytes the cache scrub read",
+            self.cache_scrubbed_bytes.get(),
         );
         counter(
             &mut o,
