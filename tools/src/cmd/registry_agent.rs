@@ -147,13 +147,14 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
             ));
         }
         let gate = args.retry.gate();
-        let (m, g) = (metrics.clone(), gate.clone());
+        let (m, g, c) = (metrics.clone(), gate.clone(), cache.clone());
         let _metrics_http = args
             .metrics
             .serve(
                 "qr registry-agent",
                 vec![Page::metrics(move || {
                     let mut o = m.render();
+                    c.prometheus("qr_registry", &mut o);
                     retry_gate(&mut o, &g);
                     o
                 })],

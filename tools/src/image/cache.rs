@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use super::digest::Digest;
-use super::metrics::Counter;
+use super::metrics::{counter, gauge, Counter};
 
 /// Why the cache failed.
 #[derive(Debug, thiserror::Error)]
@@ -387,6 +387,41 @@ impl Cache {
         })
     }
 
+    /// The cache's size, bound, blob count and evictions as Prometheus text,
+    /// each name prefixed `prefix` (`qr_node` or `qr_registry`): read from
+    /// the cache itself, so nothing is copied by hand.
+    pub fn prometheus(&self, prefix: &str, o: &mut String) {
+        let (bytes, blobs) = {
+            let idx = self.index.lock().expect("cache index lock");
+            (idx.total, idx.entries.len())
+        };
+        let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        gauge(
+            o,
+            &format!("{prefix}_cache_bytes"),
+            "Bytes of blobs in the cache",
+            g(bytes),
+        );
+        gauge(
+            o,
+            &format!("{prefix}_cache_capacity_bytes"),
+            "The cache's size bound",
+            g(self.max_bytes),
+        );
+        gauge(
+            o,
+            &format!("{prefix}_cache_blobs"),
+            "Blobs in the cache",
+            g(blobs as u64),
+        );
+        counter(
+            o,
+            &format!("{prefix}_cache_evictions_total"),
+            "Blobs evicted (LRU)",
+            self.evictions(),
+        );
+    }
+
     /// Blobs evicted since the cache was opened.
     pub fn evictions(&self) -> u64 {
         self.evictions.load(Ordering::Relaxed)
@@ -619,6 +654,19 @@ mod tests {
         let x = put(&c, &[3; 100]);
         assert!(c.contains(&a) && c.contains(&x) && !c.contains(&b));
         assert_eq!(c.evictions(), 1);
+        let mut text = String::new();
+        c.prometheus("qr_node", &mut text);
+        let m = crate::prom_text::parse(&text).unwrap();
+        assert_eq!(m.value("qr_node_cache_evictions_total"), Some(1.0));
+        assert_eq!(
+            m.value("qr_node_cache_blobs"),
+            Some(c.index.lock().unwrap().entries.len() as f64)
+        );
+        assert_eq!(m.value("qr_node_cache_bytes"), Some(c.total_bytes() as f64));
+        assert_eq!(
+            m.value("qr_node_cache_capacity_bytes"),
+            Some(c.max_bytes as f64)
+        );
         assert_eq!(c.total_bytes(), 200);
         assert!(!dir.path().join("blobs/sha256").join(b.hex()).exists());
     }

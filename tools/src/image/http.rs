@@ -182,12 +182,9 @@ async fn answer(req: &Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) 
     match route {
         Route::Metrics => {
             let m = &node.metrics;
-            m.cache_evictions.add(
-                node.cache
-                    .evictions()
-                    .saturating_sub(m.cache_evictions.get()),
-            );
-            let mut r = Response::new(full(m.render() + &ListenerStats::prometheus([tcp])));
+            let mut text = m.render();
+            node.cache.prometheus("qr_node", &mut text);
+            let mut r = Response::new(full(text + &ListenerStats::prometheus([tcp])));
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
             r

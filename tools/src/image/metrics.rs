@@ -105,8 +105,6 @@ pub struct NodeMetrics {
     pub cache_hits: Counter,
     /// Blob lookups not found in the cache.
     pub cache_misses: Counter,
-    /// Blobs evicted from the cache (LRU, over the size bound).
-    pub cache_evictions: Counter,
     /// Whole-blob or chunk digests that did not match (cached copies found
     /// corrupt included).
     pub verify_failures: Counter,
@@ -229,12 +227,6 @@ impl NodeMetrics {
             "qr_node_cache_misses_total",
             "Blob cache misses",
             self.cache_misses.get(),
-        );
-        counter(
-            &mut o,
-            "qr_node_cache_evictions_total",
-            "Blobs evicted (LRU)",
-            self.cache_evictions.get(),
         );
         counter(
             &mut o,
