@@ -113,7 +113,8 @@ pub struct NodeMetrics {
     pub cache_corrupt: Counter,
     /// Bytes the cache scrub read (`cache::Cache::scrub`).
     pub cache_scrubbed_bytes: Counter,
-    /// Transfers resumed after a lost connection or a failed chunk.
+    /// Transfers resumed after a lost connection or a failed chunk: one per
+    /// interruption, however many chunks it failed.
     pub resumes: Counter,
     /// Chunk requests in flight.
     pub inflight_chunks: Gauge,

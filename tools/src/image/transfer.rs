@@ -99,6 +99,10 @@ pub async fn fetch_blob(
     let mut tasks = JoinSet::new();
     let mut last_progress = Instant::now();
     let mut backoff = Duration::from_millis(50);
+    // Failures since the last chunk arrived are one resume, however many
+    // chunks were in flight when the connection went (and however many
+    // redials it takes).
+    let mut resuming = false;
     while received < size {
         // Fill the window.
         while tasks.len() < opts.parallel.max(1) {
@@ -166,6 +170,7 @@ pub async fn fetch_blob(
                 progress(sink.hashed());
                 last_progress = Instant::now();
                 backoff = Duration::from_millis(50);
+                resuming = false;
                 if !opts.fixed_chunk {
                     let rtt = match client.connection().await {
                         Ok(c) => c.rtt(),
@@ -184,10 +189,13 @@ pub async fn fetch_blob(
                 if matches!(e, FetchError::ChunkCorrupt(_)) {
                     metrics.verify_failures.inc();
                 }
-                metrics.resumes.inc();
-                tracing::info!(
-                    "chunk at {off} failed ({e}); resuming with {received} of {size} bytes in"
-                );
+                if !resuming {
+                    resuming = true;
+                    metrics.resumes.inc();
+                    tracing::info!(
+                        "chunk at {off} failed ({e}); resuming with {received} of {size} bytes in"
+                    );
+                }
                 retry.push((off, len));
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
