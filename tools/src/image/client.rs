@@ -163,10 +163,11 @@ impl FabricClient {
     /// file with one `pwritev`, [`super::cache::TempWriter::write_pieces_at`]).
     pub async fn request_pieces(&self, req: &Request) -> Result<Pieces, FetchError> {
         let conn = self.connection().await?;
-        // A certificate the registry agent refused is named as such.
+        // A certificate the registry agent refused, or a channel it does not
+        // grant, is named as such.
         let lost = |e: &dyn std::fmt::Display| {
             FetchError::Connection(
-                crate::refusal::tls_refusal(&conn).unwrap_or_else(|| e.to_string()),
+                crate::refusal::peer_refusal(&conn).unwrap_or_else(|| e.to_string()),
             )
         };
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| lost(&e))?;
