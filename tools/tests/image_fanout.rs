@@ -97,4 +97,8 @@ fn four_node_agents_one_upstream_read_per_blob() {
         "{m}"
     );
     assert_eq!(sample(&m, "qr_registry_connections_total"), Some(4.0));
+    // Each blob: one node started its fetch, at most the three others joined
+    // it (once each, however many chunks they read).
+    let joins = sample(&m, "qr_registry_single_flight_joins_total").unwrap();
+    assert!(joins <= (3 * (ls.len() + 1)) as f64, "{joins} joins: {m}");
 }

@@ -310,7 +310,8 @@ pub struct RegistryMetrics {
     pub cache_corrupt: Counter,
     /// Bytes the cache scrub read (`cache::Cache::scrub`).
     pub cache_scrubbed_bytes: Counter,
-    /// Blob requests that joined a fetch already under way.
+    /// Requesters (node connections) that joined a blob fetch already under
+    /// way: once per blob each, however many chunks they read.
     pub single_flight_joins: Counter,
 }
 

@@ -136,8 +136,9 @@ async fn connection(
             }
         };
         let (store, metrics, client) = (store.clone(), metrics.clone(), client.clone());
+        let requester = conn.stable_id() as u64;
         tokio::spawn(async move {
-            if let Err(e) = stream(send, recv, &store, &metrics, &client).await {
+            if let Err(e) = stream(send, recv, &store, &metrics, &client, requester).await {
                 tracing::debug!("stream: {e}");
             }
         });
@@ -167,6 +168,7 @@ async fn stream(
     store: &Store,
     metrics: &RegistryMetrics,
     client: &Client,
+    requester: u64,
 ) -> anyhow::Result<()> {
     metrics.requests.inc();
     let req = match read_frame(&mut recv).await {
@@ -204,7 +206,7 @@ async fn stream(
             )
         }
         Ok(req) => match store {
-            Store::Registry(spool) => answer(req, spool, metrics).await,
+            Store::Registry(spool) => answer(req, spool, metrics, requester).await,
             Store::Peer(node) => answer_peer(req, node).await,
         },
     };
@@ -284,6 +286,7 @@ async fn answer(
     req: Request,
     spool: &Arc<Spool>,
     metrics: &RegistryMetrics,
+    requester: u64,
 ) -> (Response, Vec<u8>) {
     match req {
         Request::Manifest {
@@ -313,7 +316,7 @@ async fn answer(
             chunk(
                 digest,
                 offset,
-                spool.read(&repo, &digest, offset, len).await,
+                spool.read(&repo, &digest, offset, len, requester).await,
             )
             .await
         }

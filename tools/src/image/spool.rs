@@ -39,6 +39,27 @@ struct Download {
     file: File,
     size: u64,
     state: watch::Receiver<State>,
+    /// The requesters (connections) reading it, so a node that joins is
+    /// counted once per blob, not once per chunk request.
+    requesters: std::sync::Mutex<std::collections::HashSet<u64>>,
+}
+
+impl Download {
+    fn new(file: File, size: u64, state: watch::Receiver<State>) -> Download {
+        Download {
+            file,
+            size,
+            state,
+            requesters: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Note `requester` as a reader; `true` the first time (bounded: past
+    /// 4 096 readers, later ones are not told apart).
+    fn first_read_by(&self, requester: u64) -> bool {
+        let mut r = self.requesters.lock().unwrap_or_else(|e| e.into_inner());
+        r.len() < 4096 && r.insert(requester)
+    }
 }
 
 /// The single-flight blob store.
@@ -97,12 +118,17 @@ impl Spool {
     /// Bytes `offset..offset+len` of blob `d`. `len` is cut at the end of
     /// the blob; an `offset` past it is [`SourceError::NotFound`] only if the
     /// blob is unknown, else `Ok(None)`.
+    ///
+    /// `requester` tells readers apart (a connection's id): a blob download
+    /// another requester started counts as one single-flight join per
+    /// requester, however many chunks it reads.
     pub async fn read(
         self: &Arc<Self>,
         repo: &str,
         d: &Digest,
         offset: u64,
         len: u64,
+        requester: u64,
     ) -> Result<Option<Piece>, SourceError> {
         self.confirm(repo, d).await?;
         if let Some((f, size)) = self
@@ -112,7 +138,7 @@ impl Spool {
         {
             return read_range(&f, size, offset, len).await;
         }
-        let dl = self.download(repo, d).await?;
+        let dl = self.download(repo, d, requester).await?;
         let end = offset.saturating_add(len).min(dl.size);
         let mut state = dl.state.clone();
         loop {
@@ -136,12 +162,15 @@ impl Spool {
         self: &Arc<Self>,
         repo: &str,
         d: &Digest,
+        requester: u64,
     ) -> Result<Arc<Download>, SourceError> {
         // The map's lock is held across opening the upstream, so two first
         // requests cannot both open it (the upstream would serve the blob twice).
         let mut map = self.inflight.lock().await;
         if let Some(dl) = map.get(d) {
-            self.metrics.single_flight_joins.inc();
+            if dl.first_read_by(requester) {
+                self.metrics.single_flight_joins.inc();
+            }
             return Ok(dl.clone());
         }
         // It may have completed while we waited for the lock.
@@ -151,21 +180,14 @@ impl Spool {
             .await
         {
             let (_tx, rx) = watch::channel(State::Done);
-            return Ok(Arc::new(Download {
-                file: f,
-                size,
-                state: rx,
-            }));
+            return Ok(Arc::new(Download::new(f, size, rx)));
         }
         let (reader, size) = self.source.blob(repo, d).await?;
         let temp = self.cache.temp(d, size).map_err(cache_err)?;
         let file = File::open(temp.path()).map_err(|e| SourceError::Io(e.to_string()))?;
         let (tx, rx) = watch::channel(State::Progress(0));
-        let dl = Arc::new(Download {
-            file,
-            size,
-            state: rx,
-        });
+        let dl = Arc::new(Download::new(file, size, rx));
+        dl.first_read_by(requester);
         map.insert(*d, dl.clone());
         drop(map);
         self.metrics.upstream_blob_fetches.inc();
