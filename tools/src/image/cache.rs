@@ -56,9 +56,10 @@ pub enum CacheError {
 /// How long the scrub rests between passes over the cache.
 pub const SCRUB_PAUSE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// The sha256 of a whole file, read at most `rate` bytes a second (sleeping
-/// the blocking thread between pieces), and the bytes read.
-fn hash_file_paced(f: &File, rate: u64) -> io::Result<(Digest, u64)> {
+/// The sha256 of a whole file, read in 1 MiB pieces at most `rate` bytes a
+/// second if given (sleeping the blocking thread between pieces), and the
+/// bytes read.
+fn hash_file_paced(f: &File, rate: Option<u64>) -> io::Result<(Digest, u64)> {
     use sha2::{Digest as _, Sha256};
     let started = std::time::Instant::now();
     let mut h = Sha256::new();
@@ -71,25 +72,16 @@ fn hash_file_paced(f: &File, rate: u64) -> io::Result<(Digest, u64)> {
         }
         h.update(&buf[..n]);
         at += n as u64;
-        let due = std::time::Duration::from_secs_f64(at as f64 / rate as f64);
-        std::thread::sleep(due.saturating_sub(started.elapsed()));
+        if let Some(rate) = rate {
+            let due = std::time::Duration::from_secs_f64(at as f64 / rate.max(1) as f64);
+            std::thread::sleep(due.saturating_sub(started.elapsed()));
+        }
     }
 }
 
-/// The sha256 of a whole file, read in 1 MiB pieces.
+/// The sha256 of a whole file, as fast as it reads.
 fn hash_file(f: &File) -> io::Result<Digest> {
-    use sha2::{Digest as _, Sha256};
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = 0u64;
-    loop {
-        let n = f.read_at(&mut buf, at)?;
-        if n == 0 {
-            return Ok(Digest::from_bytes(h.finalize().into()));
-        }
-        h.update(&buf[..n]);
-        at += n as u64;
-    }
+    hash_file_paced(f, None).map(|(d, _)| d)
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CacheError + 'a {
@@ -254,7 +246,7 @@ impl Cache {
                 continue;
             };
             let checked = tokio::task::spawn_blocking(move || {
-                hash_file_paced(&file, rate).map(|(a, n)| (file, a, n))
+                hash_file_paced(&file, Some(rate)).map(|(a, n)| (file, a, n))
             })
             .await
             .unwrap_or_else(|e| Err(io::Error::other(e)));
@@ -760,7 +752,7 @@ mod tests {
         let p = dir.path().join("f");
         fs::write(&p, vec![7u8; 3 << 20]).unwrap();
         let started = std::time::Instant::now();
-        let (_, n) = hash_file_paced(&File::open(&p).unwrap(), 10 << 20).unwrap();
+        let (_, n) = hash_file_paced(&File::open(&p).unwrap(), Some(10 << 20)).unwrap();
         // 3 MiB at 10 MiB/s: the last piece is due at 300 ms.
         assert_eq!(n, 3 << 20);
         assert!(started.elapsed() >= std::time::Duration::from_millis(290));
