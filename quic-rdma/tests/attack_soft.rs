@@ -73,19 +73,14 @@ impl Attacker {
             src_port: 4791,
             dst_port: 4791,
         };
-        let hdr = UdHeader {
-            solicited: false,
-            mig_req: false,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp: self.target_qpn,
-            ack_req: false,
-            psn: src_qp & codec::MASK_24,
-            qkey: DEFAULT_QKEY,
+        let hdr = UdHeader::send(
+            0xFFFF,
+            self.target_qpn,
             src_qp,
-            imm: cid::key_of_datagram(payload),
-        };
+            DEFAULT_QKEY,
+            src_qp,
+            cid::key_of_datagram(payload),
+        );
         let n = codec::encode(&hdr, payload, &ctx, &mut self.buf).unwrap();
         // A full socket buffer is the attacker's problem, not the test's.
         let _ = self.sock.send_to(&self.buf[..n], self.target);

@@ -287,19 +287,7 @@ fn every_drop_cause_is_counted() {
         src_port: raw.local_addr().unwrap().port(),
         dst_port: to.port(),
     };
-    let hdr = UdHeader {
-        solicited: false,
-        mig_req: false,
-        pkey: 0xFFFF,
-        fecn: false,
-        becn: false,
-        dest_qp: bqpn,
-        ack_req: false,
-        psn: 0,
-        qkey: DEFAULT_QKEY,
-        src_qp: 0x42,
-        imm: None,
-    };
+    let hdr = UdHeader::send(0xFFFF, bqpn, 0, DEFAULT_QKEY, 0x42, None);
     let n = codec::encode(&hdr, b"corrupt me", &ctx, &mut pkt).unwrap();
     pkt[22] ^= 0x01; // a payload bit
     raw.send_to(&pkt[..n], to).unwrap();
@@ -362,19 +350,7 @@ fn rxe_style_nonzero_ip_id_is_accepted() {
         src_port: raw.local_addr().unwrap().port(),
         dst_port: to.port(),
     };
-    let hdr = UdHeader {
-        solicited: false,
-        mig_req: false,
-        pkey: 0xFFFF,
-        fecn: false,
-        becn: false,
-        dest_qp: b.qp.attr().qpn,
-        ack_req: false,
-        psn: 5,
-        qkey: DEFAULT_QKEY,
-        src_qp: 0x77,
-        imm: Some(1),
-    };
+    let hdr = UdHeader::send(0xFFFF, b.qp.attr().qpn, 5, DEFAULT_QKEY, 0x77, Some(1));
     let mut pkt = [0u8; 64];
     let n = codec::encode(&hdr, b"from rxe", &ctx, &mut pkt).unwrap();
     // Re-stamp the ICRC as if the IP header had carried ID 0x1d2c.

@@ -404,19 +404,14 @@ impl Forger {
 
     /// Send `payload` from `src_qp`; the RoCEv2 packet's length (UDP payload).
     fn send(&mut self, src_qp: u32, payload: &[u8]) -> u64 {
-        let hdr = UdHeader {
-            solicited: false,
-            mig_req: false,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp: self.target_qpn,
-            ack_req: false,
-            psn: src_qp & codec::MASK_24,
-            qkey: DEFAULT_QKEY,
+        let hdr = UdHeader::send(
+            0xFFFF,
+            self.target_qpn,
             src_qp,
-            imm: cid::key_of_datagram(payload),
-        };
+            DEFAULT_QKEY,
+            src_qp,
+            cid::key_of_datagram(payload),
+        );
         let n = codec::encode(&hdr, payload, &self.ctx, &mut self.buf).unwrap();
         let _ = self.sock.send_to(&self.buf[..n], self.target);
         n as u64

@@ -95,19 +95,7 @@ fn a_peer_sending_plain_sends_completes_a_transfer_with_qr_serve() {
     let mut psn = 0u32;
     let mut wire = vec![0u8; mtu + 64];
     let mut send_plain = |payload: &[u8]| {
-        let hdr = UdHeader {
-            solicited: false,
-            mig_req: false,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp: info.addr.qpn,
-            ack_req: false,
-            psn,
-            qkey: info.addr.qkey,
-            src_qp: PEER_QPN,
-            imm: None,
-        };
+        let hdr = UdHeader::send(0xFFFF, info.addr.qpn, psn, info.addr.qkey, PEER_QPN, None);
         assert_eq!(hdr.opcode(), OPCODE_UD_SEND_ONLY);
         psn = (psn + 1) & codec::MASK_24;
         let n = codec::encode(&hdr, payload, &ctx, &mut wire).unwrap();

@@ -112,19 +112,14 @@ impl<'m> Sender<'_, 'm> {
             src_port: s.local.port(),
             dst_port: dest.port(),
         };
-        let header = UdHeader {
-            solicited: false,
-            mig_req: false,
-            pkey: self.attr.pkey,
-            fecn: false,
-            becn: false,
-            dest_qp: wr.remote_qpn & MASK_24,
-            ack_req: false,
-            psn: *self.psn,
+        let header = UdHeader::send(
+            self.attr.pkey,
+            wr.remote_qpn,
+            *self.psn,
             qkey,
-            src_qp: self.attr.qpn,
-            imm: wr.imm,
-        };
+            self.attr.qpn,
+            wr.imm,
+        );
         *self.psn = (*self.psn + 1) & MASK_24;
         let key = Some((dest, tc));
         let n = codec::encoded_len(payload.len(), wr.imm.is_some());

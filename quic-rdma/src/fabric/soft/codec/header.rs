@@ -57,6 +57,32 @@ pub struct UdHeader {
 }
 
 impl UdHeader {
+    /// A UD SEND as every sender makes it: no solicited event, MigReq, ECN
+    /// or AckReq bits (IBA 9.2, 9.7.7.2: a UD receiver ignores AckReq); PSN
+    /// and QPNs cut to their 24 bits.
+    pub fn send(
+        pkey: u16,
+        dest_qp: u32,
+        psn: u32,
+        qkey: u32,
+        src_qp: u32,
+        imm: Option<u32>,
+    ) -> UdHeader {
+        UdHeader {
+            solicited: false,
+            mig_req: false,
+            pkey,
+            fecn: false,
+            becn: false,
+            dest_qp: dest_qp & MASK_24,
+            ack_req: false,
+            psn: psn & MASK_24,
+            qkey,
+            src_qp: src_qp & MASK_24,
+            imm,
+        }
+    }
+
     /// The BTH opcode for this header.
     pub fn opcode(&self) -> u8 {
         if self.imm.is_some() {
