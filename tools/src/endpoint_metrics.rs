@@ -6,7 +6,7 @@
 //! reports use (`report::SocketReport`, `report::SoftPortReport`), so a counter
 //! added there appears here with no second list; the lines themselves are
 //! written by the helpers every `qr` `/metrics` shares
-//! (`crate::image::metrics::{counter, gauge}`).
+//! (`crate::metric::{counter, gauge}`).
 
 use std::sync::Mutex;
 
@@ -14,7 +14,7 @@ use quic_rdma::fabric::soft::SoftPort;
 use quic_rdma::quinn_adapter::RetryGate;
 use serde_json::Value;
 
-use crate::image::metrics::{counter, gauge};
+use crate::metric::{counter, gauge};
 use crate::provider::Socket;
 use crate::report::{SocketReport, SoftPortReport};
 

@@ -24,6 +24,7 @@ pub mod http;
 pub mod image;
 pub mod kv;
 pub mod listener;
+pub mod metric;
 pub mod pki;
 pub mod prom_text;
 mod provider;

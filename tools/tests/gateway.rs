@@ -30,7 +30,7 @@ use quic_rdma::socket::{SocketConfig, UdSocket};
 use quic_rdma_tools::gateway::{
     self, FabricSocket, GatewaySnapshot, GatewayStats, Limits, QpFactory,
 };
-use quic_rdma_tools::image::metrics::sample;
+use quic_rdma_tools::metric::sample;
 
 const BODY: u64 = 64 << 20;
 

@@ -1,11 +1,11 @@
 //! The gateway's counters, and their Prometheus text (rendered with the same
-//! helpers as the channels' `/metrics`, `crate::image::metrics`).
+//! helpers as every `/metrics` of `qr`, `crate::metric`).
 //!
 //! Every datagram the gateway reads is either forwarded or counted as one kind
 //! of drop, so the counters reconcile (see [`GatewaySnapshot::unaccounted`]):
 //! `udp_rx + fabric_rx = udp_tx + fabric_tx + drops`.
 
-use crate::image::metrics::{counter, gauge, Counter, Gauge};
+use crate::metric::{counter, gauge, Counter, Gauge};
 
 /// Live counters, shared by the gateway's tasks.
 #[derive(Debug, Default)]
@@ -284,7 +284,7 @@ impl GatewayStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::metrics::sample;
+    use crate::metric::sample;
 
     #[test]
     fn prometheus_text_carries_every_counter_and_reconciles() {

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use super::digest::Digest;
-use super::metrics::{counter, gauge, Counter};
+use crate::metric::{counter, gauge, Counter};
 
 /// Why the cache failed.
 #[derive(Debug, thiserror::Error)]
