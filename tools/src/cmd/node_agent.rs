@@ -290,7 +290,7 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
             tokio::spawn(cache.clone().scrub(
                 args.cache_scrub_rate,
                 node.metrics.clone(),
-                |m| &m.cache_corrupt,
+                |m| vec![&m.cache_corrupt, &m.verify_failures],
                 |m| &m.cache_scrubbed_bytes,
             ));
         }

@@ -142,7 +142,7 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
             tokio::spawn(cache.clone().scrub(
                 args.cache_scrub_rate,
                 metrics.clone(),
-                |m| &m.cache_corrupt,
+                |m| vec![&m.cache_corrupt],
                 |m| &m.cache_scrubbed_bytes,
             ));
         }

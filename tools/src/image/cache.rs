@@ -171,12 +171,12 @@ impl Cache {
     /// The blob, opened, its bytes checked against its digest unless this
     /// process already did (hashing on a blocking thread), and its size. A
     /// copy that does not match (or cannot be read) is quarantined, logged
-    /// with both paths and counted in `corrupt`, and is a miss: the caller
-    /// fetches the blob afresh (see the [module docs](self)).
+    /// with both paths and counted in each of `corrupt`, and is a miss: the
+    /// caller fetches the blob afresh (see the [module docs](self)).
     pub async fn get_verified(
         self: &Arc<Self>,
         d: &Digest,
-        corrupt: &Counter,
+        corrupt: &[&Counter],
     ) -> Option<(File, u64)> {
         let hit = self.get(d)?;
         if self.is_verified(d) {
@@ -202,30 +202,42 @@ impl Cache {
             Ok((_, actual)) => actual.to_string(),
             Err(e) => format!("unreadable ({e})"),
         };
-        let from = self.blob_path(&d);
-        let to = self.quarantine(&d)?;
-        corrupt.inc();
+        self.move_aside(&d, &actual, corrupt, "found on lookup");
+        None
+    }
+
+    /// Quarantine the corrupt copy of `d` whose bytes are `actual`; if it was
+    /// still in the cache, count it in each of `corrupt` and say so (`how`:
+    /// who found it). The one way both [`Self::get_verified`] and the scrub
+    /// report a corrupt copy.
+    fn move_aside(&self, d: &Digest, actual: &str, corrupt: &[&Counter], how: &str) {
+        let from = self.blob_path(d);
+        let Some(to) = self.quarantine(d) else {
+            return;
+        };
+        for c in corrupt {
+            c.inc();
+        }
         tracing::warn!(
-            "cache copy {} of blob {d} is corrupt: its bytes hash to {actual}; moved to {} \
-             and fetched again",
+            "cache copy {} of blob {d} is corrupt ({how}): its bytes hash to {actual}; \
+             moved to {}; the blob is fetched again",
             from.display(),
             to.display()
         );
-        None
     }
 
     /// Scrub forever: [`Self::scrub_pass`] at `rate` bytes a second, then a
     /// pause of [`SCRUB_PAUSE`], again and again. Corrupt copies are counted
-    /// in `corrupt(&metrics)`, bytes read in `scrubbed(&metrics)`.
+    /// in each of `corrupt(&metrics)`, bytes read in `scrubbed(&metrics)`.
     pub async fn scrub<M: Send + Sync + 'static>(
         self: Arc<Self>,
         rate: u64,
         metrics: Arc<M>,
-        corrupt: fn(&M) -> &Counter,
+        corrupt: fn(&M) -> Vec<&Counter>,
         scrubbed: fn(&M) -> &Counter,
     ) {
         loop {
-            self.scrub_pass(rate, corrupt(&metrics), scrubbed(&metrics))
+            self.scrub_pass(rate, &corrupt(&metrics), scrubbed(&metrics))
                 .await;
             tokio::time::sleep(SCRUB_PAUSE).await;
         }
@@ -235,7 +247,7 @@ impl Cache {
     /// `rate` bytes a second; a copy that no longer matches its digest is
     /// quarantined, logged and counted like one [`Self::get_verified`] finds.
     /// Blobs evicted or replaced meanwhile are skipped.
-    pub async fn scrub_pass(self: &Arc<Self>, rate: u64, corrupt: &Counter, scrubbed: &Counter) {
+    pub async fn scrub_pass(self: &Arc<Self>, rate: u64, corrupt: &[&Counter], scrubbed: &Counter) {
         let digests: Vec<Digest> = {
             let idx = self.index.lock().expect("cache index lock");
             idx.entries.keys().copied().collect()
@@ -263,16 +275,7 @@ impl Cache {
             }
             // Verified once, rotted since: take it out whatever its flag says.
             self.set_unverified(&d);
-            let from = self.blob_path(&d);
-            if let Some(to) = self.quarantine(&d) {
-                corrupt.inc();
-                tracing::warn!(
-                    "scrub: cache copy {} of blob {d} is corrupt: its bytes hash to {actual}; \
-                     moved to {}; the next request fetches it again",
-                    from.display(),
-                    to.display()
-                );
-            }
+            self.move_aside(&d, &actual.to_string(), corrupt, "found by the scrub");
         }
     }
 
@@ -710,19 +713,19 @@ mod tests {
         // Reopened, nothing is taken on trust: both are hashed on first use.
         let c = Cache::open(dir.path(), 1 << 20).unwrap();
         let corrupt = Counter::default();
-        let (f, size) = c.get_verified(&good, &corrupt).await.unwrap();
+        let (f, size) = c.get_verified(&good, &[&corrupt]).await.unwrap();
         assert_eq!((size, hash_file(&f).unwrap()), (11, good));
-        assert!(c.get_verified(&bad, &corrupt).await.is_none());
+        assert!(c.get_verified(&bad, &[&corrupt]).await.is_none());
         assert_eq!(corrupt.get(), 1);
         assert!(!c.contains(&bad));
         assert_eq!(c.total_bytes(), 11);
         let moved = dir.path().join("quarantine").join(bad.hex());
         assert_eq!(fs::read(moved).unwrap(), bytes, "kept for the operator");
         // A miss now (counted once); the blob can be stored again.
-        assert!(c.get_verified(&bad, &corrupt).await.is_none());
+        assert!(c.get_verified(&bad, &[&corrupt]).await.is_none());
         assert_eq!(corrupt.get(), 1);
         assert_eq!(put(&c, b"to be damaged"), bad);
-        assert!(c.get_verified(&bad, &corrupt).await.is_some());
+        assert!(c.get_verified(&bad, &[&corrupt]).await.is_some());
     }
 
     #[tokio::test]
@@ -736,13 +739,13 @@ mod tests {
         fs::write(&path, &bytes).unwrap();
         let (corrupt, scrubbed) = (Counter::default(), Counter::default());
         // Written (and hashed) by this process: lookups trust it...
-        assert!(c.get_verified(&bad, &corrupt).await.is_some());
+        assert!(c.get_verified(&bad, &[&corrupt]).await.is_some());
         // ... the scrub does not.
-        c.scrub_pass(1 << 30, &corrupt, &scrubbed).await;
+        c.scrub_pass(1 << 30, &[&corrupt], &scrubbed).await;
         assert_eq!((corrupt.get(), scrubbed.get()), (1, 21));
         assert!(c.contains(&good) && !c.contains(&bad));
         assert!(dir.path().join("quarantine").join(bad.hex()).exists());
-        c.scrub_pass(1 << 30, &corrupt, &scrubbed).await;
+        c.scrub_pass(1 << 30, &[&corrupt], &scrubbed).await;
         assert_eq!((corrupt.get(), scrubbed.get()), (1, 32));
     }
 

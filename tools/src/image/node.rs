@@ -182,15 +182,10 @@ impl Node {
     /// Blob `d` from the cache, its bytes checked (a corrupt copy is
     /// quarantined, counted as a verify failure too, and is a miss).
     pub(crate) async fn cached(&self, d: &Digest) -> Option<(File, u64)> {
-        let before = self.metrics.cache_corrupt.get();
-        let hit = self
-            .cache
-            .get_verified(d, &self.metrics.cache_corrupt)
-            .await;
-        if self.metrics.cache_corrupt.get() != before {
-            self.metrics.verify_failures.inc();
-        }
-        hit
+        let m = &self.metrics;
+        self.cache
+            .get_verified(d, &[&m.cache_corrupt, &m.verify_failures])
+            .await
     }
 
     /// A whole verified blob; `progress` hears the verified prefix grow.

@@ -133,7 +133,7 @@ impl Spool {
         self.confirm(repo, d).await?;
         if let Some((f, size)) = self
             .cache
-            .get_verified(d, &self.metrics.cache_corrupt)
+            .get_verified(d, &[&self.metrics.cache_corrupt])
             .await
         {
             return read_range(&f, size, offset, len).await;
@@ -176,7 +176,7 @@ impl Spool {
         // It may have completed while we waited for the lock.
         if let Some((f, size)) = self
             .cache
-            .get_verified(d, &self.metrics.cache_corrupt)
+            .get_verified(d, &[&self.metrics.cache_corrupt])
             .await
         {
             let (_tx, rx) = watch::channel(State::Done);
