@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use common::{json_of, qr, wait_for_file, Guard, TempDir};
 use gateway_support::{
-    client_trusting, receive_and_answer, send_and_verify, server_cert, udp_transport,
+    client_trusting, receive_and_answer, send_and_verify, server_cert, settled_scrape,
+    udp_transport,
 };
 use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQpOptions};
 use quic_rdma::fabric::{Gid, Mtu, UdQueuePair};
@@ -374,42 +375,6 @@ fn scrape(addr: &str) -> Option<String> {
 
 fn scrape_until_up(addr: &str) -> String {
     common::http::when_up(addr, || scrape(addr))
-}
-
-/// The counters once they stop moving, checked to reconcile.
-fn settled_scrape(addr: &str) -> String {
-    let mut last = scrape_until_up(addr);
-    loop {
-        std::thread::sleep(Duration::from_millis(300));
-        let now = scrape_until_up(addr);
-        // The gateway's own counters: the scrapes themselves move the
-        // listener's (`qr_tcp_*`).
-        let gateway = |t: &str| -> Vec<String> {
-            t.lines()
-                .filter(|l| l.starts_with("qr_gateway_"))
-                .map(str::to_string)
-                .collect()
-        };
-        if gateway(&now) == gateway(&last) {
-            let g = |n: &str| sample(&now, &format!("qr_gateway_{n}")).unwrap() as u64;
-            let inn = g("udp_rx_datagrams_total") + g("fabric_rx_datagrams_total");
-            let out = g("udp_tx_datagrams_total") + g("fabric_tx_datagrams_total");
-            let drops: u64 = [
-                "too_big",
-                "refused",
-                "foreign",
-                "fabric_send",
-                "udp_send",
-                "client_setup",
-            ]
-            .iter()
-            .map(|d| g(&format!("drop_{d}_total")))
-            .sum();
-            assert_eq!(inn, out + drops, "gateway counters reconcile:\n{now}");
-            return now;
-        }
-        last = now;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

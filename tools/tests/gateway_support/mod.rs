@@ -130,3 +130,52 @@ pub fn udp_transport() -> Arc<quinn::TransportConfig> {
     t.mtu_discovery_config(Some(mtud));
     Arc::new(t)
 }
+
+/// Scrape a gateway's `/metrics` at `addr` until its own samples
+/// (`qr_gateway_*`; the scrapes themselves move the listener's `qr_tcp_*`)
+/// stay the same for 300 ms, and assert they reconcile: datagrams in =
+/// datagrams out + every `qr_gateway_drop_*_total` the gateway exports
+/// (read from the text, so a new kind of drop needs no list here).
+pub fn settled_scrape(addr: &str) -> String {
+    let gateway = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| l.starts_with("qr_gateway_"))
+            .map(str::to_string)
+            .collect()
+    };
+    let scrape =
+        || crate::common::http::when_up(addr, || crate::common::http::get_ok(addr, "/metrics"));
+    let mut last = scrape();
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = scrape();
+        if gateway(&now) == gateway(&last) {
+            let value = |l: &str| -> u64 {
+                let v = l.rsplit(' ').next().unwrap();
+                v.parse::<f64>().unwrap() as u64
+            };
+            let sum = |names: &[&str]| -> u64 {
+                gateway(&now)
+                    .iter()
+                    .filter(|l| {
+                        names
+                            .iter()
+                            .any(|n| l.starts_with(&format!("qr_gateway_{n} ")))
+                    })
+                    .map(|l| value(l))
+                    .sum()
+            };
+            let inn = sum(&["udp_rx_datagrams_total", "fabric_rx_datagrams_total"]);
+            let out = sum(&["udp_tx_datagrams_total", "fabric_tx_datagrams_total"]);
+            let drop_lines: Vec<String> = gateway(&now)
+                .into_iter()
+                .filter(|l| l.starts_with("qr_gateway_drop_") && l.contains("_total "))
+                .collect();
+            assert!(!drop_lines.is_empty(), "no drop counters:\n{now}");
+            let drops: u64 = drop_lines.iter().map(|l| value(l)).sum();
+            assert_eq!(inn, out + drops, "gateway counters reconcile:\n{now}");
+            return now;
+        }
+        last = now;
+    }
+}
