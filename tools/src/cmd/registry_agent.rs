@@ -8,12 +8,15 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use super::args::{parse_bytes, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT};
+use super::args::{
+    parse_age, parse_bytes, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT,
+};
 use crate::access::Access;
 use crate::channel_endpoint::{listen, ListenOptions};
 use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
 use crate::image::cache::Cache;
+use crate::image::manifests::{ManifestCache, ManifestPolicy};
 use crate::image::metrics::RegistryMetrics;
 use crate::image::source::Source;
 use crate::image::spool::Spool;
@@ -73,6 +76,17 @@ pub(crate) struct RegistryAgentArgs {
     /// Size bound of the cache (least recently used blobs go first).
     #[arg(long, default_value = "20G", value_parser = parse_bytes)]
     cache_size: u64,
+
+    /// How long a manifest or tag list fetched by tag is served from the
+    /// cache without asking the upstream (by digest they never expire).
+    #[arg(long, default_value = "30s", value_parser = parse_age)]
+    manifest_ttl: std::time::Duration,
+
+    /// How much longer than --manifest-ttl a cached manifest or tag list is
+    /// served, flagged stale (`X-Qr-Stale`), while the upstream registry
+    /// cannot be reached.
+    #[arg(long, default_value = "7d", value_parser = parse_age)]
+    manifest_max_stale: std::time::Duration,
 
     /// `--metrics` and the limits of its listener.
     #[command(flatten)]
@@ -162,7 +176,21 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
             )
             .await?;
         let access = Arc::new(Access::load(args.access_policy.as_deref())?);
-        let spool = Arc::new(Spool::new(Arc::new(source), cache, metrics.clone()));
+        let upstream = matches!(source, Source::Upstream(_));
+        let mut spool = Spool::new(Arc::new(source), cache, metrics.clone());
+        // A layout directory is local: nothing to outlive.
+        if upstream {
+            let policy = ManifestPolicy {
+                ttl: args.manifest_ttl,
+                max_stale: args.manifest_max_stale,
+                ..ManifestPolicy::default()
+            };
+            let dir = args.cache_dir.join("manifests");
+            let manifests = ManifestCache::open(&dir, policy, metrics.clone())
+                .with_context(|| format!("opening the manifest cache in {}", dir.display()))?;
+            spool = spool.with_manifests(manifests);
+        }
+        let spool = Arc::new(spool);
         println!(
             "qr registry-agent: ready on {} ({}), ALPN {}; {}",
             args.provider,

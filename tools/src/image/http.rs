@@ -57,6 +57,8 @@ pub enum Route {
     Manifest(String, Reference),
     /// `/v2/<name>/blobs/<digest>`.
     Blob(String, Digest),
+    /// `/v2/<name>/tags/list` (end-8a/8b).
+    Tags(String),
     /// `/metrics`.
     Metrics,
 }
@@ -85,6 +87,10 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
         return Ok(Route::Base);
     }
     let rest = rest.strip_prefix('/').ok_or(RouteError::NotFound)?;
+    if let Some(name) = rest.strip_suffix("/tags/list") {
+        check_name(name).map_err(|e| RouteError::Invalid("NAME_INVALID", e.to_string()))?;
+        return Ok(Route::Tags(name.to_string()));
+    }
     let (name, kind, tail) = if let Some(i) = rest.rfind("/manifests/") {
         (&rest[..i], "manifests", &rest[i + "/manifests/".len()..])
     } else if let Some(i) = rest.rfind("/blobs/") {
@@ -216,14 +222,91 @@ async fn answer(req: &Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) 
                     set(h, CONTENT_LENGTH, &len.to_string());
                     set(h, "Docker-Content-Digest", &a.digest.to_string());
                     set(h, "X-Qr-Path", Path::Fabric.name());
+                    if a.stale {
+                        set(h, STALE, STALE_WHY);
+                    }
                     r
                 }
                 Err(e) => fetch_error(&e, "MANIFEST_UNKNOWN"),
             }
         }
         Route::Blob(name, digest) => blob(req, node, &name, &digest, head).await,
+        Route::Tags(name) => tags(req, node, &name, head).await,
     }
 }
+
+/// `tags/list`: the registry agent's whole list, paged here
+/// (distribution-spec "Listing Tags": `n` tags at most, those lexically after
+/// `last`, and a `Link: <…>; rel="next"` header while more remain).
+async fn tags(req: &Request<Incoming>, node: &Arc<Node>, name: &str, head: bool) -> Response<Body> {
+    let (mut n, mut last) = (None, None);
+    for (k, v) in req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+    {
+        match k {
+            "n" => match v.parse::<usize>() {
+                Ok(v) => n = Some(v),
+                Err(_) => {
+                    return oci_error(
+                        StatusCode::BAD_REQUEST,
+                        "PAGINATION_NUMBER_INVALID",
+                        &format!("n={v} is not a number of tags"),
+                    )
+                }
+            },
+            "last" => last = Some(v.to_string()),
+            _ => {}
+        }
+    }
+    let (all, stale) = match node.tags(name).await {
+        Ok(t) => t,
+        Err(e) => return fetch_error(&e, "NAME_UNKNOWN"),
+    };
+    let (page, next) = tag_page(&all, n, last.as_deref());
+    let body = serde_json::json!({ "name": name, "tags": page }).to_string();
+    let len = body.len();
+    let mut r = Response::new(full(if head { String::new() } else { body }));
+    let h = r.headers_mut();
+    set(h, CONTENT_TYPE, "application/json");
+    set(h, CONTENT_LENGTH, &len.to_string());
+    if let (Some(next), Some(n)) = (next, n) {
+        set(
+            h,
+            "Link",
+            &format!("</v2/{name}/tags/list?n={n}&last={next}>; rel=\"next\""),
+        );
+    }
+    if stale {
+        set(h, STALE, STALE_WHY);
+    }
+    r
+}
+
+/// One page of `all` (sorted): at most `n` tags after `last`, and the last
+/// tag of the page if more follow.
+pub fn tag_page<'a>(
+    all: &'a [String],
+    n: Option<usize>,
+    last: Option<&str>,
+) -> (&'a [String], Option<&'a str>) {
+    let start = last.map_or(0, |l| all.partition_point(|t| t.as_str() <= l));
+    let rest = &all[start..];
+    let take = n.unwrap_or(rest.len()).min(rest.len());
+    let page = &rest[..take];
+    let more = take < rest.len() && take > 0;
+    (page, more.then(|| page[take - 1].as_str()))
+}
+
+/// The header naming an answer the registry agent served from its cache
+/// past the TTL because the upstream registry could not be reached.
+pub const STALE: &str = "X-Qr-Stale";
+
+/// [`STALE`]'s value.
+const STALE_WHY: &str = "upstream unreachable; served from the registry agent's cache";
 
 fn set(h: &mut hyper::HeaderMap, k: impl hyper::header::IntoHeaderName, v: &str) {
     if let Ok(v) = HeaderValue::from_str(v) {
@@ -412,6 +495,23 @@ mod tests {
             Err(RouteError::Invalid("NAME_INVALID", _))
         ));
         assert_eq!(route("/v3/"), Err(RouteError::NotFound));
-        assert_eq!(route("/v2/a/tags/list"), Err(RouteError::NotFound));
+        assert_eq!(route("/v2/a/b/tags/list"), Ok(Route::Tags("a/b".into())));
+        assert!(matches!(
+            route("/v2/A/tags/list"),
+            Err(RouteError::Invalid("NAME_INVALID", _))
+        ));
+        assert_eq!(route("/v2/a/tags/lists"), Err(RouteError::NotFound));
+    }
+
+    #[test]
+    fn tag_pages() {
+        let all: Vec<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(tag_page(&all, None, None), (&all[..], None));
+        assert_eq!(tag_page(&all, Some(2), None), (&all[..2], Some("b")));
+        assert_eq!(tag_page(&all, Some(2), Some("b")), (&all[2..], None));
+        assert_eq!(tag_page(&all, Some(3), Some("a")), (&all[1..], None));
+        assert_eq!(tag_page(&all, None, Some("bb")), (&all[2..], None));
+        assert_eq!(tag_page(&all, Some(0), None), (&all[..0], None));
+        assert_eq!(tag_page(&all, Some(5), Some("z")), (&all[4..], None));
     }
 }

@@ -64,6 +64,9 @@ pub struct NodeMetrics {
     /// serving command's `qr_quinn_retries_total` and
     /// `qr_quinn_unvalidated_handshakes`).
     pub peer_retry: std::sync::OnceLock<quic_rdma::quinn_adapter::RetryGate>,
+    /// Manifests and tag lists the registry agent served stale (its
+    /// upstream unreachable), each answered with `X-Qr-Stale`.
+    pub manifests_stale: Counter,
     /// Blob lookups found in the cache.
     pub cache_hits: Counter,
     /// Blob lookups not found in the cache.
@@ -182,6 +185,12 @@ impl NodeMetrics {
         }
         counter(
             &mut o,
+            "qr_node_manifests_stale_total",
+            "Manifests and tag lists served stale (the upstream registry unreachable)",
+            self.manifests_stale.get(),
+        );
+        counter(
+            &mut o,
             "qr_node_cache_hits_total",
             "Blob cache hits",
             self.cache_hits.get(),
@@ -258,8 +267,14 @@ pub struct RegistryMetrics {
     pub errors: Counter,
     /// Blob bytes sent over the fabric.
     pub bytes_sent: Counter,
-    /// Manifests fetched from the upstream.
+    /// Manifests and tag lists asked of the upstream.
     pub upstream_manifests: Counter,
+    /// Manifests and tag lists answered from the manifest cache without
+    /// asking the upstream (by digest, or by tag within the TTL).
+    pub manifest_cache_hits: Counter,
+    /// Manifests and tag lists served stale: past the TTL, the upstream
+    /// unreachable (`manifests::ManifestCache`).
+    pub manifests_stale: Counter,
     /// Blobs fetched from the upstream (single-flight: one per blob however
     /// many nodes ask at once).
     pub upstream_blob_fetches: Counter,
@@ -327,8 +342,20 @@ impl RegistryMetrics {
         counter(
             &mut o,
             "qr_registry_upstream_manifests_total",
-            "Manifests fetched upstream",
+            "Manifests and tag lists asked of the upstream",
             self.upstream_manifests.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_manifest_cache_hits_total",
+            "Manifests and tag lists answered from the cache without the upstream",
+            self.manifest_cache_hits.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_manifests_stale_total",
+            "Manifests and tag lists served stale while the upstream was unreachable",
+            self.manifests_stale.get(),
         );
         counter(
             &mut o,

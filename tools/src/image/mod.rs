@@ -5,7 +5,8 @@
 //!
 //! Layout, bottom up: [`digest`] (names, tags, digests), [`wire`] (the
 //! protocol's frames), [`source`]/[`upstream`] (where the registry agent gets
-//! images), [`cache`] (the verified, bounded, crash-safe blob store both
+//! images), [`manifests`] (its manifest and tag-list cache, served stale
+//! while the upstream is down), [`cache`] (the verified, bounded, crash-safe blob store both
 //! agents use), [`spool`] (the registry agent's single-flight pull-through),
 //! [`server`] (its QUIC side), [`client`] and [`transfer`] (the node agent's
 //! QUIC side: parallel, adaptive, resumable chunk streams, written and hashed
@@ -19,6 +20,7 @@ pub mod client;
 pub mod digest;
 pub mod fabric;
 pub mod http;
+pub mod manifests;
 pub mod metrics;
 pub mod node;
 pub mod peer;

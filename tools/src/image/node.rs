@@ -151,7 +151,30 @@ impl Node {
         let a = self.client.manifest(repo, reference, accept).await?;
         self.metrics.objects_fabric.inc();
         self.metrics.bytes(Path::Fabric, a.body.len() as u64);
+        self.note_stale(&a);
         Ok(a)
+    }
+
+    /// The tag list of `repo`, all of it, in lexical order; the answer
+    /// ([`Answer::stale`] says whether the registry agent served it stale).
+    pub async fn tags(&self, repo: &str) -> Result<(Vec<String>, bool), FetchError> {
+        let a = self.client.tags(repo).await?;
+        self.note_stale(&a);
+        let v: serde_json::Value = serde_json::from_slice(&a.body)
+            .map_err(|e| FetchError::Protocol(format!("tag list of {repo}: {e}")))?;
+        let tags = v["tags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(str::to_string))
+            .collect();
+        Ok((tags, a.stale))
+    }
+
+    fn note_stale(&self, a: &Answer) {
+        if a.stale {
+            self.metrics.manifests_stale.inc();
+        }
     }
 
     /// A blob's size: from the cache, else asked over the fabric.

@@ -206,7 +206,7 @@ async fn stream(
             )
         }
         Ok(req) => match store {
-            Store::Registry(spool) => answer(req, spool, metrics, requester).await,
+            Store::Registry(spool) => answer(req, spool, requester).await,
             Store::Peer(node) => answer_peer(req, node).await,
         },
     };
@@ -228,12 +228,23 @@ async fn stream(
 }
 
 fn ok(media_type: &str, digest: Digest, total: u64, body: Vec<u8>) -> (Response, Vec<u8>) {
+    ok_stale(media_type, digest, total, body, false)
+}
+
+fn ok_stale(
+    media_type: &str,
+    digest: Digest,
+    total: u64,
+    body: Vec<u8>,
+    stale: bool,
+) -> (Response, Vec<u8>) {
     let header = Response::Ok {
         media_type: media_type.to_string(),
         digest,
         total,
         body_len: body.len() as u64,
         body_sha256: Sha256::digest(&body).into(),
+        stale,
     };
     (header, body)
 }
@@ -258,6 +269,7 @@ fn ok_chunk(digest: Digest, piece: Piece) -> (Response, Vec<u8>) {
             total,
             body_len: body.len() as u64,
             body_sha256: UNHASHED,
+            stale: false,
         },
         body,
     )
@@ -282,27 +294,29 @@ async fn chunk(
     }
 }
 
-async fn answer(
-    req: Request,
-    spool: &Arc<Spool>,
-    metrics: &RegistryMetrics,
-    requester: u64,
-) -> (Response, Vec<u8>) {
+async fn answer(req: Request, spool: &Arc<Spool>, requester: u64) -> (Response, Vec<u8>) {
     match req {
         Request::Manifest {
             repo,
             reference,
             accept,
-        } => {
-            metrics.upstream_manifests.inc();
-            match spool.source().manifest(&repo, &reference, &accept).await {
-                Ok((body, mt, digest)) => {
-                    let total = body.len() as u64;
-                    ok(&mt, digest, total, body.to_vec())
-                }
-                Err(e) => (source_err(&e), Vec::new()),
+        } => match spool.manifest(&repo, &reference, &accept).await {
+            Ok((m, stale)) => {
+                let total = m.body.len() as u64;
+                ok_stale(&m.media_type, m.digest, total, m.body.to_vec(), stale)
             }
-        }
+            Err(e) => (source_err(&e), Vec::new()),
+        },
+        Request::Tags { repo } => match spool.tags(&repo).await {
+            Ok((tags, stale)) => {
+                // distribution-spec "Listing Tags": `{"name","tags"}`.
+                let body = serde_json::json!({ "name": repo, "tags": tags }).to_string();
+                let body = body.into_bytes();
+                let (d, total) = (Digest::of(&body), body.len() as u64);
+                ok_stale("application/json", d, total, body, stale)
+            }
+            Err(e) => (source_err(&e), Vec::new()),
+        },
         Request::Stat { repo, digest } => match spool.size(&repo, &digest).await {
             Ok(size) => ok("application/octet-stream", digest, size, Vec::new()),
             Err(e) => (source_err(&e), Vec::new()),
@@ -342,6 +356,7 @@ async fn answer_peer(req: Request, node: &Node) -> (Response, Vec<u8>) {
         Request::Manifest { reference, .. } => {
             not_here(&format!("manifest {reference} (peers serve blobs only)"))
         }
+        Request::Tags { repo } => not_here(&format!("tags of {repo} (peers serve blobs only)")),
         // Only under a repository the registry agent confirmed references
         // the blob (for this node): the cache itself is keyed by digest.
         Request::Stat { repo, digest } | Request::Blob { repo, digest, .. }

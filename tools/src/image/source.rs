@@ -8,6 +8,7 @@ use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 
 use super::digest::{Digest, Reference};
+use super::manifests::descriptors;
 use super::upstream::Upstream;
 
 /// Why the source could not give an object.
@@ -108,6 +109,29 @@ impl Source {
         }
     }
 
+    /// Every tag of `repo`, in lexical order: the upstream's list, or the
+    /// layout's `org.opencontainers.image.ref.name` annotations.
+    pub async fn tags(&self, repo: &str) -> Result<Vec<String>, SourceError> {
+        match self {
+            Source::Upstream(u) => u.tags(repo).await,
+            Source::Layout { dir, repository } => {
+                if repo != repository {
+                    return Err(unknown_repository(repo));
+                }
+                let v = layout_index(dir).await?;
+                let mut tags: Vec<String> = v["manifests"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|m| m["annotations"][REF_NAME].as_str().map(str::to_string))
+                    .collect();
+                tags.sort();
+                tags.dedup();
+                Ok(tags)
+            }
+        }
+    }
+
     /// Confirm that repository `repo` references blob `d` (OCI distribution
     /// spec: a blob is fetched through a repository that links it): asked of
     /// the upstream (a HEAD under that name), or found by walking the
@@ -182,48 +206,17 @@ fn unknown_repository(repo: &str) -> SourceError {
 /// (a malformed or hostile layout must not run the agent out of memory).
 const MAX_LAYOUT_DESCRIPTORS: usize = 1 << 16;
 
-/// A descriptor's digest, and whether it names a manifest or an index.
-fn descriptor(desc: &serde_json::Value) -> Option<(Digest, bool)> {
-    let d = desc["digest"].as_str()?.parse().ok()?;
-    let manifest = desc["mediaType"]
-        .as_str()
-        .is_some_and(|m| m.contains("manifest") || m.contains("index"));
-    Some((d, manifest))
-}
-
 /// Every digest the layout's `index.json` reaches: its manifests and indexes,
 /// and their configs, layers and sub-manifests (image-spec "Image Index",
 /// "Image Manifest"). Blobs no manifest references are not part of the image.
 async fn layout_references(
     dir: &std::path::Path,
 ) -> Result<std::collections::HashSet<Digest>, SourceError> {
-    let index = tokio::fs::read(dir.join("index.json"))
-        .await
-        .map_err(|e| SourceError::Config(format!("{}/index.json: {e}", dir.display())))?;
+    let index = layout_index_bytes(dir).await?;
     let mut seen = std::collections::HashSet::new();
     let mut todo = vec![index];
     while let Some(doc) = todo.pop() {
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&doc) else {
-            continue;
-        };
-        // (digest, is a manifest or index) of every descriptor in `doc`;
-        // collected first, as the walk below awaits.
-        let mut descriptors: Vec<(Digest, bool)> = Vec::new();
-        for list in ["manifests", "layers"] {
-            descriptors.extend(
-                v[list]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(descriptor),
-            );
-        }
-        descriptors.extend(
-            ["config", "subject"]
-                .iter()
-                .filter_map(|k| descriptor(&v[*k])),
-        );
-        for (d, is_manifest) in descriptors {
+        for (d, is_manifest) in descriptors(&doc) {
             if seen.len() >= MAX_LAYOUT_DESCRIPTORS {
                 return Err(SourceError::Config(format!(
                     "{}: more than {MAX_LAYOUT_DESCRIPTORS} descriptors",
@@ -245,6 +238,25 @@ async fn layout_references(
     Ok(seen)
 }
 
+/// image-spec "Image Layout": the annotation naming a tag.
+const REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+fn layout_index_error(dir: &std::path::Path, e: &dyn std::fmt::Display) -> SourceError {
+    SourceError::Config(format!("{}/index.json: {e}", dir.display()))
+}
+
+/// The layout's `index.json`.
+async fn layout_index_bytes(dir: &std::path::Path) -> Result<Vec<u8>, SourceError> {
+    tokio::fs::read(dir.join("index.json"))
+        .await
+        .map_err(|e| layout_index_error(dir, &e))
+}
+
+/// The layout's `index.json`, parsed.
+async fn layout_index(dir: &std::path::Path) -> Result<serde_json::Value, SourceError> {
+    serde_json::from_slice(&layout_index_bytes(dir).await?).map_err(|e| layout_index_error(dir, &e))
+}
+
 /// image-spec "Image Layout": a tag is the `org.opencontainers.image.ref.name`
 /// annotation of a descriptor in `index.json`.
 async fn layout_manifest(
@@ -254,15 +266,10 @@ async fn layout_manifest(
     let (digest, media_type) = match reference {
         Reference::Digest(d) => (*d, None),
         Reference::Tag(tag) => {
-            let index = tokio::fs::read(dir.join("index.json"))
-                .await
-                .map_err(|e| SourceError::Config(format!("{}/index.json: {e}", dir.display())))?;
-            let v: serde_json::Value = serde_json::from_slice(&index)
-                .map_err(|e| SourceError::Config(format!("{}/index.json: {e}", dir.display())))?;
+            let v = layout_index(dir).await?;
             let found = v["manifests"].as_array().and_then(|ms| {
-                ms.iter().find(|m| {
-                    m["annotations"]["org.opencontainers.image.ref.name"].as_str() == Some(tag)
-                })
+                ms.iter()
+                    .find(|m| m["annotations"][REF_NAME].as_str() == Some(tag))
             });
             let m = found.ok_or_else(|| SourceError::NotFound(format!("tag {tag}")))?;
             let d: Digest = m["digest"]

@@ -176,6 +176,49 @@ impl Upstream {
         Ok((body, media_type, digest))
     }
 
+    /// Every tag of `repo`, in lexical order (distribution-spec "Listing
+    /// Tags", end-8a, following `Link` pages; at most
+    /// [`super::manifests::MAX_TAGS`] tags in at most 1 000 pages).
+    pub async fn tags(&self, repo: &str) -> Result<Vec<String>, SourceError> {
+        let mut url = format!("{}/v2/{repo}/tags/list", self.base);
+        let mut tags = Vec::new();
+        for _ in 0..1000 {
+            let resp = check(self.send(Method::GET, repo, &url, None).await?, &url)?;
+            let next = next_link(resp.headers(), &self.base);
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| SourceError::Upstream(format!("{url}: {e}")))?;
+            let v: serde_json::Value = serde_json::from_slice(&body)
+                .map_err(|e| SourceError::Upstream(format!("{url}: not a tag list: {e}")))?;
+            // A repository with no tags may say `"tags": null`.
+            tags.extend(
+                v["tags"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| t.as_str().map(str::to_string)),
+            );
+            if tags.len() > super::manifests::MAX_TAGS {
+                return Err(SourceError::Upstream(format!(
+                    "{repo}: more than {} tags",
+                    super::manifests::MAX_TAGS
+                )));
+            }
+            match next {
+                Some(n) => url = n,
+                None => {
+                    tags.sort();
+                    tags.dedup();
+                    return Ok(tags);
+                }
+            }
+        }
+        Err(SourceError::Upstream(format!(
+            "{repo}: tag list longer than 1000 pages"
+        )))
+    }
+
     /// The size of a blob (HEAD).
     pub async fn blob_size(&self, repo: &str, digest: &Digest) -> Result<u64, SourceError> {
         let url = format!("{}/v2/{repo}/blobs/{digest}", self.base);
@@ -207,8 +250,33 @@ fn check(resp: reqwest::Response, url: &str) -> Result<reqwest::Response, Source
             "{url}: {} (the upstream wants credentials this agent does not have)",
             resp.status()
         ))),
+        // The registry is there but cannot serve now (RFC 9110 §15.6):
+        // as good as unreachable, so cached manifests are served stale.
+        s if s.is_server_error() => Err(SourceError::Unreachable(format!(
+            "{url}: HTTP {s} (the upstream registry is failing)"
+        ))),
         s => Err(SourceError::Upstream(format!("{url}: HTTP {s}"))),
     }
+}
+
+/// The next page of a paginated list: the `Link: <url>; rel="next"` header
+/// (distribution-spec "Listing Tags", RFC 8288), resolved against `base`.
+fn next_link(h: &HeaderMap, base: &str) -> Option<String> {
+    let v = h.get(reqwest::header::LINK)?.to_str().ok()?;
+    v.split(',').find_map(|link| {
+        let (target, params) = link.split_once(';')?;
+        let rel_next = params
+            .split(';')
+            .any(|p| p.trim().replace(' ', "") == "rel=\"next\"" || p.trim() == "rel=next");
+        let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+        rel_next.then(|| {
+            if target.starts_with('/') {
+                format!("{base}{target}")
+            } else {
+                target.to_string()
+            }
+        })
+    })
 }
 
 /// A parsed `WWW-Authenticate: Bearer …` challenge.
@@ -266,5 +334,23 @@ mod tests {
         assert!(parse_challenge("Basic realm=\"x\"").is_none());
         assert!(parse_challenge("Bearer service=\"x\"").is_none());
         assert!(parse_challenge("Bearer realm=\"unterminated").is_none());
+    }
+
+    #[test]
+    fn next_links() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            reqwest::header::LINK,
+            r#"</v2/a/tags/list?n=2&last=b>; rel="next""#.parse().unwrap(),
+        );
+        assert_eq!(
+            next_link(&h, "http://r:5000").as_deref(),
+            Some("http://r:5000/v2/a/tags/list?n=2&last=b")
+        );
+        h.insert(
+            reqwest::header::LINK,
+            r#"<https://x/y>; rel="prev""#.parse().unwrap(),
+        );
+        assert_eq!(next_link(&h, "http://r"), None);
     }
 }

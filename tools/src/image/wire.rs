@@ -18,6 +18,9 @@ pub const ALPN: &[u8] = b"qr-image/1";
 /// [`Response::Ok`]); no body hashes to it (it would be a sha256 preimage).
 pub const UNHASHED: [u8; 32] = [0; 32];
 
+/// [`Response::Ok`]'s flags byte: served stale.
+const FLAG_STALE: u8 = 1;
+
 /// Largest frame message: requests and response headers are small (a
 /// manifest body travels after the header, not inside it).
 pub const MAX_FRAME: usize = 16 * 1024;
@@ -90,6 +93,13 @@ pub enum Request {
         /// Number of bytes.
         len: u64,
     },
+    /// A repository's tags (distribution-spec "Listing Tags", end-8a): the
+    /// answer's body is `{"name":…,"tags":[…]}`, every tag in lexical order;
+    /// the node agent pages it for its clients.
+    Tags {
+        /// Repository name.
+        repo: String,
+    },
 }
 
 /// The outcome code of a response.
@@ -155,6 +165,12 @@ pub enum Response {
         /// damaged on its side from a server whose bytes are wrong
         /// (`transfer::diagnose`). Manifests are always hashed.
         body_sha256: [u8; 32],
+        /// A manifest or tag list served from the registry agent's cache
+        /// past its TTL because the upstream could not be reached. On the
+        /// wire: one flags byte (bit 0) after `body_sha256`, present only
+        /// when set, so a fresh answer is byte for byte what agents before
+        /// it sent and understand.
+        stale: bool,
     },
     /// Failure.
     Err {
@@ -215,7 +231,8 @@ impl Request {
         match self {
             Request::Manifest { repo, .. }
             | Request::Stat { repo, .. }
-            | Request::Blob { repo, .. } => repo,
+            | Request::Blob { repo, .. }
+            | Request::Tags { repo } => repo,
         }
     }
 
@@ -250,6 +267,10 @@ impl Request {
                 out.extend_from_slice(&offset.to_be_bytes());
                 out.extend_from_slice(&len.to_be_bytes());
             }
+            Request::Tags { repo } => {
+                out.push(4);
+                put_str(&mut out, repo);
+            }
         }
         out
     }
@@ -283,6 +304,7 @@ impl Request {
                     len,
                 }
             }
+            4 => Request::Tags { repo },
             value => {
                 return Err(WireError::Unknown {
                     what: "request kind",
@@ -306,6 +328,7 @@ impl Response {
                 total,
                 body_len,
                 body_sha256,
+                stale,
             } => {
                 out.push(Status::Ok as u8);
                 put_str(&mut out, media_type);
@@ -313,6 +336,9 @@ impl Response {
                 out.extend_from_slice(&total.to_be_bytes());
                 out.extend_from_slice(&body_len.to_be_bytes());
                 out.extend_from_slice(body_sha256);
+                if *stale {
+                    out.push(FLAG_STALE);
+                }
             }
             Response::Err { status, message } => {
                 out.push(*status as u8);
@@ -333,12 +359,26 @@ impl Response {
             let (total, body_len) = (r.u64()?, r.u64()?);
             let mut body_sha256 = [0u8; 32];
             body_sha256.copy_from_slice(r.take(32)?);
+            let stale = match r.0 {
+                [] => false,
+                [FLAG_STALE] => {
+                    r.take(1)?;
+                    true
+                }
+                [value, ..] => {
+                    return Err(WireError::Unknown {
+                        what: "flags",
+                        value: *value,
+                    })
+                }
+            };
             Response::Ok {
                 media_type,
                 digest: Digest::from_bytes(d),
                 total,
                 body_len,
                 body_sha256,
+                stale,
             }
         } else {
             Response::Err {
@@ -425,6 +465,9 @@ mod tests {
                 accept: String::new()
             }),
             (repo, digest()).prop_map(|(repo, digest)| Request::Stat { repo, digest }),
+            repo.prop_map(|repo| Request::Tags {
+                repo: repo.to_string()
+            }),
             (repo, digest(), 0u64..u64::MAX / 2, 0u64..u64::MAX / 2).prop_map(
                 |(repo, digest, offset, len)| Request::Blob {
                     repo,
@@ -444,8 +487,8 @@ mod tests {
 
         #[test]
         fn responses_round_trip(mt in ".{0,50}", d in digest(), total: u64, len: u64,
-                                sha: [u8; 32], msg in ".{0,80}", code in 1u8..=6) {
-            let ok = Response::Ok { media_type: mt, digest: d, total, body_len: len, body_sha256: sha };
+                                sha: [u8; 32], stale: bool, msg in ".{0,80}", code in 1u8..=6) {
+            let ok = Response::Ok { media_type: mt, digest: d, total, body_len: len, body_sha256: sha, stale };
             prop_assert_eq!(Response::decode(&ok.encode()).unwrap(), ok);
             let err = Response::Err { status: Status::from_u8(code).unwrap(), message: msg };
             prop_assert_eq!(Response::decode(&err.encode()).unwrap(), err);
