@@ -14,7 +14,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
 use super::client::FetchError;
-use super::digest::{check_name, Digest, Reference};
+use super::digest::{check_name, check_namespace, scoped, split_scope, Digest, Reference};
 use super::metrics::Path;
 use super::node::Node;
 use crate::http::{full, METRICS_CONTENT_TYPE};
@@ -61,6 +61,36 @@ pub enum Route {
     Tags(String),
     /// `/metrics`.
     Metrics,
+}
+
+impl Route {
+    /// The route for the repository of registry `ns` (containerd's `?ns=`).
+    fn scoped(self, ns: Option<String>) -> Route {
+        let Some(ns) = ns else { return self };
+        let s = |name: String| scoped(Some(&ns), &name);
+        match self {
+            Route::Manifest(name, r) => Route::Manifest(s(name), r),
+            Route::Blob(name, d) => Route::Blob(s(name), d),
+            Route::Tags(name) => Route::Tags(s(name)),
+            other => other,
+        }
+    }
+}
+
+/// A request's query parameters, percent-decoded.
+fn query(req: &Request<Incoming>) -> form_urlencoded::Parse<'_> {
+    form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+}
+
+/// The registry a mirror request is for: containerd appends `?ns=HOST` to
+/// every request it sends a mirror (containerd docs/hosts.md); a registry
+/// agent with several upstreams picks one by it.
+fn namespace(req: &Request<Incoming>) -> Result<Option<String>, super::digest::NameError> {
+    let Some((_, ns)) = query(req).find(|(k, _)| k == "ns") else {
+        return Ok(None);
+    };
+    check_namespace(&ns)?;
+    Ok(Some(ns.into_owned()))
 }
 
 /// Why a path is not a route.
@@ -177,7 +207,10 @@ async fn answer(req: &Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) 
         );
     }
     let route = match route(req.uri().path()) {
-        Ok(r) => r,
+        Ok(r) => r.scoped(match namespace(req) {
+            Ok(ns) => ns,
+            Err(e) => return oci_error(StatusCode::BAD_REQUEST, "NAME_INVALID", &e.to_string()),
+        }),
         Err(RouteError::NotFound) => {
             return oci_error(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")
         }
@@ -238,16 +271,11 @@ async fn answer(req: &Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) 
 /// `tags/list`: the registry agent's whole list, paged here
 /// (distribution-spec "Listing Tags": `n` tags at most, those lexically after
 /// `last`, and a `Link: <…>; rel="next"` header while more remain).
-async fn tags(req: &Request<Incoming>, node: &Arc<Node>, name: &str, head: bool) -> Response<Body> {
+async fn tags(req: &Request<Incoming>, node: &Arc<Node>, repo: &str, head: bool) -> Response<Body> {
+    let (ns, name) = split_scope(repo);
     let (mut n, mut last) = (None, None);
-    for (k, v) in req
-        .uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-    {
-        match k {
+    for (k, v) in query(req) {
+        match &*k {
             "n" => match v.parse::<usize>() {
                 Ok(v) => n = Some(v),
                 Err(_) => {
@@ -258,11 +286,11 @@ async fn tags(req: &Request<Incoming>, node: &Arc<Node>, name: &str, head: bool)
                     )
                 }
             },
-            "last" => last = Some(v.to_string()),
+            "last" => last = Some(v.into_owned()),
             _ => {}
         }
     }
-    let (all, stale) = match node.tags(name).await {
+    let (all, stale) = match node.tags(repo).await {
         Ok(t) => t,
         Err(e) => return fetch_error(&e, "NAME_UNKNOWN"),
     };
@@ -274,10 +302,15 @@ async fn tags(req: &Request<Incoming>, node: &Arc<Node>, name: &str, head: bool)
     set(h, CONTENT_TYPE, "application/json");
     set(h, CONTENT_LENGTH, &len.to_string());
     if let (Some(next), Some(n)) = (next, n) {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        q.append_pair("n", &n.to_string()).append_pair("last", next);
+        if let Some(ns) = ns {
+            q.append_pair("ns", ns);
+        }
         set(
             h,
             "Link",
-            &format!("</v2/{name}/tags/list?n={n}&last={next}>; rel=\"next\""),
+            &format!("</v2/{name}/tags/list?{}>; rel=\"next\"", q.finish()),
         );
     }
     if stale {

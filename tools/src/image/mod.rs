@@ -13,7 +13,8 @@
 //! by a [`sink`]), [`node`] (the node
 //! agent's store), [`peer`] (other node agents it may fetch from, whose
 //! caches the [`server`] also serves), [`http`] (its HTTP side) and [`metrics`];
-//! [`references`] remembers which repositories reference which blobs.
+//! [`references`] remembers which repositories reference which blobs;
+//! [`platform`] picks an index's entry for a platform.
 
 pub mod cache;
 pub mod client;
@@ -24,6 +25,7 @@ pub mod manifests;
 pub mod metrics;
 pub mod node;
 pub mod peer;
+pub mod platform;
 pub mod references;
 pub mod server;
 pub mod sink;

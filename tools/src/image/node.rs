@@ -16,7 +16,7 @@ use tokio::sync::{oneshot, OwnedMutexGuard};
 
 use super::cache::{Cache, TempBlob};
 use super::client::{Answer, FabricClient, FetchError};
-use super::digest::{Digest, Reference};
+use super::digest::{split_scope, Digest, Reference};
 use super::metrics::{NodeMetrics, Path};
 use super::peer::Peer;
 use super::references::References;
@@ -437,8 +437,11 @@ impl Node {
             return Ok(b);
         }
         if let Some((up, threshold)) = self.direct.get() {
-            if size < *threshold {
-                return self.fetch_direct(up, repo, d, size, progress, flight).await;
+            // Only for the direct upstream's own repositories: a client
+            // naming another registry (`ns=`) gets it from the registry agent.
+            let (ns, name) = split_scope(repo);
+            if size < *threshold && ns.is_none_or(|ns| ns == up.host()) {
+                return self.fetch_direct(up, name, d, size, progress, flight).await;
             }
         }
         let mut attempt = 0;

@@ -155,7 +155,9 @@ fn err(status: Status, message: impl Into<String>) -> Response {
 fn source_err(e: &SourceError) -> Response {
     let status = match e {
         SourceError::NotFound(_) => Status::NotFound,
-        SourceError::Unreachable(_) | SourceError::Upstream(_) => Status::Upstream,
+        SourceError::Unreachable(_) | SourceError::Upstream(_) | SourceError::Denied(_) => {
+            Status::Upstream
+        }
         SourceError::DigestMismatch { .. } => Status::DigestMismatch,
         _ => Status::Internal,
     };
@@ -195,18 +197,26 @@ async fn stream(
                 Vec::new(),
             )
         }
-        Ok(req) if !client.1.may_read(&client.0, channel(), req.repo()) => {
+        // The policy names repositories, whichever registry serves them.
+        Ok(req) if !client.1.may_read(&client.0, channel(), req.plain_repo()) => {
             metrics.denied.inc();
             (
                 err(
                     Status::Denied,
-                    format!("{} is not granted repository {}", client.0, req.repo()),
+                    format!(
+                        "{} is not granted repository {}",
+                        client.0,
+                        req.plain_repo()
+                    ),
                 ),
                 Vec::new(),
             )
         }
         Ok(req) => match store {
-            Store::Registry(spool) => answer(req, spool, requester).await,
+            Store::Registry(spool) => match spool.source().canonical(req.repo()) {
+                Ok(repo) => answer(req.with_repo(repo), spool, requester).await,
+                Err(e) => (source_err(&e), Vec::new()),
+            },
             Store::Peer(node) => answer_peer(req, node).await,
         },
     };

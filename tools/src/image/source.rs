@@ -1,13 +1,14 @@
-//! Where a registry agent gets images: an upstream registry over HTTP
-//! ([`super::upstream::Upstream`]) or an OCI image-layout directory
-//! (image-spec "Image Layout": `oci-layout`, `index.json`, `blobs/sha256/…`).
+//! Where a registry agent gets images: upstream registries over HTTP(S)
+//! ([`Upstreams`]: a default one and any number named by the registry host a
+//! client's `ns=` names) or an OCI image-layout directory (image-spec "Image
+//! Layout": `oci-layout`, `index.json`, `blobs/sha256/…`).
 
 use std::path::PathBuf;
 
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 
-use super::digest::{Digest, Reference};
+use super::digest::{scoped, split_scope, Digest, Reference};
 use super::manifests::descriptors;
 use super::upstream::Upstream;
 
@@ -32,6 +33,9 @@ pub enum SourceError {
         /// Got.
         actual: Digest,
     },
+    /// The upstream refused this agent (credentials missing or wrong).
+    #[error("upstream refused: {0}")]
+    Denied(String),
     /// The agent's configuration is wrong.
     #[error("configuration: {0}")]
     Config(String),
@@ -40,11 +44,110 @@ pub enum SourceError {
     Io(String),
 }
 
+/// The upstream registries of one registry agent: requests for a scoped
+/// repository (`NS//NAME`, [`super::digest::scoped`]) go to the registry named
+/// NS if there is one, any other request to the default.
+#[derive(Debug, Default)]
+pub struct Upstreams {
+    default: Option<Upstream>,
+    named: std::collections::BTreeMap<String, Upstream>,
+}
+
+impl From<Upstream> for Upstreams {
+    fn from(u: Upstream) -> Upstreams {
+        Upstreams {
+            default: Some(u),
+            named: Default::default(),
+        }
+    }
+}
+
+impl Upstreams {
+    /// Serve requests naming registry `ns` from `upstream` (`None`: every
+    /// request naming no registry this agent knows).
+    pub fn add(&mut self, ns: Option<String>, upstream: Upstream) {
+        match ns {
+            Some(ns) => {
+                self.named.insert(ns, upstream);
+            }
+            None => self.default = Some(upstream),
+        }
+    }
+
+    /// The repository as this agent keys it: scoped by the registry that
+    /// serves it (unscoped for the default), so every table keeps two
+    /// registries' repositories apart however clients name them.
+    pub fn canonical(&self, repo: &str) -> Result<String, SourceError> {
+        let (ns, name) = split_scope(repo);
+        if let Some(ns) = ns.filter(|ns| self.named.contains_key(*ns)) {
+            return Ok(scoped(Some(ns), name));
+        }
+        if self.default.is_some() {
+            return Ok(name.to_string());
+        }
+        Err(SourceError::NotFound(format!(
+            "{name}: no upstream for registry {} (give --upstream {}=URL)",
+            ns.unwrap_or("(none named)"),
+            ns.unwrap_or("HOST")
+        )))
+    }
+
+    /// The upstream of a canonical repository, and the name to ask it for.
+    fn pick<'a>(&self, repo: &'a str) -> Result<(&Upstream, &'a str), SourceError> {
+        let (ns, name) = split_scope(repo);
+        let u = match ns {
+            Some(ns) => self.named.get(ns),
+            None => self.default.as_ref(),
+        };
+        u.map(|u| (u, name))
+            .ok_or_else(|| SourceError::NotFound(format!("no upstream for {repo}")))
+    }
+
+    /// Every upstream's base URL, for logs: `NS=URL` or `URL`.
+    pub fn describe(&self) -> String {
+        let named = self
+            .named
+            .iter()
+            .map(|(ns, u)| format!("{ns}={}", u.base()));
+        self.default
+            .iter()
+            .map(|u| u.base().to_string())
+            .chain(named)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    async fn manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+        accept: &str,
+    ) -> Result<(Bytes, String, Digest), SourceError> {
+        let (u, name) = self.pick(repo)?;
+        u.manifest(name, reference, accept).await
+    }
+
+    async fn tags(&self, repo: &str) -> Result<Vec<String>, SourceError> {
+        let (u, name) = self.pick(repo)?;
+        u.tags(name).await
+    }
+
+    async fn blob_size(&self, repo: &str, d: &Digest) -> Result<u64, SourceError> {
+        let (u, name) = self.pick(repo)?;
+        u.blob_size(name, d).await
+    }
+
+    async fn blob(&self, repo: &str, d: &Digest) -> Result<reqwest::Response, SourceError> {
+        let (u, name) = self.pick(repo)?;
+        u.blob(name, d).await
+    }
+}
+
 /// An image source.
 #[derive(Debug)]
 pub enum Source {
-    /// A registry over HTTP, pulled through.
-    Upstream(Upstream),
+    /// Registries over HTTP(S), pulled through.
+    Upstream(Upstreams),
     /// An OCI image-layout directory, served as one repository.
     Layout {
         /// The directory (`oci-layout`, `index.json`, `blobs/`).
@@ -85,6 +188,15 @@ impl BlobReader {
 }
 
 impl Source {
+    /// The repository as this source keys it ([`Upstreams::canonical`]; a
+    /// layout ignores the registry a client names).
+    pub fn canonical(&self, repo: &str) -> Result<String, SourceError> {
+        match self {
+            Source::Upstream(u) => u.canonical(repo),
+            Source::Layout { .. } => Ok(split_scope(repo).1.to_string()),
+        }
+    }
+
     /// A manifest or index: body, media type, digest.
     pub async fn manifest(
         &self,

@@ -9,7 +9,7 @@
 //! parser faces a peer that passed mutual TLS but may still be buggy, and is
 //! fuzzed (`tools/fuzz`, target `image_wire`).
 
-use super::digest::{check_name, Digest, Reference};
+use super::digest::{check_name, check_namespace, scoped, split_scope, Digest, Reference};
 
 /// ALPN of this protocol and version: both agents refuse any other.
 pub const ALPN: &[u8] = b"qr-image/1";
@@ -17,6 +17,9 @@ pub const ALPN: &[u8] = b"qr-image/1";
 /// The `body_sha256` of a blob chunk the server did not hash (see
 /// [`Response::Ok`]); no body hashes to it (it would be a sha256 preimage).
 pub const UNHASHED: [u8; 32] = [0; 32];
+
+/// The request kind wrapping a request for a scoped repository.
+const KIND_SCOPED: u8 = 5;
 
 /// [`Response::Ok`]'s flags byte: served stale.
 const FLAG_STALE: u8 = 1;
@@ -236,9 +239,20 @@ impl Request {
         }
     }
 
-    /// The message bytes (without the frame length).
+    /// The message bytes (without the frame length). A request for a
+    /// scoped repository ([`super::digest::scoped`]) is wrapped: kind 5, the
+    /// registry host, then the request for the plain name — so a request
+    /// without one is byte for byte what agents before scoping sent.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128);
+        if let (Some(ns), name) = split_scope(self.repo()) {
+            out.push(KIND_SCOPED);
+            put_str(&mut out, ns);
+            let mut plain = self.clone();
+            *plain.repo_mut() = name.to_string();
+            out.extend_from_slice(&plain.encode());
+            return out;
+        }
         match self {
             Request::Manifest {
                 repo,
@@ -275,8 +289,49 @@ impl Request {
         out
     }
 
+    /// The repository's name without its registry host (what access
+    /// policies and upstream URLs use).
+    pub fn plain_repo(&self) -> &str {
+        split_scope(self.repo()).1
+    }
+
+    /// The same request for repository `repo`.
+    pub fn with_repo(mut self, repo: String) -> Request {
+        *self.repo_mut() = repo;
+        self
+    }
+
+    fn repo_mut(&mut self) -> &mut String {
+        match self {
+            Request::Manifest { repo, .. }
+            | Request::Stat { repo, .. }
+            | Request::Blob { repo, .. }
+            | Request::Tags { repo } => repo,
+        }
+    }
+
     /// Parse a message; names, references and digests are validated.
     pub fn decode(b: &[u8]) -> Result<Request, WireError> {
+        if b.first() == Some(&KIND_SCOPED) {
+            let mut r = Reader(&b[1..]);
+            let ns = r.str()?;
+            check_namespace(&ns)?;
+            // One level only: the inner request is a plain one.
+            if r.0.first() == Some(&KIND_SCOPED) {
+                return Err(WireError::Unknown {
+                    what: "request kind inside a scoped request",
+                    value: KIND_SCOPED,
+                });
+            }
+            let mut req = Request::decode_plain(r.0)?;
+            let name = std::mem::take(req.repo_mut());
+            *req.repo_mut() = scoped(Some(&ns), &name);
+            return Ok(req);
+        }
+        Request::decode_plain(b)
+    }
+
+    fn decode_plain(b: &[u8]) -> Result<Request, WireError> {
         let mut r = Reader(b);
         let kind = r.u8()?;
         let repo = r.str()?;
@@ -479,9 +534,21 @@ mod tests {
         ]
     }
 
+    fn scoped_request() -> impl Strategy<Value = Request> {
+        (
+            request(),
+            proptest::option::of("[a-z0-9.-]{1,20}(:[0-9]{1,5})?"),
+        )
+            .prop_map(|(mut r, ns)| {
+                let name = r.repo().to_string();
+                *r.repo_mut() = scoped(ns.as_deref(), &name);
+                r
+            })
+    }
+
     proptest! {
         #[test]
-        fn requests_round_trip(req in request()) {
+        fn requests_round_trip(req in scoped_request()) {
             prop_assert_eq!(Request::decode(&req.encode()).unwrap(), req);
         }
 
@@ -502,7 +569,7 @@ mod tests {
         }
 
         #[test]
-        fn truncation_is_an_error(req in request(), cut in 0usize..200) {
+        fn truncation_is_an_error(req in scoped_request(), cut in 0usize..200) {
             let b = req.encode();
             let cut = cut % b.len();
             prop_assert!(Request::decode(&b[..cut]).is_err());
@@ -516,6 +583,29 @@ mod tests {
         assert_eq!(split_frame(&f[..5]).unwrap(), None);
         let big = ((MAX_FRAME + 1) as u32).to_be_bytes();
         assert!(matches!(split_frame(&big), Err(WireError::TooLong(_))));
+    }
+
+    #[test]
+    fn scoped_requests() {
+        let req = Request::Tags {
+            repo: scoped(Some("registry.example:5000"), "a/b"),
+        };
+        let b = req.encode();
+        assert_eq!(b[0], KIND_SCOPED);
+        assert_eq!(Request::decode(&b).unwrap(), req);
+        assert_eq!(req.plain_repo(), "a/b");
+        // Plain requests are encoded as before scoping existed.
+        let plain = Request::Tags { repo: "a/b".into() };
+        assert_eq!(plain.encode()[0], 4);
+        // One level only, and the host is checked.
+        let mut nested = vec![KIND_SCOPED];
+        put_str(&mut nested, "x");
+        nested.extend_from_slice(&b);
+        assert!(Request::decode(&nested).is_err());
+        let mut bad = vec![KIND_SCOPED];
+        put_str(&mut bad, "a/b");
+        bad.extend_from_slice(&plain.encode());
+        assert!(matches!(Request::decode(&bad), Err(WireError::Name(_))));
     }
 
     #[test]
