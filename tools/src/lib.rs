@@ -24,6 +24,7 @@ pub mod http;
 pub mod image;
 pub mod kv;
 pub mod listener;
+pub mod logging;
 pub mod metric;
 pub mod pki;
 pub mod prom_text;
@@ -48,6 +49,11 @@ use cmd::{
 #[derive(Debug, Parser)]
 #[command(name = "qr", version, about, long_about = None)]
 struct Cli {
+    /// Log lines on stderr as text or as JSON lines (timestamp, level,
+    /// target, fields); RUST_LOG filters them.
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -148,19 +154,7 @@ enum Command {
 /// whole of `qr`'s `main`.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour only for a person at a terminal: a log file or a pipe gets
-        // plain text (and NO_COLOR, https://no-color.org, is honoured).
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-        )
-        .init();
+    logging::init(cli.log_format);
     match cli.command {
         Command::Demo(args) => demo::main(&args),
         Command::Serve(args) => serve::main(&args),

@@ -39,14 +39,15 @@ fn registry_agent(d: &Path, pki: &Path, log: &str) -> Proc {
     qr("registry-agent", &args, &d.join(log))
 }
 
-fn node_agent(d: &Path, pki: &Path, cache: &str, log: &str) -> Proc {
-    let args = node_agent_args(
+fn node_agent(d: &Path, pki: &Path, cache: &str, log: &str, extra: &[&str]) -> Proc {
+    let mut args = node_agent_args(
         pki,
         "127.0.111.92",
         "127.0.111.91:19191",
         NODE,
         &d.join(cache),
     );
+    args.extend(extra.iter().map(|s| s.to_string()));
     qr("node-agent", &args, &d.join(log))
 }
 
@@ -67,6 +68,10 @@ fn tags(query: &str) -> (serde_json::Value, Vec<(String, String)>) {
 fn metric(addr: &str, name: &str) -> f64 {
     let (_, _, m) = http_get(addr, "/metrics", &[]);
     let m = String::from_utf8(m).unwrap();
+    // Valid exposition text (histograms included), not just a sample.
+    if let Err(e) = quic_rdma_tools::prom_text::parse(&m) {
+        panic!("{addr}/metrics: {e}\n{m}");
+    }
     sample(&m, name).unwrap_or_else(|| panic!("{name} not on {addr}/metrics:\n{m}"))
 }
 
@@ -104,7 +109,7 @@ fn cached_images_pull_while_the_registry_is_down() {
     ]));
     let pki = pki(d, "127.0.111.91");
     let mut ra = registry_agent(d, &pki, "ra1.log");
-    let mut na = node_agent(d, &pki, "nc1", "na1.log");
+    let mut na = node_agent(d, &pki, "nc1", "na1.log", &[]);
 
     let want = layout_digests(&layout);
     assert_eq!(pull_ok(d, "v1", "pulled1", "na1.log"), want);
@@ -126,7 +131,8 @@ fn cached_images_pull_while_the_registry_is_down() {
     );
     let fetched_at = Instant::now();
     let _ra = registry_agent(d, &pki, "ra2.log");
-    let _na = node_agent(d, &pki, "nc2", "na2.log");
+    // This one logs JSON lines (checked at the end).
+    let _na = node_agent(d, &pki, "nc2", "na2.log", &["--log-format", "json"]);
 
     // By digest: immutable, never stale.
     let (st, hs, by_digest) = manifest(&digest);
@@ -182,4 +188,46 @@ fn cached_images_pull_while_the_registry_is_down() {
     let (st, hs, b) = manifest("v1");
     assert_eq!((st, &b), (200, &body));
     assert_eq!(header(&hs, "x-qr-stale"), None, "{hs:?}");
+
+    // Logs and latency: one access-log line per request, JSON on the node
+    // agent that was asked for it; a histogram per route.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(d.join("na2.log"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let access: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|v| v["target"] == "qr::access")
+        .collect();
+    let manifest_gets = access
+        .iter()
+        .filter(|v| {
+            v["method"] == "GET"
+                && v["target"] == "qr::access"
+                && v["status"] == 200
+                && v["outcome"] == "complete"
+                && v["timestamp"].is_string()
+                && v["level"] == "INFO"
+                && v.to_string().contains(&format!("/v2/{REPO}/manifests/v1"))
+        })
+        .count();
+    assert!(manifest_gets >= 3, "{access:?}");
+    assert!(
+        access.iter().any(|v| v["status"] == 502),
+        "the failed request is logged too"
+    );
+    let count = "qr_node_request_duration_seconds_count{route=\"manifest\"}";
+    assert!(metric(NODE, count) >= 4.0);
+    assert!(
+        metric(
+            METRICS,
+            "qr_registry_request_duration_seconds_count{request=\"manifest\"}"
+        ) >= 3.0
+    );
+    let ra_log = std::fs::read_to_string(d.join("ra2.log")).unwrap();
+    assert!(
+        ra_log.contains(&format!("manifest {REPO}:v1 ok (stale)")),
+        "{ra_log}"
+    );
 }

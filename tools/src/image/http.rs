@@ -15,9 +15,9 @@ use tokio::net::TcpListener;
 
 use super::client::FetchError;
 use super::digest::{check_name, check_namespace, scoped, split_scope, Digest, Reference};
-use super::metrics::Path;
+use super::metrics::{Path, RouteKind};
 use super::node::Node;
-use crate::http::{full, METRICS_CONTENT_TYPE};
+use crate::http::{full, AccessLog, METRICS_CONTENT_TYPE};
 use crate::listener::{Limits, ListenerStats};
 
 pub use crate::http::Body;
@@ -188,13 +188,23 @@ pub fn parse_range(h: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, ()>
 
 async fn handle(req: Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) -> Response<Body> {
     node.metrics.requests.inc();
+    let log = AccessLog::begin(&req);
+    let kind = match route(req.uri().path()) {
+        Ok(Route::Manifest(..)) => RouteKind::Manifest,
+        Ok(Route::Blob(..)) => RouteKind::Blob,
+        Ok(Route::Tags(..)) => RouteKind::Tags,
+        _ => RouteKind::Other,
+    };
     let resp = answer(&req, node, tcp).await;
     match resp.status() {
         StatusCode::BAD_REQUEST => node.metrics.bad_requests.inc(),
         s if s.is_client_error() || s.is_server_error() => node.metrics.errors.inc(),
         _ => {}
     }
-    resp
+    let metrics = node.metrics.clone();
+    log.finish(resp, move |took| {
+        metrics.request_duration.get(kind).observe(took)
+    })
 }
 
 async fn answer(req: &Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) -> Response<Body> {

@@ -4,7 +4,9 @@
 
 use std::fmt::Write as _;
 
-pub use crate::metric::{counter, gauge, sample, Counter, Gauge};
+pub use crate::metric::{
+    counter, gauge, histogram, sample, Counter, Gauge, Histogram, HistogramVec, Label,
+};
 
 /// Where the bytes of an answer came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +30,78 @@ impl Path {
             Path::Direct => "direct",
             Path::Peer => "peer",
         }
+    }
+}
+
+/// What an HTTP request of the node agent asked for (the `route` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteKind {
+    /// `/v2/<name>/manifests/<reference>`.
+    Manifest,
+    /// `/v2/<name>/blobs/<digest>`.
+    Blob,
+    /// `/v2/<name>/tags/list`.
+    Tags,
+    /// Anything else (`/v2/`, `/metrics`, errors).
+    Other,
+}
+
+impl Label for RouteKind {
+    const KEY: &'static str = "route";
+    const ALL: &'static [Self] = &[
+        RouteKind::Manifest,
+        RouteKind::Blob,
+        RouteKind::Tags,
+        RouteKind::Other,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            RouteKind::Manifest => "manifest",
+            RouteKind::Blob => "blob",
+            RouteKind::Tags => "tags",
+            RouteKind::Other => "other",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What a `qr-image/1` request asked for (the `request` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestKind {
+    /// A manifest or index.
+    Manifest,
+    /// A blob's size.
+    Stat,
+    /// A blob chunk.
+    Blob,
+    /// A tag list.
+    Tags,
+    /// Not a valid request.
+    Malformed,
+}
+
+impl Label for RequestKind {
+    const KEY: &'static str = "request";
+    const ALL: &'static [Self] = &[
+        RequestKind::Manifest,
+        RequestKind::Stat,
+        RequestKind::Blob,
+        RequestKind::Tags,
+        RequestKind::Malformed,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            RequestKind::Manifest => "manifest",
+            RequestKind::Stat => "stat",
+            RequestKind::Blob => "blob",
+            RequestKind::Tags => "tags",
+            RequestKind::Malformed => "malformed",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -88,6 +162,8 @@ pub struct NodeMetrics {
     pub chunks: Counter,
     /// The latest adaptive chunk size in bytes.
     pub chunk_size: Gauge,
+    /// HTTP request durations (to the body's end), by route.
+    pub request_duration: HistogramVec<RouteKind>,
 }
 
 impl NodeMetrics {
@@ -243,6 +319,11 @@ impl NodeMetrics {
             "Current adaptive chunk size",
             self.chunk_size.get(),
         );
+        self.request_duration.render(
+            &mut o,
+            "qr_node_request_duration_seconds",
+            "HTTP request durations, to the end of the response body, by route",
+        );
         if let Some(gate) = self.peer_retry.get() {
             crate::endpoint_metrics::retry_gate(&mut o, gate);
         }
@@ -291,6 +372,8 @@ pub struct RegistryMetrics {
     /// Requesters (node connections) that joined a blob fetch already under
     /// way: once per blob each, however many chunks they read.
     pub single_flight_joins: Counter,
+    /// Request durations (read to finished answer), by request kind.
+    pub request_duration: HistogramVec<RequestKind>,
 }
 
 impl RegistryMetrics {
@@ -392,6 +475,11 @@ impl RegistryMetrics {
             "qr_registry_single_flight_joins_total",
             "Requests joining a fetch under way",
             self.single_flight_joins.get(),
+        );
+        self.request_duration.render(
+            &mut o,
+            "qr_registry_request_duration_seconds",
+            "Request durations, from the request read to the answer finished, by request kind",
         );
         o
     }

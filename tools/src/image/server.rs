@@ -13,7 +13,7 @@ use std::sync::Arc;
 use sha2::{Digest as _, Sha256};
 
 use super::digest::Digest;
-use super::metrics::RegistryMetrics;
+use super::metrics::{RegistryMetrics, RequestKind};
 use super::node::Node;
 use super::source::SourceError;
 use super::spool::{read_range, Piece, Spool};
@@ -177,7 +177,31 @@ async fn stream(
         Ok(m) => Request::decode(&m).map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
-    let is_blob = matches!(req, Ok(Request::Blob { .. }));
+    let start = std::time::Instant::now();
+    let kind = match &req {
+        Ok(Request::Manifest { .. }) => RequestKind::Manifest,
+        Ok(Request::Stat { .. }) => RequestKind::Stat,
+        Ok(Request::Blob { .. }) => RequestKind::Blob,
+        Ok(Request::Tags { .. }) => RequestKind::Tags,
+        Err(_) => RequestKind::Malformed,
+    };
+    let what = match &req {
+        Ok(Request::Manifest {
+            repo, reference, ..
+        }) => format!("manifest {repo}:{reference}"),
+        Ok(Request::Stat { repo, digest }) => format!("stat {repo}@{digest}"),
+        Ok(Request::Blob {
+            repo,
+            digest,
+            offset,
+            len,
+        }) => {
+            format!("blob {repo}@{digest} [{offset}+{len}]")
+        }
+        Ok(Request::Tags { repo }) => format!("tags {repo}"),
+        Err(why) => format!("malformed: {why}"),
+    };
+    let is_blob = kind == RequestKind::Blob;
     let (header, body) = match req {
         Err(why) => {
             metrics.bad_requests.inc();
@@ -234,6 +258,20 @@ async fn stream(
     // Wait for the peer to have read everything (or to go away) so the stream
     // is not reset by dropping it early.
     let _ = send.stopped().await;
+    let took = start.elapsed();
+    metrics.request_duration.get(kind).observe(took);
+    let status = match &header {
+        Response::Ok { stale: true, .. } => "ok (stale)".to_string(),
+        Response::Ok { .. } => "ok".to_string(),
+        Response::Err { status, message } => format!("{status:?}: {message}"),
+    };
+    // One line per request; blob chunks (many per blob) only at debug.
+    let ms = took.as_secs_f64() * 1e3;
+    if is_blob {
+        tracing::debug!(target: "qr::access", client = %client.0, "{what} {status} {n}B {ms:.1}ms");
+    } else {
+        tracing::info!(target: "qr::access", client = %client.0, "{what} {status} {n}B {ms:.1}ms");
+    }
     Ok(())
 }
 
