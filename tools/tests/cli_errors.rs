@@ -184,3 +184,45 @@ fn byte_sizes_are_not_rounded() {
     assert_eq!(r["transfer"]["bytes"], 1536, "{err}");
     assert_eq!(r["transfer"]["bytes_received"], 1536, "{err}");
 }
+
+/// `qr gateway`'s bad usage exits 2 with the fix named; what can only be
+/// found at start (a --udp-bind not of this host, a --target name that does
+/// not resolve) exits 1 naming the flag, before it forwards anything.
+#[test]
+fn gateway_bad_usage_is_refused_at_start() {
+    let common = ["--fabric-ip", "127.0.93.7", "--target", "127.0.93.6:19306"];
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["--max-clients", "0"], 2, "0 would refuse every client"),
+        (&["--idle-timeout", "0s"], 2, "0 would drop every client"),
+        (&["--fabric-mtu", "1024"], 2, "QUIC needs 1200 bytes"),
+        (
+            &["--udp-bind", "192.0.2.1"],
+            1,
+            "--udp-bind 192.0.2.1: cannot send from it",
+        ),
+    ];
+    for (args, code, said) in cases {
+        let mut all = vec!["gateway", "to-udp"];
+        all.extend_from_slice(&common);
+        all.extend_from_slice(args);
+        let (out, err) = run(&all);
+        assert_eq!(out.status.code(), Some(*code), "{all:?}: {err}");
+        assert!(err.contains(said), "{all:?}: {err}");
+    }
+    let (out, err) = run(&[
+        "gateway",
+        "to-udp",
+        "--fabric-ip",
+        "127.0.93.7",
+        "--target",
+        "no-such-host.invalid:4433",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--target no-such-host.invalid:4433"), "{err}");
+    // The "port taken" hint names a flag the gateway has.
+    let (_, help) = run(&["gateway", "to-fabric", "--help"]);
+    assert!(help.is_empty());
+    let out =
+        Guard::spawn(qr().args(["gateway", "to-fabric", "--help"])).wait(Duration::from_secs(60));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--udp-port"));
+}
