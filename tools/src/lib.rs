@@ -26,6 +26,7 @@ pub mod kv;
 pub mod listener;
 pub mod logging;
 pub mod metric;
+mod notify;
 pub mod pki;
 pub mod prom_text;
 mod provider;

@@ -267,6 +267,7 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
         limits.max_unvalidated,
         limits.idle_timeout
     );
+    crate::notify::ready("forwarding UDP to the fabric");
     gateway::to_fabric(
         ToFabric {
             udp,
@@ -324,6 +325,7 @@ async fn to_udp(a: &ToUdpArgs) -> Result<()> {
         limits.max_unvalidated,
         limits.idle_timeout
     );
+    crate::notify::ready("forwarding the fabric to UDP");
     gateway::to_udp(
         ToUdp {
             listener: ep.socket.clone(),

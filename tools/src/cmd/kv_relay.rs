@@ -298,6 +298,7 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
         a.master,
         listening.describe()
     );
+    crate::notify::ready("following the Redis master");
     let up = UpstreamConfig {
         master: a.master.clone(),
         user: a.master_user.clone(),
@@ -393,6 +394,7 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
         "qr kv-relay downstream: replicas connect to {}; upstream relay {}",
         a.listen, a.upstream
     );
+    crate::notify::ready("serving replicas");
     downstream::serve(
         listener,
         c.metrics.tcp.limits(),

@@ -243,6 +243,7 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
             String::from_utf8_lossy(wire::ALPN),
             access.describe()
         );
+        crate::notify::ready(&format!("serving on {}, {from}", args.provider));
         let serving = server::Serving {
             metrics,
             watcher: Some(server.watcher()),
