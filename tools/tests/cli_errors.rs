@@ -226,3 +226,69 @@ fn gateway_bad_usage_is_refused_at_start() {
         Guard::spawn(qr().args(["gateway", "to-fabric", "--help"])).wait(Duration::from_secs(60));
     assert!(String::from_utf8_lossy(&out.stdout).contains("--udp-port"));
 }
+
+/// `qr --version` names the git revision; completions and manual pages come
+/// from the same clap definitions (every subcommand in both), and a reader
+/// that closes the pipe early does not make `qr` panic.
+#[test]
+fn version_completions_and_manual_pages() {
+    let out = Guard::spawn(qr().arg("--version")).wait(Duration::from_secs(60));
+    let version = String::from_utf8_lossy(&out.stdout).to_string();
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    assert!(version.starts_with("qr 0."), "{version}");
+    if let Some(head) = head {
+        assert!(
+            version.contains(&format!("({head})")),
+            "{version} vs HEAD {head}"
+        );
+    }
+    let subcommands = [
+        "registry-agent",
+        "node-agent",
+        "kv-relay",
+        "gateway",
+        "serve",
+        "pull",
+    ];
+    for shell in ["bash", "zsh", "fish"] {
+        // Read while it writes (a script is larger than a pipe's buffer).
+        let out = qr().args(["completions", shell]).output().unwrap();
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        for sub in subcommands {
+            assert!(script.contains(sub), "{shell} completion lacks {sub}");
+        }
+    }
+    let dir = TempDir::new("man-pages");
+    let out = Guard::spawn(qr().args(["man", "--dir"]).arg(dir.path("man")))
+        .wait(Duration::from_secs(60));
+    assert!(out.status.success());
+    for page in [
+        "qr.1",
+        "qr-node-agent.1",
+        "qr-kv-relay-upstream.1",
+        "qr-gateway-to-fabric.1",
+    ] {
+        let text = std::fs::read_to_string(dir.path("man").join(page))
+            .unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(text.contains(".TH "), "{page} is not a roff page");
+    }
+    let node = std::fs::read_to_string(dir.path("man").join("qr-node-agent.1")).unwrap();
+    assert!(node.contains("cache\\-dir"), "the page lists the flags");
+    // A closed pipe: exit quietly, no panic.
+    let mut child = qr()
+        .args(["completions", "bash"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
