@@ -14,6 +14,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
 use super::client::FetchError;
+use super::cut_through;
 use super::digest::{check_name, check_namespace, scoped, split_scope, Digest, Reference};
 use super::metrics::{Path, RouteKind};
 use super::node::Node;
@@ -397,8 +398,20 @@ async fn blob(
             Err(e) => fetch_error(&e, "BLOB_UNKNOWN"),
         };
     }
-    // The whole blob is verified before its first byte is served.
-    let mut b = match node.blob(name, digest, &|_, _| {}).await {
+    // A whole GET of a blob not held here streams as it arrives
+    // (cut-through); a range, or a blob in the cache, is served whole.
+    let streamable = range_h.is_none()
+        && !node.cache.contains(digest)
+        && !node.cut_through_failures.recent(digest);
+    let got = if streamable {
+        match cut_through::start(node.clone(), name.to_string(), *digest).await {
+            cut_through::Answer::Whole(r) => r,
+            cut_through::Answer::Streaming(s) => return streaming(s, digest),
+        }
+    } else {
+        node.blob(name, digest, &|_, _| {}).await
+    };
+    let mut b = match got {
         Ok(b) => b,
         Err(e) => return fetch_error(&e, "BLOB_UNKNOWN"),
     };
@@ -483,6 +496,20 @@ async fn blob(
             &format!("bytes {start}-{}/{}", end - 1, b.size),
         );
     }
+    r
+}
+
+/// A 200 whose body is the verified prefix of a fetch under way
+/// ([`cut_through`]).
+fn streaming(s: cut_through::Streaming, digest: &Digest) -> Response<Body> {
+    let size = s.size;
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(s.body())));
+    let h = r.headers_mut();
+    set(h, CONTENT_LENGTH, &size.to_string());
+    set(h, CONTENT_TYPE, "application/octet-stream");
+    set(h, "Docker-Content-Digest", &digest.to_string());
+    set(h, "Accept-Ranges", "bytes");
+    set(h, "X-Qr-Path", "cut-through");
     r
 }
 

@@ -11,13 +11,15 @@
 //! [`server`] (its QUIC side), [`client`] and [`transfer`] (the node agent's
 //! QUIC side: parallel, adaptive, resumable chunk streams, written and hashed
 //! by a [`sink`]), [`node`] (the node
-//! agent's store), [`peer`] (other node agents it may fetch from, whose
+//! agent's store; [`cut_through`] streams a blob to HTTP as it arrives),
+//! [`peer`] (other node agents it may fetch from, whose
 //! caches the [`server`] also serves), [`http`] (its HTTP side) and [`metrics`];
 //! [`references`] remembers which repositories reference which blobs;
 //! [`platform`] picks an index's entry for a platform.
 
 pub mod cache;
 pub mod client;
+pub mod cut_through;
 pub mod digest;
 pub mod fabric;
 pub mod http;

@@ -40,6 +40,8 @@ pub struct Node {
     pub transfer: TransferOptions,
     /// (repository, digest) pairs the registry agent confirmed for this node.
     pub references: References,
+    /// Blobs whose streamed fetch failed recently ([`super::cut_through`]).
+    pub cut_through_failures: super::cut_through::Failures,
     flights: Arc<Flights>,
     direct: std::sync::OnceLock<(Arc<Upstream>, u64)>,
     peers: std::sync::OnceLock<Vec<Peer>>,
@@ -65,6 +67,17 @@ impl Drop for Flight {
             .expect("flights lock")
             .remove(&self.digest);
     }
+}
+
+/// Who hears a blob being fetched: the verified prefix as it grows (bytes
+/// written to the temp file and hashed in order, and the size), and each
+/// attempt's temp file as it is made (a refetch after a mismatch is a new
+/// attempt in a new file).
+pub struct Watch<'a> {
+    /// Verified prefix, size.
+    pub prefix: &'a (dyn Fn(u64, u64) + Send + Sync),
+    /// A new attempt's temp file.
+    pub started: &'a (dyn Fn(&TempBlob) + Send + Sync),
 }
 
 /// A verified blob, opened for reading.
@@ -121,6 +134,7 @@ impl Node {
             metrics,
             transfer,
             references: References::default(),
+            cut_through_failures: Default::default(),
             flights: Arc::new(std::sync::Mutex::new(HashMap::new())),
             direct: std::sync::OnceLock::new(),
             peers: std::sync::OnceLock::new(),
@@ -218,10 +232,27 @@ impl Node {
         d: &Digest,
         progress: &(dyn Fn(u64, u64) + Send + Sync),
     ) -> Result<Blob, FetchError> {
+        let watch = Watch {
+            prefix: progress,
+            started: &|_| {},
+        };
+        self.blob_watched(repo, d, &watch).await
+    }
+
+    /// [`Node::blob`], and `watch.started` hears each fetch attempt's temp
+    /// file as it is made, so an answer can stream the verified prefix
+    /// before the whole blob is (cut-through, `super::http`).
+    pub async fn blob_watched(
+        &self,
+        repo: &str,
+        d: &Digest,
+        watch: &Watch<'_>,
+    ) -> Result<Blob, FetchError> {
+        let progress = watch;
         if let Some((file, size)) = self.cached(d).await {
             self.confirm(repo, d).await?;
             self.metrics.cache_hits.inc();
-            progress(size, size);
+            (progress.prefix)(size, size);
             return Ok(Blob {
                 file,
                 size,
@@ -246,7 +277,7 @@ impl Node {
         if let Some((file, size)) = self.cached(d).await {
             self.confirm(repo, d).await?;
             self.metrics.cache_hits.inc();
-            progress(size, size);
+            (progress.prefix)(size, size);
             return Ok(Blob {
                 file,
                 size,
@@ -298,7 +329,7 @@ impl Node {
         repo: &str,
         d: &Digest,
         size: u64,
-        progress: &(dyn Fn(u64, u64) + Send + Sync),
+        progress: &Watch<'_>,
         flight: &mut Option<Flight>,
     ) -> Result<Blob, FetchError> {
         use sha2::{Digest as _, Sha256};
@@ -308,6 +339,7 @@ impl Node {
             .cache
             .temp(d, size)
             .map_err(|e| FetchError::Local(e.to_string()))?;
+        (progress.started)(&temp);
         let (mut at, mut h) = (0u64, Sha256::new());
         while let Some(piece) = resp.chunk().await.map_err(|e| upstream_err(&e))? {
             if at + piece.len() as u64 > size {
@@ -317,7 +349,7 @@ impl Node {
                 .map_err(|e| FetchError::Local(e.to_string()))?;
             h.update(&piece);
             at += piece.len() as u64;
-            progress(at, size);
+            (progress.prefix)(at, size);
         }
         let actual = Digest::from_bytes(h.finalize().into());
         if at != size || actual != *d {
@@ -340,7 +372,7 @@ impl Node {
         &self,
         repo: &str,
         d: &Digest,
-        progress: &(dyn Fn(u64, u64) + Send + Sync),
+        progress: &Watch<'_>,
         flight: &mut Option<Flight>,
     ) -> Option<Blob> {
         let peers = self.peers.get()?;
@@ -367,6 +399,7 @@ impl Node {
                     return None;
                 }
             };
+            (progress.started)(&temp);
             let got = fetch_blob(
                 &peer.client,
                 Path::Peer,
@@ -375,7 +408,7 @@ impl Node {
                 &temp,
                 &opts,
                 &self.metrics,
-                &|n| progress(n, size),
+                &|n| (progress.prefix)(n, size),
             )
             .await;
             match got {
@@ -427,7 +460,7 @@ impl Node {
         &self,
         repo: &str,
         d: &Digest,
-        progress: &(dyn Fn(u64, u64) + Send + Sync),
+        progress: &Watch<'_>,
         flight: Flight,
     ) -> Result<Blob, FetchError> {
         let flight = &mut Some(flight);
@@ -450,6 +483,7 @@ impl Node {
                 .cache
                 .temp(d, size)
                 .map_err(|e| FetchError::Local(e.to_string()))?;
+            (progress.started)(&temp);
             let got = fetch_blob(
                 &self.client,
                 Path::Fabric,
@@ -458,7 +492,7 @@ impl Node {
                 &temp,
                 &self.transfer,
                 &self.metrics,
-                &|n| progress(n, size),
+                &|n| (progress.prefix)(n, size),
             )
             .await;
             // Dropping `temp` on any path but commit deletes it: nothing

@@ -383,12 +383,41 @@ fn tls_args(pki: &Path, name: &str) -> Vec<String> {
     ]
 }
 
+/// Status, headers and body of an HTTP answer.
+pub(crate) type Got = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// GET http://ADDR/PATH as a client that retries a response cut short
+/// (as every OCI client does): status, headers, body, and how many
+/// responses were cut short first.
+pub(crate) fn http_get_retrying(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, Vec<u8>, usize) {
+    for cut in 0..3 {
+        match http_get_result(addr, path, headers) {
+            Ok((st, hs, body)) => return (st, hs, body, cut),
+            Err(e) => eprintln!("GET {path}: {e}; retrying"),
+        }
+    }
+    panic!("GET {addr}{path}: cut short three times");
+}
+
 /// GET http://ADDR/PATH with extra headers; status, headers, body.
 pub(crate) fn http_get(
     addr: &str,
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    http_get_result(addr, path, headers).unwrap()
+}
+
+/// [`http_get`], a body cut short an error.
+pub(crate) fn http_get_result(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Got, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -409,7 +438,8 @@ pub(crate) fn http_get(
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
             .collect();
-        (status, hs, r.bytes().await.unwrap().to_vec())
+        let body = r.bytes().await.map_err(|e| format!("{e:?}"))?;
+        Ok((status, hs, body.to_vec()))
     })
 }
 
