@@ -78,6 +78,9 @@ unsafe impl Versioned for qr_socket_stats {
 
 /// Statistics of `conn` into `*out` (set `out->struct_size` first).
 ///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_EINVAL` (`out->struct_size` below 4),
+/// `QR_ENOCONN`, `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
 #[no_mangle]
@@ -112,6 +115,9 @@ pub unsafe extern "C" fn qr_conn_stats_get(
 }
 
 /// The socket's counters into `*out` (set `out->struct_size` first).
+///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_EINVAL` (`out->struct_size` below 4),
+/// `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.

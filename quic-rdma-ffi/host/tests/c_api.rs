@@ -126,6 +126,22 @@ fn c_api_tests_are_valgrind_clean() {
     assert!(out.contains(EXPECTED), "{out}");
 }
 
+/// The API's contract (issue 29's C API gaps): bounded configs, per-call
+/// `qr_last_error`, `QR_ENOFD`, newer structs' unknown tails.
+const CONTRACT_EXPECTED: &str = "4 passed, 0 failed";
+
+#[test]
+fn c_contract_tests_pass() {
+    let exe = compile(
+        "test_contract",
+        &[c_dir().join("tests/test_contract.c")],
+        &[],
+    );
+    let out = run(&mut Command::new(&exe));
+    print!("{out}");
+    assert!(out.contains(CONTRACT_EXPECTED), "{out}");
+}
+
 #[test]
 fn c_examples_run() {
     let dir = ffi_dir().join("examples");
