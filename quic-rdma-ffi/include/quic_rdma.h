@@ -104,6 +104,17 @@
 #define QR_QUEUE_MAX 32768
 
 /**
+ * Smallest `datagram_recv_buffer` accepted (bytes; 0 is the default): more
+ * than any datagram at the largest MTU.
+ */
+#define QR_DATAGRAM_BUFFER_MIN 16384
+
+/**
+ * Largest `datagram_recv_buffer` accepted (bytes), per connection.
+ */
+#define QR_DATAGRAM_BUFFER_MAX 268435456
+
+/**
  * Largest `max_bidi_streams` and `max_uni_streams` accepted: quinn-proto
  * allocates the state of every stream the peer may open when a connection
  * starts.
@@ -290,9 +301,19 @@
 #define QR_EVENT_STREAMS_AVAILABLE 10
 
 /**
- * Datagrams wait in `qr_datagram_recv`.
+ * Datagrams arrived and wait in `qr_datagram_recv` (one event per poll that
+ * received some, while any are unread).
  */
 #define QR_EVENT_DATAGRAM 11
+
+/**
+ * Received datagrams of `conn` were dropped unread: its receive buffer
+ * (`qr_engine_config.datagram_recv_buffer`) was full and the oldest made
+ * room. `code` is how many since the previous such event of the connection;
+ * `qr_conn_stats.datagrams_dropped` has the total. Follows the
+ * `QR_EVENT_DATAGRAM` of the same poll. Read faster or enlarge the buffer.
+ */
+#define QR_EVENT_DATAGRAMS_DROPPED 15
 
 /**
  * `qr_datagram_send` has room again after it returned `QR_EAGAIN`.
@@ -444,9 +465,9 @@ typedef struct {
 } qr_addr;
 
 /**
- * How to build an engine (`qr_engine_new`). Version 2 (version 1 ended at
- * `ca_der_len`; a caller built against it passes the smaller size and gets
- * every default below).
+ * How to build an engine (`qr_engine_new`). Version 3 (version 1 ended at
+ * `ca_der_len`, version 2 at `max_uni_streams`; a caller built against an
+ * older one passes the smaller size and gets every default after it).
  *
  * TLS: a server sets `cert_der`/`key_der` (its certificate chain, leaf first,
  * and its private key); a client sets `ca_der` (the roots it trusts). Each
@@ -579,6 +600,15 @@ typedef struct {
    * else 1..=`QR_STREAMS_MAX`).
    */
   uint32_t max_uni_streams;
+  /**
+   * v3. Bytes of received datagrams each connection holds until
+   * `qr_datagram_recv` takes them (payload plus 32 per datagram; 0: 4 MiB;
+   * else `QR_DATAGRAM_BUFFER_MIN`..=`QR_DATAGRAM_BUFFER_MAX`, 16 KiB..256
+   * MiB). When a new datagram does not fit, the oldest are dropped,
+   * counted (`qr_conn_stats.datagrams_dropped`) and reported
+   * (`QR_EVENT_DATAGRAMS_DROPPED`).
+   */
+  uint64_t datagram_recv_buffer;
 } qr_engine_config;
 
 /**
@@ -605,7 +635,8 @@ typedef struct {
    */
   uint64_t stream;
   /**
-   * Application or transport error code (reset, stopped, connection lost).
+   * Application or transport error code (reset, stopped, connection
+   * lost); for `QR_EVENT_DATAGRAMS_DROPPED` the number dropped.
    */
   uint64_t code;
   /**
@@ -692,7 +723,7 @@ typedef struct {
 typedef void (*qr_log_fn)(void *user, int32_t level, const char *target, const char *message);
 
 /**
- * One connection's statistics. Version 1.
+ * One connection's statistics. Version 2 (version 1 ended at `rx_bytes`).
  */
 typedef struct {
   /**
@@ -735,10 +766,26 @@ typedef struct {
    * Bytes received in UD datagrams.
    */
   uint64_t rx_bytes;
+  /**
+   * v2. QUIC DATAGRAM frames received (RFC 9221), read or not.
+   */
+  uint64_t datagrams_received;
+  /**
+   * v2. Received datagrams dropped unread because the receive buffer
+   * (`qr_engine_config.datagram_recv_buffer`) was full
+   * (`QR_EVENT_DATAGRAMS_DROPPED` reports each batch). Frames arriving after
+   * the connection was closed count here too.
+   */
+  uint64_t datagrams_dropped;
+  /**
+   * v2. Received datagrams waiting for `qr_datagram_recv`.
+   */
+  uint64_t datagrams_queued;
 } qr_conn_stats;
 
 /**
- * The engine's UD socket counters. Version 2 (version 1 ended at `drop_malformed`).
+ * The engine's UD socket counters. Version 3 (version 1 ended at
+ * `drop_malformed`, version 2 at `qp_recoveries`).
  */
 typedef struct {
   /**
@@ -790,6 +837,12 @@ typedef struct {
    * Added in version 2 of the struct: older callers' smaller size omits it.
    */
   uint64_t qp_recoveries;
+  /**
+   * v3. Received QUIC datagrams dropped unread, on every connection of the
+   * engine (closed ones included): the sum of
+   * `qr_conn_stats.datagrams_dropped`.
+   */
+  uint64_t datagrams_dropped;
 } qr_socket_stats;
 
 /**

@@ -126,14 +126,19 @@ pub const QR_QUEUE_MIN: u32 = 64;
 /// Largest `recv_depth` and `send_slots` accepted: each is a registered
 /// buffer of MTU + 64 bytes (32768 at MTU 4096: 136 MB).
 pub const QR_QUEUE_MAX: u32 = 32768;
+/// Smallest `datagram_recv_buffer` accepted (bytes; 0 is the default): more
+/// than any datagram at the largest MTU.
+pub const QR_DATAGRAM_BUFFER_MIN: u64 = 16_384;
+/// Largest `datagram_recv_buffer` accepted (bytes), per connection.
+pub const QR_DATAGRAM_BUFFER_MAX: u64 = 268_435_456;
 /// Largest `max_bidi_streams` and `max_uni_streams` accepted: quinn-proto
 /// allocates the state of every stream the peer may open when a connection
 /// starts.
 pub const QR_STREAMS_MAX: u32 = 16384;
 
-/// How to build an engine (`qr_engine_new`). Version 2 (version 1 ended at
-/// `ca_der_len`; a caller built against it passes the smaller size and gets
-/// every default below).
+/// How to build an engine (`qr_engine_new`). Version 3 (version 1 ended at
+/// `ca_der_len`, version 2 at `max_uni_streams`; a caller built against an
+/// older one passes the smaller size and gets every default after it).
 ///
 /// TLS: a server sets `cert_der`/`key_der` (its certificate chain, leaf first,
 /// and its private key); a client sets `ca_der` (the roots it trusts). Each
@@ -219,6 +224,13 @@ pub struct qr_engine_config {
     /// v2. Unidirectional streams the peer may have open at once (0: 100;
     /// else 1..=`QR_STREAMS_MAX`).
     pub max_uni_streams: u32,
+    /// v3. Bytes of received datagrams each connection holds until
+    /// `qr_datagram_recv` takes them (payload plus 32 per datagram; 0: 4 MiB;
+    /// else `QR_DATAGRAM_BUFFER_MIN`..=`QR_DATAGRAM_BUFFER_MAX`, 16 KiB..256
+    /// MiB). When a new datagram does not fit, the oldest are dropped,
+    /// counted (`qr_conn_stats.datagrams_dropped`) and reported
+    /// (`QR_EVENT_DATAGRAMS_DROPPED`).
+    pub datagram_recv_buffer: u64,
 }
 
 // SAFETY: repr(C), first field u32 struct_size, fields valid when zeroed.
@@ -281,6 +293,14 @@ impl qr_engine_config {
         if self.send_slots != 0 {
             engine.socket.send_slots =
                 bounded(self.send_slots, QR_QUEUE_MIN, QR_QUEUE_MAX, "send_slots")?;
+        }
+        if self.datagram_recv_buffer != 0 {
+            engine.datagram_recv_buffer = bounded(
+                self.datagram_recv_buffer,
+                QR_DATAGRAM_BUFFER_MIN,
+                QR_DATAGRAM_BUFFER_MAX,
+                "datagram_recv_buffer",
+            )?;
         }
         if tls.identity.is_some() {
             engine.server = Some(
