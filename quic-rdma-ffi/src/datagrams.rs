@@ -54,7 +54,11 @@ pub unsafe extern "C" fn qr_datagram_recv(
         // SAFETY: the caller's contract above.
         let (e, buf) = unsafe { (obj(e)?, bytes_mut(buf, cap)?) };
         match e.engine.recv_datagram(ConnHandle::from_bits(conn), buf) {
-            Ok(n) => Ok(n as i64),
+            Ok(n) => {
+                // Decrypted bytes (see valgrind.rs).
+                crate::valgrind::mark_defined(buf.as_ptr(), n);
+                Ok(n as i64)
+            }
             Err(EngineError::BufferTooSmall { needed: n }) => {
                 if !needed.is_null() {
                     // SAFETY: non-null and writable by contract.

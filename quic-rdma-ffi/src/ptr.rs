@@ -4,6 +4,7 @@ use std::ffi::{c_char, CStr};
 use std::mem::MaybeUninit;
 
 use crate::error::{fail, QR_EINVAL, QR_ENULL, QR_ETOOSMALL};
+use crate::valgrind::mark_defined;
 
 /// `&mut *p`, or `QR_ENULL`.
 ///
@@ -69,6 +70,7 @@ pub(crate) unsafe fn put<T>(out: *mut T, v: T) -> Result<(), i32> {
     }
     // SAFETY: non-null and writable by the caller's contract.
     unsafe { out.write(v) };
+    mark_defined(out.cast(), size_of::<T>());
     Ok(())
 }
 
@@ -98,6 +100,7 @@ pub(crate) unsafe fn copy_out(
     // SAFETY: `buf` holds `cap` >= `src.len()` writable bytes (non-null when
     // `src` is non-empty, checked above), distinct from `src`, by contract.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buf, src.len()) };
+    mark_defined(buf, src.len());
     Ok(())
 }
 
@@ -191,6 +194,7 @@ pub(crate) unsafe fn write_versioned<T: Versioned>(out: *mut T, v: &T) -> Result
         std::ptr::copy_nonoverlapping((v as *const T).cast::<u8>(), out.cast::<u8>(), n);
         out.cast::<u32>().write_unaligned(n as u32);
     }
+    mark_defined(out.cast(), n);
     Ok(())
 }
 
