@@ -28,6 +28,10 @@ pub struct qr_bootstrap {
 /// `qr_bootstrap_free`. `QR_EFABRIC` when the port cannot be bound
 /// (`qr_last_error` says why).
 ///
+/// Returns: `QR_OK` with the service in `*out`; `QR_ENULL`, `QR_EINVAL`
+/// (`listen` not UTF-8), `QR_EFABRIC` (`listen` not "IP:PORT", or cannot
+/// bind), `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine; `listen` NUL-terminated; `out` writable.
 #[no_mangle]
@@ -78,6 +82,10 @@ pub unsafe extern "C" fn qr_bootstrap_free(b: *mut qr_bootstrap) {
 /// `timeout_ms` (0: 5 s); the answer goes to `*out`, ready for `qr_connect`.
 /// `QR_ECONNECT` when nobody answers or the answer is malformed
 /// (`qr_last_error` says which).
+///
+/// Returns: `QR_OK` with the address in `*out`; `QR_ENULL`, `QR_EINVAL`
+/// (`server` not UTF-8), `QR_ECONNECT` (`server` malformed, nobody answered
+/// in time, or a malformed answer), `QR_EPANIC`.
 ///
 /// # Safety
 /// `server` NUL-terminated; `out` writable.
