@@ -40,6 +40,10 @@ pub enum SocketError {
         /// Why the provider refused the rest.
         source: FabricError,
     },
+    /// A datagram to be sent as parts carries immediate data wider than the
+    /// 30 bits a part has room for (docs/architecture.md §6).
+    #[error("immediate data {0:#010x} is wider than the 30 bits a segmented datagram carries")]
+    ImmTooWide(u32),
     /// A misconfiguration of the socket.
     #[error("invalid socket configuration: {0}")]
     Config(String),
@@ -59,6 +63,7 @@ impl From<SocketError> for std::io::Error {
             SocketError::WouldBlock => ErrorKind::WouldBlock,
             SocketError::Oversize { .. }
             | SocketError::Config(_)
+            | SocketError::ImmTooWide(_)
             | SocketError::TooManySegments { .. } => ErrorKind::InvalidInput,
             SocketError::PartiallyPosted { .. } => ErrorKind::Other,
             SocketError::QpFailed(_) => ErrorKind::BrokenPipe,

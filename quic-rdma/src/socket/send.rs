@@ -24,7 +24,7 @@ pub(super) enum Payload<'a> {
 }
 
 impl Payload<'_> {
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         match self {
             Payload::Copied(c) => c.len(),
             Payload::Registered { len, .. } => *len,
@@ -91,6 +91,10 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         }
         let len = payload.len();
         let seg = segment_size.unwrap_or(len).max(1);
+        if seg > self.fabric_mtu && seg <= self.mtu && len > self.fabric_mtu {
+            // Datagrams larger than a UD message: as parts (docs/architecture.md §6).
+            return self.post_parts(dest, ecn, imm, payload, seg);
+        }
         if seg > self.mtu {
             self.stats.mtu_refusals += 1;
             return Err(SocketError::Oversize {
@@ -287,7 +291,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     }
 
     /// Give back the slots and AH references of WRs built but not posted.
-    fn unwind_batch(&mut self) {
+    pub(super) fn unwind_batch(&mut self) {
         for slot in self.wr_slots.drain(..).flatten() {
             self.send_pool.release(slot);
         }
