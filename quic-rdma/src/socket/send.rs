@@ -367,9 +367,10 @@ impl<Q: UdQueuePair> UdSocket<Q> {
 
     /// Whether `n` full-MTU datagrams could be posted now as one batch (a
     /// GSO-style send is posted whole or not at all): send-queue room and a
-    /// slot for each.
+    /// slot for each (for each part, when they are segmented).
     pub fn can_send_datagrams(&self, n: usize) -> bool {
-        let n = n.max(1);
+        // A full-size datagram above the active MTU takes one WR and slot per part.
+        let n = n.max(1) * super::segment::parts_for(self.mtu, self.fabric_mtu);
         self.inflight.len() + n <= self.qp.attr().max_send_wr as usize
             && self.send_pool.available() >= n
     }
