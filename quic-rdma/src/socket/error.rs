@@ -6,13 +6,15 @@ use crate::fabric::FabricError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SocketError {
-    /// A datagram is larger than the active MTU. Hardware would drop it silently
-    /// and report success, so the socket refuses it instead.
-    #[error("datagram of {len} bytes exceeds the active MTU of {mtu} bytes")]
+    /// A datagram is larger than the socket takes: the active MTU, or the
+    /// segmented datagram size on a fabric below 2048 ([`UdSocket::mtu`](super::UdSocket::mtu)).
+    /// Hardware would drop an oversized UD message silently and report
+    /// success, so the socket refuses it instead.
+    #[error("datagram of {len} bytes exceeds the socket's limit of {mtu} bytes (the active MTU, or what fits in 2048 bytes of parts below 2048)")]
     Oversize {
         /// The datagram's length.
         len: usize,
-        /// The active MTU.
+        /// The largest datagram the socket takes ([`UdSocket::mtu`](super::UdSocket::mtu)).
         mtu: usize,
     },
     /// No send-queue room or free send slot right now; nothing was posted.
