@@ -907,7 +907,8 @@ void qr_engine_free(qr_engine *e);
 int32_t qr_engine_local_addr(const qr_engine *e, qr_addr *out);
 
 /**
- * The active MTU of the engine's fabric port.
+ * The largest QUIC datagram of the engine: its fabric port's active MTU,
+ * or more on an MTU below 2048, where larger datagrams go as parts.
  *
  * # Safety
  * `e` is a live engine.
