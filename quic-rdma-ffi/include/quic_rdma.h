@@ -1066,7 +1066,8 @@ void qr_engine_free(qr_engine *e);
 int32_t qr_engine_local_addr(const qr_engine *e, qr_addr *out);
 
 /**
- * The active MTU of the engine's fabric port.
+ * The largest QUIC datagram of the engine: its fabric port's active MTU,
+ * or more on an MTU below 2048, where larger datagrams go as parts.
  *
  * Returns: the MTU in bytes (> 0), `QR_ENULL`, `QR_EPANIC`.
  *

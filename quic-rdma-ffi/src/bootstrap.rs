@@ -10,11 +10,11 @@ use std::ffi::c_char;
 use std::time::Duration;
 
 use quic_rdma::fabric::soft::bootstrap::{query, BootstrapHandle, BootstrapServer, PeerInfo};
-use quic_rdma::fabric::{Mtu, ROCEV2_UDP_PORT};
+use quic_rdma::fabric::ROCEV2_UDP_PORT;
 
 use crate::config::qr_addr;
 use crate::engine::qr_engine;
-use crate::error::{fail, guard, QR_ECONNECT, QR_EFABRIC, QR_EINVAL, QR_OK};
+use crate::error::{fail, guard, QR_ECONNECT, QR_EFABRIC, QR_OK};
 use crate::ptr::{obj_ref, put, text};
 
 /// A running address-exchange service (`qr_bootstrap_serve`).
@@ -43,11 +43,13 @@ pub unsafe extern "C" fn qr_bootstrap_serve(
     guard(|| {
         // SAFETY: the caller's contract above.
         let (e, listen) = unsafe { (obj_ref(e)?, text(listen)?) };
-        let mtu = Mtu::from_bytes(e.engine.mtu()).ok_or(QR_EINVAL)?;
+        // The active MTU (the engine's may be larger: segmentation).
+        let socket = e.engine.socket();
         let info = PeerInfo {
             addr: e.engine.local_addr(),
             udp_port: ROCEV2_UDP_PORT,
-            mtu,
+            mtu: socket.active_mtu(),
+            reassembles: socket.config().segmentation,
         };
         let handle = BootstrapServer::bind(listen, info)
             .and_then(BootstrapServer::spawn)

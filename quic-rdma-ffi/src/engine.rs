@@ -55,8 +55,11 @@ pub unsafe extern "C" fn qr_engine_new(
         // SAFETY: NUL-terminated by contract (null-checked).
         let gid_text = unsafe { text(c.gid) }?;
         let qp = f.open_qp(gid_text)?;
+        // QUIC's datagram size: the active MTU, or what the socket offers
+        // above it when it segments (docs/architecture.md §6).
+        let mtu = quic_rdma::socket::segment::datagram_mtu(qp.attr().active_mtu.bytes());
         // SAFETY: the config's pointers are valid by the caller's contract.
-        let ecfg = unsafe { c.build(qp.attr().active_mtu.bytes()) }?;
+        let ecfg = unsafe { c.build(mtu) }?;
         let engine = Engine::new(qp, ecfg).map_err(|e| code_of(&e))?;
         let e = Box::into_raw(Box::new(qr_engine {
             engine,
@@ -110,7 +113,8 @@ pub unsafe extern "C" fn qr_engine_local_addr(e: *const qr_engine, out: *mut qr_
     })
 }
 
-/// The active MTU of the engine's fabric port.
+/// The largest QUIC datagram of the engine: its fabric port's active MTU,
+/// or more on an MTU below 2048, where larger datagrams go as parts.
 ///
 /// Returns: the MTU in bytes (> 0), `QR_ENULL`, `QR_EPANIC`.
 ///
