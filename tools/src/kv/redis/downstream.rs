@@ -467,7 +467,9 @@ async fn replica_link(
         tokio::select! {
             chunk = session.next_log() => {
                 wr.write_all(&chunk?).await?;
-                link.port.history.advance(&replid, session.position());
+                // The downstream's head: the furthest offset it delivered.
+                let head = link.port.history.advance(&replid, session.position());
+                metrics.head.store(head, Relaxed);
             }
             r = rd.read_buf(&mut buf) => {
                 if r? == 0 {

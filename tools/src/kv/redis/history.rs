@@ -46,12 +46,14 @@ impl History {
         ids.previous = previous;
     }
 
-    /// A session under `replid` delivered the log up to `offset`.
-    pub fn advance(&self, replid: &str, offset: u64) {
+    /// A session under `replid` delivered the log up to `offset`; the
+    /// furthest offset now.
+    pub fn advance(&self, replid: &str, offset: u64) -> u64 {
         let mut ids = self.lock();
         if ids.replid.as_deref() == Some(replid) {
             ids.offset = ids.offset.max(offset);
         }
+        ids.offset
     }
 
     /// The view now.
