@@ -27,6 +27,12 @@ pub struct ReplicaStatus {
     pub full: bool,
 }
 
+/// Upper bounds (seconds) of the credit turnaround histogram's buckets:
+/// loopback (sub-millisecond) to a congested WAN (seconds).
+pub const TURNAROUND_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
 /// Counters of one channel end (master or replica side; the other side's
 /// fields stay zero).
 #[derive(Debug, Default)]
@@ -56,11 +62,13 @@ pub struct Metrics {
     pub commands_refused: AtomicU64,
     /// Bytes in the backlog now (master).
     pub backlog_bytes: AtomicU64,
-    /// Head of the log now.
+    /// Head of the log now (a replication offset, in bytes; on the replica
+    /// side, the furthest position delivered).
     pub head: AtomicU64,
     turnaround_ns_sum: AtomicU64,
     turnaround_count: AtomicU64,
-    turnaround_ns_last: AtomicU64,
+    /// Turnarounds at or under each of [`TURNAROUND_BUCKETS`] (not cumulative).
+    turnaround_buckets: [AtomicU64; TURNAROUND_BUCKETS.len()],
     replicas: Mutex<BTreeMap<u64, ReplicaStatus>>,
 }
 
@@ -70,7 +78,10 @@ impl Metrics {
         let ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
         self.turnaround_ns_sum.fetch_add(ns, Relaxed);
         self.turnaround_count.fetch_add(1, Relaxed);
-        self.turnaround_ns_last.store(ns, Relaxed);
+        let secs = d.as_secs_f64();
+        if let Some(i) = TURNAROUND_BUCKETS.iter().position(|&le| secs <= le) {
+            self.turnaround_buckets[i].fetch_add(1, Relaxed);
+        }
     }
 
     /// Set (or add) a replica's row.
@@ -107,13 +118,15 @@ impl Metrics {
         }
     }
 
-    /// Prometheus text exposition (format 0.0.4), every name prefixed `qr_kv_`.
+    /// Prometheus text exposition (format 0.0.4), every name prefixed
+    /// `qr_kv_`, counters suffixed `_total` and units in the names
+    /// (Prometheus naming conventions).
     pub fn prometheus(&self, role: &str) -> String {
         let mut s = String::new();
         let mut counter = |name: &str, help: &str, v: u64| {
-            let _ = writeln!(s, "# HELP qr_kv_{name} {help}");
-            let _ = writeln!(s, "# TYPE qr_kv_{name} counter");
-            let _ = writeln!(s, "qr_kv_{name}{{role=\"{role}\"}} {v}");
+            let _ = writeln!(s, "# HELP qr_kv_{name}_total {help}");
+            let _ = writeln!(s, "# TYPE qr_kv_{name}_total counter");
+            let _ = writeln!(s, "qr_kv_{name}_total{{role=\"{role}\"}} {v}");
         };
         counter(
             "sync_full",
@@ -165,11 +178,6 @@ impl Metrics {
             "Commands on the Redis port answered with an error (unknown, inline, bad arguments).",
             self.commands_refused.load(Relaxed),
         );
-        counter(
-            "credit_turnaround_count",
-            "Credit turnarounds measured.",
-            self.turnaround_count.load(Relaxed),
-        );
         let mut gauge = |name: &str, help: &str, v: f64| {
             let _ = writeln!(s, "# HELP qr_kv_{name} {help}");
             let _ = writeln!(s, "# TYPE qr_kv_{name} gauge");
@@ -180,17 +188,27 @@ impl Metrics {
             "Bytes in the backlog.",
             self.backlog_bytes.load(Relaxed) as f64,
         );
-        gauge("head", "Log head position.", self.head.load(Relaxed) as f64);
         gauge(
-            "credit_turnaround_seconds_mean",
-            "Mean time from sending a chunk to the ack covering it.",
-            self.turnaround_mean(),
+            "log_head_bytes",
+            "Log head: the replication offset, in bytes.",
+            self.head.load(Relaxed) as f64,
         );
-        gauge(
-            "credit_turnaround_seconds_last",
-            "Last credit turnaround.",
-            self.turnaround_ns_last.load(Relaxed) as f64 / 1e9,
+        let h = "qr_kv_credit_turnaround_seconds";
+        let _ = writeln!(
+            s,
+            "# HELP {h} Time from sending a chunk to the ack covering it."
         );
+        let _ = writeln!(s, "# TYPE {h} histogram");
+        let mut cumulative = 0;
+        for (le, n) in TURNAROUND_BUCKETS.iter().zip(&self.turnaround_buckets) {
+            cumulative += n.load(Relaxed);
+            let _ = writeln!(s, "{h}_bucket{{role=\"{role}\",le=\"{le}\"}} {cumulative}");
+        }
+        let count = self.turnaround_count.load(Relaxed);
+        let _ = writeln!(s, "{h}_bucket{{role=\"{role}\",le=\"+Inf\"}} {count}");
+        let sum = self.turnaround_ns_sum.load(Relaxed) as f64 / 1e9;
+        let _ = writeln!(s, "{h}_sum{{role=\"{role}\"}} {sum}");
+        let _ = writeln!(s, "{h}_count{{role=\"{role}\"}} {count}");
         let reps = self.replicas();
         let _ = writeln!(
             s,
@@ -259,14 +277,28 @@ mod tests {
             },
         );
         let t = m.prometheus("upstream");
-        assert!(t.contains("qr_kv_sync_full{role=\"upstream\"} 2\n"), "{t}");
+        assert!(
+            t.contains("qr_kv_sync_full_total{role=\"upstream\"} 2\n"),
+            "{t}"
+        );
         assert!(t.contains("qr_kv_replica_lag_bytes{role=\"upstream\",session=\"7\"} 12\n"));
-        assert!(t.contains("qr_kv_credit_turnaround_seconds_mean{role=\"upstream\"} 0.004\n"));
+        // 4 ms: above the 2.5 ms bucket, within 5 ms and every one after.
+        let h = "qr_kv_credit_turnaround_seconds";
+        assert!(t.contains(&format!("# TYPE {h} histogram\n")), "{t}");
+        assert!(t.contains(&format!(
+            "{h}_bucket{{role=\"upstream\",le=\"0.0025\"}} 0\n"
+        )));
+        assert!(t.contains(&format!("{h}_bucket{{role=\"upstream\",le=\"0.005\"}} 1\n")));
+        assert!(t.contains(&format!("{h}_bucket{{role=\"upstream\",le=\"+Inf\"}} 1\n")));
+        assert!(t.contains(&format!("{h}_sum{{role=\"upstream\"}} 0.004\n")));
+        assert!(t.contains(&format!("{h}_count{{role=\"upstream\"}} 1\n")));
+        assert!(!t.contains("_mean") && !t.contains("_last"));
         for name in [
-            "sync_partial_ok",
-            "sync_partial_err",
+            "sync_partial_ok_total",
+            "sync_partial_err_total",
             "backlog_bytes",
-            "reconnects",
+            "log_head_bytes",
+            "reconnects_total",
         ] {
             assert!(t.contains(&format!("# TYPE qr_kv_{name} ")), "{name}");
         }
