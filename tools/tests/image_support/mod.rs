@@ -497,3 +497,87 @@ pub(crate) fn containerd(d: &Path) -> (Proc, String) {
     }
     (proc, sock)
 }
+
+/// A containerd of the test's own whose registries are mirrored by a node
+/// agent (one `hosts.toml` each, as an operator writes them), so its
+/// requests carry `?ns=HOST`.
+pub(crate) struct Containerd {
+    _proc: Proc,
+    sock: String,
+    hosts: PathBuf,
+}
+
+impl Containerd {
+    /// Start it under `d`, mirroring each `(registry host, its scheme)` of
+    /// `registries` with the node agent at `node` (HOST:PORT, plain HTTP).
+    pub(crate) fn start(d: &Path, node: &str, registries: &[(&str, &str)]) -> Containerd {
+        let hosts = d.join("hosts");
+        for (host, scheme) in registries {
+            std::fs::create_dir_all(hosts.join(host)).unwrap();
+            std::fs::write(
+                hosts.join(host).join("hosts.toml"),
+                format!(
+                    "server = \"{scheme}://{host}\"\n\n[host.\"http://{node}\"]\n  \
+                     capabilities = [\"pull\", \"resolve\"]\n"
+                ),
+            )
+            .unwrap();
+        }
+        let (proc, sock) = containerd(&d.join("containerd"));
+        Containerd {
+            _proc: proc,
+            sock,
+            hosts,
+        }
+    }
+
+    /// `ctr ARGS` against it (namespace `qrtest`).
+    pub(crate) fn ctr(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ctr");
+        c.args(["--address", &self.sock, "--namespace", "qrtest"])
+            .args(args);
+        c
+    }
+
+    /// `ctr images pull` of `image` through the mirrors (`log`, the agent log
+    /// to show if it fails), then `ctr images check` must call it complete.
+    pub(crate) fn pull(&self, image: &str, log: &Path) {
+        let hosts = self.hosts.display().to_string();
+        let args = [
+            "images",
+            "pull",
+            "--hosts-dir",
+            &hosts,
+            "--snapshotter",
+            "native",
+            image,
+        ];
+        let out = self.ctr(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "ctr pull {image}: {}{}\n{}: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            log.display(),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        let check = run(&mut self.ctr(&["images", "check"]));
+        let line = check
+            .lines()
+            .find(|l| l.contains(image))
+            .unwrap_or_else(|| panic!("{check}"));
+        assert!(line.contains("complete"), "{check}");
+    }
+
+    /// The digests in its content store, sorted.
+    pub(crate) fn content(&self) -> Vec<String> {
+        let content = run(&mut self.ctr(&["content", "ls", "--quiet"]));
+        let mut got: Vec<String> = content
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect();
+        got.sort();
+        got
+    }
+}
