@@ -163,11 +163,18 @@ fn curl_tls(url: &str) -> Vec<String> {
     if !url.starts_with("https://") {
         return Vec::new();
     }
-    let dir = std::env::temp_dir().join(format!("compare-image-{}", std::process::id()));
-    vec![
-        "--cacert".into(),
-        dir.join("registry-pki/ca.pem").display().to_string(),
-    ]
+    vec!["--cacert".into(), registry_ca().display().to_string()]
+}
+
+/// docker-registry's CA certificate (its own, not the agents').
+fn registry_ca() -> PathBuf {
+    bench_dir().join("registry-pki/ca.pem")
+}
+
+/// This run's working directory (the registry's storage and CA, the PKI,
+/// the agents' caches).
+fn bench_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("compare-image-{}", std::process::id()))
 }
 
 /// Run `cmd` to completion, failing with its stderr.
@@ -213,7 +220,7 @@ impl ImageBench {
                 e.context("the image workload runs `qr`: cargo build --release -p quic-rdma-tools")
             })?,
         };
-        let dir = std::env::temp_dir().join(format!("compare-image-{}", std::process::id()));
+        let dir = bench_dir();
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         // The agents' PKI, and the registry's own certificate from another CA.
@@ -260,11 +267,6 @@ impl ImageBench {
         Ok(bench)
     }
 
-    /// The registry's CA certificate.
-    fn registry_ca(&self) -> PathBuf {
-        self.dir.join("registry-pki/ca.pem")
-    }
-
     /// `https://REGISTRY{path}`.
     fn registry_url(&self, path: &str) -> String {
         format!("https://{REGISTRY}{path}")
@@ -302,7 +304,7 @@ impl ImageBench {
             "/dev/null",
             &self.registry_url(&format!("/v2/{REPO}/blobs/uploads/")),
             "--cacert",
-            &self.registry_ca().display().to_string(),
+            &registry_ca().display().to_string(),
         ]))?;
         let headers = String::from_utf8_lossy(&headers);
         let loc = headers
@@ -321,7 +323,7 @@ impl ImageBench {
         let sep = if loc.contains('?') { '&' } else { '?' };
         run(Command::new("curl")
             .args(["-sf", "-o", "/dev/null", "--cacert"])
-            .arg(self.registry_ca())
+            .arg(registry_ca())
             .arg("-T")
             .arg(&file)
             .args(["-H", "Content-Type: application/octet-stream"])
@@ -405,7 +407,7 @@ impl ImageBench {
                 .arg("registry-agent")
                 .args(["--upstream", &self.registry_url("")])
                 .arg("--upstream-ca")
-                .arg(self.registry_ca())
+                .arg(registry_ca())
                 .args(["--ip", AGENT_IP, "--service-port", AGENT_SERVICE_PORT])
                 .args(["--metrics", AGENT_METRICS])
                 .arg("--cache-dir")
