@@ -22,9 +22,7 @@ const UPSTREAM: &str = "127.0.111.50:19150";
 
 #[test]
 fn ctr_pulls_through_the_node_agent() {
-    for p in ["docker-registry", "skopeo", "umoci", "containerd", "ctr"] {
-        assert!(have(p), "{p} is not installed (.ci/run installs it)");
-    }
+    require(&["docker-registry", "skopeo", "umoci", "containerd", "ctr"]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let registry = Registry::start(d, UPSTREAM);

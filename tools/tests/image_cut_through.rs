@@ -30,9 +30,7 @@ fn metric(name: &str) -> f64 {
 
 #[test]
 fn a_cold_blob_streams_before_it_is_whole() {
-    for p in ["docker-registry", "skopeo", "umoci"] {
-        assert!(have(p), "{p} is not installed (.ci/run installs it)");
-    }
+    require(&["docker-registry", "skopeo", "umoci"]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let registry = Registry::start(d, UPSTREAM);

@@ -276,9 +276,7 @@ fn registry_agent(
 
 #[test]
 fn containerd_pulls_from_two_authenticated_registries_through_one_agent() {
-    for p in ["docker-registry", "skopeo", "umoci", "containerd", "ctr"] {
-        assert!(have(p), "{p} is not installed (.ci/run installs it)");
-    }
+    require(&["docker-registry", "skopeo", "umoci", "containerd", "ctr"]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
 

@@ -23,12 +23,7 @@ fn metric(addr: &str, name: &str) -> f64 {
 
 #[test]
 fn killed_registry_agent_resumes_and_corrupt_upstream_is_refused() {
-    for p in ["docker-registry", "skopeo", "umoci"] {
-        assert!(
-            have(p),
-            "{p} is not installed (.ci/run installs it: apt-get install {p})"
-        );
-    }
+    require(&["docker-registry", "skopeo", "umoci"]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let registry = Registry::start(d, "127.0.111.30:19130");

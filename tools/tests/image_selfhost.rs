@@ -35,16 +35,14 @@ fn build(layout: &Path) -> String {
 
 #[test]
 fn the_qr_image_is_reproducible_and_runs_after_a_pull_through_the_agents() {
-    for p in [
+    require(&[
         "docker-registry",
         "skopeo",
         "umoci",
         "containerd",
         "ctr",
         "runc",
-    ] {
-        assert!(have(p), "{p} is not installed (.ci/run installs it)");
-    }
+    ]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let first = build(&d.join("image-a"));

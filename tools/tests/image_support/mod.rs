@@ -42,6 +42,21 @@ pub(crate) fn have(prog: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Every program of `progs` must be on PATH: `.ci/run` installs them (a
+/// skipped test is not a passed one).
+pub(crate) fn require(progs: &[&str]) {
+    for p in progs {
+        let package = match *p {
+            "ctr" => "containerd",
+            other => other,
+        };
+        assert!(
+            have(p),
+            "{p} is not installed (.ci/run installs it: apt-get install {package})"
+        );
+    }
+}
+
 /// Run a command to completion, panicking with its output if it fails.
 pub(crate) fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
