@@ -190,6 +190,10 @@ async fn stream(
             repo, reference, ..
         }) => format!("manifest {repo}:{reference}"),
         Ok(Request::Stat { repo, digest }) => format!("stat {repo}@{digest}"),
+        // Many per blob, logged only at debug: no line built otherwise.
+        Ok(Request::Blob { .. }) if !tracing::enabled!(target: "qr::access", tracing::Level::DEBUG) => {
+            String::new()
+        }
         Ok(Request::Blob {
             repo,
             digest,
