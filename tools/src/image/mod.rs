@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod node;
 pub mod peer;
 pub mod platform;
+pub mod recent_failures;
 pub mod references;
 pub mod server;
 pub mod sink;

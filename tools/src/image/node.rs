@@ -41,7 +41,7 @@ pub struct Node {
     /// (repository, digest) pairs the registry agent confirmed for this node.
     pub references: References,
     /// Blobs whose streamed fetch failed recently ([`super::cut_through`]).
-    pub cut_through_failures: super::cut_through::Failures,
+    pub cut_through_failures: super::recent_failures::Failures,
     flights: Arc<Flights>,
     direct: std::sync::OnceLock<(Arc<Upstream>, u64)>,
     peers: std::sync::OnceLock<Vec<Peer>>,

@@ -31,10 +31,6 @@ fn channel() -> &'static str {
 /// certificate is not granted the channel.
 pub const CLOSE_DENIED: u32 = 0x403;
 
-/// Largest chunk a node may ask for in one request: the agent holds a chunk
-/// in memory to hash it before sending.
-pub const MAX_CHUNK: u64 = 16 << 20;
-
 /// What a server answers from.
 #[derive(Clone, Debug)]
 pub enum Store {
@@ -215,12 +211,12 @@ async fn stream(
             )
         }
         // Both stores hold a chunk in memory to hash it.
-        Ok(Request::Blob { len, .. }) if len > MAX_CHUNK => {
+        Ok(Request::Blob { len, .. }) if len > MAX_REQUEST_CHUNK => {
             metrics.bad_requests.inc();
             (
                 err(
                     Status::BadRequest,
-                    format!("chunk of {len} bytes above {MAX_CHUNK}"),
+                    format!("chunk of {len} bytes above {MAX_REQUEST_CHUNK}"),
                 ),
                 Vec::new(),
             )
