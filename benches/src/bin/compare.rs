@@ -9,7 +9,8 @@
 //! when named in `--only`: it needs docker-registry and curl installed and `qr`
 //! built next to `compare` (`cargo build --release -p quic-rdma-tools`).
 //! Writes `compare.json`, `compare.md` and `compare.svg` into DIR
-//! (default `benches/results/`). Exits non-zero if any cell failed or any bulk
+//! (default `benches/results/compare/`, where the full run of
+//! benches/RESULTS.md lives). Exits non-zero if any cell failed or any bulk
 //! transfer's sha256 did not match.
 
 use std::path::PathBuf;
@@ -56,7 +57,7 @@ struct SideArgs {
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut quick = false;
-    let mut out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results"));
+    let mut out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results/compare"));
     let mut rows = None;
     let mut work: Vec<String> = ["bulk", "rtt", "handshakes"].map(String::from).to_vec();
     let (mut repeats, mut bulk, mut rtt, mut hs, mut image) = (None, None, None, None, None);

@@ -104,7 +104,7 @@ pub struct Blob {
 /// cache*, which holds as ever (the only way into `blobs/` is the rename
 /// after the fsync). Waiting for the fsync before the first byte put the
 /// disk's write rate in front of every pull: ~500 MB/s here, about half
-/// of what the transfer reaches (benches/results/issue11-image.md).
+/// of what the transfer reaches (benches/results/image-agents.md).
 #[derive(Debug, Default)]
 pub struct Stored(Option<oneshot::Receiver<Result<(), String>>>);
 

@@ -304,7 +304,7 @@ fn ok_stale(
 /// mismatch, and the node verifies every blob whole before serving or
 /// caching it and refetches it on a mismatch; a chunk hash would only change
 /// the node's message, at a second sha256 pass per byte here
-/// (benches/results/issue11-image.md).
+/// (benches/results/image-agents.md).
 fn ok_chunk(digest: Digest, piece: Piece) -> (Response, Vec<u8>) {
     let Piece {
         data: body,
