@@ -5,22 +5,21 @@
 //! There is no plaintext mode and no "skip verification" switch: a channel
 //! peer is whoever holds a key whose certificate chains to the configured CA
 //! (and, for the server, matches the name the client dialled). TLS 1.3 only
-//! (QUIC has nothing else, RFC 9001 §4.2).
+//! (QUIC has nothing else, RFC 9001 §4.2). The rustls configs themselves
+//! come from [`TlsSettings`], as every other endpoint's do.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use quic_rdma::quic::tls::{parse_certificates, parse_private_key};
-use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quic_rdma::quic::suites::{CipherPreference, CIPHERS_ENV};
+use quic_rdma::quic::tls::{parse_certificates, parse_private_key, TlsSettings};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::RootCertStore;
+use rustls::pki_types::CertificateDer;
 
 /// `--cert`, `--key`, `--ca`: the PEM files of a channel agent's identity and
 /// of the CA its peers' certificates must chain to.
@@ -46,21 +45,11 @@ impl MtlsArgs {
 
 /// A loaded identity plus trust anchors: makes client and server configs that
 /// both present a certificate and both verify the other's.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Mtls {
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-    roots: Arc<RootCertStore>,
-}
-
-impl Clone for Mtls {
-    fn clone(&self) -> Self {
-        Mtls {
-            chain: self.chain.clone(),
-            key: self.key.clone_key(),
-            roots: self.roots.clone(),
-        }
-    }
+    /// Identity, CA roots, client certificates required and the suites; the
+    /// ALPN is set per channel when a config is made.
+    settings: TlsSettings,
 }
 
 impl Mtls {
@@ -76,22 +65,39 @@ impl Mtls {
                 key_path.display()
             )
         })?;
-        let mut roots = RootCertStore::empty();
-        for c in read_certs(ca)? {
-            roots
-                .add(c)
+        let roots = read_certs(ca)?;
+        // Checked here, with the CA file's name, not at the first config.
+        let mut store = rustls::RootCertStore::empty();
+        for c in &roots {
+            store
+                .add(c.clone())
                 .with_context(|| format!("{}: not a usable CA certificate", ca.display()))?;
         }
+        let ciphers = CipherPreference::from_env()
+            .with_context(|| format!("environment variable {CIPHERS_ENV}"))?;
         let m = Mtls {
-            chain,
-            key,
-            roots: Arc::new(roots),
+            settings: TlsSettings {
+                identity: Some((chain, key)),
+                roots,
+                require_client_cert: true,
+                ciphers,
+                ..TlsSettings::default()
+            },
         };
         // Catch a key that does not belong to the certificate now, with the
         // file names, not at the first handshake.
-        m.server_tls(b"check")
+        m.with_alpn(b"check")
+            .rustls_server()
             .with_context(|| format!("{} with {}", cert.display(), key_path.display()))?;
         Ok(m)
+    }
+
+    /// The settings with `alpn` as the one protocol.
+    fn with_alpn(&self, alpn: &[u8]) -> TlsSettings {
+        TlsSettings {
+            alpn: vec![alpn.to_vec()],
+            ..self.settings.clone()
+        }
     }
 
     /// A quinn server config speaking `alpn` that accepts only clients with a
@@ -101,53 +107,35 @@ impl Mtls {
         alpn: &[u8],
         transport: Arc<quinn::TransportConfig>,
     ) -> Result<quinn::ServerConfig> {
-        let tls = self.server_tls(alpn)?;
-        let mut server = quinn::ServerConfig::with_crypto(Arc::new(
-            QuicServerConfig::try_from(tls).context("QUIC server crypto")?,
-        ));
+        // quinn's own server defaults but for TLS (not
+        // `TlsSettings::server_config`, which also turns NEW_TOKEN frames
+        // off): what the channels' servers always sent.
+        let crypto = self
+            .with_alpn(alpn)
+            .server_crypto()
+            .context("TLS server config")?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         server.transport_config(transport);
         Ok(server)
     }
 
     /// A quinn client config speaking `alpn` that presents this identity and
     /// accepts only servers with a certificate chaining to the CA and valid
-    /// for the name dialled.
+    /// for the name dialled. It offers no 0-RTT: channel servers accept none.
     pub fn client_config(
         &self,
         alpn: &[u8],
         transport: Arc<quinn::TransportConfig>,
     ) -> Result<quinn::ClientConfig> {
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider()?)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .context("TLS 1.3 client config")?
-            .with_root_certificates(self.roots.clone())
-            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
-            .context("client certificate and key do not match")?;
-        tls.alpn_protocols = vec![alpn.to_vec()];
-        let mut client = quinn::ClientConfig::new(Arc::new(
-            QuicClientConfig::try_from(tls).context("QUIC client crypto")?,
-        ));
+        let settings = TlsSettings {
+            offer_0rtt: false,
+            ..self.with_alpn(alpn)
+        };
+        let crypto = settings.client_crypto().context("TLS client config")?;
+        let mut client = quinn::ClientConfig::new(Arc::new(crypto));
         client.transport_config(transport);
         Ok(client)
     }
-
-    fn server_tls(&self, alpn: &[u8]) -> Result<rustls::ServerConfig> {
-        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider()?)
-            .build()
-            .context("building the client-certificate verifier")?;
-        let mut tls = rustls::ServerConfig::builder_with_provider(provider()?)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .context("TLS 1.3 server config")?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(self.chain.clone(), self.key.clone_key())
-            .context("certificate and key do not match")?;
-        tls.alpn_protocols = vec![alpn.to_vec()];
-        Ok(tls)
-    }
-}
-
-fn provider() -> Result<Arc<rustls::crypto::CryptoProvider>> {
-    crate::tls::provider()
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
