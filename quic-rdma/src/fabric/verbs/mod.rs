@@ -46,6 +46,7 @@ mod mr;
 pub mod notify;
 mod post;
 mod qp;
+mod register;
 
 use std::task::Waker;
 
