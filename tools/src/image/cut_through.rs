@@ -23,14 +23,12 @@
 //!
 //! Ranged requests, requests that join a fetch already under way (they wait
 //! on its single flight), and requests for a blob whose streamed fetch
-//! failed within the last [`FAILED_FOR`] are answered once the blob is
+//! failed within the last [`CUT_THROUGH_FAILED_FOR`] are answered once the blob is
 //! whole, as before — so a client's retry after a cut gets the node's error
 //! (502 `DIGEST_INVALID` naming the bad copy) rather than another cut.
 
-use std::collections::HashMap;
 use std::fs::File;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use hyper::body::Frame;
@@ -38,35 +36,12 @@ use tokio::sync::{oneshot, watch};
 
 use super::client::FetchError;
 use super::digest::Digest;
+#[cfg(doc)]
+use super::node::CUT_THROUGH_FAILED_FOR;
 use super::node::{Blob, Node, Stored, Watch};
 
 /// Bytes read from the file and handed to hyper at a time.
 const PIECE: u64 = 1 << 20;
-
-/// How long after a streamed fetch of a blob failed its requests are
-/// answered whole (with the error, if it fails again).
-pub const FAILED_FOR: Duration = Duration::from_secs(60);
-
-/// Blobs whose streamed fetch failed recently (bounded: the oldest go first).
-#[derive(Debug, Default)]
-pub struct Failures(Mutex<HashMap<Digest, Instant>>);
-
-impl Failures {
-    fn note(&self, d: Digest) {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        m.retain(|_, at| now.duration_since(*at) < FAILED_FOR);
-        if m.len() < 4096 {
-            m.insert(d, now);
-        }
-    }
-
-    /// Whether a streamed fetch of `d` failed within [`FAILED_FOR`].
-    pub fn recent(&self, d: &Digest) -> bool {
-        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(d).is_some_and(|at| at.elapsed() < FAILED_FOR)
-    }
-}
 
 /// The fetch as the streaming response sees it.
 #[derive(Clone, Debug, Default)]
