@@ -43,7 +43,7 @@ mod device;
 mod events;
 mod gid;
 mod mr;
-pub mod notify;
+pub(crate) mod notify;
 mod post;
 mod qp;
 mod register;
