@@ -351,4 +351,41 @@ mod tests {
         let e = s.server_config(t).unwrap_err();
         assert!(e.to_string().contains("key belong"), "{e}");
     }
+
+    /// The rustls configs a TCP peer uses come from the same settings as
+    /// QUIC's: TLS 1.3 only, the same ALPN; 0-RTT is the QUIC layer's.
+    #[test]
+    fn tcp_and_quic_configs_share_the_settings() {
+        let (ca, leaf, leaf_key) = ca_and_leaf();
+        let s = TlsSettings {
+            identity: Some((
+                vec![leaf.der().clone()],
+                parse_private_key(&leaf_key.serialize_der()).unwrap(),
+            )),
+            roots: vec![ca.cert.der().clone()],
+            alpn: vec![b"qr-test/1".to_vec()],
+            accept_0rtt: true,
+            ..TlsSettings::default()
+        };
+        let server = s.rustls_server().unwrap();
+        let client = s.rustls_client().unwrap();
+        assert_eq!(server.alpn_protocols, s.alpn);
+        assert_eq!(client.alpn_protocols, s.alpn);
+        assert_eq!(server.max_early_data_size, 0, "TCP early data stays off");
+        assert!(!client.enable_early_data);
+        for suite in client.crypto_provider().cipher_suites.iter() {
+            assert_eq!(suite.version(), &rustls::version::TLS13);
+        }
+        assert!(s.server_crypto().is_ok());
+        // offer_0rtt off still builds (the flag only changes the ClientHello).
+        let quiet = TlsSettings {
+            offer_0rtt: false,
+            ..s.clone()
+        };
+        assert!(quiet.client_crypto().is_ok());
+        assert!(
+            TlsSettings::default().offer_0rtt,
+            "the default keeps 0-RTT offers"
+        );
+    }
 }
