@@ -482,7 +482,7 @@ impl ImageBench {
             raw,
             cold,
             warm,
-            load: crate::report::load_avg(),
+            load: crate::cpu::load_avg(),
         })
     }
 }
@@ -534,7 +534,7 @@ impl ImageReport {
     pub fn markdown(&self) -> String {
         use std::fmt::Write as _;
         let mut s = String::new();
-        let gib = self.bytes as f64 / crate::report::GIB;
+        let gib = self.bytes as f64 / crate::stats::GIB;
         let _ = writeln!(
             s,
             "## Image layers: {} MiB blob\n\n\
@@ -580,8 +580,8 @@ impl ImageReport {
                 r.cold.node_agent_cpu_first_byte.total_s() / gib,
                 r.warm.node_agent_cpu.total_s() / gib,
                 r.warm.node_agent_cpu_first_byte.total_s() / gib,
-                r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB),
-                r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB),
+                r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB),
+                r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB),
                 if r.sha256_ok() { "ok" } else { "**MISMATCH**" }
             );
         }
@@ -617,8 +617,8 @@ impl ImageReport {
             med(&|r| r.cold.node_agent_cpu_first_byte.total_s() / gib),
             med(&|r| r.warm.node_agent_cpu.total_s() / gib),
             med(&|r| r.warm.node_agent_cpu_first_byte.total_s() / gib),
-            med(&|r| r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB)),
-            med(&|r| r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB)),
+            med(&|r| r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB)),
+            med(&|r| r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB)),
         );
         for e in &self.errors {
             let _ = writeln!(s, "\nError: {e}");

@@ -17,12 +17,12 @@ use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use quic_rdma_benches::affinity::Placement;
+use quic_rdma_benches::cpu::load_avg;
 use quic_rdma_benches::image::{ImageBench, ImageRepeat, ImageReport};
 use quic_rdma_benches::peer::run_standalone;
 use quic_rdma_benches::procs;
 use quic_rdma_benches::report::{
-    load_avg, BulkReport, HandshakeReport, Machine, Params, Report, RowReport, RttReport, RttRun,
-    SCHEMA,
+    BulkReport, HandshakeReport, Machine, Params, Report, RowReport, RttReport, RttRun, SCHEMA,
 };
 use quic_rdma_benches::rows::{all_rows, BulkOutcome, BulkParams, Workload};
 use quic_rdma_benches::tls::Tls;

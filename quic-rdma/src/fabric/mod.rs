@@ -15,14 +15,17 @@
 //! - work requests reference registered [`memory`], checked by lkey; inline sends
 //!   are copied at post time.
 
-pub mod addr;
-pub mod ah;
-pub mod error;
-pub mod gid;
-pub mod grh;
-pub mod keys;
-pub mod memory;
-pub mod port;
+// The model's modules are private: each public item has one path, its
+// re-export below (the GRH parser's, fuzzed, included). `keys` is the
+// providers' receive rule, not API.
+pub(crate) mod addr;
+pub(crate) mod ah;
+pub(crate) mod error;
+pub(crate) mod gid;
+pub(crate) mod grh;
+pub(crate) mod keys;
+pub(crate) mod memory;
+pub(crate) mod port;
 mod recv_queue;
 mod send_ledger;
 mod send_queue;
@@ -30,16 +33,17 @@ pub mod sim;
 pub mod soft;
 #[cfg(feature = "verbs")]
 pub mod verbs;
-pub mod wr;
+pub(crate) mod wr;
 
 use std::task::Waker;
 
-pub use addr::{check_qkey, Qpn, UdAddr, DEFAULT_QKEY, ROCEV2_UDP_PORT};
+pub use addr::{check_qkey, Qpn, UdAddr, DEFAULT_QKEY, MAX_QPN, ROCEV2_UDP_PORT};
 pub use ah::{AhAttr, AhId};
 pub use error::FabricError;
 pub use gid::Gid;
-pub use grh::{Grh, GrhLayout};
-pub use keys::{check_keys, check_pkey, pkey_matches, send_qkey, KeyDrop, PacketKeys, QpKeys};
+pub use grh::{ipv4_checksum, Grh, GrhError, GrhLayout};
+pub use keys::check_pkey;
+pub(crate) use keys::{send_qkey, KeyDrop, PacketKeys, QpKeys};
 pub use memory::{Memory, Region, RegionKeeper, RegionStorage, Sge};
 pub use port::{Mtu, QpAttr, GRH_LEN};
 pub use wr::{Completion, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus};
@@ -54,7 +58,7 @@ pub const DEFAULT_PKEY: u16 = 0xFFFF;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProviderDrops {
-    /// P_Key not in the QP's partition ([`keys::pkey_matches`], IBA 10.9.3).
+    /// P_Key not in the QP's partition (IBA 10.9.3 membership rules).
     pub bad_pkey: u64,
     /// Q_Key did not match the QP's Q_Key, or was privileged (IBA 10.2.4).
     pub bad_qkey: u64,

@@ -21,6 +21,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::fabric::{Mtu, UdQueuePair};
+use quic_rdma::socket::QUIC_MIN_DATAGRAM;
 
 use super::args::{parse_bytes, MetricsArgs, DEFAULT_SERVICE_PORT};
 use crate::channel_endpoint::query_bootstrap;
@@ -167,7 +168,7 @@ fn parse_nonzero_duration(s: &str) -> Result<Duration, String> {
 fn parse_mtu(s: &str) -> Result<usize, String> {
     let n: usize = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     match Mtu::from_bytes(n) {
-        Some(m) if m.check_quic().is_ok() => Ok(n),
+        Some(m) if m.bytes() >= QUIC_MIN_DATAGRAM => Ok(n),
         _ => Err(format!(
             "{n} is not a RoCE MTU QUIC fits in: use 2048 or 4096 (QUIC needs 1200 bytes)"
         )),

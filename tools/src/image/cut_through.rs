@@ -23,14 +23,12 @@
 //!
 //! Ranged requests, requests that join a fetch already under way (they wait
 //! on its single flight), and requests for a blob whose streamed fetch
-//! failed within the last [`FAILED_FOR`](super::recent_failures::FAILED_FOR) are answered once the blob is
+//! failed within the last [`CUT_THROUGH_FAILED_FOR`] are answered once the blob is
 //! whole, as before — so a client's retry after a cut gets the node's error
 //! (502 `DIGEST_INVALID` naming the bad copy) rather than another cut.
 
-use std::collections::HashMap;
 use std::fs::File;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use hyper::body::Frame;
@@ -38,6 +36,8 @@ use tokio::sync::{oneshot, watch};
 
 use super::client::FetchError;
 use super::digest::Digest;
+#[cfg(doc)]
+use super::node::CUT_THROUGH_FAILED_FOR;
 use super::node::{Blob, Node, Stored, Watch};
 
 /// Bytes read from the file and handed to hyper at a time.

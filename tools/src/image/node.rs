@@ -10,7 +10,8 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, OwnedMutexGuard};
 
@@ -27,6 +28,37 @@ use super::upstream::Upstream;
 /// before the request fails (a corrupt upstream copy stays corrupt).
 pub const REFETCHES: u32 = 1;
 
+/// How long after a streamed fetch of a blob failed (cut-through,
+/// [`super::cut_through`]) its requests are answered whole (with the
+/// error, if it fails again).
+pub const CUT_THROUGH_FAILED_FOR: Duration = Duration::from_secs(60);
+
+/// Blobs whose streamed fetch failed recently (bounded: the oldest go first).
+/// Node state that [`super::cut_through`] writes and the HTTP front reads;
+/// kept here, with the node, so that `cut_through` uses `node` and not both
+/// ways.
+#[derive(Debug, Default)]
+pub struct CutThroughFailures(Mutex<HashMap<Digest, Instant>>);
+
+impl CutThroughFailures {
+    /// Note that a streamed fetch of `d` just failed.
+    pub(super) fn note(&self, d: Digest) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        m.retain(|_, at| now.duration_since(*at) < CUT_THROUGH_FAILED_FOR);
+        if m.len() < 4096 {
+            m.insert(d, now);
+        }
+    }
+
+    /// Whether a streamed fetch of `d` failed within [`CUT_THROUGH_FAILED_FOR`].
+    pub fn recent(&self, d: &Digest) -> bool {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(d)
+            .is_some_and(|at| at.elapsed() < CUT_THROUGH_FAILED_FOR)
+    }
+}
+
 /// A node agent's store.
 #[derive(Debug)]
 pub struct Node {
@@ -41,7 +73,7 @@ pub struct Node {
     /// (repository, digest) pairs the registry agent confirmed for this node.
     pub references: References,
     /// Blobs whose streamed fetch failed recently ([`super::cut_through`]).
-    pub cut_through_failures: super::recent_failures::Failures,
+    pub cut_through_failures: CutThroughFailures,
     flights: Arc<Flights>,
     direct: std::sync::OnceLock<(Arc<Upstream>, u64)>,
     peers: std::sync::OnceLock<Vec<Peer>>,

@@ -15,9 +15,9 @@ use sha2::{Digest as _, Sha256};
 use super::digest::Digest;
 use super::metrics::{RegistryMetrics, RequestKind};
 use super::node::Node;
-use super::source::SourceError;
+use super::source_error::SourceError;
 use super::spool::{read_range, Piece, Spool};
-use super::wire::{self, read_frame, Request, Response, Status, UNHASHED};
+use super::wire::{self, read_frame, Request, Response, Status, MAX_CHUNK, UNHASHED};
 use crate::access::{Access, Identity};
 use crate::channel_endpoint::Watcher;
 use quic_rdma::quinn_adapter::RetryGate;
@@ -211,12 +211,12 @@ async fn stream(
             )
         }
         // Both stores hold a chunk in memory to hash it.
-        Ok(Request::Blob { len, .. }) if len > MAX_REQUEST_CHUNK => {
+        Ok(Request::Blob { len, .. }) if len > MAX_CHUNK => {
             metrics.bad_requests.inc();
             (
                 err(
                     Status::BadRequest,
-                    format!("chunk of {len} bytes above {MAX_REQUEST_CHUNK}"),
+                    format!("chunk of {len} bytes above {MAX_CHUNK}"),
                 ),
                 Vec::new(),
             )
