@@ -12,10 +12,10 @@
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use quic_rdma::fabric::soft::bootstrap::{self, BootstrapError, BootstrapHandle, PeerInfo};
+use quic_rdma::discovery::{self, BootstrapHandle, PeerInfo};
 use quic_rdma::fabric::soft::SoftPort;
 use quic_rdma::fabric::UdAddr;
 use quic_rdma::quinn_adapter::{self, Liveness};
@@ -159,7 +159,7 @@ pub fn listen(opts: &ListenOptions, mut config: quinn::ServerConfig) -> Result<C
         .ok_or_else(|| anyhow!("provider `{}` has no bootstrap record", ep.kind))?;
     let endpoint = endpoint(&ep.socket, Some(config))?;
     let bind = SocketAddr::new(opts.ip, opts.service_port);
-    let service = bootstrap::BootstrapServer::bind(bind, record)
+    let service = discovery::BootstrapServer::bind(bind, record)
         .with_context(|| format!("bootstrap service on TCP {bind} (is the port taken?)"))?;
     let bound = service.local_addr()?;
     let handle = service.spawn().context("starting the bootstrap service")?;
@@ -350,25 +350,11 @@ async fn query_async(service: &str, wait: Duration) -> Result<PeerInfo> {
         .context("bootstrap query task")?
 }
 
-/// Ask `server` (host:port) for its peer record, retrying connection failures
-/// and `ERR busy` (a server at its connection cap) until `wait` has passed;
-/// protocol errors and other refusals fail at once.
+/// Ask `server` (host:port) for its peer record, retrying while it refuses
+/// connections or is busy until `wait` has passed
+/// ([`discovery::query_within`]).
 pub(crate) fn query_bootstrap(server: &str, wait: Duration) -> Result<PeerInfo> {
-    let deadline = Instant::now() + wait;
-    loop {
-        match bootstrap::query(server, Duration::from_secs(2)) {
-            Ok(info) => return Ok(info),
-            Err(e @ BootstrapError::Io(_)) if Instant::now() < deadline => {
-                tracing::debug!("bootstrap {server}: {e}; retrying");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(BootstrapError::Refused(r)) if r == "busy" && Instant::now() < deadline => {
-                tracing::debug!("bootstrap {server}: busy; retrying");
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => return Err(e).with_context(|| format!("bootstrap query to {server}")),
-        }
-    }
+    discovery::query_within(server, wait).with_context(|| format!("bootstrap query to {server}"))
 }
 
 /// The source address the kernel would use towards `peer` (no packet is sent).

@@ -10,8 +10,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 use anyhow::Context;
+use quic_rdma::discovery::PeerInfo;
 use quic_rdma::fabric::sim::{FabricStats, Faults, SimConfig, SimFabric, SimQpOptions};
-use quic_rdma::fabric::soft::bootstrap::PeerInfo;
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
 use quic_rdma::fabric::{FabricError, Mtu, UdQueuePair, DEFAULT_QKEY};
 use quic_rdma::quinn_adapter::RdmaUdpSocket;
@@ -254,12 +254,7 @@ fn open_verbs(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
     let qp: Box<dyn UdQueuePair> = Box::new(qp);
     let sock = UdSocket::new(qp, SocketConfig::default())
         .with_context(|| format!("UD socket on {device} GID index {gid_index}"))?;
-    let publish = PeerInfo {
-        addr: sock.local_addr(),
-        udp_port: ROCEV2_UDP_PORT,
-        mtu: sock.active_mtu(),
-        reassembles: sock.config().segmentation,
-    };
+    let publish = PeerInfo::of_socket(&sock, ROCEV2_UDP_PORT);
     Ok(EndpointSocket {
         kind: ProviderKind::Verbs,
         socket: Arc::new(RdmaUdpSocket::new(sock)),

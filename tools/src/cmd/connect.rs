@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use quic_rdma::fabric::soft::bootstrap::PeerInfo;
+use quic_rdma::discovery::PeerInfo;
 use quic_rdma::quinn_adapter;
 
 use super::args::{parse_bytes, LivenessArgs};

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
+use quic_rdma::discovery::BootstrapServer;
 use quic_rdma::fabric::{Mtu, UdQueuePair};
 
 use super::args::{parse_bytes, MetricsArgs, DEFAULT_SERVICE_PORT};

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
+use quic_rdma::discovery::BootstrapServer;
 use quic_rdma::quinn_adapter::{self, Attempt, Liveness};
 
 use super::args::{LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT};
