@@ -22,7 +22,8 @@ use quic_rdma::quinn_adapter::{self, Liveness};
 use quic_rdma::socket::SocketStats;
 
 use crate::endpoint::endpoint;
-use crate::provider::{self, EndpointOptions, ProviderKind, Socket};
+use crate::provider::{self, EndpointOptions, Socket};
+use quic_rdma::fabric::Provider;
 
 /// TCP port of the bootstrap service when none is given (rdma-core's
 /// `ibv_*_pingpong` examples exchange QP details on the same port).
@@ -32,7 +33,7 @@ pub const DEFAULT_SERVICE_PORT: u16 = 18515;
 #[derive(Clone, Debug)]
 pub struct ListenOptions {
     /// Fabric provider (`soft` or, when built with the `verbs` feature, `verbs`).
-    pub provider: ProviderKind,
+    pub provider: Provider,
     /// Local IP: the endpoint's GID, and the bootstrap service's address.
     pub ip: IpAddr,
     /// UDP port of the RoCEv2 socket (`soft`; `verbs` devices use 4791 only).
@@ -50,7 +51,7 @@ impl ListenOptions {
     /// `soft` on `ip`, UDP 4791, bootstrap on TCP 18515, fabric liveness defaults.
     pub fn new(ip: IpAddr) -> Self {
         ListenOptions {
-            provider: ProviderKind::Soft,
+            provider: Provider::Soft,
             ip,
             udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
             service_port: DEFAULT_SERVICE_PORT,
@@ -177,7 +178,7 @@ pub fn listen(opts: &ListenOptions, mut config: quinn::ServerConfig) -> Result<C
 #[derive(Clone, Debug)]
 pub struct DialOptions {
     /// Fabric provider (`soft` or, when built with the `verbs` feature, `verbs`).
-    pub provider: ProviderKind,
+    pub provider: Provider,
     /// Local IP (our GID). `None`: the address the kernel routes from towards
     /// the server (decided by [`dial`] at its first server).
     pub ip: Option<IpAddr>,
@@ -196,7 +197,7 @@ impl DialOptions {
     /// liveness defaults.
     pub fn new() -> Self {
         DialOptions {
-            provider: ProviderKind::Soft,
+            provider: Provider::Soft,
             ip: None,
             udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
             wait: Duration::from_secs(10),

@@ -23,6 +23,7 @@ pub mod grh;
 pub mod keys;
 pub mod memory;
 pub mod port;
+mod provider;
 mod recv_queue;
 mod send_ledger;
 mod send_queue;
@@ -42,6 +43,7 @@ pub use grh::{Grh, GrhLayout};
 pub use keys::{check_keys, check_pkey, pkey_matches, send_qkey, KeyDrop, PacketKeys, QpKeys};
 pub use memory::{Memory, Region, RegionKeeper, RegionStorage, Sge};
 pub use port::{Mtu, QpAttr, GRH_LEN};
+pub use provider::{Provider, UnknownProvider};
 pub use wr::{Completion, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus};
 
 /// The P_Key of the default partition (full membership), IBA 10.9.

@@ -20,17 +20,19 @@ use anyhow::{anyhow, bail, Context, Result};
 use quic_rdma::discovery::PeerInfo;
 use quic_rdma::quinn_adapter;
 
+use super::args::FabricArgs;
 use super::args::{parse_bytes, LivenessArgs};
 use super::{print_report, RunError};
 use crate::channel_endpoint::{query_bootstrap, route_source};
 use crate::endpoint::endpoint;
-use crate::provider::{self, EndpointOptions, ProviderKind};
+use crate::provider::{self, EndpointOptions};
 use crate::report::{
     EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketReport, SocketsReport,
     SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
 };
 use crate::tls::{self, TlsInfo};
 use crate::workload;
+use quic_rdma::fabric::Provider;
 use quic_rdma::quinn_adapter::Liveness;
 
 /// Options of `qr connect`.
@@ -50,20 +52,14 @@ pub(crate) struct ConnectArgs {
     #[arg(long)]
     pub(crate) server_name: Option<String>,
 
-    /// Fabric provider (`soft`: userspace RoCEv2 over UDP; `verbs`: libibverbs, when
-    /// built with the `verbs` feature — its GID is the local IP).
-    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
-    pub(crate) provider: ProviderKind,
+    /// Fabric provider and UDP port.
+    #[command(flatten)]
+    pub(crate) fabric: FabricArgs,
 
     /// Local IP (our GID). Default: the source address the kernel routes from
     /// towards the server's GID.
     #[arg(long)]
     pub(crate) ip: Option<IpAddr>,
-
-    /// Local UDP port of the RoCEv2 socket. Keep 4791 (the server answers to
-    /// port 4791: a `soft` endpoint learns only the bootstrap server's port).
-    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
-    pub(crate) udp_port: u16,
 
     /// Bytes to transfer client -> server (suffixes K, M, G, T are binary).
     #[arg(long, default_value = "64M", value_parser = parse_bytes)]
@@ -124,7 +120,7 @@ fn host_of(server: &str) -> Result<&str> {
 /// The client-side run, shared by `qr connect` and `qr demo --provider soft`.
 #[derive(Clone, Debug)]
 pub(crate) struct ClientRun {
-    pub(crate) provider: ProviderKind,
+    pub(crate) provider: Provider,
     pub(crate) server: String,
     pub(crate) server_name: String,
     pub(crate) cert: PathBuf,
@@ -147,12 +143,12 @@ impl ClientRun {
             None => host_of(&a.server)?.to_string(),
         };
         Ok(ClientRun {
-            provider: a.provider,
+            provider: a.fabric.provider,
             server: a.server.clone(),
             server_name,
             cert: a.cert.clone(),
             ip: a.ip,
-            udp_port: a.udp_port,
+            udp_port: a.fabric.udp_port,
             bytes: a.bytes,
             pings: a.pings,
             ping_size: a.ping_size,

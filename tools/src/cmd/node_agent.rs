@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use super::args::FabricArgs;
 use super::args::{parse_bytes, LivenessArgs, RetryArgs, TcpLimitsArgs};
 use crate::access::Access;
 use crate::channel_endpoint::{listen, ChannelServer, DialOptions, ListenOptions};
@@ -23,7 +24,7 @@ use crate::image::transfer::TransferOptions;
 use crate::image::upstream::Upstream;
 use crate::image::{http, wire};
 use crate::pki::MtlsArgs;
-use crate::provider::ProviderKind;
+use quic_rdma::fabric::Provider;
 
 /// Options of `qr node-agent`.
 #[derive(Clone, Debug, clap::Args)]
@@ -46,18 +47,14 @@ pub(crate) struct NodeAgentArgs {
     #[command(flatten)]
     tcp: TcpLimitsArgs,
 
-    /// Fabric provider.
-    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
-    provider: ProviderKind,
+    /// Fabric provider and UDP port.
+    #[command(flatten)]
+    fabric: FabricArgs,
 
     /// Local IP on the fabric (our GID). Default: the address routed towards
     /// the registry agent.
     #[arg(long)]
     ip: Option<IpAddr>,
-
-    /// UDP port of the RoCEv2 socket.
-    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
-    udp_port: u16,
 
     /// Directory of the verified blob cache.
     #[arg(long)]
@@ -170,7 +167,7 @@ pub(crate) fn node(
     tls: &MtlsArgs,
     registry: &str,
     server_name: Option<&str>,
-    provider: ProviderKind,
+    provider: Provider,
     ip: Option<IpAddr>,
     udp_port: u16,
     liveness: &LivenessArgs,
@@ -224,14 +221,14 @@ fn serve_peers(
         .load()?
         .server_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
     let mut opts = ListenOptions::new(ip);
-    opts.provider = args.provider;
+    opts.provider = args.fabric.provider;
     opts.udp_port = args.peer_udp_port;
     opts.service_port = port;
     opts.liveness = args.liveness.liveness()?;
     let server = listen(&opts, config).context("--serve-peers")?;
     println!(
         "qr node-agent: serving peers on {} ({})",
-        args.provider,
+        args.fabric.provider,
         server.describe()
     );
     let gate = args.retry.gate();
@@ -251,7 +248,7 @@ fn serve_peers(
 }
 
 fn run(args: &NodeAgentArgs) -> Result<()> {
-    crate::provider::ensure_built_in(args.provider)?;
+    crate::provider::ensure_built_in(args.fabric.provider)?;
     let cache = Cache::open(&args.cache_dir, args.cache_size)?;
     let transfer = TransferOptions {
         parallel: args.parallel.max(1),
@@ -269,9 +266,9 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
             &args.tls,
             &args.registry,
             args.server_name.as_deref(),
-            args.provider,
+            args.fabric.provider,
             args.ip,
-            args.udp_port,
+            args.fabric.udp_port,
             &args.liveness,
             cache.clone(),
             transfer,

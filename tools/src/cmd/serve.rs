@@ -24,11 +24,12 @@ use anyhow::{anyhow, Context, Result};
 use quic_rdma::discovery::BootstrapServer;
 use quic_rdma::quinn_adapter::{self, Attempt, Liveness};
 
+use super::args::FabricArgs;
 use super::args::{LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT};
 use crate::endpoint::endpoint;
 use crate::endpoint_metrics::EndpointMetrics;
 use crate::http::Page;
-use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError, ProviderKind};
+use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError};
 use crate::report::{hex, ServeSummary, SocketReport, SoftPortReport, UdEndpointReport};
 use crate::tls::{self, ServerIdentity};
 use crate::workload;
@@ -47,14 +48,9 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) cert_out: PathBuf,
 
-    /// Fabric provider (`soft`: userspace RoCEv2 over UDP; `verbs`: libibverbs, when
-    /// built with the `verbs` feature — its GID is the local IP).
-    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
-    pub(crate) provider: ProviderKind,
-
-    /// UDP port of the RoCEv2 socket (4791 is what kernel rxe and NICs use).
-    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
-    pub(crate) udp_port: u16,
+    /// Fabric provider and UDP port.
+    #[command(flatten)]
+    pub(crate) fabric: FabricArgs,
 
     /// TCP port of the bootstrap service (on --ip unless --bootstrap-bind).
     #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
@@ -185,12 +181,12 @@ fn watch_parent(cert: &Path) -> Result<()> {
 /// Serve; `Ok(ok)` of the single connection with `--once`, else runs until killed.
 fn serve(args: &ServeArgs) -> Result<bool> {
     let started = Instant::now();
-    provider::ensure_built_in(args.provider)?;
+    provider::ensure_built_in(args.fabric.provider)?;
     if args.exit_with_parent {
         watch_parent(&args.cert_out)?;
     }
     let mut opts = EndpointOptions::new(args.ip);
-    opts.udp_port = args.udp_port;
+    opts.udp_port = args.fabric.udp_port;
     opts.qpn = args.qpn;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -198,7 +194,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
         .context("starting the tokio runtime")?;
     let ep = {
         let _rt = rt.enter();
-        provider::open_endpoint(args.provider, &opts)?
+        provider::open_endpoint(args.fabric.provider, &opts)?
     };
     let mut names = vec![args.ip.to_string()];
     names.extend(args.names.iter().cloned());

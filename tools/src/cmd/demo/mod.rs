@@ -17,13 +17,14 @@ use quic_rdma::quinn_adapter::{self, RetryGate};
 use super::args::{parse_bytes, LivenessArgs, DEFAULT_SERVICE_PORT};
 use super::{print_report, RunError};
 use crate::endpoint::endpoint;
-use crate::provider::{self, FabricOptions, ProviderKind};
+use crate::provider::{self, FabricOptions};
 use crate::report::{
     EndpointsReport, FabricReport, PingReport, QuicReport, Report, RttReport, SocketReport,
     SocketsReport, TransferReport, UdEndpointReport,
 };
 use crate::tls::{self, TlsInfo};
 use crate::workload;
+use quic_rdma::fabric::Provider;
 
 /// Options of `qr demo`.
 #[derive(Clone, Debug, clap::Args)]
@@ -34,8 +35,8 @@ pub(crate) struct DemoArgs {
     /// client itself on --client-ip (real RoCEv2 packets on UDP port 4791).
     /// `verbs` (libibverbs, with the `verbs` feature) runs one endpoint per process:
     /// use `qr serve` / `qr connect` for it.
-    #[arg(long, value_enum, default_value_t = ProviderKind::Sim)]
-    pub(crate) provider: ProviderKind,
+    #[arg(long, value_parser = super::args::provider_parser(), default_value_t = Provider::Sim)]
+    pub(crate) provider: Provider,
 
     /// `soft`: the server process's IP (its GID). Any 127.0.0.0/8 address works
     /// on Linux loopback without setup.
@@ -107,7 +108,7 @@ pub(crate) fn main(args: &DemoArgs) -> ExitCode {
 
 /// Run the demo on a fresh tokio multi-thread runtime.
 pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
-    if args.provider == ProviderKind::Soft {
+    if args.provider == Provider::Soft {
         return soft::run(args);
     }
     let opts = FabricOptions {

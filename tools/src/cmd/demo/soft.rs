@@ -24,8 +24,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use super::DemoArgs;
 use crate::cmd::connect::{self, ClientRun};
 use crate::cmd::RunError;
-use crate::provider::{OpenError, ProviderKind};
+use crate::provider::OpenError;
 use crate::report::{Report, ServeSummary};
+use quic_rdma::fabric::Provider;
 
 /// How long the server process may take to start answering.
 const READY_WITHIN: Duration = Duration::from_secs(20);
@@ -164,7 +165,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
     wait_ready(&mut server, &service).map_err(RunError::Run)?;
 
     let client = ClientRun {
-        provider: ProviderKind::Soft,
+        provider: Provider::Soft,
         server: service,
         server_name: args.server_ip.to_string(),
         cert: cert.clone(),
