@@ -19,11 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use quic_rdma::discovery::BootstrapServer;
 use quic_rdma::fabric::{Mtu, UdQueuePair};
 
-use super::args::FabricArgs;
-use super::args::{parse_bytes, MetricsArgs, DEFAULT_SERVICE_PORT};
+use super::args::{parse_bytes, FabricArgs, MetricsArgs, DEFAULT_SERVICE_PORT};
 use crate::channel_endpoint::query_bootstrap;
 use crate::gateway::{self, udp_socket, GatewayStats, Limits, QpFactory, ToFabric, ToUdp};
 use crate::http::Page;
@@ -53,7 +51,6 @@ struct Common {
     #[arg(long)]
     fabric_ip: IpAddr,
 
-    /// Fabric provider and UDP port.
     #[command(flatten)]
     fabric: FabricArgs,
 
@@ -304,10 +301,7 @@ async fn to_udp(a: &ToUdpArgs) -> Result<()> {
         .publish
         .context("the soft endpoint has no bootstrap record")?;
     let bind = SocketAddr::new(a.common.fabric_ip, a.service_port);
-    let bootstrap = BootstrapServer::bind(bind, publish)
-        .with_context(|| format!("bootstrap service on TCP {bind}"))?;
-    let bound = bootstrap.local_addr()?;
-    let _bootstrap = bootstrap.spawn()?;
+    let (bound, _bootstrap) = crate::channel_endpoint::publish(bind, publish)?;
     let stats = Arc::new(GatewayStats::default());
     let _metrics = metrics(&a.common, &stats).await?;
     eprintln!(

@@ -23,8 +23,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use quic_rdma::quinn_adapter::{Liveness, RetryGate};
 
-use super::args::FabricArgs;
-use super::args::{parse_bytes, LivenessArgs, MetricsArgs, RetryArgs};
+use super::args::{parse_bytes, FabricArgs, LivenessArgs, MetricsArgs, RetryArgs};
 use crate::channel_endpoint::{self, ChannelClient, DialOptions, ListenOptions};
 use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
@@ -57,7 +56,6 @@ struct Common {
     /// Local IP on the fabric: the endpoint's GID (IPv4-mapped for IPv4).
     #[arg(long)]
     ip: IpAddr,
-    /// Fabric provider and UDP port.
     #[command(flatten)]
     fabric: FabricArgs,
     /// Mutual TLS identity and CA.

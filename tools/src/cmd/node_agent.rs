@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::args::FabricArgs;
-use super::args::{parse_bytes, LivenessArgs, RetryArgs, TcpLimitsArgs};
+use super::args::{parse_bytes, FabricArgs, LivenessArgs, RetryArgs, TcpLimitsArgs};
 use crate::access::Access;
 use crate::channel_endpoint::{listen, ChannelServer, DialOptions, ListenOptions};
 use crate::image::cache::Cache;
@@ -24,7 +23,6 @@ use crate::image::transfer::TransferOptions;
 use crate::image::upstream::Upstream;
 use crate::image::{http, wire};
 use crate::pki::MtlsArgs;
-use quic_rdma::fabric::Provider;
 
 /// Options of `qr node-agent`.
 #[derive(Clone, Debug, clap::Args)]
@@ -47,7 +45,6 @@ pub(crate) struct NodeAgentArgs {
     #[command(flatten)]
     tcp: TcpLimitsArgs,
 
-    /// Fabric provider and UDP port.
     #[command(flatten)]
     fabric: FabricArgs,
 
@@ -167,9 +164,8 @@ pub(crate) fn node(
     tls: &MtlsArgs,
     registry: &str,
     server_name: Option<&str>,
-    provider: Provider,
+    fabric: FabricArgs,
     ip: Option<IpAddr>,
-    udp_port: u16,
     liveness: &LivenessArgs,
     cache: Arc<Cache>,
     transfer: TransferOptions,
@@ -179,9 +175,9 @@ pub(crate) fn node(
     let mtls = tls.load()?;
     let config = mtls.client_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
     let mut opts = DialOptions::new();
-    opts.provider = provider;
+    opts.provider = fabric.provider;
     opts.ip = ip;
-    opts.udp_port = udp_port;
+    opts.udp_port = fabric.udp_port;
     opts.liveness = liveness.liveness()?;
     let name = match server_name {
         Some(n) => n.to_string(),
@@ -266,9 +262,8 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
             &args.tls,
             &args.registry,
             args.server_name.as_deref(),
-            args.fabric.provider,
+            args.fabric,
             args.ip,
-            args.fabric.udp_port,
             &args.liveness,
             cache.clone(),
             transfer,

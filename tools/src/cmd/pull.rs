@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use super::args::FabricArgs;
-use super::args::{parse_bytes, LivenessArgs};
+use super::args::{parse_bytes, FabricArgs, LivenessArgs};
 use super::node_agent::node;
 use crate::image::cache::Cache;
 use crate::image::digest::{check_name, check_namespace, scoped, Digest, Reference};
@@ -36,7 +35,6 @@ pub(crate) struct PullArgs {
     #[arg(long)]
     server_name: Option<String>,
 
-    /// Fabric provider and UDP port.
     #[command(flatten)]
     fabric: FabricArgs,
 
@@ -162,9 +160,8 @@ fn run(args: &PullArgs) -> Result<()> {
             &args.tls,
             &args.registry,
             args.server_name.as_deref(),
-            args.fabric.provider,
+            args.fabric,
             args.ip,
-            args.fabric.udp_port,
             &args.liveness,
             cache,
             transfer,

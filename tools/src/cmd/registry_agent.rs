@@ -8,9 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use super::args::FabricArgs;
 use super::args::{
-    parse_age, parse_bytes, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT,
+    parse_age, parse_bytes, FabricArgs, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT,
 };
 use crate::access::Access;
 use crate::channel_endpoint::{listen, ListenOptions};
@@ -68,7 +67,6 @@ pub(crate) struct RegistryAgentArgs {
     #[arg(long)]
     ip: IpAddr,
 
-    /// Fabric provider and UDP port.
     #[command(flatten)]
     fabric: FabricArgs,
 

@@ -30,13 +30,12 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use quic_rdma::fabric::soft::SoftPort;
 use quic_rdma::fabric::{
-    AhAttr, Completion, Gid, Memory, RecvWr, Region, SendFlags, SendWr, Sge, UdQueuePair, WcStatus,
-    GRH_LEN,
+    AhAttr, Completion, Gid, Memory, Provider, RecvWr, Region, SendFlags, SendWr, Sge, UdQueuePair,
+    WcStatus, GRH_LEN,
 };
 
 use super::args::FabricArgs;
 use crate::provider::{self, OpenError};
-use quic_rdma::fabric::Provider;
 
 /// Q_Key of `ibv_ud_pingpong` (both QPs, every send).
 pub(crate) const PP_QKEY: u32 = 0x1111_1111;
@@ -79,7 +78,6 @@ pub(crate) struct UdPingpongArgs {
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub(crate) ib_port: u8,
 
-    /// Fabric provider and UDP port.
     #[command(flatten)]
     pub(crate) fabric: FabricArgs,
 
