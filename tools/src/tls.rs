@@ -225,7 +225,8 @@ fn version_name(v: rustls::ProtocolVersion) -> String {
 mod tests {
     use super::*;
     use crate::endpoint::endpoint;
-    use crate::provider::{self, FabricOptions, ProviderKind};
+    use crate::provider::{self, FabricOptions};
+    use quic_rdma::fabric::Provider;
     use quic_rdma::quinn_adapter;
     use quinn::crypto::rustls::QuicServerConfig;
     use rustls::crypto::ring::cipher_suite::{
@@ -282,7 +283,7 @@ mod tests {
             TLS13_CHACHA20_POLY1305_SHA256,
         ] {
             let pair = provider::open_pair(
-                ProviderKind::Sim,
+                Provider::Sim,
                 &FabricOptions {
                     loss_percent: 0.0,
                     seed: 1,

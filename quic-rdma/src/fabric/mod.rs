@@ -26,6 +26,7 @@ pub(crate) mod grh;
 pub(crate) mod keys;
 pub(crate) mod memory;
 pub(crate) mod port;
+mod provider;
 mod recv_queue;
 mod send_ledger;
 mod send_queue;
@@ -46,6 +47,7 @@ pub use keys::check_pkey;
 pub(crate) use keys::{send_qkey, KeyDrop, PacketKeys, QpKeys};
 pub use memory::{Memory, Region, RegionKeeper, RegionStorage, Sge};
 pub use port::{Mtu, QpAttr, GRH_LEN};
+pub use provider::{Provider, UnknownProvider};
 pub use wr::{Completion, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus};
 
 /// The P_Key of the default partition (full membership), IBA 10.9.

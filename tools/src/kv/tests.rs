@@ -14,8 +14,9 @@ use quic_rdma::quinn_adapter;
 use super::frame::{ErrorCode, Previous};
 use super::{ChannelError, Master, MasterConfig, Metrics, ReplicaConn, Session, SyncStart};
 use crate::endpoint::endpoint;
-use crate::provider::{self, FabricOptions, ProviderKind};
+use crate::provider::{self, FabricOptions};
 use crate::tls;
+use quic_rdma::fabric::Provider;
 
 /// The log byte at position `p` (any position: the test checks by formula).
 fn log_byte(p: u64) -> u8 {
@@ -58,7 +59,7 @@ fn channel_over_sim() {
         .build()
         .unwrap();
     let pair = provider::open_pair(
-        ProviderKind::Sim,
+        Provider::Sim,
         &FabricOptions {
             loss_percent: 0.0,
             seed: 12,
