@@ -15,6 +15,7 @@
 //!
 //! Dependencies point down only: `fabric` and `socket` know nothing of QUIC.
 
+pub mod counters;
 pub mod engine;
 pub mod fabric;
 pub mod quic;
