@@ -53,6 +53,26 @@ pub trait Counters {
     fn visit(&self, f: &mut dyn FnMut(Metric));
 }
 
+/// A field [`visit_fields!`](crate::visit_fields) can read: counters are
+/// `u64`; gauges may be kept signed (a level updated by `+1`/`-1` from
+/// several tasks can dip below zero for a moment), and read as 0 then.
+pub trait FieldValue {
+    /// The value to report.
+    fn value(&self) -> u64;
+}
+
+impl FieldValue for u64 {
+    fn value(&self) -> u64 {
+        *self
+    }
+}
+
+impl FieldValue for i64 {
+    fn value(&self) -> u64 {
+        u64::try_from(*self).unwrap_or(0)
+    }
+}
+
 /// Helper for `visit` implementations: one line per field,
 /// `field: Kind, Unit, "help";` or `field => name: ...` where the public name
 /// differs from the field's. The name comes from the field itself so the two
@@ -69,7 +89,7 @@ macro_rules! visit_fields {
                 kind: $crate::counters::Kind::$kind,
                 unit: $crate::counters::Unit::$unit,
                 help: $help,
-                value: $s.$field,
+                value: $crate::counters::FieldValue::value(&$s.$field),
             });
         )*
     };
