@@ -11,6 +11,21 @@ use quic_rdma::socket::SocketStats;
 
 use super::schema::{CounterReport, Report, ServeSummary};
 
+/// A counter's name as a row label: words apart, acronyms in capitals as
+/// the RDMA and IP specifications write them (`rx_bad_icrc`: "rx bad ICRC").
+fn label(name: &str) -> String {
+    name.split('_')
+        .map(|w| match w {
+            "ipv4" => "IPv4".to_string(),
+            "ah" | "bth" | "gid" | "grh" | "gso" | "icrc" | "id" | "mtu" | "qp" | "qpn" => {
+                w.to_uppercase()
+            }
+            _ => w.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// One row per value `shape` visits (zero-valued structs: only the names
 /// matter), client `c` beside server `s`: the rows follow the visitor, so a
 /// counter added there is shown with no row to add here. Ungrouped values
@@ -46,11 +61,7 @@ fn counter_rows(
             )?;
             group = g;
         }
-        let label = format!(
-            "{}{}",
-            if g.is_some() { "  " } else { "" },
-            name.replace('_', " ")
-        );
+        let label = format!("{}{}", if g.is_some() { "  " } else { "" }, label(name));
         let get = |r: &CounterReport| r.get(g, name);
         writeln!(
             f,
@@ -259,7 +270,7 @@ mod tests {
                         m.group,
                         m.name
                     );
-                    let label = m.name.replace('_', " ");
+                    let label = label(m.name);
                     assert!(human.contains(&label), "{label} not in the human table");
                     let group = m.group.map_or(String::new(), |g| format!("{g}_"));
                     let (suffix, ty) = match m.kind {
