@@ -17,6 +17,7 @@
 //!
 //! Dependencies point down only: `fabric` and `socket` know nothing of QUIC.
 
+pub mod counters;
 pub mod discovery;
 pub mod engine;
 pub mod fabric;

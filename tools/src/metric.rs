@@ -3,6 +3,8 @@
 //! gateway, `qr serve`), so no part of `qr` borrows them from another.
 
 use std::fmt::Write as _;
+
+use quic_rdma::counters::{Counters, Kind};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// One monotonically increasing counter.
@@ -181,6 +183,21 @@ pub fn counter(o: &mut String, name: &str, help: &str, v: u64) {
 /// Append one gauge `name` with its HELP and TYPE lines (see [`counter`]).
 pub fn gauge(o: &mut String, name: &str, help: &str, v: i64) {
     let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+}
+
+/// Append every value `c` visits as `{prefix}_[{group}_]{name}`, typed by
+/// its [`Kind`] and suffixed `_total` when it is a counter (Prometheus
+/// naming): how each stats struct's visitor becomes `/metrics` text, so the
+/// text lists exactly what the JSON reports list.
+pub fn visited(o: &mut String, prefix: &str, c: &dyn Counters) {
+    c.visit(&mut |m| {
+        let group = m.group.map_or(String::new(), |g| format!("{g}_"));
+        let name = format!("{prefix}_{group}{}", m.name);
+        match m.kind {
+            Kind::Counter => counter(o, &format!("{name}_total"), m.help, m.value),
+            Kind::Gauge => gauge(o, &name, m.help, i64::try_from(m.value).unwrap_or(i64::MAX)),
+        }
+    });
 }
 
 /// Read one sample (`name` or `name{labels}`) from Prometheus text: for tests

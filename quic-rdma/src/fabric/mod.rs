@@ -191,3 +191,22 @@ pub trait UdQueuePair: Send + 'static {
     /// Provider-level drop counters.
     fn drops(&self) -> ProviderDrops;
 }
+
+/// In the `drops` group, next to the socket's own drops (see
+/// [`SocketStats`](crate::socket::SocketStats)).
+impl crate::counters::Counters for ProviderDrops {
+    fn visit(&self, f: &mut dyn FnMut(crate::counters::Metric)) {
+        crate::visit_fields!(f, self, Some("drops");
+            bad_pkey: Counter, Count, "Provider drops: P_Key not in the partition";
+            bad_qkey: Counter, Count, "Provider drops: Q_Key mismatch";
+            unknown_qpn: Counter, Count, "Provider drops: unknown destination QPN";
+            no_recv_posted: Counter, Count, "Provider drops: no receive posted";
+            too_long: Counter, Count, "Provider drops: larger than the receive buffer";
+            malformed: Counter, Count, "Provider drops: malformed on the wire";
+            runt: Counter, Count, "Provider drops: shorter than a BTH";
+            kernel_rx_dropped: Counter, Count, "Provider drops: kernel receive buffer full";
+            bad_icrc: Counter, Count, "Provider drops: ICRC did not verify";
+            oversize_sent: Counter, Count, "Provider drops: sent above the path MTU";
+        );
+    }
+}

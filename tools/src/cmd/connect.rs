@@ -254,7 +254,7 @@ async fn client(
         },
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
-            client: SocketReport::of(&ep.socket),
+            client: SocketReport::socket(&ep.socket),
             server: None,
         },
         fabric: None,

@@ -338,7 +338,7 @@ async fn connection(
         sha256_received: received.map_or_else(String::new, |r| hex(&r.sha256)),
         ping_bytes_echoed: echoed,
         server_name,
-        socket: SocketReport::of(&ep.socket),
+        socket: SocketReport::socket(&ep.socket),
         soft: ep.soft.as_ref().map(|p| SoftPortReport::from(&p.stats())),
     }
 }

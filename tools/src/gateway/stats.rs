@@ -1,5 +1,5 @@
-//! The gateway's counters, and their Prometheus text (rendered with the same
-//! helpers as every `/metrics` of `qr`, `crate::metric`).
+//! The gateway's counters, and their Prometheus text (generated from the
+//! snapshot's visitor, `quic_rdma::counters`, like every `/metrics` of `qr`).
 //!
 //! Every datagram the gateway reads is either forwarded or counted as one kind
 //! of drop, so the counters reconcile (see [`GatewaySnapshot::unaccounted`]):
@@ -7,7 +7,9 @@
 //! the listening UDP socket is `udp_rx + udp_kernel_drops` (datagrams the
 //! kernel dropped before the gateway could read them).
 
-use crate::metric::{counter, gauge, Counter, Gauge};
+use quic_rdma::counters::{Counters, Metric};
+
+use crate::metric::{visited, Counter, Gauge};
 
 /// Live counters, shared by the gateway's tasks.
 #[derive(Debug, Default)]
@@ -194,136 +196,47 @@ impl GatewayStats {
         }
     }
 
-    /// Prometheus text exposition (format 0.0.4), every name prefixed `qr_gateway_`.
+    /// Prometheus text exposition (format 0.0.4), every name prefixed
+    /// `qr_gateway_`: generated from [`GatewaySnapshot`]'s visitor.
     pub fn prometheus(&self) -> String {
-        let s = self.snapshot();
         let mut o = String::new();
-        for (name, help, v) in [
-            (
-                "udp_rx_datagrams_total",
-                "Datagrams read from UDP",
-                s.udp_rx,
-            ),
-            ("udp_tx_datagrams_total", "Datagrams sent on UDP", s.udp_tx),
-            (
-                "fabric_rx_datagrams_total",
-                "Datagrams received from the fabric",
-                s.fabric_rx,
-            ),
-            (
-                "fabric_tx_datagrams_total",
-                "Datagrams posted to the fabric",
-                s.fabric_tx,
-            ),
-            ("udp_rx_bytes_total", "Bytes read from UDP", s.udp_rx_bytes),
-            (
-                "fabric_rx_bytes_total",
-                "Bytes received from the fabric",
-                s.fabric_rx_bytes,
-            ),
-            ("udp_tx_bytes_total", "Bytes sent on UDP", s.udp_tx_bytes),
-            (
-                "fabric_tx_bytes_total",
-                "Bytes posted to the fabric",
-                s.fabric_tx_bytes,
-            ),
-            (
-                "udp_kernel_drops_total",
-                "Datagrams the kernel dropped on the listening UDP socket (receive buffer full)",
-                s.udp_kernel_drops,
-            ),
-            (
-                "drop_too_big_total",
-                "UDP datagrams larger than the fabric MTU, dropped",
-                s.drop_too_big,
-            ),
-            (
-                "drop_refused_total",
-                "Datagrams of clients refused by a full table",
-                s.drop_refused,
-            ),
-            (
-                "drop_foreign_total",
-                "Datagrams from other than a client's target",
-                s.drop_foreign,
-            ),
-            (
-                "drop_fabric_send_total",
-                "Datagrams the fabric socket did not take",
-                s.drop_fabric_send,
-            ),
-            (
-                "drop_udp_send_total",
-                "Datagrams a UDP send failed on",
-                s.drop_udp_send,
-            ),
-            (
-                "drop_client_setup_total",
-                "Datagrams of clients whose QP or socket could not be made",
-                s.drop_client_setup,
-            ),
-            (
-                "drop_not_initial_total",
-                "Datagrams from unknown sources that are not a client Initial",
-                s.drop_not_initial,
-            ),
-            (
-                "drop_source_limit_total",
-                "Initials refused by the per-source client limit",
-                s.drop_source_limit,
-            ),
-            (
-                "drop_amplification_total",
-                "Datagrams to unvalidated clients beyond 3x what they sent",
-                s.drop_amplification,
-            ),
-            (
-                "clients_admitted_total",
-                "Clients admitted (unvalidated)",
-                s.clients_admitted,
-            ),
-            (
-                "clients_validated_total",
-                "Clients that proved their address",
-                s.clients_validated,
-            ),
-            (
-                "clients_evicted_total",
-                "Unvalidated clients evicted to make room",
-                s.clients_evicted,
-            ),
-            (
-                "clients_expired_unvalidated_total",
-                "Unvalidated clients expired",
-                s.clients_expired_unvalidated,
-            ),
-            (
-                "clients_expired_total",
-                "Validated clients expired after the idle timeout",
-                s.clients_expired,
-            ),
-        ] {
-            counter(&mut o, &format!("qr_gateway_{name}"), help, v);
-        }
-        gauge(
-            &mut o,
-            "qr_gateway_clients_active",
-            "Clients in the table",
-            s.clients_active,
-        );
-        gauge(
-            &mut o,
-            "qr_gateway_udp_recv_buffer_bytes",
-            "Receive buffer of the listening UDP socket, as the kernel granted it",
-            s.udp_recv_buffer_bytes,
-        );
-        gauge(
-            &mut o,
-            "qr_gateway_clients_unvalidated",
-            "Unvalidated clients in the table",
-            s.clients_unvalidated,
-        );
+        visited(&mut o, "qr_gateway", &self.snapshot());
         o
+    }
+}
+
+/// The names keep what the gateway has always exported
+/// (`udp_rx_datagrams_total`, ...).
+impl Counters for GatewaySnapshot {
+    fn visit(&self, f: &mut dyn FnMut(Metric)) {
+        quic_rdma::visit_fields!(f, self, None;
+            udp_rx => udp_rx_datagrams: Counter, Count, "Datagrams read from UDP";
+            udp_tx => udp_tx_datagrams: Counter, Count, "Datagrams sent on UDP";
+            fabric_rx => fabric_rx_datagrams: Counter, Count, "Datagrams received from the fabric";
+            fabric_tx => fabric_tx_datagrams: Counter, Count, "Datagrams posted to the fabric";
+            udp_rx_bytes: Counter, Bytes, "Bytes read from UDP";
+            fabric_rx_bytes: Counter, Bytes, "Bytes received from the fabric";
+            udp_tx_bytes: Counter, Bytes, "Bytes sent on UDP";
+            fabric_tx_bytes: Counter, Bytes, "Bytes posted to the fabric";
+            udp_kernel_drops: Counter, Count, "Datagrams the kernel dropped on the listening UDP socket (receive buffer full)";
+            udp_recv_buffer_bytes: Gauge, Bytes, "Receive buffer of the listening UDP socket, as the kernel granted it";
+            drop_too_big: Counter, Count, "UDP datagrams larger than the fabric MTU, dropped";
+            drop_refused: Counter, Count, "Datagrams of clients refused by a full table";
+            drop_foreign: Counter, Count, "Datagrams from other than a client's target";
+            drop_fabric_send: Counter, Count, "Datagrams the fabric socket did not take";
+            drop_udp_send: Counter, Count, "Datagrams a UDP send failed on";
+            drop_client_setup: Counter, Count, "Datagrams of clients whose QP or socket could not be made";
+            drop_not_initial: Counter, Count, "Datagrams from unknown sources that are not a client Initial";
+            drop_source_limit: Counter, Count, "Initials refused by the per-source client limit";
+            drop_amplification: Counter, Count, "Datagrams to unvalidated clients beyond 3x what they sent";
+            clients_admitted: Counter, Count, "Clients admitted (unvalidated)";
+            clients_validated: Counter, Count, "Clients that proved their address";
+            clients_evicted: Counter, Count, "Unvalidated clients evicted to make room";
+            clients_expired_unvalidated: Counter, Count, "Unvalidated clients expired";
+            clients_expired: Counter, Count, "Validated clients expired after the idle timeout";
+            clients_active: Gauge, Count, "Clients in the table";
+            clients_unvalidated: Gauge, Count, "Unvalidated clients in the table";
+        );
     }
 }
 

@@ -210,8 +210,8 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
         },
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
-            client: SocketReport::of(&pair.client),
-            server: Some(SocketReport::of(&pair.server)),
+            client: SocketReport::socket(&pair.client),
+            server: Some(SocketReport::socket(&pair.server)),
         },
         fabric: pair.wire_stats().as_ref().map(FabricReport::from),
         endpoints: EndpointsReport {
