@@ -30,9 +30,9 @@ CRATES = {
 
 # (crate, module prefix that may not use..., ...these module prefixes, why)
 FORBIDDEN = [
-    ("quic-rdma", "fabric", ("quic", "engine", "quinn_adapter"),
+    ("quic-rdma", "fabric", ("discovery", "quic", "engine", "quinn_adapter"),
      "the fabric is below the QUIC side (docs/architecture.md §1)"),
-    ("quic-rdma", "socket", ("quic", "engine", "quinn_adapter"),
+    ("quic-rdma", "socket", ("discovery", "quic", "engine", "quinn_adapter"),
      "the socket is below the QUIC side (docs/architecture.md §1)"),
 ]
 CHANNELS = ("image", "kv", "gateway")
