@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use quic_rdma::counters::{Counters, Kind};
+use quic_rdma::counters::{Counters, FieldValue, Kind};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// One monotonically increasing counter.
@@ -26,6 +26,14 @@ impl Counter {
     }
 }
 
+/// So a struct of live counters can visit its fields with
+/// `quic_rdma::visit_fields!` (one list for every output) without a copy.
+impl FieldValue for Counter {
+    fn value(&self) -> u64 {
+        self.get()
+    }
+}
+
 /// A value that goes up and down.
 #[derive(Debug, Default)]
 pub struct Gauge(AtomicI64);
@@ -42,6 +50,14 @@ impl Gauge {
     /// The current value.
     pub fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// As [`Counter`]'s; a level that dips below zero for a moment (updates
+/// from several tasks racing) reads as 0, as `FieldValue for i64` does.
+impl FieldValue for Gauge {
+    fn value(&self) -> u64 {
+        self.get().value()
     }
 }
 
@@ -190,13 +206,30 @@ pub fn gauge(o: &mut String, name: &str, help: &str, v: i64) {
 /// naming): how each stats struct's visitor becomes `/metrics` text, so the
 /// text lists exactly what the JSON reports list.
 pub fn visited(o: &mut String, prefix: &str, c: &dyn Counters) {
+    visited_labelled(o, prefix, "", c);
+}
+
+/// [`visited`], each sample carrying `labels` (`key="value"` pairs without
+/// braces, or empty): for an exporter that tells its instances apart by a
+/// label on every series (the KV relay's `role`).
+pub fn visited_labelled(o: &mut String, prefix: &str, labels: &str, c: &dyn Counters) {
+    let labels = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    };
     c.visit(&mut |m| {
         let group = m.group.map_or(String::new(), |g| format!("{g}_"));
-        let name = format!("{prefix}_{group}{}", m.name);
-        match m.kind {
-            Kind::Counter => counter(o, &format!("{name}_total"), m.help, m.value),
-            Kind::Gauge => gauge(o, &name, m.help, i64::try_from(m.value).unwrap_or(i64::MAX)),
-        }
+        let (suffix, ty) = match m.kind {
+            Kind::Counter => ("_total", "counter"),
+            Kind::Gauge => ("", "gauge"),
+        };
+        let name = format!("{prefix}_{group}{}{suffix}", m.name);
+        let _ = writeln!(
+            o,
+            "# HELP {name} {}\n# TYPE {name} {ty}\n{name}{labels} {}",
+            m.help, m.value
+        );
     });
 }
 
