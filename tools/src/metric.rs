@@ -246,6 +246,64 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// The coverage check of `report::human`, for the exporters whose
+    /// `/metrics` adds families and histograms to a visitor: every visited
+    /// value is on that page, typed and suffixed as its kind says, with
+    /// its value and the page's labels; and the KV status carries it too.
+    #[test]
+    fn every_visited_value_is_on_its_metrics_page() {
+        let node = crate::image::metrics::NodeMetrics::default();
+        let registry = crate::image::metrics::RegistryMetrics::default();
+        let kv = crate::kv::metrics::Metrics::default();
+        let gateway = crate::gateway::GatewayStats::default();
+        // Distinct values, so a sample read back is this value's own.
+        node.resumes.add(3);
+        node.peer_server.bytes_sent.add(5);
+        node.chunk_size.set(7);
+        registry.bytes_sent.add(11);
+        kv.head.store(13, Ordering::Relaxed);
+        kv.reconnects.store(17, Ordering::Relaxed);
+        gateway.udp_rx.add(19);
+        gateway.clients_active.add(23);
+        let pages: [(&str, &str, &dyn Counters, String); 4] = [
+            ("qr_node", "", &node, node.render()),
+            ("qr_registry", "", &registry, registry.render()),
+            (
+                "qr_kv",
+                "{role=\"upstream\"}",
+                &kv,
+                kv.prometheus("upstream"),
+            ),
+            ("qr_gateway", "", &gateway.snapshot(), gateway.prometheus()),
+        ];
+        let status = kv.status("upstream");
+        for (prefix, labels, c, text) in pages {
+            let mut n = 0;
+            c.visit(&mut |m| {
+                n += 1;
+                let group = m.group.map_or(String::new(), |g| format!("{g}_"));
+                let (suffix, ty) = match m.kind {
+                    Kind::Counter => ("_total", "counter"),
+                    Kind::Gauge => ("", "gauge"),
+                };
+                let name = format!("{prefix}_{group}{}{suffix}", m.name);
+                let line = format!("# TYPE {name} {ty}\n");
+                assert!(text.contains(&line), "{line} not in {prefix}'s /metrics");
+                let got = sample(&text, &format!("{name}{labels}"));
+                assert_eq!(got, Some(m.value as f64), "{name}{labels}");
+                if prefix == "qr_kv" {
+                    let key = if m.name == "log_head_bytes" {
+                        "head"
+                    } else {
+                        m.name
+                    };
+                    assert_eq!(status[key], m.value, "{key} in the KV status");
+                }
+            });
+            assert!(n >= 10, "{prefix}: {n} values visited");
+        }
+    }
+
     #[test]
     fn histograms_are_cumulative() {
         let h = Histogram::new(&[0.01, 0.1]);
