@@ -73,6 +73,15 @@ impl FieldValue for i64 {
     }
 }
 
+/// Live counters kept as atomics (read relaxed: a report is a moment's
+/// view, not a synchronisation point), so a struct of atomics can visit its
+/// fields directly instead of copying them into a snapshot first.
+impl FieldValue for std::sync::atomic::AtomicU64 {
+    fn value(&self) -> u64 {
+        self.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// Helper for `visit` implementations: one line per field,
 /// `field: Kind, Unit, "help";` or `field => name: ...` where the public name
 /// differs from the field's. The name comes from the field itself so the two

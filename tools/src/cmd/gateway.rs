@@ -245,7 +245,7 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
         .udp_recv_buffer_bytes
         .set(i64::try_from(granted).unwrap_or(i64::MAX));
     if let Some(inode) = udp_socket::inode(&udp) {
-        let _ = stats.udp_listener_inode.set(inode);
+        stats.udp_kernel_drops.watch(inode);
     }
     let _metrics = metrics(&a.common, &stats).await?;
     eprintln!(

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use quic_rdma::counters::{Counters, Metric};
 use serde::Serialize;
 
 /// What one replica session looks like from the master.
@@ -120,79 +121,10 @@ impl Metrics {
 
     /// Prometheus text exposition (format 0.0.4), every name prefixed
     /// `qr_kv_`, counters suffixed `_total` and units in the names
-    /// (Prometheus naming conventions).
+    /// (Prometheus naming conventions), every series labelled `role`.
     pub fn prometheus(&self, role: &str) -> String {
         let mut s = String::new();
-        let mut counter = |name: &str, help: &str, v: u64| {
-            let _ = writeln!(s, "# HELP qr_kv_{name}_total {help}");
-            let _ = writeln!(s, "# TYPE qr_kv_{name}_total counter");
-            let _ = writeln!(s, "qr_kv_{name}_total{{role=\"{role}\"}} {v}");
-        };
-        counter(
-            "sync_full",
-            "Sessions begun by full sync.",
-            self.sync_full.load(Relaxed),
-        );
-        counter(
-            "sync_partial_ok",
-            "Sessions resumed by partial resync.",
-            self.sync_partial_ok.load(Relaxed),
-        );
-        counter(
-            "sync_partial_err",
-            "Partial resyncs refused (a full sync followed).",
-            self.sync_partial_err.load(Relaxed),
-        );
-        counter(
-            "reconnects",
-            "Connections re-established.",
-            self.reconnects.load(Relaxed),
-        );
-        counter(
-            "snapshot_bytes",
-            "Snapshot bytes moved.",
-            self.snapshot_bytes.load(Relaxed),
-        );
-        counter(
-            "log_bytes",
-            "Log bytes moved.",
-            self.log_bytes.load(Relaxed),
-        );
-        counter(
-            "malformed",
-            "Malformed inputs that closed a link.",
-            self.malformed.load(Relaxed),
-        );
-        counter(
-            "link_errors",
-            "Links closed by an error.",
-            self.link_errors.load(Relaxed),
-        );
-        counter(
-            "auth_failures",
-            "Replica connections refused for a missing or wrong password.",
-            self.auth_failures.load(Relaxed),
-        );
-        counter(
-            "commands_refused",
-            "Commands on the Redis port answered with an error (unknown, inline, bad arguments).",
-            self.commands_refused.load(Relaxed),
-        );
-        let mut gauge = |name: &str, help: &str, v: f64| {
-            let _ = writeln!(s, "# HELP qr_kv_{name} {help}");
-            let _ = writeln!(s, "# TYPE qr_kv_{name} gauge");
-            let _ = writeln!(s, "qr_kv_{name}{{role=\"{role}\"}} {v}");
-        };
-        gauge(
-            "backlog_bytes",
-            "Bytes in the backlog.",
-            self.backlog_bytes.load(Relaxed) as f64,
-        );
-        gauge(
-            "log_head_bytes",
-            "Log head: the replication offset, in bytes.",
-            self.head.load(Relaxed) as f64,
-        );
+        crate::metric::visited_labelled(&mut s, "qr_kv", &format!("role=\"{role}\""), self);
         let h = "qr_kv_credit_turnaround_seconds";
         let _ = writeln!(
             s,
@@ -237,26 +169,57 @@ impl Metrics {
         s
     }
 
-    /// The same as a JSON object.
+    /// The same as a JSON object: the visited values under their metric
+    /// names, plus what the status has always carried beside them — the log
+    /// head as `head`, `snapshot_source_bytes` (not exported as a metric),
+    /// the mean turnaround and the replica table. Keys kept as they were:
+    /// scripts and tests read them.
     pub fn status(&self, role: &str) -> serde_json::Value {
-        serde_json::json!({
-            "role": role,
-            "sync_full": self.sync_full.load(Relaxed),
-            "sync_partial_ok": self.sync_partial_ok.load(Relaxed),
-            "sync_partial_err": self.sync_partial_err.load(Relaxed),
-            "reconnects": self.reconnects.load(Relaxed),
-            "snapshot_bytes": self.snapshot_bytes.load(Relaxed),
-            "snapshot_source_bytes": self.snapshot_source_bytes.load(Relaxed),
-            "log_bytes": self.log_bytes.load(Relaxed),
-            "malformed": self.malformed.load(Relaxed),
-            "link_errors": self.link_errors.load(Relaxed),
-            "auth_failures": self.auth_failures.load(Relaxed),
-            "commands_refused": self.commands_refused.load(Relaxed),
-            "backlog_bytes": self.backlog_bytes.load(Relaxed),
-            "head": self.head.load(Relaxed),
-            "credit_turnaround_seconds_mean": self.turnaround_mean(),
-            "replicas": self.replicas(),
-        })
+        let mut o = serde_json::Map::new();
+        self.visit(&mut |m| {
+            // `log_head_bytes` has always been `head` in the status.
+            let key = if m.name == "log_head_bytes" {
+                "head"
+            } else {
+                m.name
+            };
+            o.insert(key.into(), m.value.into());
+        });
+        o.insert(
+            "snapshot_source_bytes".into(),
+            self.snapshot_source_bytes.load(Relaxed).into(),
+        );
+        o.insert("role".into(), role.into());
+        o.insert(
+            "credit_turnaround_seconds_mean".into(),
+            self.turnaround_mean().into(),
+        );
+        o.insert(
+            "replicas".into(),
+            serde_json::to_value(self.replicas()).unwrap_or_default(),
+        );
+        serde_json::Value::Object(o)
+    }
+}
+
+/// The plain counters and gauges (the histogram and the per-replica gauges
+/// are written by [`Metrics::prometheus`]); each name is `qr_kv_` + this one.
+impl Counters for Metrics {
+    fn visit(&self, f: &mut dyn FnMut(Metric)) {
+        quic_rdma::visit_fields!(f, self, None;
+            sync_full: Counter, Count, "Sessions begun by full sync.";
+            sync_partial_ok: Counter, Count, "Sessions resumed by partial resync.";
+            sync_partial_err: Counter, Count, "Partial resyncs refused (a full sync followed).";
+            reconnects: Counter, Count, "Connections re-established.";
+            snapshot_bytes: Counter, Bytes, "Snapshot bytes moved.";
+            log_bytes: Counter, Bytes, "Log bytes moved.";
+            malformed: Counter, Count, "Malformed inputs that closed a link.";
+            link_errors: Counter, Count, "Links closed by an error.";
+            auth_failures: Counter, Count, "Replica connections refused for a missing or wrong password.";
+            commands_refused: Counter, Count, "Commands on the Redis port answered with an error (unknown, inline, bad arguments).";
+            backlog_bytes: Gauge, Bytes, "Bytes in the backlog.";
+            head => log_head_bytes: Gauge, Bytes, "Log head: the replication offset, in bytes.";
+        );
     }
 }
 
