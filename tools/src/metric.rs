@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use quic_rdma::counters::{Counters, FieldValue, Kind};
+use quic_rdma::counters::{Counters, FieldValue, Kind, Metric};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// One monotonically increasing counter.
@@ -219,18 +219,24 @@ pub fn visited_labelled(o: &mut String, prefix: &str, labels: &str, c: &dyn Coun
         format!("{{{labels}}}")
     };
     c.visit(&mut |m| {
-        let group = m.group.map_or(String::new(), |g| format!("{g}_"));
-        let (suffix, ty) = match m.kind {
-            Kind::Counter => ("_total", "counter"),
-            Kind::Gauge => ("", "gauge"),
-        };
-        let name = format!("{prefix}_{group}{}{suffix}", m.name);
+        let (name, ty) = exposed(prefix, &m);
         let _ = writeln!(
             o,
             "# HELP {name} {}\n# TYPE {name} {ty}\n{name}{labels} {}",
             m.help, m.value
         );
     });
+}
+
+/// The Prometheus name and type of a visited value:
+/// `{prefix}_[{group}_]{name}`, suffixed `_total` when it is a counter.
+pub fn exposed(prefix: &str, m: &Metric) -> (String, &'static str) {
+    let group = m.group.map_or(String::new(), |g| format!("{g}_"));
+    let (suffix, ty) = match m.kind {
+        Kind::Counter => ("_total", "counter"),
+        Kind::Gauge => ("", "gauge"),
+    };
+    (format!("{prefix}_{group}{}{suffix}", m.name), ty)
 }
 
 /// Read one sample (`name` or `name{labels}`) from Prometheus text: for tests
@@ -281,12 +287,7 @@ mod tests {
             let mut n = 0;
             c.visit(&mut |m| {
                 n += 1;
-                let group = m.group.map_or(String::new(), |g| format!("{g}_"));
-                let (suffix, ty) = match m.kind {
-                    Kind::Counter => ("_total", "counter"),
-                    Kind::Gauge => ("", "gauge"),
-                };
-                let name = format!("{prefix}_{group}{}{suffix}", m.name);
+                let (name, ty) = exposed(prefix, &m);
                 let line = format!("# TYPE {name} {ty}\n");
                 assert!(text.contains(&line), "{line} not in {prefix}'s /metrics");
                 let got = sample(&text, &format!("{name}{labels}"));

@@ -272,12 +272,8 @@ mod tests {
                     );
                     let label = label(m.name);
                     assert!(human.contains(&label), "{label} not in the human table");
-                    let group = m.group.map_or(String::new(), |g| format!("{g}_"));
-                    let (suffix, ty) = match m.kind {
-                        quic_rdma::counters::Kind::Counter => ("_total", "counter"),
-                        quic_rdma::counters::Kind::Gauge => ("", "gauge"),
-                    };
-                    let line = format!("# TYPE {prefix}_{group}{}{suffix} {ty}\n", m.name);
+                    let (name, ty) = crate::metric::exposed(prefix, &m);
+                    let line = format!("# TYPE {name} {ty}\n");
                     assert!(text.contains(&line), "{line} not in /metrics");
                 });
             }
