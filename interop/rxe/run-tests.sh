@@ -33,13 +33,13 @@ fi
 log "building quic-rdma with --features verbs"
 cargo test --release -p quic-rdma --features verbs --no-run --message-format=json \
   --lib --test verbs_raw --test verbs_quic --test verbs_ud_pingpong >"${TMPDIR:-/tmp}/verbs-build.json"
-exe() { # executable of a test target
+exe() { # executable of test target $1 in cargo's JSON build log $2 (default: the build above)
   python3 -c '
 import json,sys
 for l in open(sys.argv[1]):
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m["target"]["name"]==sys.argv[2] and m.get("executable") and m["profile"]["test"]:
-        print(m["executable"])' "${TMPDIR:-/tmp}/verbs-build.json" "$1" | tail -1
+        print(m["executable"])' "${2:-${TMPDIR:-/tmp}/verbs-build.json}" "$1" | tail -1
 }
 LIB="$(exe quic_rdma)"; RAW="$(exe verbs_raw)"; QUIC="$(exe verbs_quic)"; PP="$(exe verbs_ud_pingpong)"
 [[ -x "$LIB" && -x "$RAW" && -x "$QUIC" && -x "$PP" ]] || { log "test executables not found"; exit 1; }
@@ -51,12 +51,7 @@ LIB="$(exe quic_rdma)"; RAW="$(exe verbs_raw)"; QUIC="$(exe verbs_quic)"; PP="$(
 log "building verbs_quic in the test profile (debug assertions, overflow checks)"
 CARGO_PROFILE_DEV_DEBUG=0 cargo test -p quic-rdma --features verbs --no-run --message-format=json \
   --test verbs_quic >"${TMPDIR:-/tmp}/verbs-debug-build.json"
-QUIC_DEBUG="$(python3 -c '
-import json,sys
-for l in open(sys.argv[1]):
-    m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="verbs_quic" and m.get("executable") and m["profile"]["debug_assertions"]:
-        print(m["executable"])' "${TMPDIR:-/tmp}/verbs-debug-build.json" | tail -1)"
+QUIC_DEBUG="$(exe verbs_quic "${TMPDIR:-/tmp}/verbs-debug-build.json")"
 [[ -x "$QUIC_DEBUG" ]] || { log "verbs_quic (test profile) not built"; exit 1; }
 
 log "building qr with --features verbs"
