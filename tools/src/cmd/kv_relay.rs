@@ -29,6 +29,7 @@ use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
 use crate::kv::redis::auth::ReplicaAuth;
 use crate::kv::redis::downstream::{self, Dialer, Upstream};
+use crate::kv::redis::locate::{Credentials, Locator, MasterSource};
 use crate::kv::redis::upstream::{self, UpstreamConfig};
 use crate::kv::{self, Master, MasterConfig, Metrics};
 use crate::listener::ListenerStats;
@@ -91,9 +92,26 @@ fn parse_interval(s: &str) -> Result<Interval, String> {
 struct UpstreamArgs {
     #[command(flatten)]
     common: Common,
-    /// The Redis master: HOST:PORT.
-    #[arg(long)]
-    master: String,
+    /// The Redis master: HOST:PORT. Repeat it to name candidates: the relay
+    /// follows whichever one `ROLE` says is the master, and after a failover
+    /// the new one (the ACL user then needs `ROLE`).
+    #[arg(long, value_name = "HOST:PORT", required_unless_present = "sentinel")]
+    master: Vec<String>,
+    /// A Redis Sentinel to ask where the master is (HOST:PORT; repeat for
+    /// several), with --master-name: the relay follows Sentinel's failovers.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        conflicts_with = "master",
+        requires = "master_name"
+    )]
+    sentinel: Vec<String>,
+    /// The name the Sentinels monitor the master under (`sentinel monitor NAME ...`).
+    #[arg(long, value_name = "NAME", requires = "sentinel")]
+    master_name: Option<String>,
+    /// The Sentinels' password (their `requirepass`), if they have one.
+    #[arg(long, env = "QR_KV_SENTINEL_PASSWORD", hide_env_values = true)]
+    sentinel_password: Option<String>,
     /// ACL user to authenticate to the master as (with --master-password).
     #[arg(long)]
     master_user: Option<String>,
@@ -310,18 +328,34 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     // The transport config is the fabric's (channel_endpoint replaces it).
     let transport = Arc::new(quinn::TransportConfig::default());
     let listening = channel_endpoint::listen(&lo, mtls.server_config(kv::ALPN, transport)?)?;
+    let source = match &a.master_name {
+        Some(name) => MasterSource::Sentinel {
+            sentinels: a.sentinel.clone(),
+            name: name.clone(),
+        },
+        None => MasterSource::Candidates(a.master.clone()),
+    };
+    let locator = Arc::new(Locator::new(
+        source,
+        Credentials {
+            user: a.master_user.clone(),
+            password: a.master_password.clone(),
+        },
+        Credentials {
+            user: None,
+            password: a.sentinel_password.clone(),
+        },
+    ));
     let gate = a.retry.gate();
     observe(c, metrics.clone(), "upstream", None, Some(gate.clone())).await?;
     eprintln!(
-        "qr kv-relay upstream: following Redis master {}; serving downstream relays: {}",
-        a.master,
+        "qr kv-relay upstream: following Redis {}; serving downstream relays: {}",
+        locator.source(),
         listening.describe()
     );
     crate::notify::ready("following the Redis master");
     let up = UpstreamConfig {
-        master: a.master.clone(),
-        user: a.master_user.clone(),
-        password: a.master_password.clone(),
+        master: locator,
         announce_port: announce_port(a),
         announce_ip: a.announce_ip.clone(),
         ack_interval: Duration::from_secs(1),

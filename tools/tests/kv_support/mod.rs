@@ -324,7 +324,7 @@ fn mtls_args(pki: &Path, name: &str) -> Vec<String> {
 /// Liveness for relays on a loaded 2-core test machine.
 const LIVENESS: [&str; 4] = ["--idle-timeout", "5s", "--keep-alive", "500ms"];
 
-/// `qr kv-relay upstream`.
+/// `qr kv-relay upstream` following `master`.
 pub fn upstream(
     dir: &TempDir,
     pki: &Path,
@@ -334,12 +334,27 @@ pub fn upstream(
     master: &str,
     extra: &[&str],
 ) -> Proc {
+    let source = ["--master", master];
+    upstream_with(dir, pki, ip, service_port, metrics_port, &source, extra)
+}
+
+/// `qr kv-relay upstream` finding its master with `source` (`--master ...`
+/// or `--sentinel ... --master-name ...`).
+pub fn upstream_with(
+    dir: &TempDir,
+    pki: &Path,
+    ip: &str,
+    service_port: u16,
+    metrics_port: u16,
+    source: &[&str],
+    extra: &[&str],
+) -> Proc {
     let snap = dir.path(&format!("up-{service_port}"));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qr"));
     cmd.args(["kv-relay", "upstream", "--ip", ip])
         .args(["--service-port", &service_port.to_string()])
         .args(["--metrics", &format!("{ip}:{metrics_port}")])
-        .args(["--master", master])
+        .args(source)
         .arg("--dir")
         .arg(&snap)
         .args(mtls_args(pki, "up"))

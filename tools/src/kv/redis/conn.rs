@@ -8,6 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::error::RelayError;
+use super::reply::{Reply, MAX_DECODED};
 use super::resp::encode_command;
 
 /// Longest reply line accepted in a handshake.
@@ -39,7 +40,7 @@ impl RedisConn {
     pub async fn connect(addr: &str) -> Result<RedisConn, RelayError> {
         let s = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
             .await
-            .map_err(|_| RelayError::Timeout("connecting to the Redis master"))??;
+            .map_err(|_| RelayError::Timeout("connecting to a Redis server"))??;
         Ok(RedisConn::new(s))
     }
 
@@ -90,6 +91,27 @@ impl RedisConn {
         })
         .await
         .map_err(|_| RelayError::Timeout("a reply from the Redis master"))?
+    }
+
+    /// Read one whole RESP2 reply (a control answer: `ROLE`, `SENTINEL`),
+    /// within [`REPLY_TIMEOUT`] and [`MAX_DECODED`] bytes.
+    pub async fn reply(&mut self) -> Result<Reply, RelayError> {
+        tokio::time::timeout(REPLY_TIMEOUT, async {
+            loop {
+                if let Some((r, used)) = Reply::decode(&self.buf)? {
+                    let _ = self.buf.split_to(used);
+                    return Ok(r);
+                }
+                if self.buf.len() > MAX_DECODED {
+                    return Err(RelayError::Handshake(format!(
+                        "reply longer than {MAX_DECODED} bytes"
+                    )));
+                }
+                self.fill().await?;
+            }
+        })
+        .await
+        .map_err(|_| RelayError::Timeout("a reply from a Redis server"))?
     }
 
     /// Send a command and require a `+` reply; the reply text.

@@ -34,6 +34,10 @@ pub enum RelayError {
     /// password (its link is closed).
     #[error("replica not authenticated: {0}")]
     Unauthenticated(&'static str),
+    /// The server followed is no longer the master (a failover); the relay
+    /// links to the new one.
+    #[error("{0} is no longer the master")]
+    MasterMoved(String),
     /// The peer said nothing for too long.
     #[error("timed out: {0}")]
     Timeout(&'static str),

@@ -35,6 +35,7 @@ pub mod downstream;
 pub mod error;
 pub mod history;
 pub mod info;
+pub mod locate;
 pub mod rdb;
 pub mod reply;
 pub mod resp;

@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,6 +20,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::conn::RedisConn;
 use super::error::RelayError;
+use super::locate::Locator;
 use super::rdb::Framing;
 use super::resp::{encode_command, Parser};
 use crate::kv::frame::Previous;
@@ -28,12 +30,9 @@ use crate::kv::snapshot::SnapshotWriter;
 /// How to reach and authenticate to the Redis master.
 #[derive(Clone, Debug)]
 pub struct UpstreamConfig {
-    /// host:port of the master.
-    pub master: String,
-    /// ACL user for AUTH (with `password`), if any.
-    pub user: Option<String>,
-    /// `masterauth`: the password, if the master requires one.
-    pub password: Option<String>,
+    /// Where the master is (a fixed address, candidates, or Sentinel) and
+    /// the credentials for it (`masterauth`, an ACL user).
+    pub master: Arc<Locator>,
     /// The port announced with `REPLCONF listening-port`: the master shows
     /// it as this replica's `port=` in INFO replication and ROLE, and tools
     /// (Sentinel, exporters, people) connect there to look at the replica.
@@ -106,8 +105,9 @@ async fn save_state(path: PathBuf, master: Master) {
     }
 }
 
-/// Follow the master forever: link, and on any failure log it, count it and
-/// link again after a second (resuming by `PSYNC` from where the backlog ends).
+/// Follow the master forever: find it, link, and on any failure log it,
+/// count it and link again after a second (resuming by `PSYNC` from where the
+/// backlog ends), to whichever server is the master by then.
 pub async fn run(cfg: UpstreamConfig, master: Master) {
     let _fetcher = AbortOnDrop(tokio::spawn(fetch_snapshots(cfg.clone(), master.clone())));
     let _saver = cfg.state.as_ref().map(|p| {
@@ -123,23 +123,52 @@ pub async fn run(cfg: UpstreamConfig, master: Master) {
         AbortOnDrop(tokio::spawn(save_state(p.clone(), master.clone())))
     });
     let mut first = true;
+    let mut followed: Option<String> = None;
     loop {
         if !first {
             master.metrics().reconnects.fetch_add(1, Relaxed);
         }
         first = false;
-        if let Err(e) = link(&cfg, &master).await {
+        let r = match cfg.master.locate().await {
+            Ok(addr) => {
+                if followed.as_ref().is_some_and(|f| *f != addr) {
+                    eprintln!(
+                        "qr kv-relay upstream: the master is now {addr} (was {}); following it",
+                        followed.as_deref().unwrap_or_default()
+                    );
+                }
+                followed = Some(addr.clone());
+                tokio::select! {
+                    r = link(&cfg, &addr, &master) => r,
+                    () = left(&cfg.master, &addr) => Err(RelayError::MasterMoved(addr.clone())),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
             master.metrics().link_errors.fetch_add(1, Relaxed);
             if e.is_malformed() {
                 master.metrics().malformed.fetch_add(1, Relaxed);
             }
-            tracing::warn!("kv upstream: link to the Redis master {}: {e}", cfg.master);
-            eprintln!(
-                "qr kv-relay upstream: link to the Redis master {} closed: {e}",
-                cfg.master
-            );
+            let at = followed.as_deref().unwrap_or("(not found)");
+            tracing::warn!("kv upstream: link to the Redis master {at}: {e}");
+            eprintln!("qr kv-relay upstream: link to the Redis master {at} closed: {e}");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Returns when `addr` stops being the master to follow (asked every
+/// second; never, for a single fixed master).
+async fn left(locator: &Locator, addr: &str) {
+    if !locator.source().can_move() {
+        return std::future::pending().await;
+    }
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if !locator.still_master(addr).await {
+            return;
+        }
     }
 }
 
@@ -161,14 +190,9 @@ async fn handshake(c: &mut RedisConn, cfg: &UpstreamConfig) -> Result<(), RelayE
     if pong.starts_with('-') && !pong.starts_with("-NOAUTH") {
         return Err(RelayError::Handshake(format!("PING answered {pong:?}")));
     }
-    if let Some(pw) = &cfg.password {
-        match &cfg.user {
-            Some(u) => {
-                c.command_ok(&[b"AUTH", u.as_bytes(), pw.as_bytes()])
-                    .await?
-            }
-            None => c.command_ok(&[b"AUTH", pw.as_bytes()]).await?,
-        };
+    let auth = cfg.master.master_auth();
+    if auth.password.is_some() {
+        auth.auth(c).await?;
     } else if pong.starts_with("-NOAUTH") {
         return Err(RelayError::Handshake(
             "the master requires a password (--master-password)".into(),
@@ -225,8 +249,8 @@ async fn receive_rdb(
     }
 }
 
-async fn link(cfg: &UpstreamConfig, master: &Master) -> Result<(), RelayError> {
-    let mut c = RedisConn::connect(&cfg.master).await?;
+async fn link(cfg: &UpstreamConfig, addr: &str, master: &Master) -> Result<(), RelayError> {
+    let mut c = RedisConn::connect(addr).await?;
     handshake(&mut c, cfg).await?;
     let (replid, head) = master.position();
     let (id, off) = match &replid {
@@ -333,7 +357,7 @@ async fn fetch_snapshots(cfg: UpstreamConfig, master: Master) {
 }
 
 async fn fetch(cfg: &UpstreamConfig, master: &Master) -> Result<(), RelayError> {
-    let mut c = RedisConn::connect(&cfg.master).await?;
+    let mut c = RedisConn::connect(&cfg.master.locate().await?).await?;
     handshake(&mut c, cfg).await?;
     c.send(&[b"PSYNC", b"?", b"-1"]).await?;
     let reply = c.reply_line().await?;
