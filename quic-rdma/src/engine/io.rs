@@ -44,7 +44,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             responses_dropped,
             peers,
             routing,
-            routing_stats,
+            routing_log,
             activity,
             ..
         } = self;
@@ -52,7 +52,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         let mut last_source = LastSource::default();
         // `now` for the reassembly timeout too: no clock read below the engine.
         socket.recv_at(now, batch, |r| {
-            if !routing.accept(r.imm, r.data, routing_stats) {
+            if !routing.accept(&r, routing_log) {
                 return;
             }
             // Reclaim the staging buffer (no allocation when every earlier piece was

@@ -73,7 +73,7 @@ use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::config::endpoint_config;
 use crate::quic::peers::{PeerStats, PeerTable};
 use crate::quic::retry::RetryPolicy;
-use crate::quic::routing::{RoutingCheck, RoutingStats};
+use crate::quic::routing::{RoutingCheck, RoutingLog, RoutingStats};
 use crate::socket::{SocketStats, TxBuf, UdSocket};
 use connection::{Conn, ConnTable};
 use io::PendingTransmit;
@@ -98,7 +98,7 @@ pub struct Engine<Q: UdQueuePair> {
     peers: PeerTable,
     /// What the receive path does with immediate data, and its counters.
     routing: RoutingCheck,
-    routing_stats: RoutingStats,
+    routing_log: RoutingLog,
     /// Our address as last seen (a change means our GID moved: tell the connections).
     local: UdAddr,
     /// Receive staging: one allocation split per datagram, reclaimed when unique.
@@ -168,7 +168,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             conns: ConnTable::new(),
             peers: PeerTable::new(cfg.peers, mtu),
             routing: cfg.routing,
-            routing_stats: RoutingStats::default(),
+            routing_log: RoutingLog::default(),
             incoming: Slab::new(),
             next_incoming_gen: 0,
             client: cfg.client,
@@ -216,7 +216,7 @@ impl<Q: UdQueuePair> Engine<Q> {
 
     /// The routing check's counters (plain SENDs accepted, mismatches dropped).
     pub fn routing_stats(&self) -> RoutingStats {
-        self.routing_stats
+        self.routing_log.stats
     }
 
     /// Stateless responses (resets, version negotiation) dropped because the send

@@ -16,9 +16,11 @@
 //!   a datagram whose key is another shard's landed on the wrong core
 //!   ([`RoutingCheck::shard_key`]): counted and dropped before QUIC sees it.
 
+use std::collections::HashSet;
+
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::cid;
-use crate::socket::{SocketError, TxBuf, TxSendError, UdSocket};
+use crate::socket::{Received, SocketError, TxBuf, TxSendError, UdSocket};
 
 /// The immediate value to send with `datagram` (its destination CID's routing key).
 pub fn imm_for(datagram: &[u8]) -> Option<u32> {
@@ -109,14 +111,52 @@ impl crate::counters::Counters for RoutingStats {
     }
 }
 
+/// Most peers [`RoutingLog`] names; past them, mismatches are only counted.
+const MAX_TOLD: usize = 256;
+
+/// What the routing check decided: its counters, and the peers already told
+/// in the log why their datagrams are dropped. A sender that puts something
+/// else in the immediate data loses every datagram, and its handshake only
+/// times out: the first drop from each peer is logged with the reason (at
+/// most [`MAX_TOLD`] peers, so a flood cannot grow the set or the log).
+#[derive(Debug, Default)]
+pub struct RoutingLog {
+    /// The counters.
+    pub stats: RoutingStats,
+    told: HashSet<UdAddr>,
+}
+
+impl RoutingLog {
+    fn mismatch(&mut self, src: UdAddr, imm: u32, data: &[u8]) {
+        self.stats.imm_mismatch += 1;
+        if self.told.len() >= MAX_TOLD || !self.told.insert(src) {
+            return;
+        }
+        tracing::warn!(
+            "dropping datagrams from {src:?}: immediate data {imm:#x} is not the routing key \
+             of the destination CID ({:?}); a sender puts that key in the immediate data or \
+             sends without immediate data (docs/architecture.md, \"Addressing\"); further drops \
+             from this peer are only counted (drops.imm_mismatch){}",
+            cid::key_of_datagram(data).map(|k| format!("{k:#x}")),
+            if self.told.len() == MAX_TOLD {
+                "; no further peers are named"
+            } else {
+                ""
+            }
+        );
+    }
+}
+
 impl RoutingCheck {
-    /// Whether to hand `data` (which arrived with immediate `imm`) to QUIC;
-    /// counts what it decides in `stats`.
-    pub fn accept(&self, imm: Option<u32>, data: &[u8], stats: &mut RoutingStats) -> bool {
+    /// Whether to hand the datagram `r` to QUIC; counts what it decides in
+    /// `log` (and logs the first mismatch of each peer).
+    pub fn accept(&self, r: &Received<'_>, log: &mut RoutingLog) -> bool {
+        let (imm, data) = (r.imm, r.data);
+        let stats = &mut log.stats;
         match imm {
             None => stats.without_imm += 1,
             Some(imm) if self.enabled && cid::key_of_datagram(data) != Some(imm) => {
-                stats.imm_mismatch += 1;
+                log.mismatch(r.src, imm, data);
                 return false;
             }
             Some(_) => {}
@@ -144,6 +184,17 @@ fn opens_connection(d: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    /// `data` with immediate `imm` from peer `n`.
+    fn rx(n: u8, imm: Option<u32>, data: &[u8]) -> Received<'_> {
+        let gid = crate::fabric::Gid::from(std::net::Ipv4Addr::new(10, 0, 0, n));
+        Received {
+            src: UdAddr::new(gid, 0x11, 5),
+            ecn: 0,
+            imm,
+            data,
+        }
+    }
+
     /// A short-header datagram whose DCID starts 11 22 33: routing key 0x11223.
     const D: [u8; 24] = [
         0x40, 0x11, 0x22, 0x33, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
@@ -152,38 +203,41 @@ mod tests {
 
     #[test]
     fn plain_sends_are_accepted_and_mismatches_dropped() {
-        let mut s = RoutingStats::default();
+        let mut s = RoutingLog::default();
         let on = RoutingCheck::default();
-        assert!(on.accept(Some(0x11223), &D, &mut s));
-        assert!(on.accept(None, &D, &mut s), "a plain SEND is legal IBA");
-        assert!(!on.accept(Some(0x12345), &D, &mut s));
-        assert!(!on.accept(Some(0), &[], &mut s), "no CID to match");
-        assert_eq!((s.without_imm, s.imm_mismatch), (1, 2));
+        assert!(on.accept(&rx(1, Some(0x11223), &D), &mut s));
+        assert!(
+            on.accept(&rx(1, None, &D), &mut s),
+            "a plain SEND is legal IBA"
+        );
+        assert!(!on.accept(&rx(1, Some(0x12345), &D), &mut s));
+        assert!(!on.accept(&rx(1, Some(0), &[]), &mut s), "no CID to match");
+        assert_eq!((s.stats.without_imm, s.stats.imm_mismatch), (1, 2));
         let off = RoutingCheck {
             enabled: false,
             ..RoutingCheck::default()
         };
-        assert!(off.accept(Some(0x12345), &D, &mut s));
-        assert_eq!(s.imm_mismatch, 2);
-        assert_eq!(s.wrong_shard, 0, "no shard key, no shard check");
+        assert!(off.accept(&rx(1, Some(0x12345), &D), &mut s));
+        assert_eq!(s.stats.imm_mismatch, 2);
+        assert_eq!(s.stats.wrong_shard, 0, "no shard key, no shard check");
     }
 
     #[test]
     fn a_shard_drops_other_shards_keys_but_takes_initials() {
-        let mut s = RoutingStats::default();
+        let mut s = RoutingLog::default();
         let mine = RoutingCheck {
             shard_key: Some(0x11223),
             ..RoutingCheck::default()
         };
-        assert!(mine.accept(Some(0x11223), &D, &mut s));
-        assert!(mine.accept(None, &D, &mut s), "key from the DCID");
+        assert!(mine.accept(&rx(1, Some(0x11223), &D), &mut s));
+        assert!(mine.accept(&rx(1, None, &D), &mut s), "key from the DCID");
         let other = RoutingCheck {
             shard_key: Some(0x44444),
             ..RoutingCheck::default()
         };
-        assert!(!other.accept(Some(0x11223), &D, &mut s));
-        assert!(!other.accept(None, &D, &mut s));
-        assert_eq!(s.wrong_shard, 2);
+        assert!(!other.accept(&rx(1, Some(0x11223), &D), &mut s));
+        assert!(!other.accept(&rx(1, None, &D), &mut s));
+        assert_eq!(s.stats.wrong_shard, 2);
         // A v1 Initial (type 0) and 0-RTT (type 1) with the client's random
         // DCID land wherever the client sent them; a Handshake (type 2) does not.
         let long = |ty: u8| {
@@ -191,14 +245,40 @@ mod tests {
             d.extend_from_slice(&D[1..9]);
             d
         };
-        assert!(other.accept(Some(0x11223), &long(0), &mut s));
-        assert!(other.accept(Some(0x11223), &long(1), &mut s));
-        assert!(!other.accept(Some(0x11223), &long(2), &mut s));
-        assert_eq!(s.wrong_shard, 3);
+        assert!(other.accept(&rx(1, Some(0x11223), &long(0)), &mut s));
+        assert!(other.accept(&rx(1, Some(0x11223), &long(1)), &mut s));
+        assert!(!other.accept(&rx(1, Some(0x11223), &long(2)), &mut s));
+        assert_eq!(s.stats.wrong_shard, 3);
         assert!(!opens_connection(&[]));
         assert!(
             !opens_connection(&[0xC0, 0, 0, 0, 0, 0]),
             "version negotiation"
+        );
+    }
+
+    #[test]
+    fn each_peer_is_told_once_and_the_told_set_is_bounded() {
+        let mut s = RoutingLog::default();
+        let on = RoutingCheck::default();
+        for _ in 0..3 {
+            assert!(!on.accept(&rx(1, Some(0x12345), &D), &mut s));
+        }
+        assert_eq!((s.stats.imm_mismatch, s.told.len()), (3, 1));
+        for n in 0..=255u8 {
+            for k in 0..2u32 {
+                let gid = crate::fabric::Gid::from(std::net::Ipv4Addr::new(10, 1, k as u8, n));
+                let r = Received {
+                    src: UdAddr::new(gid, 0x11, 5),
+                    ..rx(0, Some(0x12345), &D)
+                };
+                assert!(!on.accept(&r, &mut s));
+            }
+        }
+        assert_eq!(s.stats.imm_mismatch, 3 + 512);
+        assert_eq!(
+            s.told.len(),
+            MAX_TOLD,
+            "no more peers remembered than named"
         );
     }
 

@@ -55,7 +55,7 @@ pub use retry_gate::{Attempt, RetryGate};
 
 use crate::fabric::{UdAddr, UdQueuePair};
 use crate::quic::peers::{LastSource, PeerLimits, PeerStats, PeerTable};
-use crate::quic::routing::{self, RoutingCheck, RoutingStats};
+use crate::quic::routing::{self, RoutingCheck, RoutingLog, RoutingStats};
 use crate::socket::{SocketError, SocketStats, UdSocket};
 use coalesce::{Coalescer, RECV_SEGMENTS};
 use liveness::Stamp;
@@ -97,7 +97,7 @@ pub struct RdmaUdpSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     /// The addresses quinn sees for UD peers (see [`RdmaUdpSocket::peer_addr`]),
     /// and the routing check's counters (both touched on every receive). Shared
     /// with the sockets [`rebind`](Self::rebind) makes.
-    peers: Arc<Mutex<(PeerTable, RoutingStats)>>,
+    peers: Arc<Mutex<(PeerTable, RoutingLog)>>,
     routing: RoutingCheck,
     /// When the receive path last found the receive queue empty: its clock,
     /// by which a peer's silence is judged ([`Self::peer_silence`]).
@@ -120,14 +120,14 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
         let mtu = socket.mtu();
         let peers = Arc::new(Mutex::new((
             PeerTable::new(limits, mtu),
-            RoutingStats::default(),
+            RoutingLog::default(),
         )));
         Self::over(socket, peers, routing)
     }
 
     fn over(
         socket: UdSocket<Q>,
-        peers: Arc<Mutex<(PeerTable, RoutingStats)>>,
+        peers: Arc<Mutex<(PeerTable, RoutingLog)>>,
         routing: RoutingCheck,
     ) -> Self {
         let hub = Arc::new(WakeHub::default());
@@ -215,7 +215,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
 
     /// The routing check's counters (plain SENDs accepted, mismatches dropped).
     pub fn routing_stats(&self) -> RoutingStats {
-        lock(&self.peers).1
+        lock(&self.peers).1.stats
     }
 
     /// The socket's counters.
@@ -349,7 +349,7 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
         let max = bufs.len().min(meta.len());
         let mut s = self.lock();
         let mut guard = lock(&self.peers);
-        let (peers, routing_stats) = &mut *guard;
+        let (peers, routing_log) = &mut *guard;
         let check = self.routing;
         let dst_ip = Some(s.local_addr().gid.to_ipv6().into());
         let now = Instant::now();
@@ -364,7 +364,7 @@ impl<Q: UdQueuePair> AsyncUdpSocket for RdmaUdpSocket<Q> {
             loop {
                 let quota = max - out.used();
                 let got = s.recv(quota, |r| {
-                    if !check.accept(r.imm, r.data, routing_stats) {
+                    if !check.accept(&r, routing_log) {
                         return;
                     }
                     let addr = last_source.on_receive(peers, r.src, r.data, now);
