@@ -1,12 +1,28 @@
-//! One counter or gauge, and its Prometheus text (exposition format 0.0.4):
-//! the pieces every `/metrics` of `qr` is written with (the channels, the
-//! gateway, `qr serve`), so no part of `qr` borrows them from another.
+//! One counter or gauge, a latency histogram, and the one writer of every
+//! `/metrics` page of `qr` (the channels, the gateway, `qr serve`): a
+//! [`Text`] gathers what a page shows at the scrape — the values a
+//! [`Counters`] visitor lists, labelled families, histograms — and
+//! prometheus-client's encoder writes it as Prometheus text, exposition
+//! format 0.0.4 ([`CONTENT_TYPE`]).
+//!
+//! Format 0.0.4 rather than the crate's OpenMetrics encoder: the pages are
+//! assembled from parts (a command's values, its cache's, its listeners'),
+//! which 0.0.4 text allows by concatenation while OpenMetrics ends each
+//! exposition with one `# EOF`; and 0.0.4 keeps every family's `# TYPE` on
+//! the sample's own name (`x_total`), as dashboards have always read it.
 
-use std::fmt::Write as _;
-
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use quic_rdma::counters::{Counters, FieldValue, Kind, Metric};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+/// The `Content-Type` of every `/metrics` page: what prometheus-client's
+/// encoder writes (Prometheus text, version 0.0.4, UTF-8).
+pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 /// One monotonically increasing counter.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
@@ -61,9 +77,9 @@ impl FieldValue for Gauge {
     }
 }
 
-/// A latency histogram: cumulative buckets, a sum and a count, as
-/// Prometheus histograms are exposed (exposition format 0.0.4, `_bucket{le}`,
-/// `_sum`, `_count`).
+/// A latency histogram: counts per bucket and a sum, kept in atomics so an
+/// observation takes no lock (prometheus-client's own histogram takes a
+/// mutex); [`Text::histograms`] hands them to the crate's encoder.
 #[derive(Debug)]
 pub struct Histogram {
     /// Upper bounds in seconds, ascending (`+Inf` is implied).
@@ -96,7 +112,8 @@ impl Histogram {
         }
     }
 
-    /// Record one observation.
+    /// Record one observation (it falls in the first bucket whose bound is
+    /// at least it: `le`, less or equal).
     pub fn observe(&self, d: std::time::Duration) {
         let s = d.as_secs_f64();
         let i = self.bounds.partition_point(|b| *b < s);
@@ -108,6 +125,34 @@ impl Histogram {
     /// Observations recorded.
     pub fn count(&self) -> u64 {
         self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Mean observation in seconds (0 before the first).
+    pub fn mean(&self) -> f64 {
+        let n = self.count();
+        if n == 0 {
+            0.0
+        } else {
+            self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9 / n as f64
+        }
+    }
+
+    /// The value as the crate's encoder takes it: per-bucket counts (not
+    /// cumulative) with their bounds, the last `+Inf`.
+    fn now(&self) -> Value {
+        let buckets: Vec<(f64, u64)> = self
+            .bounds
+            .iter()
+            .copied()
+            .chain([f64::INFINITY])
+            .zip(&self.counts)
+            .map(|(b, c)| (b, c.load(Ordering::Relaxed)))
+            .collect();
+        Value::Histogram {
+            count: buckets.iter().map(|(_, n)| n).sum(),
+            sum: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+            buckets,
+        }
     }
 }
 
@@ -145,98 +190,245 @@ impl<L: Label> HistogramVec<L> {
     pub fn get(&self, value: L) -> &Histogram {
         &self.series[value.index()]
     }
-
-    /// Append them as family `name`, one series per label value.
-    pub fn render(&self, o: &mut String, name: &str, help: &str) {
-        let labels: Vec<String> = L::ALL
-            .iter()
-            .map(|v| format!("{}=\"{}\"", L::KEY, v.name()))
-            .collect();
-        let series: Vec<(&str, &Histogram)> = labels
-            .iter()
-            .zip(&self.series)
-            .map(|(l, h)| (l.as_str(), h))
-            .collect();
-        histogram(o, name, help, &series);
-    }
 }
 
-/// Append histogram family `name` (HELP, TYPE once) with one series per
-/// `(labels, histogram)`; `labels` is `key="value"` pairs without braces,
-/// or empty.
-pub fn histogram(o: &mut String, name: &str, help: &str, series: &[(&str, &Histogram)]) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} histogram");
-    for (labels, h) in series {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0;
-        for (i, c) in h.counts.iter().enumerate() {
-            cumulative += c.load(Ordering::Relaxed);
-            let le = h
-                .bounds
-                .get(i)
-                .map_or("+Inf".to_string(), |b| b.to_string());
-            let _ = writeln!(o, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}");
+/// One series' value at the scrape.
+#[derive(Debug)]
+enum Value {
+    Int(u64),
+    Float(f64),
+    Histogram {
+        sum: f64,
+        count: u64,
+        buckets: Vec<(f64, u64)>,
+    },
+}
+
+type Labels = Vec<(String, String)>;
+
+/// One family: its name as the encoder takes it (a counter's without
+/// `_total`, which the encoder appends), help, type and series.
+#[derive(Debug)]
+struct Family {
+    name: String,
+    help: String,
+    ty: MetricType,
+    series: Vec<(Labels, Value)>,
+}
+
+/// What a `/metrics` page (or a part of one) shows, gathered at the scrape;
+/// [`Text::render`] has prometheus-client write it. Every series carries
+/// the labels the `Text` was made with.
+#[derive(Debug, Default)]
+pub struct Text {
+    labels: Labels,
+    families: Vec<Family>,
+}
+
+impl Text {
+    /// An empty page part.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty page part whose every series carries `key="value"`: for an
+    /// exporter that tells its instances apart by a label (the KV relay's
+    /// `role`).
+    pub fn labelled(key: &str, value: &str) -> Self {
+        Text {
+            labels: vec![(key.into(), value.into())],
+            families: Vec::new(),
         }
-        let braces = |s: &str| {
-            if s.is_empty() {
-                String::new()
-            } else {
-                format!("{{{s}}}")
-            }
-        };
-        let sum = h.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(o, "{name}_sum{} {sum}", braces(labels));
-        let _ = writeln!(o, "{name}_count{} {cumulative}", braces(labels));
+    }
+
+    fn push(&mut self, name: String, help: &str, ty: MetricType, series: Vec<(Labels, Value)>) {
+        let series = series
+            .into_iter()
+            .map(|(l, v)| (self.labels.iter().cloned().chain(l).collect(), v))
+            .collect();
+        self.families.push(Family {
+            name,
+            help: help.into(),
+            ty,
+            series,
+        });
+    }
+
+    /// Every value `c` visits now, as `{prefix}_[{group}_]{name}`, typed by
+    /// its [`Kind`] and suffixed `_total` when it is a counter (see
+    /// [`exposed`]): how each stats struct's visitor becomes `/metrics`
+    /// text, so the text lists exactly what the JSON reports list.
+    pub fn visited(mut self, prefix: &str, c: &dyn Counters) -> Self {
+        c.visit(&mut |m| {
+            let name = base_name(prefix, &m);
+            self.push(
+                name,
+                m.help,
+                ty(m.kind),
+                vec![(Vec::new(), Value::Int(m.value))],
+            );
+        });
+        self
+    }
+
+    /// As [`Text::visited`] for several instances of one struct, told apart
+    /// by label `key` (`(label value, instance)`): one family per visited
+    /// value, one series per instance.
+    pub fn visited_each<'a>(
+        mut self,
+        prefix: &str,
+        key: &str,
+        instances: impl IntoIterator<Item = (&'a str, &'a dyn Counters)>,
+    ) -> Self {
+        let mut families: Vec<(Metric, Vec<(Labels, Value)>)> = Vec::new();
+        for (label, c) in instances {
+            let mut at = 0;
+            c.visit(&mut |m| {
+                if at == families.len() {
+                    families.push((m, Vec::new()));
+                }
+                let labels = vec![(key.to_string(), label.to_string())];
+                families[at].1.push((labels, Value::Int(m.value)));
+                at += 1;
+            });
+        }
+        for (m, series) in families {
+            self.push(base_name(prefix, &m), m.help, ty(m.kind), series);
+        }
+        self
+    }
+
+    /// Family `name` of `kind` (a counter's name without `_total`, which the
+    /// encoder appends) with one series per `(value of label key, value)`.
+    pub fn family<S: Into<String>>(
+        mut self,
+        name: &str,
+        help: &str,
+        kind: Kind,
+        key: &str,
+        series: impl IntoIterator<Item = (S, u64)>,
+    ) -> Self {
+        let series = labelled(key, series, Value::Int);
+        self.push(name.into(), help, ty(kind), series);
+        self
+    }
+
+    /// Gauge family `name` with fractional values, one series per `(value
+    /// of label key, value)`.
+    pub fn float_gauges<S: Into<String>>(
+        mut self,
+        name: &str,
+        help: &str,
+        key: &str,
+        series: impl IntoIterator<Item = (S, f64)>,
+    ) -> Self {
+        let series = labelled(key, series, Value::Float);
+        self.push(name.into(), help, MetricType::Gauge, series);
+        self
+    }
+
+    /// Gauge `name` with a fractional value.
+    pub fn float_gauge(mut self, name: &str, help: &str, v: f64) -> Self {
+        let series = vec![(Vec::new(), Value::Float(v))];
+        self.push(name.into(), help, MetricType::Gauge, series);
+        self
+    }
+
+    /// Histogram family `name` with one series per value of label `L`.
+    pub fn histograms<L: Label>(mut self, name: &str, help: &str, h: &HistogramVec<L>) -> Self {
+        let series = L::ALL
+            .iter()
+            .zip(&h.series)
+            .map(|(l, h)| (vec![(L::KEY.to_string(), l.name().to_string())], h.now()))
+            .collect();
+        self.push(name.into(), help, MetricType::Histogram, series);
+        self
+    }
+
+    /// Histogram `name` with the one series `h`.
+    pub fn histogram(mut self, name: &str, help: &str, h: &Histogram) -> Self {
+        self.push(
+            name.into(),
+            help,
+            MetricType::Histogram,
+            vec![(Vec::new(), h.now())],
+        );
+        self
+    }
+
+    /// The text, written by prometheus-client's Prometheus text encoder.
+    pub fn render(self) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut o = String::new();
+        // Writing to a String cannot fail; the encoder's own checks (none
+        // that a family built here can trip) would leave the text short.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut o, &registry);
+        o
     }
 }
 
-/// Append one counter `name` with its HELP and TYPE lines (exposition format
-/// 0.0.4); shared by every `/metrics` of `qr` (channels, gateway, `qr serve`).
-pub fn counter(o: &mut String, name: &str, help: &str, v: u64) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+/// The families as the crate encodes a collector's: a descriptor (`# HELP`,
+/// `# TYPE`), then each series through the crate's own metric encoders.
+impl Collector for Text {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.families {
+            let mut family = encoder.encode_descriptor(&f.name, &f.help, None, f.ty)?;
+            for (labels, v) in &f.series {
+                let mut one = family.encode_family(labels)?;
+                match (f.ty, v) {
+                    (MetricType::Counter, Value::Int(n)) => ConstCounter::new(*n).encode(one)?,
+                    (_, Value::Int(n)) => ConstGauge::new(*n).encode(one)?,
+                    (_, Value::Float(x)) => ConstGauge::new(*x).encode(one)?,
+                    (
+                        _,
+                        Value::Histogram {
+                            sum,
+                            count,
+                            buckets,
+                        },
+                    ) => one.encode_histogram::<NoLabelSet>(*sum, *count, buckets, None)?,
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Append one gauge `name` with its HELP and TYPE lines (see [`counter`]).
-pub fn gauge(o: &mut String, name: &str, help: &str, v: i64) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+/// Series labelled `key="<value>"` each.
+fn labelled<S: Into<String>, V>(
+    key: &str,
+    series: impl IntoIterator<Item = (S, V)>,
+    value: fn(V) -> Value,
+) -> Vec<(Labels, Value)> {
+    series
+        .into_iter()
+        .map(|(l, v)| (vec![(key.to_string(), l.into())], value(v)))
+        .collect()
 }
 
-/// Append every value `c` visits as `{prefix}_[{group}_]{name}`, typed by
-/// its [`Kind`] and suffixed `_total` when it is a counter (Prometheus
-/// naming): how each stats struct's visitor becomes `/metrics` text, so the
-/// text lists exactly what the JSON reports list.
-pub fn visited(o: &mut String, prefix: &str, c: &dyn Counters) {
-    visited_labelled(o, prefix, "", c);
+fn ty(kind: Kind) -> MetricType {
+    match kind {
+        Kind::Counter => MetricType::Counter,
+        Kind::Gauge => MetricType::Gauge,
+    }
 }
 
-/// [`visited`], each sample carrying `labels` (`key="value"` pairs without
-/// braces, or empty): for an exporter that tells its instances apart by a
-/// label on every series (the KV relay's `role`).
-pub fn visited_labelled(o: &mut String, prefix: &str, labels: &str, c: &dyn Counters) {
-    let labels = if labels.is_empty() {
-        String::new()
-    } else {
-        format!("{{{labels}}}")
-    };
-    c.visit(&mut |m| {
-        let (name, ty) = exposed(prefix, &m);
-        let _ = writeln!(
-            o,
-            "# HELP {name} {}\n# TYPE {name} {ty}\n{name}{labels} {}",
-            m.help, m.value
-        );
-    });
+/// `{prefix}_[{group}_]{name}`: a visited value's name before the counter
+/// suffix.
+fn base_name(prefix: &str, m: &Metric) -> String {
+    let group = m.group.map_or(String::new(), |g| format!("{g}_"));
+    format!("{prefix}_{group}{}", m.name)
 }
 
 /// The Prometheus name and type of a visited value:
 /// `{prefix}_[{group}_]{name}`, suffixed `_total` when it is a counter.
 pub fn exposed(prefix: &str, m: &Metric) -> (String, &'static str) {
-    let group = m.group.map_or(String::new(), |g| format!("{g}_"));
     let (suffix, ty) = match m.kind {
         Kind::Counter => ("_total", "counter"),
         Kind::Gauge => ("", "gauge"),
     };
-    (format!("{prefix}_{group}{}{suffix}", m.name), ty)
+    (format!("{}{suffix}", base_name(prefix, m)), ty)
 }
 
 /// Read one sample (`name` or `name{labels}`) from Prometheus text: for tests
@@ -253,15 +445,20 @@ mod tests {
     use std::time::Duration;
 
     /// The coverage check of `report::human`, for the exporters whose
-    /// `/metrics` adds families and histograms to a visitor: every visited
-    /// value is on that page, typed and suffixed as its kind says, with
-    /// its value and the page's labels; and the KV status carries it too.
+    /// `/metrics` adds families and histograms to a visitor: each page, as
+    /// its command composes it (its values, its cache's, its listener's),
+    /// parses, and every value each visitor lists is on it, typed and
+    /// suffixed as its kind says, with its value and the page's labels; and
+    /// each KV value is in the KV status under its field's name.
     #[test]
     fn every_visited_value_is_on_its_metrics_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = crate::image::cache::Cache::open(dir.path(), 1 << 20).unwrap();
         let node = crate::image::metrics::NodeMetrics::default();
         let registry = crate::image::metrics::RegistryMetrics::default();
         let kv = crate::kv::metrics::Metrics::default();
         let gateway = crate::gateway::GatewayStats::default();
+        let tcp = crate::listener::ListenerStats::new("http");
         // Distinct values, so a sample read back is this value's own.
         node.resumes.add(3);
         node.peer_server.bytes_sent.add(5);
@@ -269,40 +466,58 @@ mod tests {
         registry.bytes_sent.add(11);
         kv.head.store(13, Ordering::Relaxed);
         kv.reconnects.store(17, Ordering::Relaxed);
+        kv.snapshot_source_bytes.store(31, Ordering::Relaxed);
         gateway.udp_rx.add(19);
         gateway.clients_active.add(23);
-        let pages: [(&str, &str, &dyn Counters, String); 4] = [
-            ("qr_node", "", &node, node.render()),
-            ("qr_registry", "", &registry, registry.render()),
+        tcp.accepted.store(29, Ordering::Relaxed);
+        let page = |mut text: String, cache_prefix: Option<&str>| {
+            if let Some(prefix) = cache_prefix {
+                cache.prometheus(prefix, &mut text);
+            }
+            text + &crate::listener::ListenerStats::prometheus([&tcp])
+        };
+        let snapshot = gateway.snapshot();
+        let listener = ("qr_tcp", "{listener=\"http\"}", &tcp as &dyn Counters);
+        let pages: [(String, Vec<(&str, &str, &dyn Counters)>); 4] = [
             (
-                "qr_kv",
-                "{role=\"upstream\"}",
-                &kv,
-                kv.prometheus("upstream"),
+                page(node.render(), Some("qr_node")),
+                vec![("qr_node", "", &node), ("qr_node", "", &*cache), listener],
             ),
-            ("qr_gateway", "", &gateway.snapshot(), gateway.prometheus()),
+            (
+                page(registry.render(), Some("qr_registry")),
+                vec![
+                    ("qr_registry", "", &registry),
+                    ("qr_registry", "", &*cache),
+                    listener,
+                ],
+            ),
+            (
+                page(kv.prometheus("upstream"), None),
+                vec![("qr_kv", "{role=\"upstream\"}", &kv), listener],
+            ),
+            (
+                page(gateway.prometheus(), None),
+                vec![("qr_gateway", "", &snapshot), listener],
+            ),
         ];
-        let status = kv.status("upstream");
-        for (prefix, labels, c, text) in pages {
-            let mut n = 0;
-            c.visit(&mut |m| {
-                n += 1;
-                let (name, ty) = exposed(prefix, &m);
-                let line = format!("# TYPE {name} {ty}\n");
-                assert!(text.contains(&line), "{line} not in {prefix}'s /metrics");
-                let got = sample(&text, &format!("{name}{labels}"));
-                assert_eq!(got, Some(m.value as f64), "{name}{labels}");
-                if prefix == "qr_kv" {
-                    let key = if m.name == "log_head_bytes" {
-                        "head"
-                    } else {
-                        m.name
-                    };
-                    assert_eq!(status[key], m.value, "{key} in the KV status");
-                }
-            });
-            assert!(n >= 10, "{prefix}: {n} values visited");
+        for (text, visitors) in pages {
+            let e = crate::prom_text::parse(&text).unwrap();
+            for (prefix, labels, c) in visitors {
+                let mut n = 0;
+                c.visit(&mut |m| {
+                    n += 1;
+                    let (name, ty) = exposed(prefix, &m);
+                    assert_eq!(e.type_of(&name), Some(ty), "{name} on {prefix}'s /metrics");
+                    let got = e.value(&format!("{name}{labels}"));
+                    assert_eq!(got, Some(m.value as f64), "{name}{labels}");
+                });
+                assert!(n >= 4, "{prefix}: {n} values visited");
+            }
         }
+        let status = kv.status("upstream");
+        kv.visit(&mut |m| assert_eq!(status[m.field], m.value, "{} in the KV status", m.field));
+        assert_eq!(status["head"], 13);
+        assert_eq!(status["snapshot_source_bytes"], 31);
     }
 
     #[test]
@@ -311,8 +526,9 @@ mod tests {
         for ms in [5, 50, 50, 500] {
             h.observe(Duration::from_millis(ms));
         }
-        let mut o = String::new();
-        histogram(&mut o, "x_seconds", "help", &[("route=\"a\"", &h)]);
+        let o = Text::labelled("route", "a")
+            .histogram("x_seconds", "help", &h)
+            .render();
         assert_eq!(
             sample(&o, "x_seconds_bucket{route=\"a\",le=\"0.01\"}"),
             Some(1.0)

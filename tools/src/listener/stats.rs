@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use quic_rdma::counters::{Counters, Kind, Metric};
+use quic_rdma::counters::{Counters, Metric};
 
 /// Counters of one TCP listener.
 #[derive(Debug)]
@@ -39,35 +39,16 @@ impl ListenerStats {
         }
     }
 
-    /// Prometheus text (format 0.0.4) of `listeners`: one family per value,
+    /// Prometheus text of `listeners`: one family per value,
     /// `qr_tcp_<name>{listener="<label>"}`, a series per listener.
     pub fn prometheus<'a>(listeners: impl IntoIterator<Item = &'a ListenerStats>) -> String {
-        let mut families: Vec<(String, Vec<String>)> = Vec::new();
-        for (i, l) in listeners.into_iter().enumerate() {
-            let mut at = 0;
-            l.visit(&mut |m| {
-                let (name, help, v) = (m.name, m.help, m.value);
-                // Counters carry `_total`, gauges not (Prometheus naming).
-                let (name, ty) = match m.kind {
-                    Kind::Counter => (format!("{name}_total"), "counter"),
-                    Kind::Gauge => (name.to_string(), "gauge"),
-                };
-                if i == 0 {
-                    let head = format!("# HELP qr_tcp_{name} {help}\n# TYPE qr_tcp_{name} {ty}\n");
-                    families.push((head, Vec::new()));
-                }
-                families[at]
-                    .1
-                    .push(format!("qr_tcp_{name}{{listener=\"{}\"}} {v}\n", l.label));
-                at += 1;
-            });
-        }
-        let mut out = String::new();
-        for (head, series) in families {
-            out.push_str(&head);
-            series.iter().for_each(|s| out.push_str(s));
-        }
-        out
+        crate::metric::Text::new()
+            .visited_each(
+                "qr_tcp",
+                "listener",
+                listeners.into_iter().map(|l| (l.label, l as &dyn Counters)),
+            )
+            .render()
     }
 }
 
@@ -117,9 +98,7 @@ mod tests {
         let mut n = 0;
         s.visit(&mut |m| {
             n += 1;
-            let counter = m.kind == Kind::Counter;
-            let full = format!("qr_tcp_{}{}", m.name, if counter { "_total" } else { "" });
-            let want = if counter { "counter" } else { "gauge" };
+            let (full, want) = crate::metric::exposed("qr_tcp", &m);
             assert_eq!(e.type_of(&full), Some(want), "{full}");
             assert!(e.value(&format!("{full}{{listener=\"http\"}}")).is_some());
             assert!(e.value(&format!("{full}{{listener=\"resp\"}}")).is_some());
