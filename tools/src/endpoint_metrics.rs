@@ -16,9 +16,13 @@ use quic_rdma::quinn_adapter::RetryGate;
 use crate::metric::Text;
 use crate::provider::Socket;
 
-/// quinn's per-connection counters, summed.
+/// quinn's connections: how many are open and were accepted, their
+/// counters summed, and their congestion windows (the first two and the last
+/// are set at the scrape; the totals of ended connections keep them 0).
 #[derive(Clone, Copy, Debug, Default)]
 struct QuinnTotals {
+    connections_open: u64,
+    connections: u64,
     udp_tx_datagrams: u64,
     udp_tx_bytes: u64,
     udp_rx_datagrams: u64,
@@ -27,25 +31,15 @@ struct QuinnTotals {
     lost_packets: u64,
     lost_bytes: u64,
     congestion_events: u64,
-}
-
-/// quinn's connections now: how many are open and were accepted, their
-/// summed counters, and their congestion windows.
-struct QuinnNow {
-    connections_open: u64,
-    connections: u64,
-    totals: QuinnTotals,
     cwnd_bytes: u64,
 }
 
 /// The names `qr serve` has always exported (`qr_quinn_*`).
-impl Counters for QuinnNow {
+impl Counters for QuinnTotals {
     fn visit(&self, f: &mut dyn FnMut(Metric)) {
         quic_rdma::visit_fields!(f, self, None;
             connections_open: Gauge, Count, "QUIC connections open";
             connections: Counter, Count, "QUIC connections established";
-        );
-        quic_rdma::visit_fields!(f, self.totals, None;
             udp_tx_datagrams: Counter, Count, "Datagrams quinn sent";
             udp_tx_bytes: Counter, Bytes, "Bytes quinn sent";
             udp_rx_datagrams: Counter, Count, "Datagrams quinn received";
@@ -54,8 +48,6 @@ impl Counters for QuinnNow {
             lost_packets: Counter, Count, "QUIC packets declared lost";
             lost_bytes: Counter, Bytes, "Bytes of QUIC packets declared lost";
             congestion_events: Counter, Count, "Congestion events";
-        );
-        quic_rdma::visit_fields!(f, self, None;
             cwnd_bytes: Gauge, Bytes, "Congestion windows of the open connections, summed";
         );
     }
@@ -89,12 +81,12 @@ impl QuinnTotals {
     }
 }
 
-/// Connections seen: the live ones, and the totals of those that ended.
+/// Connections seen: the live ones, and the totals of those that ended
+/// (with the count of every connection accepted).
 #[derive(Default)]
 struct Connections {
     live: Vec<quinn::Connection>,
     ended: QuinnTotals,
-    accepted: u64,
 }
 
 /// A running endpoint's counters.
@@ -130,10 +122,10 @@ impl EndpointMetrics {
     /// Count `conn` (an established connection) from now on.
     pub(crate) fn track(&self, conn: &quinn::Connection) {
         let mut c = self.conns();
-        c.accepted += 1;
+        c.ended.connections += 1;
         // Fold the connections that ended into the totals: the list stays as
         // long as the number of live connections.
-        let Connections { live, ended, .. } = &mut *c;
+        let Connections { live, ended } = &mut *c;
         live.retain(|l| {
             if l.close_reason().is_some() {
                 ended.add(&l.stats());
@@ -148,29 +140,25 @@ impl EndpointMetrics {
     /// Prometheus text of every counter now.
     pub(crate) fn prometheus(&self) -> String {
         let stats = self.socket.stats();
-        let mut text = Text::new()
+        let mut text = Text::default()
             .visited("qr_socket", &stats)
             .visited("qr_socket", &self.socket.routing_stats())
-            .float_gauge(
+            .float_gauges(
                 "qr_socket_wrs_per_post",
                 "Mean send work requests per doorbell",
-                stats.wrs_per_post(),
+                "",
+                [("", stats.wrs_per_post())],
             )
             .visited("qr_peers", &self.socket.peer_stats());
         if let Some(port) = &self.soft {
             text = text.visited("qr_soft", &port.stats());
         }
         let c = self.conns();
-        let mut now = QuinnNow {
-            connections_open: 0,
-            connections: c.accepted,
-            totals: c.ended,
-            cwnd_bytes: 0,
-        };
+        let mut now = c.ended;
         let mut rtt_max = 0f64;
         for l in &c.live {
             let s = l.stats();
-            now.totals.add(&s);
+            now.add(&s);
             if l.close_reason().is_none() {
                 now.connections_open += 1;
                 rtt_max = rtt_max.max(s.path.rtt.as_secs_f64());
@@ -179,10 +167,11 @@ impl EndpointMetrics {
         }
         let mut o = text
             .visited("qr_quinn", &now)
-            .float_gauge(
+            .float_gauges(
                 "qr_quinn_rtt_max_seconds",
                 "Largest smoothed RTT of the open connections",
-                rtt_max,
+                "",
+                [("", rtt_max)],
             )
             .render();
         if let Some(gate) = &self.gate {
@@ -201,5 +190,5 @@ pub(crate) fn retry_gate(o: &mut String, gate: &RetryGate) {
         retries: gate.retries(),
         unvalidated_handshakes: gate.unvalidated_handshakes() as u64,
     };
-    o.push_str(&Text::new().visited("qr_quinn", &now).render());
+    o.push_str(&Text::default().visited("qr_quinn", &now).render());
 }

@@ -148,11 +148,8 @@ impl Histogram {
             .zip(&self.counts)
             .map(|(b, c)| (b, c.load(Ordering::Relaxed)))
             .collect();
-        Value::Histogram {
-            count: buckets.iter().map(|(_, n)| n).sum(),
-            sum: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
-            buckets,
-        }
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        Value::Histogram(sum, buckets)
     }
 }
 
@@ -190,6 +187,11 @@ impl<L: Label> HistogramVec<L> {
     pub fn get(&self, value: L) -> &Histogram {
         &self.series[value.index()]
     }
+
+    /// Every value's name and histogram, for [`Text::histograms`].
+    pub fn each(&self) -> impl Iterator<Item = (&'static str, &Histogram)> {
+        L::ALL.iter().map(|l| l.name()).zip(&self.series)
+    }
 }
 
 /// One series' value at the scrape.
@@ -197,78 +199,59 @@ impl<L: Label> HistogramVec<L> {
 enum Value {
     Int(u64),
     Float(f64),
-    Histogram {
-        sum: f64,
-        count: u64,
-        buckets: Vec<(f64, u64)>,
-    },
+    /// Sum in seconds, and each bucket's bound and count (not cumulative).
+    Histogram(f64, Vec<(f64, u64)>),
 }
 
 type Labels = Vec<(String, String)>;
 
-/// One family: its name as the encoder takes it (a counter's without
-/// `_total`, which the encoder appends), help, type and series.
-#[derive(Debug)]
-struct Family {
-    name: String,
-    help: String,
-    ty: MetricType,
-    series: Vec<(Labels, Value)>,
-}
-
 /// What a `/metrics` page (or a part of one) shows, gathered at the scrape;
 /// [`Text::render`] has prometheus-client write it. Every series carries
-/// the labels the `Text` was made with.
+/// the labels the `Text` was made with (none from `Text::default()`). A
+/// family's name is as the encoder takes it: a counter's without `_total`.
 #[derive(Debug, Default)]
 pub struct Text {
     labels: Labels,
-    families: Vec<Family>,
+    families: Vec<(String, String, MetricType, Vec<(Labels, Value)>)>,
 }
 
 impl Text {
-    /// An empty page part.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// An empty page part whose every series carries `key="value"`: for an
     /// exporter that tells its instances apart by a label (the KV relay's
     /// `role`).
     pub fn labelled(key: &str, value: &str) -> Self {
+        let labels = vec![(key.into(), value.into())];
         Text {
-            labels: vec![(key.into(), value.into())],
-            families: Vec::new(),
+            labels,
+            ..Self::default()
         }
     }
 
-    fn push(&mut self, name: String, help: &str, ty: MetricType, series: Vec<(Labels, Value)>) {
-        let series = series
-            .into_iter()
-            .map(|(l, v)| (self.labels.iter().cloned().chain(l).collect(), v))
-            .collect();
-        self.families.push(Family {
-            name,
-            help: help.into(),
-            ty,
-            series,
+    /// Family `name` with one series per `(label value, value)`, labelled
+    /// `key="<label value>"` (no label when `key` is empty).
+    fn add<S: Into<String>, V>(
+        mut self,
+        (name, help, ty): (&str, &str, MetricType),
+        key: &str,
+        series: impl IntoIterator<Item = (S, V)>,
+        value: impl Fn(V) -> Value,
+    ) -> Self {
+        let series = series.into_iter().map(|(l, v)| {
+            let own = (!key.is_empty()).then(|| (key.to_string(), l.into()));
+            let labels = self.labels.iter().cloned().chain(own).collect();
+            (labels, value(v))
         });
+        let family = (name.into(), help.into(), ty, series.collect());
+        self.families.push(family);
+        self
     }
 
     /// Every value `c` visits now, as `{prefix}_[{group}_]{name}`, typed by
     /// its [`Kind`] and suffixed `_total` when it is a counter (see
     /// [`exposed`]): how each stats struct's visitor becomes `/metrics`
     /// text, so the text lists exactly what the JSON reports list.
-    pub fn visited(mut self, prefix: &str, c: &dyn Counters) -> Self {
-        c.visit(&mut |m| {
-            let name = base_name(prefix, &m);
-            self.push(
-                name,
-                m.help,
-                ty(m.kind),
-                vec![(Vec::new(), Value::Int(m.value))],
-            );
-        });
-        self
+    pub fn visited(self, prefix: &str, c: &dyn Counters) -> Self {
+        self.visited_each(prefix, "", [("", c)])
     }
 
     /// As [`Text::visited`] for several instances of one struct, told apart
@@ -280,80 +263,65 @@ impl Text {
         key: &str,
         instances: impl IntoIterator<Item = (&'a str, &'a dyn Counters)>,
     ) -> Self {
-        let mut families: Vec<(Metric, Vec<(Labels, Value)>)> = Vec::new();
+        let mut families: Vec<(Metric, Vec<(&str, u64)>)> = Vec::new();
         for (label, c) in instances {
             let mut at = 0;
             c.visit(&mut |m| {
                 if at == families.len() {
                     families.push((m, Vec::new()));
                 }
-                let labels = vec![(key.to_string(), label.to_string())];
-                families[at].1.push((labels, Value::Int(m.value)));
+                families[at].1.push((label, m.value));
                 at += 1;
             });
         }
         for (m, series) in families {
-            self.push(base_name(prefix, &m), m.help, ty(m.kind), series);
+            self = self.family(&base_name(prefix, &m), m.help, m.kind, key, series);
         }
         self
     }
 
-    /// Family `name` of `kind` (a counter's name without `_total`, which the
-    /// encoder appends) with one series per `(value of label key, value)`.
+    /// Family `name` of `kind`, one series per `(value of label key,
+    /// value)` (no label when `key` is empty).
     pub fn family<S: Into<String>>(
-        mut self,
+        self,
         name: &str,
         help: &str,
         kind: Kind,
         key: &str,
         series: impl IntoIterator<Item = (S, u64)>,
     ) -> Self {
-        let series = labelled(key, series, Value::Int);
-        self.push(name.into(), help, ty(kind), series);
-        self
+        let ty = match kind {
+            Kind::Counter => MetricType::Counter,
+            Kind::Gauge => MetricType::Gauge,
+        };
+        self.add((name, help, ty), key, series, Value::Int)
     }
 
-    /// Gauge family `name` with fractional values, one series per `(value
-    /// of label key, value)`.
+    /// Gauge family `name` with fractional values (see [`Text::family`]).
     pub fn float_gauges<S: Into<String>>(
-        mut self,
+        self,
         name: &str,
         help: &str,
         key: &str,
         series: impl IntoIterator<Item = (S, f64)>,
     ) -> Self {
-        let series = labelled(key, series, Value::Float);
-        self.push(name.into(), help, MetricType::Gauge, series);
-        self
+        self.add((name, help, MetricType::Gauge), key, series, Value::Float)
     }
 
-    /// Gauge `name` with a fractional value.
-    pub fn float_gauge(mut self, name: &str, help: &str, v: f64) -> Self {
-        let series = vec![(Vec::new(), Value::Float(v))];
-        self.push(name.into(), help, MetricType::Gauge, series);
-        self
-    }
-
-    /// Histogram family `name` with one series per value of label `L`.
-    pub fn histograms<L: Label>(mut self, name: &str, help: &str, h: &HistogramVec<L>) -> Self {
-        let series = L::ALL
-            .iter()
-            .zip(&h.series)
-            .map(|(l, h)| (vec![(L::KEY.to_string(), l.name().to_string())], h.now()))
-            .collect();
-        self.push(name.into(), help, MetricType::Histogram, series);
-        self
-    }
-
-    /// Histogram `name` with the one series `h`.
-    pub fn histogram(mut self, name: &str, help: &str, h: &Histogram) -> Self {
-        self.push(
-            name.into(),
-            help,
-            MetricType::Histogram,
-            vec![(Vec::new(), h.now())],
-        );
-        self
+    /// Histogram family `name` (see [`Text::family`]).
+    pub fn histograms<'a, S: Into<String>>(
+        self,
+        name: &str,
+        help: &str,
+        key: &str,
+        series: impl IntoIterator<Item = (S, &'a Histogram)>,
+    ) -> Self {
+        self.add(
+            (name, help, MetricType::Histogram),
+            key,
+            series,
+            Histogram::now,
+        )
     }
 
     /// The text, written by prometheus-client's Prometheus text encoder.
@@ -372,45 +340,22 @@ impl Text {
 /// `# TYPE`), then each series through the crate's own metric encoders.
 impl Collector for Text {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for f in &self.families {
-            let mut family = encoder.encode_descriptor(&f.name, &f.help, None, f.ty)?;
-            for (labels, v) in &f.series {
+        for (name, help, ty, series) in &self.families {
+            let mut family = encoder.encode_descriptor(name, help, None, *ty)?;
+            for (labels, v) in series {
                 let mut one = family.encode_family(labels)?;
-                match (f.ty, v) {
+                match (ty, v) {
                     (MetricType::Counter, Value::Int(n)) => ConstCounter::new(*n).encode(one)?,
                     (_, Value::Int(n)) => ConstGauge::new(*n).encode(one)?,
                     (_, Value::Float(x)) => ConstGauge::new(*x).encode(one)?,
-                    (
-                        _,
-                        Value::Histogram {
-                            sum,
-                            count,
-                            buckets,
-                        },
-                    ) => one.encode_histogram::<NoLabelSet>(*sum, *count, buckets, None)?,
+                    (_, Value::Histogram(sum, buckets)) => {
+                        let count = buckets.iter().map(|(_, n)| n).sum();
+                        one.encode_histogram::<NoLabelSet>(*sum, count, buckets, None)?
+                    }
                 }
             }
         }
         Ok(())
-    }
-}
-
-/// Series labelled `key="<value>"` each.
-fn labelled<S: Into<String>, V>(
-    key: &str,
-    series: impl IntoIterator<Item = (S, V)>,
-    value: fn(V) -> Value,
-) -> Vec<(Labels, Value)> {
-    series
-        .into_iter()
-        .map(|(l, v)| (vec![(key.to_string(), l.into())], value(v)))
-        .collect()
-}
-
-fn ty(kind: Kind) -> MetricType {
-    match kind {
-        Kind::Counter => MetricType::Counter,
-        Kind::Gauge => MetricType::Gauge,
     }
 }
 
@@ -527,21 +472,16 @@ mod tests {
             h.observe(Duration::from_millis(ms));
         }
         let o = Text::labelled("route", "a")
-            .histogram("x_seconds", "help", &h)
+            .histograms("x_seconds", "help", "", [("", &h)])
             .render();
-        assert_eq!(
-            sample(&o, "x_seconds_bucket{route=\"a\",le=\"0.01\"}"),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(&o, "x_seconds_bucket{route=\"a\",le=\"0.1\"}"),
-            Some(3.0)
-        );
-        assert_eq!(
-            sample(&o, "x_seconds_bucket{route=\"a\",le=\"+Inf\"}"),
-            Some(4.0)
-        );
-        assert_eq!(sample(&o, "x_seconds_count{route=\"a\"}"), Some(4.0));
+        for (series, want) in [
+            ("_bucket{route=\"a\",le=\"0.01\"}", 1.0),
+            ("_bucket{route=\"a\",le=\"0.1\"}", 3.0),
+            ("_bucket{route=\"a\",le=\"+Inf\"}", 4.0),
+            ("_count{route=\"a\"}", 4.0),
+        ] {
+            assert_eq!(sample(&o, &format!("x_seconds{series}")), Some(want));
+        }
         assert!((sample(&o, "x_seconds_sum{route=\"a\"}").unwrap() - 0.605).abs() < 1e-9);
         assert_eq!(o.matches("# TYPE").count(), 1);
         // An observation on a bound falls in that bucket (le = less or equal).

@@ -169,7 +169,9 @@ impl GatewayStats {
     /// Prometheus text, every name prefixed `qr_gateway_`: generated from
     /// [`GatewaySnapshot`]'s visitor.
     pub fn prometheus(&self) -> String {
-        Text::new().visited("qr_gateway", &self.snapshot()).render()
+        Text::default()
+            .visited("qr_gateway", &self.snapshot())
+            .render()
     }
 }
 

@@ -388,7 +388,7 @@ impl Cache {
     /// each name prefixed `prefix` (`qr_node` or `qr_registry`): generated
     /// from its visitor.
     pub fn prometheus(&self, prefix: &str, o: &mut String) {
-        o.push_str(&Text::new().visited(prefix, self).render());
+        o.push_str(&Text::default().visited(prefix, self).render());
     }
 
     /// Blobs evicted since the cache was opened.

@@ -196,7 +196,7 @@ impl NodeMetrics {
             (Path::Direct, &self.objects_direct),
             (Path::Peer, &self.objects_peer),
         ]);
-        let mut o = Text::new()
+        let mut o = Text::default()
             .visited("qr_node", self)
             .family(
                 "qr_node_bytes",
@@ -215,7 +215,8 @@ impl NodeMetrics {
             .histograms(
                 "qr_node_request_duration_seconds",
                 "HTTP request durations, to the end of the response body, by route",
-                &self.request_duration,
+                RouteKind::KEY,
+                self.request_duration.each(),
             )
             .render();
         if let Some(gate) = self.peer_retry.get() {
@@ -306,12 +307,13 @@ pub struct RegistryMetrics {
 impl RegistryMetrics {
     /// The Prometheus text: the visited counters, then the histogram.
     pub fn render(&self) -> String {
-        Text::new()
+        Text::default()
             .visited("qr_registry", self)
             .histograms(
                 "qr_registry_request_duration_seconds",
                 "Request durations, from the request read to the answer finished, by request kind",
-                &self.request_duration,
+                RequestKind::KEY,
+                self.request_duration.each(),
             )
             .render()
     }

@@ -42,7 +42,7 @@ impl ListenerStats {
     /// Prometheus text of `listeners`: one family per value,
     /// `qr_tcp_<name>{listener="<label>"}`, a series per listener.
     pub fn prometheus<'a>(listeners: impl IntoIterator<Item = &'a ListenerStats>) -> String {
-        crate::metric::Text::new()
+        crate::metric::Text::default()
             .visited_each(
                 "qr_tcp",
                 "listener",
@@ -52,34 +52,17 @@ impl ListenerStats {
     }
 }
 
-/// Read through a plain copy so [`visit_fields!`](quic_rdma::visit_fields)
-/// names each value after its field.
+/// The atomics are read in place; each is exported under the name after
+/// `=>`.
 impl Counters for ListenerStats {
     fn visit(&self, f: &mut dyn FnMut(Metric)) {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        struct Now {
-            connections_accepted: u64,
-            connections_evicted: u64,
-            connections_refused: u64,
-            connections_timed_out: u64,
-            accept_errors: u64,
-            connections_open: u64,
-        }
-        let now = Now {
-            connections_accepted: get(&self.accepted),
-            connections_evicted: get(&self.evicted),
-            connections_refused: get(&self.refused),
-            connections_timed_out: get(&self.timed_out),
-            accept_errors: get(&self.accept_errors),
-            connections_open: get(&self.open),
-        };
-        quic_rdma::visit_fields!(f, now, None;
-            connections_accepted: Counter, Count, "TCP connections accepted and given a slot.";
-            connections_evicted: Counter, Count, "Idle TCP connections closed to make room for a new one.";
-            connections_refused: Counter, Count, "TCP connections closed at once because every slot was in a request.";
-            connections_timed_out: Counter, Count, "TCP connections dropped by the request or stall timeout.";
+        quic_rdma::visit_fields!(f, self, None;
+            accepted => connections_accepted: Counter, Count, "TCP connections accepted and given a slot.";
+            evicted => connections_evicted: Counter, Count, "Idle TCP connections closed to make room for a new one.";
+            refused => connections_refused: Counter, Count, "TCP connections closed at once because every slot was in a request.";
+            timed_out => connections_timed_out: Counter, Count, "TCP connections dropped by the request or stall timeout.";
             accept_errors: Counter, Count, "accept() failures (the listener goes on).";
-            connections_open: Gauge, Count, "TCP connections holding a slot now.";
+            open => connections_open: Gauge, Count, "TCP connections holding a slot now.";
         );
     }
 }

@@ -257,7 +257,7 @@ mod tests {
             let human = Table(shape, CounterReport::of(shape)).to_string();
             let text = shape
                 .iter()
-                .fold(crate::metric::Text::new(), |t, c| t.visited(prefix, *c))
+                .fold(crate::metric::Text::default(), |t, c| t.visited(prefix, *c))
                 .render();
             let mut n = 0;
             for c in shape {
