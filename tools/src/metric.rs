@@ -204,6 +204,8 @@ enum Value {
 }
 
 type Labels = Vec<(String, String)>;
+/// A family: name, help, type, series.
+type Family = (String, String, MetricType, Vec<(Labels, Value)>);
 
 /// What a `/metrics` page (or a part of one) shows, gathered at the scrape;
 /// [`Text::render`] has prometheus-client write it. Every series carries
@@ -212,7 +214,7 @@ type Labels = Vec<(String, String)>;
 #[derive(Debug, Default)]
 pub struct Text {
     labels: Labels,
-    families: Vec<(String, String, MetricType, Vec<(Labels, Value)>)>,
+    families: Vec<Family>,
 }
 
 impl Text {
@@ -423,7 +425,9 @@ mod tests {
         };
         let snapshot = gateway.snapshot();
         let listener = ("qr_tcp", "{listener=\"http\"}", &tcp as &dyn Counters);
-        let pages: [(String, Vec<(&str, &str, &dyn Counters)>); 4] = [
+        // A page's text, and (prefix, labels, visitor) of each part.
+        type Part<'a> = (&'a str, &'a str, &'a dyn Counters);
+        let pages: [(String, Vec<Part>); 4] = [
             (
                 page(node.render(), Some("qr_node")),
                 vec![("qr_node", "", &node), ("qr_node", "", &*cache), listener],

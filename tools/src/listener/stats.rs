@@ -1,7 +1,7 @@
 //! What a listener counts, described once: every output (Prometheus text
 //! today) is generated from its [`Counters`] visitor.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use quic_rdma::counters::{Counters, Metric};
 
@@ -70,6 +70,7 @@ impl Counters for ListenerStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn every_counter_is_exported_and_typed() {
