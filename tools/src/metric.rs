@@ -122,19 +122,10 @@ impl Histogram {
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
-    /// Observations recorded.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
-    }
-
     /// Mean observation in seconds (0 before the first).
     pub fn mean(&self) -> f64 {
-        let n = self.count();
-        if n == 0 {
-            0.0
-        } else {
-            self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9 / n as f64
-        }
+        let n: u64 = self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9 / n.max(1) as f64
     }
 
     /// The value as the crate's encoder takes it: per-bucket counts (not

@@ -226,7 +226,6 @@ mod tests {
         assert!(t.contains(&format!("{h}_sum{{role=\"upstream\"}} 0.004\n")));
         assert!(t.contains(&format!("{h}_count{{role=\"upstream\"}} 1\n")));
         assert!(!t.contains("_mean") && !t.contains("_last"));
-        // Every visited value's family: `metric`'s coverage test.
         assert_eq!(m.status("upstream")["replicas"]["7"]["lag_bytes"], 12);
     }
 }
