@@ -36,6 +36,10 @@ pub struct Metric {
     /// The name inside its group, snake case, without unit or `_total`
     /// suffix beyond what the name already says (`sent_bytes`).
     pub name: &'static str,
+    /// The struct field the value is read from: the same as `name` unless
+    /// the public name differs (`head` exported as `log_head_bytes`), for an
+    /// output whose keys have always been the fields' (the KV `/status`).
+    pub field: &'static str,
     /// Counter or gauge.
     pub kind: Kind,
     /// Base unit.
@@ -95,6 +99,7 @@ macro_rules! visit_fields {
             $f($crate::counters::Metric {
                 group: $group,
                 name: $crate::visit_fields!(@name $field $($name)?),
+                field: stringify!($field),
                 kind: $crate::counters::Kind::$kind,
                 unit: $crate::counters::Unit::$unit,
                 help: $help,

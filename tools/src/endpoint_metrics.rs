@@ -1,23 +1,28 @@
-//! The counters of a running endpoint — its UD socket, its provider and quinn's
-//! connections — as Prometheus text (exposition format 0.0.4), for
+//! The counters of a running endpoint — its UD socket, its peer table, its
+//! provider and quinn's connections — as Prometheus text, for
 //! `qr serve --metrics ADDR` and any scraper or `qr stats`.
 //!
-//! The socket and provider counters are rendered from the same visitors the
-//! JSON reports are (`quic_rdma::counters`), so a counter added there appears
-//! here with no second list, typed as its visitor says; the lines themselves
-//! are written by the helpers every `qr` `/metrics` shares (`crate::metric`).
+//! Every value is listed by a visitor (`quic_rdma::counters`): the socket's
+//! and provider's are the ones the JSON reports use, the peer table's and
+//! quinn's are below, so a counter added there appears here with no second
+//! list, typed as its visitor says; the text is written by `crate::metric`.
 
 use std::sync::Mutex;
 
+use quic_rdma::counters::{Counters, Metric};
 use quic_rdma::fabric::soft::SoftPort;
 use quic_rdma::quinn_adapter::RetryGate;
 
-use crate::metric::{counter, gauge, visited};
+use crate::metric::Text;
 use crate::provider::Socket;
 
-/// quinn's per-connection counters, summed.
+/// quinn's connections: how many are open and were accepted, their
+/// counters summed, and their congestion windows (the first two and the last
+/// are set at the scrape; the totals of ended connections keep them 0).
 #[derive(Clone, Copy, Debug, Default)]
 struct QuinnTotals {
+    connections_open: u64,
+    connections: u64,
     udp_tx_datagrams: u64,
     udp_tx_bytes: u64,
     udp_rx_datagrams: u64,
@@ -26,6 +31,41 @@ struct QuinnTotals {
     lost_packets: u64,
     lost_bytes: u64,
     congestion_events: u64,
+    cwnd_bytes: u64,
+}
+
+/// The names `qr serve` has always exported (`qr_quinn_*`).
+impl Counters for QuinnTotals {
+    fn visit(&self, f: &mut dyn FnMut(Metric)) {
+        quic_rdma::visit_fields!(f, self, None;
+            connections_open: Gauge, Count, "QUIC connections open";
+            connections: Counter, Count, "QUIC connections established";
+            udp_tx_datagrams: Counter, Count, "Datagrams quinn sent";
+            udp_tx_bytes: Counter, Bytes, "Bytes quinn sent";
+            udp_rx_datagrams: Counter, Count, "Datagrams quinn received";
+            udp_rx_bytes: Counter, Bytes, "Bytes quinn received";
+            sent_packets: Counter, Count, "QUIC packets sent";
+            lost_packets: Counter, Count, "QUIC packets declared lost";
+            lost_bytes: Counter, Bytes, "Bytes of QUIC packets declared lost";
+            congestion_events: Counter, Count, "Congestion events";
+            cwnd_bytes: Gauge, Bytes, "Congestion windows of the open connections, summed";
+        );
+    }
+}
+
+/// A server's [`RetryGate`] now.
+struct GateNow {
+    retries: u64,
+    unvalidated_handshakes: u64,
+}
+
+impl Counters for GateNow {
+    fn visit(&self, f: &mut dyn FnMut(Metric)) {
+        quic_rdma::visit_fields!(f, self, None;
+            retries: Counter, Count, "Connection attempts answered with a QUIC Retry";
+            unvalidated_handshakes: Gauge, Count, "Handshakes from unvalidated addresses in flight";
+        );
+    }
 }
 
 impl QuinnTotals {
@@ -41,12 +81,12 @@ impl QuinnTotals {
     }
 }
 
-/// Connections seen: the live ones, and the totals of those that ended.
+/// Connections seen: the live ones, and the totals of those that ended
+/// (with the count of every connection accepted).
 #[derive(Default)]
 struct Connections {
     live: Vec<quinn::Connection>,
     ended: QuinnTotals,
-    accepted: u64,
 }
 
 /// A running endpoint's counters.
@@ -82,10 +122,10 @@ impl EndpointMetrics {
     /// Count `conn` (an established connection) from now on.
     pub(crate) fn track(&self, conn: &quinn::Connection) {
         let mut c = self.conns();
-        c.accepted += 1;
+        c.ended.connections += 1;
         // Fold the connections that ended into the totals: the list stays as
         // long as the number of live connections.
-        let Connections { live, ended, .. } = &mut *c;
+        let Connections { live, ended } = &mut *c;
         live.retain(|l| {
             if l.close_reason().is_some() {
                 ended.add(&l.stats());
@@ -99,148 +139,41 @@ impl EndpointMetrics {
 
     /// Prometheus text of every counter now.
     pub(crate) fn prometheus(&self) -> String {
-        let mut o = String::new();
         let stats = self.socket.stats();
-        visited(&mut o, "qr_socket", &stats);
-        visited(&mut o, "qr_socket", &self.socket.routing_stats());
-        float_gauge(
-            &mut o,
-            "qr_socket_wrs_per_post",
-            "Mean send work requests per doorbell",
-            stats.wrs_per_post(),
-        );
-        let p = self.socket.peer_stats();
-        for (name, help, v) in [
-            ("live", "UD peers in the peer table", p.peers),
-            (
-                "live_limit",
-                "Bound on UD peers in the peer table",
-                p.max_peers,
-            ),
-            ("pending", "UD peers not yet confirmed", p.pending),
-            (
-                "pending_limit",
-                "Bound on unconfirmed UD peers",
-                p.max_pending,
-            ),
-            (
-                "unvalidated",
-                "UD peers whose address is not validated yet",
-                p.unvalidated,
-            ),
-            (
-                "unvalidated_limit",
-                "Bound on UD peers whose address is not validated",
-                p.max_unvalidated,
-            ),
-        ] {
-            gauge(&mut o, &format!("qr_peers_{name}"), help, saturating_i64(v));
-        }
-        for (name, help, v) in [
-            ("admitted", "UD peers admitted", p.admitted),
-            (
-                "evicted_pending",
-                "Unconfirmed peers evicted",
-                p.evicted_pending,
-            ),
-            (
-                "evicted_unvalidated",
-                "Unvalidated peers evicted to make room",
-                p.evicted_unvalidated,
-            ),
-            (
-                "expired_unvalidated",
-                "Unvalidated peers dropped when their time ran out",
-                p.expired_unvalidated,
-            ),
-            (
-                "amplification_drops",
-                "Datagrams to unvalidated peers dropped by the 3x amplification limit",
-                p.amplification_drops,
-            ),
-            ("evicted_idle", "Idle peers evicted", p.evicted_idle),
-            (
-                "refused_full",
-                "Peers refused by a full table",
-                p.refused_full,
-            ),
-            (
-                "unknown_destination",
-                "Sends to an unknown peer dropped",
-                p.unknown_destination,
-            ),
-        ] {
-            counter(&mut o, &format!("qr_peers_{name}_total"), help, v);
-        }
+        let mut text = Text::default()
+            .visited("qr_socket", &stats)
+            .visited("qr_socket", &self.socket.routing_stats())
+            .float_gauges(
+                "qr_socket_wrs_per_post",
+                "Mean send work requests per doorbell",
+                "",
+                [("", stats.wrs_per_post())],
+            )
+            .visited("qr_peers", &self.socket.peer_stats());
         if let Some(port) = &self.soft {
-            visited(&mut o, "qr_soft", &port.stats());
+            text = text.visited("qr_soft", &port.stats());
         }
         let c = self.conns();
-        let mut t = c.ended;
-        let mut open = 0i64;
+        let mut now = c.ended;
         let mut rtt_max = 0f64;
-        let mut cwnd = 0u64;
         for l in &c.live {
             let s = l.stats();
-            t.add(&s);
+            now.add(&s);
             if l.close_reason().is_none() {
-                open += 1;
+                now.connections_open += 1;
                 rtt_max = rtt_max.max(s.path.rtt.as_secs_f64());
-                cwnd += s.path.cwnd;
+                now.cwnd_bytes += s.path.cwnd;
             }
         }
-        gauge(
-            &mut o,
-            "qr_quinn_connections_open",
-            "QUIC connections open",
-            open,
-        );
-        counter(
-            &mut o,
-            "qr_quinn_connections_total",
-            "QUIC connections established",
-            c.accepted,
-        );
-        for (name, help, v) in [
-            (
-                "udp_tx_datagrams",
-                "Datagrams quinn sent",
-                t.udp_tx_datagrams,
-            ),
-            ("udp_tx_bytes", "Bytes quinn sent", t.udp_tx_bytes),
-            (
-                "udp_rx_datagrams",
-                "Datagrams quinn received",
-                t.udp_rx_datagrams,
-            ),
-            ("udp_rx_bytes", "Bytes quinn received", t.udp_rx_bytes),
-            ("sent_packets", "QUIC packets sent", t.sent_packets),
-            ("lost_packets", "QUIC packets declared lost", t.lost_packets),
-            (
-                "lost_bytes",
-                "Bytes of QUIC packets declared lost",
-                t.lost_bytes,
-            ),
-            (
-                "congestion_events",
-                "Congestion events",
-                t.congestion_events,
-            ),
-        ] {
-            counter(&mut o, &format!("qr_quinn_{name}_total"), help, v);
-        }
-        float_gauge(
-            &mut o,
-            "qr_quinn_rtt_max_seconds",
-            "Largest smoothed RTT of the open connections",
-            rtt_max,
-        );
-        gauge(
-            &mut o,
-            "qr_quinn_cwnd_bytes",
-            "Congestion windows of the open connections, summed",
-            cwnd as i64,
-        );
+        let mut o = text
+            .visited("qr_quinn", &now)
+            .float_gauges(
+                "qr_quinn_rtt_max_seconds",
+                "Largest smoothed RTT of the open connections",
+                "",
+                [("", rtt_max)],
+            )
+            .render();
         if let Some(gate) = &self.gate {
             retry_gate(&mut o, gate);
         }
@@ -253,27 +186,9 @@ impl EndpointMetrics {
 /// (handshakes from unvalidated addresses in flight, what `--retry auto`
 /// compares with its threshold). For every command whose server has a gate.
 pub(crate) fn retry_gate(o: &mut String, gate: &RetryGate) {
-    counter(
-        o,
-        "qr_quinn_retries_total",
-        "Connection attempts answered with a QUIC Retry",
-        gate.retries(),
-    );
-    gauge(
-        o,
-        "qr_quinn_unvalidated_handshakes",
-        "Handshakes from unvalidated addresses in flight",
-        saturating_i64(gate.unvalidated_handshakes() as u64),
-    );
-}
-
-/// `v` as a gauge's value.
-fn saturating_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// A gauge with a fractional value.
-fn float_gauge(o: &mut String, name: &str, help: &str, v: f64) {
-    use std::fmt::Write as _;
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+    let now = GateNow {
+        retries: gate.retries(),
+        unvalidated_handshakes: gate.unvalidated_handshakes() as u64,
+    };
+    o.push_str(&Text::default().visited("qr_quinn", &now).render());
 }

@@ -1,12 +1,28 @@
-//! One counter or gauge, and its Prometheus text (exposition format 0.0.4):
-//! the pieces every `/metrics` of `qr` is written with (the channels, the
-//! gateway, `qr serve`), so no part of `qr` borrows them from another.
+//! One counter or gauge, a latency histogram, and the one writer of every
+//! `/metrics` page of `qr` (the channels, the gateway, `qr serve`): a
+//! [`Text`] gathers what a page shows at the scrape — the values a
+//! [`Counters`] visitor lists, labelled families, histograms — and
+//! prometheus-client's encoder writes it as Prometheus text, exposition
+//! format 0.0.4 ([`CONTENT_TYPE`]).
+//!
+//! Format 0.0.4 rather than the crate's OpenMetrics encoder: the pages are
+//! assembled from parts (a command's values, its cache's, its listeners'),
+//! which 0.0.4 text allows by concatenation while OpenMetrics ends each
+//! exposition with one `# EOF`; and 0.0.4 keeps every family's `# TYPE` on
+//! the sample's own name (`x_total`), as dashboards have always read it.
 
-use std::fmt::Write as _;
-
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use quic_rdma::counters::{Counters, FieldValue, Kind, Metric};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+/// The `Content-Type` of every `/metrics` page: what prometheus-client's
+/// encoder writes (Prometheus text, version 0.0.4, UTF-8).
+pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 /// One monotonically increasing counter.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
@@ -61,9 +77,9 @@ impl FieldValue for Gauge {
     }
 }
 
-/// A latency histogram: cumulative buckets, a sum and a count, as
-/// Prometheus histograms are exposed (exposition format 0.0.4, `_bucket{le}`,
-/// `_sum`, `_count`).
+/// A latency histogram: counts per bucket and a sum, kept in atomics so an
+/// observation takes no lock (prometheus-client's own histogram takes a
+/// mutex); [`Text::histograms`] hands them to the crate's encoder.
 #[derive(Debug)]
 pub struct Histogram {
     /// Upper bounds in seconds, ascending (`+Inf` is implied).
@@ -96,7 +112,8 @@ impl Histogram {
         }
     }
 
-    /// Record one observation.
+    /// Record one observation (it falls in the first bucket whose bound is
+    /// at least it: `le`, less or equal).
     pub fn observe(&self, d: std::time::Duration) {
         let s = d.as_secs_f64();
         let i = self.bounds.partition_point(|b| *b < s);
@@ -105,9 +122,25 @@ impl Histogram {
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
-    /// Observations recorded.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    /// Mean observation in seconds (0 before the first).
+    pub fn mean(&self) -> f64 {
+        let n: u64 = self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9 / n.max(1) as f64
+    }
+
+    /// The value as the crate's encoder takes it: per-bucket counts (not
+    /// cumulative) with their bounds, the last `+Inf`.
+    fn now(&self) -> Value {
+        let buckets: Vec<(f64, u64)> = self
+            .bounds
+            .iter()
+            .copied()
+            .chain([f64::INFINITY])
+            .zip(&self.counts)
+            .map(|(b, c)| (b, c.load(Ordering::Relaxed)))
+            .collect();
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        Value::Histogram(sum, buckets)
     }
 }
 
@@ -146,97 +179,194 @@ impl<L: Label> HistogramVec<L> {
         &self.series[value.index()]
     }
 
-    /// Append them as family `name`, one series per label value.
-    pub fn render(&self, o: &mut String, name: &str, help: &str) {
-        let labels: Vec<String> = L::ALL
-            .iter()
-            .map(|v| format!("{}=\"{}\"", L::KEY, v.name()))
-            .collect();
-        let series: Vec<(&str, &Histogram)> = labels
-            .iter()
-            .zip(&self.series)
-            .map(|(l, h)| (l.as_str(), h))
-            .collect();
-        histogram(o, name, help, &series);
+    /// Every value's name and histogram, for [`Text::histograms`].
+    pub fn each(&self) -> impl Iterator<Item = (&'static str, &Histogram)> {
+        L::ALL.iter().map(|l| l.name()).zip(&self.series)
     }
 }
 
-/// Append histogram family `name` (HELP, TYPE once) with one series per
-/// `(labels, histogram)`; `labels` is `key="value"` pairs without braces,
-/// or empty.
-pub fn histogram(o: &mut String, name: &str, help: &str, series: &[(&str, &Histogram)]) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} histogram");
-    for (labels, h) in series {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0;
-        for (i, c) in h.counts.iter().enumerate() {
-            cumulative += c.load(Ordering::Relaxed);
-            let le = h
-                .bounds
-                .get(i)
-                .map_or("+Inf".to_string(), |b| b.to_string());
-            let _ = writeln!(o, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}");
+/// One series' value at the scrape.
+#[derive(Debug)]
+enum Value {
+    Int(u64),
+    Float(f64),
+    /// Sum in seconds, and each bucket's bound and count (not cumulative).
+    Histogram(f64, Vec<(f64, u64)>),
+}
+
+type Labels = Vec<(String, String)>;
+/// A family: name, help, type, series.
+type Family = (String, String, MetricType, Vec<(Labels, Value)>);
+
+/// What a `/metrics` page (or a part of one) shows, gathered at the scrape;
+/// [`Text::render`] has prometheus-client write it. Every series carries
+/// the labels the `Text` was made with (none from `Text::default()`). A
+/// family's name is as the encoder takes it: a counter's without `_total`.
+#[derive(Debug, Default)]
+pub struct Text {
+    labels: Labels,
+    families: Vec<Family>,
+}
+
+impl Text {
+    /// An empty page part whose every series carries `key="value"`: for an
+    /// exporter that tells its instances apart by a label (the KV relay's
+    /// `role`).
+    pub fn labelled(key: &str, value: &str) -> Self {
+        let labels = vec![(key.into(), value.into())];
+        Text {
+            labels,
+            ..Self::default()
         }
-        let braces = |s: &str| {
-            if s.is_empty() {
-                String::new()
-            } else {
-                format!("{{{s}}}")
-            }
+    }
+
+    /// Family `name` with one series per `(label value, value)`, labelled
+    /// `key="<label value>"` (no label when `key` is empty).
+    fn add<S: Into<String>, V>(
+        mut self,
+        (name, help, ty): (&str, &str, MetricType),
+        key: &str,
+        series: impl IntoIterator<Item = (S, V)>,
+        value: impl Fn(V) -> Value,
+    ) -> Self {
+        let series = series.into_iter().map(|(l, v)| {
+            let own = (!key.is_empty()).then(|| (key.to_string(), l.into()));
+            let labels = self.labels.iter().cloned().chain(own).collect();
+            (labels, value(v))
+        });
+        let family = (name.into(), help.into(), ty, series.collect());
+        self.families.push(family);
+        self
+    }
+
+    /// Every value `c` visits now, as `{prefix}_[{group}_]{name}`, typed by
+    /// its [`Kind`] and suffixed `_total` when it is a counter (see
+    /// [`exposed`]): how each stats struct's visitor becomes `/metrics`
+    /// text, so the text lists exactly what the JSON reports list.
+    pub fn visited(self, prefix: &str, c: &dyn Counters) -> Self {
+        self.visited_each(prefix, "", [("", c)])
+    }
+
+    /// As [`Text::visited`] for several instances of one struct, told apart
+    /// by label `key` (`(label value, instance)`): one family per visited
+    /// value, one series per instance.
+    pub fn visited_each<'a>(
+        mut self,
+        prefix: &str,
+        key: &str,
+        instances: impl IntoIterator<Item = (&'a str, &'a dyn Counters)>,
+    ) -> Self {
+        let mut families: Vec<(Metric, Vec<(&str, u64)>)> = Vec::new();
+        for (label, c) in instances {
+            let mut at = 0;
+            c.visit(&mut |m| {
+                if at == families.len() {
+                    families.push((m, Vec::new()));
+                }
+                families[at].1.push((label, m.value));
+                at += 1;
+            });
+        }
+        for (m, series) in families {
+            self = self.family(&base_name(prefix, &m), m.help, m.kind, key, series);
+        }
+        self
+    }
+
+    /// Family `name` of `kind`, one series per `(value of label key,
+    /// value)` (no label when `key` is empty).
+    pub fn family<S: Into<String>>(
+        self,
+        name: &str,
+        help: &str,
+        kind: Kind,
+        key: &str,
+        series: impl IntoIterator<Item = (S, u64)>,
+    ) -> Self {
+        let ty = match kind {
+            Kind::Counter => MetricType::Counter,
+            Kind::Gauge => MetricType::Gauge,
         };
-        let sum = h.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(o, "{name}_sum{} {sum}", braces(labels));
-        let _ = writeln!(o, "{name}_count{} {cumulative}", braces(labels));
+        self.add((name, help, ty), key, series, Value::Int)
+    }
+
+    /// Gauge family `name` with fractional values (see [`Text::family`]).
+    pub fn float_gauges<S: Into<String>>(
+        self,
+        name: &str,
+        help: &str,
+        key: &str,
+        series: impl IntoIterator<Item = (S, f64)>,
+    ) -> Self {
+        self.add((name, help, MetricType::Gauge), key, series, Value::Float)
+    }
+
+    /// Histogram family `name` (see [`Text::family`]).
+    pub fn histograms<'a, S: Into<String>>(
+        self,
+        name: &str,
+        help: &str,
+        key: &str,
+        series: impl IntoIterator<Item = (S, &'a Histogram)>,
+    ) -> Self {
+        self.add(
+            (name, help, MetricType::Histogram),
+            key,
+            series,
+            Histogram::now,
+        )
+    }
+
+    /// The text, written by prometheus-client's Prometheus text encoder.
+    pub fn render(self) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut o = String::new();
+        // Writing to a String cannot fail; the encoder's own checks (none
+        // that a family built here can trip) would leave the text short.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut o, &registry);
+        o
     }
 }
 
-/// Append one counter `name` with its HELP and TYPE lines (exposition format
-/// 0.0.4); shared by every `/metrics` of `qr` (channels, gateway, `qr serve`).
-pub fn counter(o: &mut String, name: &str, help: &str, v: u64) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+/// The families as the crate encodes a collector's: a descriptor (`# HELP`,
+/// `# TYPE`), then each series through the crate's own metric encoders.
+impl Collector for Text {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for (name, help, ty, series) in &self.families {
+            let mut family = encoder.encode_descriptor(name, help, None, *ty)?;
+            for (labels, v) in series {
+                let mut one = family.encode_family(labels)?;
+                match (ty, v) {
+                    (MetricType::Counter, Value::Int(n)) => ConstCounter::new(*n).encode(one)?,
+                    (_, Value::Int(n)) => ConstGauge::new(*n).encode(one)?,
+                    (_, Value::Float(x)) => ConstGauge::new(*x).encode(one)?,
+                    (_, Value::Histogram(sum, buckets)) => {
+                        let count = buckets.iter().map(|(_, n)| n).sum();
+                        one.encode_histogram::<NoLabelSet>(*sum, count, buckets, None)?
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Append one gauge `name` with its HELP and TYPE lines (see [`counter`]).
-pub fn gauge(o: &mut String, name: &str, help: &str, v: i64) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-}
-
-/// Append every value `c` visits as `{prefix}_[{group}_]{name}`, typed by
-/// its [`Kind`] and suffixed `_total` when it is a counter (Prometheus
-/// naming): how each stats struct's visitor becomes `/metrics` text, so the
-/// text lists exactly what the JSON reports list.
-pub fn visited(o: &mut String, prefix: &str, c: &dyn Counters) {
-    visited_labelled(o, prefix, "", c);
-}
-
-/// [`visited`], each sample carrying `labels` (`key="value"` pairs without
-/// braces, or empty): for an exporter that tells its instances apart by a
-/// label on every series (the KV relay's `role`).
-pub fn visited_labelled(o: &mut String, prefix: &str, labels: &str, c: &dyn Counters) {
-    let labels = if labels.is_empty() {
-        String::new()
-    } else {
-        format!("{{{labels}}}")
-    };
-    c.visit(&mut |m| {
-        let (name, ty) = exposed(prefix, &m);
-        let _ = writeln!(
-            o,
-            "# HELP {name} {}\n# TYPE {name} {ty}\n{name}{labels} {}",
-            m.help, m.value
-        );
-    });
+/// `{prefix}_[{group}_]{name}`: a visited value's name before the counter
+/// suffix.
+fn base_name(prefix: &str, m: &Metric) -> String {
+    let group = m.group.map_or(String::new(), |g| format!("{g}_"));
+    format!("{prefix}_{group}{}", m.name)
 }
 
 /// The Prometheus name and type of a visited value:
 /// `{prefix}_[{group}_]{name}`, suffixed `_total` when it is a counter.
 pub fn exposed(prefix: &str, m: &Metric) -> (String, &'static str) {
-    let group = m.group.map_or(String::new(), |g| format!("{g}_"));
     let (suffix, ty) = match m.kind {
         Kind::Counter => ("_total", "counter"),
         Kind::Gauge => ("", "gauge"),
     };
-    (format!("{prefix}_{group}{}{suffix}", m.name), ty)
+    (format!("{}{suffix}", base_name(prefix, m)), ty)
 }
 
 /// Read one sample (`name` or `name{labels}`) from Prometheus text: for tests
@@ -253,15 +383,20 @@ mod tests {
     use std::time::Duration;
 
     /// The coverage check of `report::human`, for the exporters whose
-    /// `/metrics` adds families and histograms to a visitor: every visited
-    /// value is on that page, typed and suffixed as its kind says, with
-    /// its value and the page's labels; and the KV status carries it too.
+    /// `/metrics` adds families and histograms to a visitor: each page, as
+    /// its command composes it (its values, its cache's, its listener's),
+    /// parses, and every value each visitor lists is on it, typed and
+    /// suffixed as its kind says, with its value and the page's labels; and
+    /// each KV value is in the KV status under its field's name.
     #[test]
     fn every_visited_value_is_on_its_metrics_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = crate::image::cache::Cache::open(dir.path(), 1 << 20).unwrap();
         let node = crate::image::metrics::NodeMetrics::default();
         let registry = crate::image::metrics::RegistryMetrics::default();
         let kv = crate::kv::metrics::Metrics::default();
         let gateway = crate::gateway::GatewayStats::default();
+        let tcp = crate::listener::ListenerStats::new("http");
         // Distinct values, so a sample read back is this value's own.
         node.resumes.add(3);
         node.peer_server.bytes_sent.add(5);
@@ -269,40 +404,60 @@ mod tests {
         registry.bytes_sent.add(11);
         kv.head.store(13, Ordering::Relaxed);
         kv.reconnects.store(17, Ordering::Relaxed);
+        kv.snapshot_source_bytes.store(31, Ordering::Relaxed);
         gateway.udp_rx.add(19);
         gateway.clients_active.add(23);
-        let pages: [(&str, &str, &dyn Counters, String); 4] = [
-            ("qr_node", "", &node, node.render()),
-            ("qr_registry", "", &registry, registry.render()),
+        tcp.accepted.store(29, Ordering::Relaxed);
+        let page = |mut text: String, cache_prefix: Option<&str>| {
+            if let Some(prefix) = cache_prefix {
+                cache.prometheus(prefix, &mut text);
+            }
+            text + &crate::listener::ListenerStats::prometheus([&tcp])
+        };
+        let snapshot = gateway.snapshot();
+        let listener = ("qr_tcp", "{listener=\"http\"}", &tcp as &dyn Counters);
+        // A page's text, and (prefix, labels, visitor) of each part.
+        type Part<'a> = (&'a str, &'a str, &'a dyn Counters);
+        let pages: [(String, Vec<Part>); 4] = [
             (
-                "qr_kv",
-                "{role=\"upstream\"}",
-                &kv,
-                kv.prometheus("upstream"),
+                page(node.render(), Some("qr_node")),
+                vec![("qr_node", "", &node), ("qr_node", "", &*cache), listener],
             ),
-            ("qr_gateway", "", &gateway.snapshot(), gateway.prometheus()),
+            (
+                page(registry.render(), Some("qr_registry")),
+                vec![
+                    ("qr_registry", "", &registry),
+                    ("qr_registry", "", &*cache),
+                    listener,
+                ],
+            ),
+            (
+                page(kv.prometheus("upstream"), None),
+                vec![("qr_kv", "{role=\"upstream\"}", &kv), listener],
+            ),
+            (
+                page(gateway.prometheus(), None),
+                vec![("qr_gateway", "", &snapshot), listener],
+            ),
         ];
-        let status = kv.status("upstream");
-        for (prefix, labels, c, text) in pages {
-            let mut n = 0;
-            c.visit(&mut |m| {
-                n += 1;
-                let (name, ty) = exposed(prefix, &m);
-                let line = format!("# TYPE {name} {ty}\n");
-                assert!(text.contains(&line), "{line} not in {prefix}'s /metrics");
-                let got = sample(&text, &format!("{name}{labels}"));
-                assert_eq!(got, Some(m.value as f64), "{name}{labels}");
-                if prefix == "qr_kv" {
-                    let key = if m.name == "log_head_bytes" {
-                        "head"
-                    } else {
-                        m.name
-                    };
-                    assert_eq!(status[key], m.value, "{key} in the KV status");
-                }
-            });
-            assert!(n >= 10, "{prefix}: {n} values visited");
+        for (text, visitors) in pages {
+            let e = crate::prom_text::parse(&text).unwrap();
+            for (prefix, labels, c) in visitors {
+                let mut n = 0;
+                c.visit(&mut |m| {
+                    n += 1;
+                    let (name, ty) = exposed(prefix, &m);
+                    assert_eq!(e.type_of(&name), Some(ty), "{name} on {prefix}'s /metrics");
+                    let got = e.value(&format!("{name}{labels}"));
+                    assert_eq!(got, Some(m.value as f64), "{name}{labels}");
+                });
+                assert!(n >= 4, "{prefix}: {n} values visited");
+            }
         }
+        let status = kv.status("upstream");
+        kv.visit(&mut |m| assert_eq!(status[m.field], m.value, "{} in the KV status", m.field));
+        assert_eq!(status["head"], 13);
+        assert_eq!(status["snapshot_source_bytes"], 31);
     }
 
     #[test]
@@ -311,21 +466,17 @@ mod tests {
         for ms in [5, 50, 50, 500] {
             h.observe(Duration::from_millis(ms));
         }
-        let mut o = String::new();
-        histogram(&mut o, "x_seconds", "help", &[("route=\"a\"", &h)]);
-        assert_eq!(
-            sample(&o, "x_seconds_bucket{route=\"a\",le=\"0.01\"}"),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(&o, "x_seconds_bucket{route=\"a\",le=\"0.1\"}"),
-            Some(3.0)
-        );
-        assert_eq!(
-            sample(&o, "x_seconds_bucket{route=\"a\",le=\"+Inf\"}"),
-            Some(4.0)
-        );
-        assert_eq!(sample(&o, "x_seconds_count{route=\"a\"}"), Some(4.0));
+        let o = Text::labelled("route", "a")
+            .histograms("x_seconds", "help", "", [("", &h)])
+            .render();
+        for (series, want) in [
+            ("_bucket{route=\"a\",le=\"0.01\"}", 1.0),
+            ("_bucket{route=\"a\",le=\"0.1\"}", 3.0),
+            ("_bucket{route=\"a\",le=\"+Inf\"}", 4.0),
+            ("_count{route=\"a\"}", 4.0),
+        ] {
+            assert_eq!(sample(&o, &format!("x_seconds{series}")), Some(want));
+        }
         assert!((sample(&o, "x_seconds_sum{route=\"a\"}").unwrap() - 0.605).abs() < 1e-9);
         assert_eq!(o.matches("# TYPE").count(), 1);
         // An observation on a bound falls in that bucket (le = less or equal).

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{json_of, qr, wait_for_file, Guard, TempDir};
+use quic_rdma::counters::Counters;
 use quic_rdma_tools::prom_text;
 use serde_json::Value;
 
@@ -40,6 +41,27 @@ fn serve_metrics_move_during_a_transfer_and_qr_stats_shows_rates() {
     let idle = common::http::when_up(METRICS, scrape);
     common::promtool_check("serve", &idle);
     let idle = prom_text::parse(&idle).unwrap();
+    // Every value the endpoint's visitors list is on the page, typed as its
+    // kind says (the coverage check of `metric`'s tests, on a live page).
+    let visitors: [(&str, &dyn Counters); 4] = [
+        ("qr_socket", &quic_rdma::socket::SocketStats::default()),
+        (
+            "qr_socket",
+            &quic_rdma::quic::routing::RoutingStats::default(),
+        ),
+        ("qr_peers", &quic_rdma::quic::peers::PeerStats::default()),
+        ("qr_soft", &quic_rdma::fabric::soft::SoftStats::default()),
+    ];
+    for (prefix, c) in visitors {
+        let mut n = 0;
+        c.visit(&mut |m| {
+            n += 1;
+            let (name, ty) = quic_rdma_tools::metric::exposed(prefix, &m);
+            assert_eq!(idle.type_of(&name), Some(ty), "{name}");
+            assert!(idle.value(&name).is_some(), "{name} has no sample");
+        });
+        assert!(n > 0, "{prefix}: nothing visited");
+    }
     assert_eq!(idle.value("qr_quinn_connections_open"), Some(0.0));
     assert_eq!(idle.type_of("qr_socket_recv_wrs_total"), Some("counter"));
 

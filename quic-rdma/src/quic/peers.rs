@@ -122,6 +122,28 @@ pub struct PeerStats {
     pub unknown_destination: u64,
 }
 
+/// The names `qr serve` has always exported (`qr_peers_live`, ...).
+impl crate::counters::Counters for PeerStats {
+    fn visit(&self, f: &mut dyn FnMut(crate::counters::Metric)) {
+        crate::visit_fields!(f, self, None;
+            peers => live: Gauge, Count, "UD peers in the peer table";
+            max_peers => live_limit: Gauge, Count, "Bound on UD peers in the peer table";
+            pending: Gauge, Count, "UD peers not yet confirmed";
+            max_pending => pending_limit: Gauge, Count, "Bound on unconfirmed UD peers";
+            unvalidated: Gauge, Count, "UD peers whose address is not validated yet";
+            max_unvalidated => unvalidated_limit: Gauge, Count, "Bound on UD peers whose address is not validated";
+            admitted: Counter, Count, "UD peers admitted";
+            evicted_pending: Counter, Count, "Unconfirmed peers evicted";
+            evicted_unvalidated: Counter, Count, "Unvalidated peers evicted to make room";
+            expired_unvalidated: Counter, Count, "Unvalidated peers dropped when their time ran out";
+            amplification_drops: Counter, Count, "Datagrams to unvalidated peers dropped by the 3x amplification limit";
+            evicted_idle: Counter, Count, "Idle peers evicted";
+            refused_full: Counter, Count, "Peers refused by a full table";
+            unknown_destination: Counter, Count, "Sends to an unknown peer dropped";
+        );
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 enum State {
     Pending(Budget),

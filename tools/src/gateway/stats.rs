@@ -9,7 +9,7 @@
 
 use quic_rdma::counters::{Counters, Metric};
 
-use crate::metric::{visited, Counter, Gauge};
+use crate::metric::{Counter, Gauge, Text};
 
 /// Declares, from one list, the live counters ([`GatewayStats`]), their copy
 /// at one moment ([`GatewaySnapshot`]), the copy itself
@@ -166,12 +166,12 @@ impl GatewaySnapshot {
 }
 
 impl GatewayStats {
-    /// Prometheus text exposition (format 0.0.4), every name prefixed
-    /// `qr_gateway_`: generated from [`GatewaySnapshot`]'s visitor.
+    /// Prometheus text, every name prefixed `qr_gateway_`: generated from
+    /// [`GatewaySnapshot`]'s visitor.
     pub fn prometheus(&self) -> String {
-        let mut o = String::new();
-        visited(&mut o, "qr_gateway", &self.snapshot());
-        o
+        Text::default()
+            .visited("qr_gateway", &self.snapshot())
+            .render()
     }
 }
 

@@ -12,8 +12,9 @@ use tokio::net::TcpListener;
 use super::{full, Body};
 use crate::listener::{Limits, ListenerStats};
 
-/// The content type of Prometheus text, exposition format 0.0.4.
-pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+/// The content type of every `/metrics` page: Prometheus text, exposition
+/// format 0.0.4, as `crate::metric` has prometheus-client write it.
+pub const METRICS_CONTENT_TYPE: &str = crate::metric::CONTENT_TYPE;
 
 type Render = Arc<dyn Fn() -> String + Send + Sync>;
 

@@ -27,7 +27,9 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use super::digest::Digest;
-use crate::metric::{counter, gauge, Counter};
+use quic_rdma::counters::{Counters, Metric};
+
+use crate::metric::{Counter, Text};
 
 /// Why the cache failed.
 #[derive(Debug, thiserror::Error)]
@@ -383,38 +385,10 @@ impl Cache {
     }
 
     /// The cache's size, bound, blob count and evictions as Prometheus text,
-    /// each name prefixed `prefix` (`qr_node` or `qr_registry`): read from
-    /// the cache itself, so nothing is copied by hand.
+    /// each name prefixed `prefix` (`qr_node` or `qr_registry`): generated
+    /// from its visitor.
     pub fn prometheus(&self, prefix: &str, o: &mut String) {
-        let (bytes, blobs) = {
-            let idx = self.index.lock().expect("cache index lock");
-            (idx.total, idx.entries.len())
-        };
-        let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        gauge(
-            o,
-            &format!("{prefix}_cache_bytes"),
-            "Bytes of blobs in the cache",
-            g(bytes),
-        );
-        gauge(
-            o,
-            &format!("{prefix}_cache_capacity_bytes"),
-            "The cache's size bound",
-            g(self.max_bytes),
-        );
-        gauge(
-            o,
-            &format!("{prefix}_cache_blobs"),
-            "Blobs in the cache",
-            g(blobs as u64),
-        );
-        counter(
-            o,
-            &format!("{prefix}_cache_evictions_total"),
-            "Blobs evicted (LRU)",
-            self.evictions(),
-        );
+        o.push_str(&Text::default().visited(prefix, self).render());
     }
 
     /// Blobs evicted since the cache was opened.
@@ -624,6 +598,34 @@ impl Drop for TempBlob {
         if !self.committed {
             let _ = fs::remove_file(&self.path);
         }
+    }
+}
+
+/// Read from the cache itself (its index under one short lock), so
+/// nothing is copied by hand.
+impl Counters for Cache {
+    fn visit(&self, f: &mut dyn FnMut(Metric)) {
+        struct Now {
+            cache_bytes: u64,
+            cache_capacity_bytes: u64,
+            cache_blobs: u64,
+            cache_evictions: u64,
+        }
+        let now = {
+            let idx = self.index.lock().expect("cache index lock");
+            Now {
+                cache_bytes: idx.total,
+                cache_capacity_bytes: self.max_bytes,
+                cache_blobs: idx.entries.len() as u64,
+                cache_evictions: self.evictions(),
+            }
+        };
+        quic_rdma::visit_fields!(f, now, None;
+            cache_bytes: Gauge, Bytes, "Bytes of blobs in the cache";
+            cache_capacity_bytes: Gauge, Bytes, "The cache's size bound";
+            cache_blobs: Gauge, Count, "Blobs in the cache";
+            cache_evictions: Counter, Count, "Blobs evicted (LRU)";
+        );
     }
 }
 

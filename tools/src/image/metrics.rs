@@ -1,15 +1,11 @@
 //! Counters of both agents, always on, exported as Prometheus text
-//! (exposition format 0.0.4) by the node agent's `/metrics` and the registry
+//! (`crate::metric::Text`) by the node agent's `/metrics` and the registry
 //! agent's `--metrics` listener.
 
-use std::fmt::Write as _;
+use quic_rdma::counters::{Counters, Kind, Metric};
 
-use quic_rdma::counters::{Counters, Metric};
-
-use crate::metric::visited;
-pub use crate::metric::{
-    counter, gauge, histogram, sample, Counter, Gauge, Histogram, HistogramVec, Label,
-};
+use crate::metric::Text;
+pub use crate::metric::{sample, Counter, Gauge, Histogram, HistogramVec, Label};
 
 /// Where the bytes of an answer came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,43 +179,46 @@ impl NodeMetrics {
     /// The Prometheus text: the visited values, then the families by path
     /// and the histograms.
     pub fn render(&self) -> String {
-        let mut o = String::new();
-        visited(&mut o, "qr_node", self);
-        let _ = writeln!(
-            o,
-            "# HELP qr_node_bytes_total Body bytes by path\n# TYPE qr_node_bytes_total counter"
-        );
-        for (p, c) in [
+        let by_path = |series: &[(Path, &Counter)]| {
+            series
+                .iter()
+                .map(|(p, c)| (p.name(), c.get()))
+                .collect::<Vec<_>>()
+        };
+        let bytes = by_path(&[
             (Path::Cache, &self.bytes_cache),
             (Path::Fabric, &self.bytes_fabric),
             (Path::Direct, &self.bytes_direct),
             (Path::Peer, &self.bytes_peer),
-        ] {
-            let _ = writeln!(
-                o,
-                "qr_node_bytes_total{{path=\"{}\"}} {}",
-                p.name(),
-                c.get()
-            );
-        }
-        let _ = writeln!(o, "# HELP qr_node_objects_total Objects fetched by path\n# TYPE qr_node_objects_total counter");
-        for (p, c) in [
+        ]);
+        let objects = by_path(&[
             (Path::Fabric, &self.objects_fabric),
             (Path::Direct, &self.objects_direct),
             (Path::Peer, &self.objects_peer),
-        ] {
-            let _ = writeln!(
-                o,
-                "qr_node_objects_total{{path=\"{}\"}} {}",
-                p.name(),
-                c.get()
-            );
-        }
-        self.request_duration.render(
-            &mut o,
-            "qr_node_request_duration_seconds",
-            "HTTP request durations, to the end of the response body, by route",
-        );
+        ]);
+        let mut o = Text::default()
+            .visited("qr_node", self)
+            .family(
+                "qr_node_bytes",
+                "Body bytes by path",
+                Kind::Counter,
+                "path",
+                bytes,
+            )
+            .family(
+                "qr_node_objects",
+                "Objects fetched by path",
+                Kind::Counter,
+                "path",
+                objects,
+            )
+            .histograms(
+                "qr_node_request_duration_seconds",
+                "HTTP request durations, to the end of the response body, by route",
+                RouteKind::KEY,
+                self.request_duration.each(),
+            )
+            .render();
         if let Some(gate) = self.peer_retry.get() {
             crate::endpoint_metrics::retry_gate(&mut o, gate);
         }
@@ -308,14 +307,15 @@ pub struct RegistryMetrics {
 impl RegistryMetrics {
     /// The Prometheus text: the visited counters, then the histogram.
     pub fn render(&self) -> String {
-        let mut o = String::new();
-        visited(&mut o, "qr_registry", self);
-        self.request_duration.render(
-            &mut o,
-            "qr_registry_request_duration_seconds",
-            "Request durations, from the request read to the answer finished, by request kind",
-        );
-        o
+        Text::default()
+            .visited("qr_registry", self)
+            .histograms(
+                "qr_registry_request_duration_seconds",
+                "Request durations, from the request read to the answer finished, by request kind",
+                RequestKind::KEY,
+                self.request_duration.each(),
+            )
+            .render()
     }
 }
 

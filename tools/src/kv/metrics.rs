@@ -3,13 +3,14 @@
 //! lock for the per-replica table).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use quic_rdma::counters::{Counters, Metric};
 use serde::Serialize;
+
+use crate::metric::{Histogram, Text};
 
 /// What one replica session looks like from the master.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -66,23 +67,25 @@ pub struct Metrics {
     /// Head of the log now (a replication offset, in bytes; on the replica
     /// side, the furthest position delivered).
     pub head: AtomicU64,
-    turnaround_ns_sum: AtomicU64,
-    turnaround_count: AtomicU64,
-    /// Turnarounds at or under each of [`TURNAROUND_BUCKETS`] (not cumulative).
-    turnaround_buckets: [AtomicU64; TURNAROUND_BUCKETS.len()],
+    /// Credit turnarounds (chunk sent → ack covering it).
+    turnaround: Turnaround,
     replicas: Mutex<BTreeMap<u64, ReplicaStatus>>,
+}
+
+/// The turnaround histogram, over [`TURNAROUND_BUCKETS`].
+#[derive(Debug)]
+struct Turnaround(Histogram);
+
+impl Default for Turnaround {
+    fn default() -> Self {
+        Turnaround(Histogram::new(&TURNAROUND_BUCKETS))
+    }
 }
 
 impl Metrics {
     /// Record one credit turnaround (chunk sent → ack covering it).
     pub fn turnaround(&self, d: Duration) {
-        let ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
-        self.turnaround_ns_sum.fetch_add(ns, Relaxed);
-        self.turnaround_count.fetch_add(1, Relaxed);
-        let secs = d.as_secs_f64();
-        if let Some(i) = TURNAROUND_BUCKETS.iter().position(|&le| secs <= le) {
-            self.turnaround_buckets[i].fetch_add(1, Relaxed);
-        }
+        self.turnaround.0.observe(d);
     }
 
     /// Set (or add) a replica's row.
@@ -111,84 +114,48 @@ impl Metrics {
 
     /// Mean credit turnaround so far, in seconds.
     pub fn turnaround_mean(&self) -> f64 {
-        let n = self.turnaround_count.load(Relaxed);
-        if n == 0 {
-            0.0
-        } else {
-            self.turnaround_ns_sum.load(Relaxed) as f64 / n as f64 / 1e9
-        }
+        self.turnaround.0.mean()
     }
 
-    /// Prometheus text exposition (format 0.0.4), every name prefixed
-    /// `qr_kv_`, counters suffixed `_total` and units in the names
-    /// (Prometheus naming conventions), every series labelled `role`.
+    /// Prometheus text, every name prefixed `qr_kv_`, counters suffixed
+    /// `_total` and units in the names (Prometheus naming conventions),
+    /// every series labelled `role`: the visited values, the turnaround
+    /// histogram and the per-replica lag gauges.
     pub fn prometheus(&self, role: &str) -> String {
-        let mut s = String::new();
-        crate::metric::visited_labelled(&mut s, "qr_kv", &format!("role=\"{role}\""), self);
-        let h = "qr_kv_credit_turnaround_seconds";
-        let _ = writeln!(
-            s,
-            "# HELP {h} Time from sending a chunk to the ack covering it."
-        );
-        let _ = writeln!(s, "# TYPE {h} histogram");
-        let mut cumulative = 0;
-        for (le, n) in TURNAROUND_BUCKETS.iter().zip(&self.turnaround_buckets) {
-            cumulative += n.load(Relaxed);
-            let _ = writeln!(s, "{h}_bucket{{role=\"{role}\",le=\"{le}\"}} {cumulative}");
-        }
-        let count = self.turnaround_count.load(Relaxed);
-        let _ = writeln!(s, "{h}_bucket{{role=\"{role}\",le=\"+Inf\"}} {count}");
-        let sum = self.turnaround_ns_sum.load(Relaxed) as f64 / 1e9;
-        let _ = writeln!(s, "{h}_sum{{role=\"{role}\"}} {sum}");
-        let _ = writeln!(s, "{h}_count{{role=\"{role}\"}} {count}");
         let reps = self.replicas();
-        let _ = writeln!(
-            s,
-            "# HELP qr_kv_replica_lag_bytes Log bytes a replica lacks."
-        );
-        let _ = writeln!(s, "# TYPE qr_kv_replica_lag_bytes gauge");
-        for (id, r) in &reps {
-            let _ = writeln!(
-                s,
-                "qr_kv_replica_lag_bytes{{role=\"{role}\",session=\"{id}\"}} {}",
-                r.lag_bytes
-            );
-        }
-        let _ = writeln!(
-            s,
-            "# HELP qr_kv_replica_lag_seconds Age of the oldest log byte a replica lacks."
-        );
-        let _ = writeln!(s, "# TYPE qr_kv_replica_lag_seconds gauge");
-        for (id, r) in &reps {
-            let _ = writeln!(
-                s,
-                "qr_kv_replica_lag_seconds{{role=\"{role}\",session=\"{id}\"}} {}",
-                r.lag_seconds
-            );
-        }
-        s
+        Text::labelled("role", role)
+            .visited("qr_kv", self)
+            .histograms(
+                "qr_kv_credit_turnaround_seconds",
+                "Time from sending a chunk to the ack covering it.",
+                "",
+                [("", &self.turnaround.0)],
+            )
+            .family(
+                "qr_kv_replica_lag_bytes",
+                "Log bytes a replica lacks.",
+                quic_rdma::counters::Kind::Gauge,
+                "session",
+                reps.iter().map(|(id, r)| (id.to_string(), r.lag_bytes)),
+            )
+            .float_gauges(
+                "qr_kv_replica_lag_seconds",
+                "Age of the oldest log byte a replica lacks.",
+                "session",
+                reps.iter().map(|(id, r)| (id.to_string(), r.lag_seconds)),
+            )
+            .render()
     }
 
-    /// The same as a JSON object: the visited values under their metric
-    /// names, plus what the status has always carried beside them — the log
-    /// head as `head`, `snapshot_source_bytes` (not exported as a metric),
-    /// the mean turnaround and the replica table. Keys kept as they were:
-    /// scripts and tests read them.
+    /// The same as a JSON object: the visited values keyed by their fields
+    /// (so the log head is `head`, as the status has always had it), the
+    /// role, the mean turnaround and the replica table. Keys kept as they
+    /// were: scripts and tests read them.
     pub fn status(&self, role: &str) -> serde_json::Value {
         let mut o = serde_json::Map::new();
         self.visit(&mut |m| {
-            // `log_head_bytes` has always been `head` in the status.
-            let key = if m.name == "log_head_bytes" {
-                "head"
-            } else {
-                m.name
-            };
-            o.insert(key.into(), m.value.into());
+            o.insert(m.field.into(), m.value.into());
         });
-        o.insert(
-            "snapshot_source_bytes".into(),
-            self.snapshot_source_bytes.load(Relaxed).into(),
-        );
         o.insert("role".into(), role.into());
         o.insert(
             "credit_turnaround_seconds_mean".into(),
@@ -203,7 +170,8 @@ impl Metrics {
 }
 
 /// The plain counters and gauges (the histogram and the per-replica gauges
-/// are written by [`Metrics::prometheus`]); each name is `qr_kv_` + this one.
+/// are added by [`Metrics::prometheus`]); each name is `qr_kv_` + this one,
+/// each `/status` key the field's.
 impl Counters for Metrics {
     fn visit(&self, f: &mut dyn FnMut(Metric)) {
         quic_rdma::visit_fields!(f, self, None;
@@ -212,6 +180,7 @@ impl Counters for Metrics {
             sync_partial_err: Counter, Count, "Partial resyncs refused (a full sync followed).";
             reconnects: Counter, Count, "Connections re-established.";
             snapshot_bytes: Counter, Bytes, "Snapshot bytes moved.";
+            snapshot_source_bytes: Counter, Bytes, "Snapshot bytes received from the data's source (the Redis master).";
             log_bytes: Counter, Bytes, "Log bytes moved.";
             malformed: Counter, Count, "Malformed inputs that closed a link.";
             link_errors: Counter, Count, "Links closed by an error.";
@@ -226,6 +195,7 @@ impl Counters for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering::Relaxed;
 
     #[test]
     fn prometheus_text_names_every_metric() {
@@ -256,15 +226,6 @@ mod tests {
         assert!(t.contains(&format!("{h}_sum{{role=\"upstream\"}} 0.004\n")));
         assert!(t.contains(&format!("{h}_count{{role=\"upstream\"}} 1\n")));
         assert!(!t.contains("_mean") && !t.contains("_last"));
-        for name in [
-            "sync_partial_ok_total",
-            "sync_partial_err_total",
-            "backlog_bytes",
-            "log_head_bytes",
-            "reconnects_total",
-        ] {
-            assert!(t.contains(&format!("# TYPE qr_kv_{name} ")), "{name}");
-        }
         assert_eq!(m.status("upstream")["replicas"]["7"]["lag_bytes"], 12);
     }
 }

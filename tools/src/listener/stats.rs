@@ -1,9 +1,9 @@
 //! What a listener counts, described once: every output (Prometheus text
 //! today) is generated from its [`Counters`] visitor.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
-use quic_rdma::counters::{Counters, Kind, Metric};
+use quic_rdma::counters::{Counters, Metric};
 
 /// Counters of one TCP listener.
 #[derive(Debug)]
@@ -39,66 +39,30 @@ impl ListenerStats {
         }
     }
 
-    /// Prometheus text (format 0.0.4) of `listeners`: one family per value,
+    /// Prometheus text of `listeners`: one family per value,
     /// `qr_tcp_<name>{listener="<label>"}`, a series per listener.
     pub fn prometheus<'a>(listeners: impl IntoIterator<Item = &'a ListenerStats>) -> String {
-        let mut families: Vec<(String, Vec<String>)> = Vec::new();
-        for (i, l) in listeners.into_iter().enumerate() {
-            let mut at = 0;
-            l.visit(&mut |m| {
-                let (name, help, v) = (m.name, m.help, m.value);
-                // Counters carry `_total`, gauges not (Prometheus naming).
-                let (name, ty) = match m.kind {
-                    Kind::Counter => (format!("{name}_total"), "counter"),
-                    Kind::Gauge => (name.to_string(), "gauge"),
-                };
-                if i == 0 {
-                    let head = format!("# HELP qr_tcp_{name} {help}\n# TYPE qr_tcp_{name} {ty}\n");
-                    families.push((head, Vec::new()));
-                }
-                families[at]
-                    .1
-                    .push(format!("qr_tcp_{name}{{listener=\"{}\"}} {v}\n", l.label));
-                at += 1;
-            });
-        }
-        let mut out = String::new();
-        for (head, series) in families {
-            out.push_str(&head);
-            series.iter().for_each(|s| out.push_str(s));
-        }
-        out
+        crate::metric::Text::default()
+            .visited_each(
+                "qr_tcp",
+                "listener",
+                listeners.into_iter().map(|l| (l.label, l as &dyn Counters)),
+            )
+            .render()
     }
 }
 
-/// Read through a plain copy so [`visit_fields!`](quic_rdma::visit_fields)
-/// names each value after its field.
+/// The atomics are read in place; each is exported under the name after
+/// `=>`.
 impl Counters for ListenerStats {
     fn visit(&self, f: &mut dyn FnMut(Metric)) {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        struct Now {
-            connections_accepted: u64,
-            connections_evicted: u64,
-            connections_refused: u64,
-            connections_timed_out: u64,
-            accept_errors: u64,
-            connections_open: u64,
-        }
-        let now = Now {
-            connections_accepted: get(&self.accepted),
-            connections_evicted: get(&self.evicted),
-            connections_refused: get(&self.refused),
-            connections_timed_out: get(&self.timed_out),
-            accept_errors: get(&self.accept_errors),
-            connections_open: get(&self.open),
-        };
-        quic_rdma::visit_fields!(f, now, None;
-            connections_accepted: Counter, Count, "TCP connections accepted and given a slot.";
-            connections_evicted: Counter, Count, "Idle TCP connections closed to make room for a new one.";
-            connections_refused: Counter, Count, "TCP connections closed at once because every slot was in a request.";
-            connections_timed_out: Counter, Count, "TCP connections dropped by the request or stall timeout.";
+        quic_rdma::visit_fields!(f, self, None;
+            accepted => connections_accepted: Counter, Count, "TCP connections accepted and given a slot.";
+            evicted => connections_evicted: Counter, Count, "Idle TCP connections closed to make room for a new one.";
+            refused => connections_refused: Counter, Count, "TCP connections closed at once because every slot was in a request.";
+            timed_out => connections_timed_out: Counter, Count, "TCP connections dropped by the request or stall timeout.";
             accept_errors: Counter, Count, "accept() failures (the listener goes on).";
-            connections_open: Gauge, Count, "TCP connections holding a slot now.";
+            open => connections_open: Gauge, Count, "TCP connections holding a slot now.";
         );
     }
 }
@@ -106,6 +70,7 @@ impl Counters for ListenerStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn every_counter_is_exported_and_typed() {
@@ -117,9 +82,7 @@ mod tests {
         let mut n = 0;
         s.visit(&mut |m| {
             n += 1;
-            let counter = m.kind == Kind::Counter;
-            let full = format!("qr_tcp_{}{}", m.name, if counter { "_total" } else { "" });
-            let want = if counter { "counter" } else { "gauge" };
+            let (full, want) = crate::metric::exposed("qr_tcp", &m);
             assert_eq!(e.type_of(&full), Some(want), "{full}");
             assert!(e.value(&format!("{full}{{listener=\"http\"}}")).is_some());
             assert!(e.value(&format!("{full}{{listener=\"resp\"}}")).is_some());

@@ -255,10 +255,10 @@ mod tests {
                 }
             }
             let human = Table(shape, CounterReport::of(shape)).to_string();
-            let mut text = String::new();
-            for c in shape {
-                crate::metric::visited(&mut text, prefix, *c);
-            }
+            let text = shape
+                .iter()
+                .fold(crate::metric::Text::default(), |t, c| t.visited(prefix, *c))
+                .render();
             let mut n = 0;
             for c in shape {
                 c.visit(&mut |m| {
