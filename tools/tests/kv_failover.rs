@@ -187,6 +187,8 @@ impl Site {
         );
         let (us, ds) = (status(&self.up_status), status(&self.down_status));
         assert_eq!(us["sync_full"], 1, "{us}");
+        assert_eq!(us["master_changes"], 1, "{us}");
+        assert_eq!(us["master_link_up"], 1, "{us}");
         assert_eq!(ds["sync_full"], 1, "{ds}");
         let want = format!("the master is now {}", self.standby.addr());
         assert!(self.up.output().contains(&want), "{}", self.up.output());

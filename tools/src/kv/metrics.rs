@@ -62,6 +62,12 @@ pub struct Metrics {
     /// Commands on the Redis port answered with an error and the connection
     /// kept (unknown commands, inline commands, bad arguments).
     pub commands_refused: AtomicU64,
+    /// 1 while the upstream relay follows the Redis master's command stream
+    /// (after `PSYNC`, and the snapshot if one came), else 0.
+    pub master_link_up: AtomicU64,
+    /// Times the upstream relay moved to another server as the master (a
+    /// failover followed).
+    pub master_changes: AtomicU64,
     /// Bytes in the backlog now (master).
     pub backlog_bytes: AtomicU64,
     /// Head of the log now (a replication offset, in bytes; on the replica
@@ -186,6 +192,8 @@ impl Counters for Metrics {
             link_errors: Counter, Count, "Links closed by an error.";
             auth_failures: Counter, Count, "Replica connections refused for a missing or wrong password.";
             commands_refused: Counter, Count, "Commands on the Redis port answered with an error (unknown, inline, bad arguments).";
+            master_link_up: Gauge, Count, "1 while the upstream relay follows the Redis master's command stream, else 0.";
+            master_changes: Counter, Count, "Times the upstream relay followed the master to another server (failovers).";
             backlog_bytes: Gauge, Bytes, "Bytes in the backlog.";
             head => log_head_bytes: Gauge, Bytes, "Log head: the replication offset, in bytes.";
         );

@@ -132,6 +132,7 @@ pub async fn run(cfg: UpstreamConfig, master: Master) {
         let r = match cfg.master.locate().await {
             Ok(addr) => {
                 if followed.as_ref().is_some_and(|f| *f != addr) {
+                    master.metrics().master_changes.fetch_add(1, Relaxed);
                     eprintln!(
                         "qr kv-relay upstream: the master is now {addr} (was {}); following it",
                         followed.as_deref().unwrap_or_default()
@@ -145,6 +146,7 @@ pub async fn run(cfg: UpstreamConfig, master: Master) {
             }
             Err(e) => Err(e),
         };
+        master.metrics().master_link_up.store(0, Relaxed);
         if let Err(e) = r {
             master.metrics().link_errors.fetch_add(1, Relaxed);
             if e.is_malformed() {
@@ -297,6 +299,7 @@ async fn link(cfg: &UpstreamConfig, addr: &str, master: &Master) -> Result<(), R
         }
         _ => return Err(RelayError::Handshake(format!("PSYNC answered {reply:?}"))),
     }
+    master.metrics().master_link_up.store(1, Relaxed);
     follow(&mut c, master, cfg.ack_interval).await
 }
 
