@@ -408,6 +408,31 @@
 #define QR_LOG_TRACE 5
 
 /**
+ * `qr_stat_desc.kind`: only grows while the engine lives.
+ */
+#define QR_STAT_COUNTER 0
+
+/**
+ * `qr_stat_desc.kind`: a current level that goes up and down.
+ */
+#define QR_STAT_GAUGE 1
+
+/**
+ * `qr_stat_desc.unit`: a count of things (packets, events, work requests).
+ */
+#define QR_STAT_UNIT_COUNT 0
+
+/**
+ * `qr_stat_desc.unit`: bytes.
+ */
+#define QR_STAT_UNIT_BYTES 1
+
+/**
+ * `qr_stat_desc.unit`: seconds.
+ */
+#define QR_STAT_UNIT_SECONDS 2
+
+/**
  * `qr_engine_wait` returned at once (within the spin budget, or work is
  * waiting): poll again.
  */
@@ -723,6 +748,47 @@ typedef struct {
 typedef void (*qr_log_fn)(void *user, int32_t level, const char *target, const char *message);
 
 /**
+ * What one counter of `qr_engine_stats_read`'s array is (`qr_stat_info`).
+ * Version 1. The strings are static: valid, unchanged, for the life of the
+ * process; never free them.
+ */
+typedef struct {
+  /**
+   * Set by the caller to `sizeof(qr_stat_desc)`; set on return to the bytes written.
+   */
+  uint32_t struct_size;
+  /**
+   * `QR_STAT_COUNTER` or `QR_STAT_GAUGE`.
+   */
+  uint32_t kind;
+  /**
+   * `QR_STAT_UNIT_COUNT`, `QR_STAT_UNIT_BYTES` or `QR_STAT_UNIT_SECONDS`.
+   */
+  uint32_t unit;
+  /**
+   * Reserved, zero.
+   */
+  uint32_t reserved;
+  /**
+   * The key `qr_stat_find` takes and `qr demo --json` nests under:
+   * `name`, or `group.name` (`"sent_wrs"`, `"drops.bad_grh"`). Unique.
+   */
+  const char *path;
+  /**
+   * The name within its group, snake case (`"bad_grh"`).
+   */
+  const char *name;
+  /**
+   * The group (`"drops"`: every cause of a lost packet), or NULL.
+   */
+  const char *group;
+  /**
+   * One line for people (what `/metrics` says in `# HELP`).
+   */
+  const char *help;
+} qr_stat_desc;
+
+/**
  * One connection's statistics. Version 2 (version 1 ended at `rx_bytes`).
  */
 typedef struct {
@@ -785,7 +851,10 @@ typedef struct {
 
 /**
  * The engine's UD socket counters. Version 3 (version 1 ended at
- * `drop_malformed`, version 2 at `qp_recoveries`).
+ * `drop_malformed`, version 2 at `qp_recoveries`). A fixed subset, kept for
+ * programs built against older headers: `qr_engine_stats_read` reads every
+ * counter (`qr_stat_info` describes them), and its shared fields agree with
+ * these.
  */
 typedef struct {
   /**
@@ -1322,6 +1391,55 @@ void qr_fabric_free(qr_fabric *f);
  * off or another callback is set.
  */
 int32_t qr_log_set(qr_log_fn cb, void *user, int32_t level);
+
+/**
+ * How many counters `qr_engine_stats_read` reports: the same for every
+ * engine of this library build. A newer library may list more (new counters
+ * can appear at any index): look indices up by name with `qr_stat_find`
+ * rather than hard-coding them.
+ */
+size_t qr_stat_count(void);
+
+/**
+ * What counter `index` (below `qr_stat_count()`) is, into `*out` (set
+ * `out->struct_size` first). Setup call: the first `qr_stat_*` call of the
+ * process builds the table; later calls allocate nothing.
+ *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_EINVAL` (`index` out of range, or
+ * `out->struct_size` below 4), `QR_EPANIC`.
+ *
+ * # Safety
+ * `out` points to at least `out->struct_size` writable bytes.
+ */
+int32_t qr_stat_info(size_t index, qr_stat_desc *out);
+
+/**
+ * The index of the counter whose `qr_stat_desc.path` is `path`
+ * (`"sent_wrs"`, `"drops.no_recv_posted"`).
+ *
+ * Returns: the index (non-negative), `QR_ENULL`, `QR_EINVAL` (no such
+ * counter; `qr_last_error` says so), `QR_EPANIC`.
+ *
+ * # Safety
+ * `path` is NULL or a NUL-terminated string.
+ */
+int32_t qr_stat_find(const char *path);
+
+/**
+ * Every counter of `e` now, in index order, into `values[0..cap]`: the first
+ * `min(cap, qr_stat_count())` are written, the rest of the array is left
+ * alone. Allocates nothing; cheap enough for every turn of a poll loop (one
+ * copy of the socket's counters).
+ *
+ * Returns: how many counters there are (`qr_stat_count()`, even when `cap`
+ * is smaller), `QR_ENULL` (`e` NULL, or `values` NULL with `cap` > 0),
+ * `QR_EPANIC`.
+ *
+ * # Safety
+ * `e` is a live engine; `values` points to `cap` writable `uint64_t`s (NULL
+ * allowed when `cap` is 0).
+ */
+int32_t qr_engine_stats_read(qr_engine *e, uint64_t *values, size_t cap);
 
 /**
  * Statistics of `conn` into `*out` (set `out->struct_size` first).

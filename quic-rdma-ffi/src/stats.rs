@@ -49,7 +49,10 @@ unsafe impl Versioned for qr_conn_stats {
 }
 
 /// The engine's UD socket counters. Version 3 (version 1 ended at
-/// `drop_malformed`, version 2 at `qp_recoveries`).
+/// `drop_malformed`, version 2 at `qp_recoveries`). A fixed subset, kept for
+/// programs built against older headers: `qr_engine_stats_read` reads every
+/// counter (`qr_stat_info` describes them), and its shared fields agree with
+/// these.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct qr_socket_stats {

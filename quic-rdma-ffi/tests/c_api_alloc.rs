@@ -2,8 +2,9 @@
 //! allocator (on this thread only, only inside the measured calls): 64-byte
 //! request/response round trips over `sim` after a warm-up, with a key update
 //! (RFC 9001 §6) forced inside the measured window. `qr_engine_poll_at`,
-//! `qr_stream_read` and `qr_datagram_recv` must not allocate per packet;
-//! the figures for sends and for the key update are printed and bounded.
+//! `qr_stream_read`, `qr_datagram_recv` and `qr_engine_stats_read` must not
+//! allocate per packet; the figures for sends and for the key update are
+//! printed and bounded.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -78,6 +79,7 @@ struct Tally {
     write_zc: u64,
     datagram_send: u64,
     datagram_recv: u64,
+    stats_read: u64,
     key_update: u64,
 }
 
@@ -319,6 +321,8 @@ fn datagram_round_trips() -> Tally {
     let mut p = Pair::new();
     let mut t = Tally::default();
     let mut buf = [0u8; 64];
+    // Sized once, outside the measured calls (as a poll loop would).
+    let mut stats = vec![0u64; qr_stat_count()];
     for i in 0..WARMUP + MEASURED {
         if i == WARMUP {
             t = Tally::default();
@@ -353,6 +357,11 @@ fn datagram_round_trips() -> Tally {
                 }
                 assert_eq!(n, i64::from(QR_EAGAIN));
             }
+            // SAFETY: live engine; `stats` writable for its length.
+            let (n, a) =
+                counted(|| unsafe { qr_engine_stats_read(re, stats.as_mut_ptr(), stats.len()) });
+            assert_eq!(n as usize, stats.len());
+            t.stats_read += a;
         }
     }
     t
@@ -378,6 +387,7 @@ fn the_c_api_hot_path_does_not_allocate_per_packet() {
     // Receiving and reading into the caller's buffers: nothing.
     assert_eq!(st.read, 0);
     assert_eq!(dg.datagram_recv, 0);
+    assert_eq!(dg.stats_read, 0, "qr_engine_stats_read allocated");
     assert_eq!(dg.poll, 0, "datagram round trips: allocations in poll");
     // Polling: nothing per packet; a key update makes rustls derive and box the
     // next packet keys (on both sides, in poll): bounded per update.

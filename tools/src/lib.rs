@@ -19,6 +19,7 @@ pub mod channel_endpoint;
 mod cmd;
 mod endpoint;
 mod endpoint_metrics;
+pub mod frame;
 pub mod gateway;
 pub mod http;
 pub mod image;

@@ -7,9 +7,14 @@
 //! bytes of message. Strings are a 2-byte big-endian length and UTF-8; numbers
 //! are big-endian. Decoding never panics and refuses trailing bytes: the
 //! parser faces a peer that passed mutual TLS but may still be buggy, and is
-//! fuzzed (`tools/fuzz`, target `image_wire`).
+//! fuzzed (`tools/fuzz`, target `image_wire`). The framing and field codec is
+//! the one both channels share ([`crate::frame`]).
 
 use super::digest::{check_name, check_namespace, scoped, split_scope, Digest, Reference};
+use crate::frame::{self, FieldError, Reader, StrField, StrWidth};
+
+/// This protocol's strings: a 2-byte length, any length it can state.
+const STR: StrField = StrField::new(StrWidth::U16, u16::MAX as usize);
 
 /// ALPN of this protocol and version: both agents refuse any other.
 pub const ALPN: &[u8] = b"qr-image/1";
@@ -189,35 +194,13 @@ pub enum Response {
     },
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], WireError> {
-        if self.0.len() < n {
-            return Err(WireError::Truncated);
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-    fn u8(&mut self) -> Result<u8, WireError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u64(&mut self) -> Result<u64, WireError> {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(self.take(8)?);
-        Ok(u64::from_be_bytes(b))
-    }
-    fn str(&mut self) -> Result<String, WireError> {
-        let mut l = [0u8; 2];
-        l.copy_from_slice(self.take(2)?);
-        let b = self.take(u16::from_be_bytes(l) as usize)?;
-        String::from_utf8(b.to_vec()).map_err(|_| WireError::Utf8)
-    }
-    fn end(self) -> Result<(), WireError> {
-        match self.0.len() {
-            0 => Ok(()),
-            n => Err(WireError::Trailing(n)),
+impl From<FieldError> for WireError {
+    fn from(e: FieldError) -> WireError {
+        match e {
+            FieldError::Trailing(n) => WireError::Trailing(n),
+            FieldError::Utf8 => WireError::Utf8,
+            // `TooLong` cannot arise: `STR` takes all a 2-byte length states.
+            FieldError::Truncated | FieldError::TooLong { .. } => WireError::Truncated,
         }
     }
 }
@@ -225,12 +208,7 @@ impl Reader<'_> {
 fn put_str(out: &mut Vec<u8>, s: &str) {
     // Strings are names, digests and messages: cut at the 16-bit length on a
     // character boundary rather than fail.
-    let mut end = s.len().min(u16::MAX as usize);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    out.extend_from_slice(&(end as u16).to_be_bytes());
-    out.extend_from_slice(&s.as_bytes()[..end]);
+    frame::put_str(out, s, STR);
 }
 
 impl Request {
@@ -318,17 +296,17 @@ impl Request {
     /// Parse a message; names, references and digests are validated.
     pub fn decode(b: &[u8]) -> Result<Request, WireError> {
         if b.first() == Some(&KIND_SCOPED) {
-            let mut r = Reader(&b[1..]);
-            let ns = r.str()?;
+            let mut r = Reader::new(&b[1..]);
+            let ns = r.str(STR)?;
             check_namespace(&ns)?;
             // One level only: the inner request is a plain one.
-            if r.0.first() == Some(&KIND_SCOPED) {
+            if r.rest().first() == Some(&KIND_SCOPED) {
                 return Err(WireError::Unknown {
                     what: "request kind inside a scoped request",
                     value: KIND_SCOPED,
                 });
             }
-            let mut req = Request::decode_plain(r.0)?;
+            let mut req = Request::decode_plain(r.rest())?;
             let name = std::mem::take(req.repo_mut());
             *req.repo_mut() = scoped(Some(&ns), &name);
             return Ok(req);
@@ -337,22 +315,22 @@ impl Request {
     }
 
     fn decode_plain(b: &[u8]) -> Result<Request, WireError> {
-        let mut r = Reader(b);
+        let mut r = Reader::new(b);
         let kind = r.u8()?;
-        let repo = r.str()?;
+        let repo = r.str(STR)?;
         check_name(&repo)?;
         let req = match kind {
             1 => Request::Manifest {
                 repo,
-                reference: r.str()?.parse()?,
-                accept: r.str()?,
+                reference: r.str(STR)?.parse()?,
+                accept: r.str(STR)?,
             },
             2 => Request::Stat {
                 repo,
-                digest: r.str()?.parse()?,
+                digest: r.str(STR)?.parse()?,
             },
             3 => {
-                let digest = r.str()?.parse()?;
+                let digest = r.str(STR)?.parse()?;
                 let (offset, len) = (r.u64()?, r.u64()?);
                 if offset.checked_add(len).is_none() {
                     return Err(WireError::Range { offset, len });
@@ -410,16 +388,14 @@ impl Response {
 
     /// Parse a message.
     pub fn decode(b: &[u8]) -> Result<Response, WireError> {
-        let mut r = Reader(b);
+        let mut r = Reader::new(b);
         let status = Status::from_u8(r.u8()?)?;
         let resp = if status == Status::Ok {
-            let media_type = r.str()?;
-            let mut d = [0u8; 32];
-            d.copy_from_slice(r.take(32)?);
+            let media_type = r.str(STR)?;
+            let d = r.array::<32>()?;
             let (total, body_len) = (r.u64()?, r.u64()?);
-            let mut body_sha256 = [0u8; 32];
-            body_sha256.copy_from_slice(r.take(32)?);
-            let stale = match r.0 {
+            let body_sha256 = r.array::<32>()?;
+            let stale = match r.rest() {
                 [] => false,
                 [FLAG_STALE] => {
                     r.take(1)?;
@@ -443,7 +419,7 @@ impl Response {
         } else {
             Response::Err {
                 status,
-                message: r.str()?,
+                message: r.str(STR)?,
             }
         };
         r.end()?;
@@ -453,36 +429,24 @@ impl Response {
 
 /// A frame: the 4-byte length and the message.
 pub fn frame(message: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + message.len());
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    out.extend_from_slice(message);
+    let mut out = Vec::with_capacity(frame::PREFIX + message.len());
+    frame::write(&mut out, |o| o.extend_from_slice(message));
     out
 }
 
 /// Split one frame off the front of `b`: `Ok(None)` when more bytes are
 /// needed, else the message and the bytes consumed.
 pub fn split_frame(b: &[u8]) -> Result<Option<(&[u8], usize)>, WireError> {
-    if b.len() < 4 {
-        return Ok(None);
-    }
-    let n = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
-    if n > MAX_FRAME {
-        return Err(WireError::TooLong(n));
-    }
-    if b.len() < 4 + n {
-        return Ok(None);
-    }
-    Ok(Some((&b[4..4 + n], 4 + n)))
+    frame::split(b, 0..=MAX_FRAME).map_err(WireError::TooLong)
 }
 
 /// Read one frame's message from a QUIC stream.
 pub async fn read_frame(recv: &mut quinn::RecvStream) -> Result<Vec<u8>, FrameReadError> {
-    let mut len = [0u8; 4];
+    let mut len = [0u8; frame::PREFIX];
     recv.read_exact(&mut len).await?;
-    let n = u32::from_be_bytes(len) as usize;
-    if n > MAX_FRAME {
-        return Err(WireError::TooLong(n).into());
-    }
+    let n = frame::declared_len(&len, 0..=MAX_FRAME)
+        .map_err(WireError::TooLong)?
+        .unwrap_or_default(); // a whole prefix: always stated
     let mut msg = vec![0u8; n];
     recv.read_exact(&mut msg).await?;
     Ok(msg)

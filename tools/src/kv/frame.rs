@@ -11,8 +11,12 @@
 //! opened by the replica), snapshot and log (uni, opened by the master, each
 //! beginning with [`Frame::StreamOpen`]). The decoder never allocates beyond
 //! one frame and refuses anything longer than [`MAX_FRAME`] before reading it.
+//! The framing and field codec is the one both channels share
+//! ([`crate::frame`]).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::frame::{self, FieldError, Reader, StrField, StrWidth};
 
 /// Version byte of every frame; a peer speaking another version is refused.
 /// Version 2 added [`Previous`] to [`Frame::FullSync`] and [`Frame::Continue`]
@@ -31,6 +35,12 @@ pub const MAX_REPLID: usize = 64;
 
 /// The longest error message carried in [`Frame::Error`].
 pub const MAX_MESSAGE: usize = 255;
+
+/// Replication ids on the wire: a 1-byte length, at most [`MAX_REPLID`].
+const REPLID: StrField = StrField::new(StrWidth::U8, MAX_REPLID);
+
+/// Error messages on the wire: a 1-byte length, at most [`MAX_MESSAGE`].
+const MESSAGE: StrField = StrField::new(StrWidth::U8, MAX_MESSAGE);
 
 /// Which of a session's data streams a uni stream is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -199,27 +209,20 @@ const T_DATA: u8 = 7;
 const T_SNAPSHOT_END: u8 = 8;
 const T_ERROR: u8 = 9;
 
-fn put_str(out: &mut BytesMut, s: &str, max: usize) {
-    // Longer strings are cut at a char boundary, never sent over-long.
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    out.put_u8(end as u8);
-    out.put_slice(&s.as_bytes()[..end]);
-}
-
 impl Frame {
     /// Append the frame's encoding to `out`. For [`Frame::Data`] this copies
     /// the payload; senders of bulk data use [`Frame::data_header`] instead.
     pub fn encode(&self, out: &mut BytesMut) {
-        let start = out.len();
-        out.put_u32(0);
+        frame::write(out, |out| self.encode_message(out));
+    }
+
+    /// The message: version, type, body.
+    fn encode_message(&self, out: &mut BytesMut) {
         out.put_u8(VERSION);
         match self {
             Frame::Hello { replid, position } => {
                 out.put_u8(T_HELLO);
-                put_str(out, replid.as_deref().unwrap_or(""), MAX_REPLID);
+                frame::put_str(out, replid.as_deref().unwrap_or(""), REPLID);
                 out.put_u64(*position);
             }
             Frame::FullSync {
@@ -240,13 +243,13 @@ impl Frame {
                     T_CONTINUE
                 });
                 out.put_u64(*session);
-                put_str(out, replid, MAX_REPLID);
+                frame::put_str(out, replid, REPLID);
                 out.put_u64(*position);
                 // No previous id: an empty string and 0.
                 let (r, p) = previous
                     .as_ref()
                     .map_or(("", 0), |p| (p.replid.as_str(), p.position));
-                put_str(out, r, MAX_REPLID);
+                frame::put_str(out, r, REPLID);
                 out.put_u64(p);
             }
             Frame::Ack {
@@ -287,18 +290,16 @@ impl Frame {
             Frame::Error { code, message } => {
                 out.put_u8(T_ERROR);
                 out.put_u8(code.to_u8());
-                put_str(out, message, MAX_MESSAGE);
+                frame::put_str(out, message, MESSAGE);
             }
         }
-        let len = (out.len() - start - 4) as u32;
-        out[start..start + 4].copy_from_slice(&len.to_be_bytes());
     }
 
     /// The header of a [`Frame::Data`] of `len` bytes (at most [`MAX_CHUNK`]):
     /// sent before the payload itself, which then goes out without a copy.
     pub fn data_header(len: usize) -> [u8; 6] {
         debug_assert!(len <= MAX_CHUNK);
-        let l = (len as u32 + 2).to_be_bytes();
+        let l = frame::prefix(len + 2);
         [l[0], l[1], l[2], l[3], VERSION, T_DATA]
     }
 
@@ -306,13 +307,9 @@ impl Frame {
     /// `buf` holds less than a whole frame. [`Frame::Data`] payloads share
     /// `buf`'s memory.
     pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
-        if buf.len() < 4 {
+        let Some(len) = frame::declared_len(buf, 2..=MAX_FRAME).map_err(FrameError::Length)? else {
             return Ok(None);
-        }
-        let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-        if !(2..=MAX_FRAME).contains(&len) {
-            return Err(FrameError::Length(len));
-        }
+        };
         if buf.len() < 4 + len {
             buf.reserve(4 + len - buf.len());
             return Ok(None);
@@ -328,41 +325,47 @@ impl Frame {
     }
 
     fn body(ty: u8, b: &mut BytesMut) -> Result<Frame, FrameError> {
-        let need = |b: &BytesMut, n: usize| {
-            if b.len() < n {
-                Err(FrameError::Body(ty))
-            } else {
-                Ok(())
+        if ty == T_DATA {
+            if b.len() > MAX_CHUNK {
+                return Err(FrameError::Body(ty));
             }
-        };
-        let string = |b: &mut BytesMut, max: usize| -> Result<String, FrameError> {
-            need(b, 1)?;
-            let n = b.get_u8() as usize;
-            if n > max {
-                return Err(FrameError::Text(ty));
+            // The payload keeps sharing the receive buffer: no copy.
+            return Ok(Frame::Data(std::mem::take(b).freeze()));
+        }
+        let mut r = Reader::new(b);
+        let frame = Self::fields(ty, &mut r).map_err(|e| match e {
+            FieldError::TooLong { .. } | FieldError::Utf8 => FrameError::Text(ty),
+            _ => FrameError::Body(ty),
+        })?;
+        match frame {
+            Some(f) => {
+                r.end().map_err(|_| FrameError::Body(ty))?;
+                Ok(f)
             }
-            need(b, n)?;
-            let s = b.split_to(n);
-            String::from_utf8(s.to_vec()).map_err(|_| FrameError::Text(ty))
-        };
-        let frame = match ty {
+            None => Err(FrameError::Type(ty)),
+        }
+    }
+
+    /// The fields of a frame of type `ty` (not `Data`); `None` for a type
+    /// this version does not know.
+    fn fields(ty: u8, r: &mut Reader<'_>) -> Result<Option<Frame>, FieldError> {
+        // Fields that parse but disagree: reported as a malformed body
+        // (`FrameError::Body`), as a short one is.
+        let bad = || FieldError::Truncated;
+        Ok(Some(match ty {
             T_HELLO => {
-                let r = string(b, MAX_REPLID)?;
-                need(b, 8)?;
+                let replid = r.str(REPLID)?;
                 Frame::Hello {
-                    replid: (!r.is_empty()).then_some(r),
-                    position: b.get_u64(),
+                    replid: (!replid.is_empty()).then_some(replid),
+                    position: r.u64()?,
                 }
             }
             T_FULLSYNC | T_CONTINUE => {
-                need(b, 8)?;
-                let session = b.get_u64();
-                let replid = string(b, MAX_REPLID)?;
-                need(b, 8)?;
-                let position = b.get_u64();
-                let previous_id = string(b, MAX_REPLID)?;
-                need(b, 8)?;
-                let previous_position = b.get_u64();
+                let session = r.u64()?;
+                let replid = r.str(REPLID)?;
+                let position = r.u64()?;
+                let previous_id = r.str(REPLID)?;
+                let previous_position = r.u64()?;
                 let previous = match (previous_id.is_empty(), previous_position) {
                     (false, position) => Some(Previous {
                         replid: previous_id,
@@ -371,7 +374,7 @@ impl Frame {
                     (true, 0) => None,
                     // A position without an id encodes nothing: refused, so
                     // every accepted frame encodes back to the same bytes.
-                    (true, _) => return Err(FrameError::Body(ty)),
+                    (true, _) => return Err(bad()),
                 };
                 if ty == T_FULLSYNC {
                     Frame::FullSync {
@@ -389,60 +392,32 @@ impl Frame {
                     }
                 }
             }
-            T_ACK => {
-                need(b, 24)?;
-                Frame::Ack {
-                    log: b.get_u64(),
-                    snapshot: b.get_u64(),
-                    applied: b.get_u64(),
-                }
-            }
-            T_HEARTBEAT => {
-                need(b, 8)?;
-                Frame::Heartbeat {
-                    position: b.get_u64(),
-                }
-            }
+            T_ACK => Frame::Ack {
+                log: r.u64()?,
+                snapshot: r.u64()?,
+                applied: r.u64()?,
+            },
+            T_HEARTBEAT => Frame::Heartbeat { position: r.u64()? },
             T_STREAM_OPEN => {
-                need(b, 17)?;
-                let session = b.get_u64();
-                let kind = match b.get_u8() {
+                let session = r.u64()?;
+                let kind = match r.u8()? {
                     0 => StreamKind::Snapshot,
                     1 => StreamKind::Log,
-                    _ => return Err(FrameError::Body(ty)),
+                    _ => return Err(bad()),
                 };
                 Frame::StreamOpen {
                     session,
                     kind,
-                    position: b.get_u64(),
+                    position: r.u64()?,
                 }
             }
-            T_DATA => {
-                if b.len() > MAX_CHUNK {
-                    return Err(FrameError::Body(ty));
-                }
-                return Ok(Frame::Data(std::mem::take(b).freeze()));
-            }
-            T_SNAPSHOT_END => {
-                need(b, 8)?;
-                Frame::SnapshotEnd {
-                    length: b.get_u64(),
-                }
-            }
-            T_ERROR => {
-                need(b, 1)?;
-                let code = ErrorCode::from_u8(b.get_u8());
-                Frame::Error {
-                    code,
-                    message: string(b, MAX_MESSAGE)?,
-                }
-            }
-            other => return Err(FrameError::Type(other)),
-        };
-        if !b.is_empty() {
-            return Err(FrameError::Body(ty));
-        }
-        Ok(frame)
+            T_SNAPSHOT_END => Frame::SnapshotEnd { length: r.u64()? },
+            T_ERROR => Frame::Error {
+                code: ErrorCode::from_u8(r.u8()?),
+                message: r.str(MESSAGE)?,
+            },
+            _ => return Ok(None),
+        }))
     }
 }
 

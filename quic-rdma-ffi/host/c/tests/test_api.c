@@ -38,6 +38,88 @@ static int test_sha256_known_answer(void) {
     return 0;
 }
 
+/* Every counter the library lists, by index: described by static strings,
+ * found by its path, read after traffic into the caller's array; the fields
+ * qr_socket_stats shares with the list agree with it. */
+static int test_stat_list(void) {
+    size_t n = qr_stat_count();
+    EXPECT(n >= 50);
+    int sent_wrs = -1, recv_wrs = -1, sent_bytes = -1, no_recv = -1, without_imm = -1;
+    /* without_imm: the routing check's visitor is in the list too. */
+    for (size_t i = 0; i < n; i++) {
+        qr_stat_desc d;
+        memset(&d, 0, sizeof d);
+        d.struct_size = sizeof d;
+        EXPECT(qr_stat_info(i, &d) == QR_OK);
+        EXPECT(d.struct_size == sizeof d);
+        EXPECT(d.path && d.name && d.help && d.help[0]);
+        EXPECT(d.kind == QR_STAT_COUNTER || d.kind == QR_STAT_GAUGE);
+        EXPECT(d.unit <= QR_STAT_UNIT_SECONDS);
+        /* path is name, or group.name */
+        if (d.group) {
+            size_t g = strlen(d.group);
+            EXPECT(strncmp(d.path, d.group, g) == 0 && d.path[g] == '.');
+            EXPECT(strcmp(d.path + g + 1, d.name) == 0);
+        } else {
+            EXPECT(strcmp(d.path, d.name) == 0);
+        }
+        EXPECT(qr_stat_find(d.path) == (int)i);
+        if (strcmp(d.path, "sent_wrs") == 0) sent_wrs = (int)i;
+        if (strcmp(d.path, "recv_wrs") == 0) recv_wrs = (int)i;
+        if (strcmp(d.path, "sent_bytes") == 0) {
+            sent_bytes = (int)i;
+            EXPECT(d.unit == QR_STAT_UNIT_BYTES && d.kind == QR_STAT_COUNTER);
+        }
+        if (strcmp(d.path, "drops.no_recv_posted") == 0) no_recv = (int)i;
+        if (strcmp(d.path, "without_imm") == 0) without_imm = (int)i;
+    }
+    EXPECT(sent_wrs >= 0 && recv_wrs >= 0 && sent_bytes >= 0 && no_recv >= 0 && without_imm >= 0);
+    qr_stat_desc past;
+    memset(&past, 0, sizeof past);
+    past.struct_size = sizeof past;
+    EXPECT(qr_stat_info(n, &past) == QR_EINVAL);
+    EXPECT(qr_stat_find("drops.nonesuch") == QR_EINVAL);
+    EXPECT(strstr(qr_last_error(), "nonesuch") != NULL);
+
+    qr_pair p;
+    qr_pair_init(&p, "sim");
+    EXPECT(qr_pair_connect(&p) == 0);
+    uint64_t *v = calloc(n + 1, sizeof *v);
+    EXPECT(v != NULL);
+    EXPECT(qr_engine_stats_read(p.client, v, n) == (int)n);
+    uint64_t client_sent = v[sent_wrs];
+    EXPECT(client_sent > 0 && v[recv_wrs] > 0 && v[sent_bytes] > 0);
+    EXPECT(qr_engine_stats_read(p.server, v, n) == (int)n);
+    uint64_t server_recv = v[recv_wrs];
+    /* Datagrams out, one per step: the client's sends and the server's
+     * receives grow. */
+    enum { DATAGRAMS = 10 };
+    for (int k = 0; k < DATAGRAMS; k++) {
+        EXPECT(qr_datagram_send(p.client, p.client_conn, (const uint8_t *)"tick", 4) == QR_OK);
+        for (int j = 0; j < 20; j++) qr_pair_step(&p);
+    }
+    /* A short array gets a prefix; the count is the whole list's. */
+    v[n] = 0xabcdef;
+    EXPECT(qr_engine_stats_read(p.client, v, 1) == (int)n);
+    EXPECT(qr_engine_stats_read(p.client, NULL, 0) == (int)n);
+    EXPECT(qr_engine_stats_read(p.client, NULL, 1) == QR_ENULL);
+    EXPECT(qr_engine_stats_read(p.client, v, n) == (int)n);
+    EXPECT(v[sent_wrs] > client_sent);
+    EXPECT(qr_engine_stats_read(p.server, v, n) == (int)n);
+    EXPECT(v[n] == 0xabcdef);
+    EXPECT(v[recv_wrs] > server_recv);
+    qr_socket_stats ss;
+    memset(&ss, 0, sizeof ss);
+    ss.struct_size = sizeof ss;
+    EXPECT(qr_socket_stats_get(p.server, &ss) == QR_OK);
+    /* The fixed struct and the list are the same counters. */
+    EXPECT(v[sent_wrs] == ss.sent_wrs && v[recv_wrs] == ss.recv_packets);
+    EXPECT(v[sent_bytes] == ss.sent_bytes && v[no_recv] == ss.drop_no_recv);
+    free(v);
+    qr_pair_free(&p);
+    return 0;
+}
+
 static int test_handshake(void) {
     qr_pair p;
     qr_pair_init(&p, "sim");
@@ -1139,6 +1221,7 @@ int main(void) {
     RUN(test_sha256_known_answer);
     RUN(test_error_paths);
     RUN(test_handshake);
+    RUN(test_stat_list);
     RUN(test_datagrams);
     RUN(test_stream_echo_sha256);
     RUN(test_unopened_stream_ids);
