@@ -68,6 +68,9 @@ pub struct NodeMetrics {
     pub cache_hits: Counter,
     /// Blob lookups not found in the cache.
     pub cache_misses: Counter,
+    /// Blob requests that joined a fetch under way (and streamed it as it
+    /// arrived) instead of starting one.
+    pub flight_joins: Counter,
     /// Whole-blob or chunk digests that did not match (cached copies found
     /// corrupt included).
     pub verify_failures: Counter,
@@ -191,6 +194,12 @@ impl NodeMetrics {
             "qr_node_cache_misses_total",
             "Blob cache misses",
             self.cache_misses.get(),
+        );
+        counter(
+            &mut o,
+            "qr_node_single_flight_joins_total",
+            "Blob requests that joined a fetch under way",
+            self.flight_joins.get(),
         );
         counter(
             &mut o,

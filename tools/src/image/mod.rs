@@ -9,9 +9,10 @@
 //! agents use), [`spool`] (the registry agent's single-flight pull-through),
 //! [`server`] (its QUIC side), [`client`] and [`transfer`] (the node agent's
 //! QUIC side: parallel, adaptive, resumable chunk streams, written and hashed
-//! by a [`sink`]), [`node`] (the node
-//! agent's store), [`peer`] (other node agents it may fetch from, whose
-//! caches the [`server`] also serves), [`http`] (its HTTP side) and [`metrics`];
+//! by a [`sink`]), [`node`] (the node agent's store; requests follow its
+//! fetches as they arrive, [`inflight`]), [`peer`] (other node agents it may
+//! fetch from, whose caches the [`server`] also serves), [`http`] (its HTTP
+//! side) and [`metrics`];
 //! [`references`] remembers which repositories reference which blobs.
 
 pub mod cache;
@@ -19,6 +20,7 @@ pub mod client;
 pub mod digest;
 pub mod fabric;
 pub mod http;
+pub mod inflight;
 pub mod metrics;
 pub mod node;
 pub mod peer;

@@ -1,7 +1,9 @@
 //! The node agent's object store: blobs from the cache, else from a peer node
 //! agent that has them, else from the registry agent over the fabric
 //! (single-flight per blob, so concurrent requests for one blob share one
-//! transfer), verified whole before they are cached or served.
+//! transfer), verified whole before they are cached. Requests follow a fetch
+//! as it arrives ([`inflight`](super::inflight)): bytes stream out in order,
+//! and a response's last byte waits for the verdict.
 //!
 //! The cache is keyed by digest; a blob is served under repository R only
 //! once the registry agent confirmed that this node may read R and that R
@@ -12,11 +14,10 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::sync::Arc;
 
-use tokio::sync::{oneshot, OwnedMutexGuard};
-
 use super::cache::{Cache, TempBlob};
 use super::client::{Answer, FabricClient, FetchError};
 use super::digest::{Digest, Reference};
+use super::inflight::{Flight, Follower};
 use super::metrics::{NodeMetrics, Path};
 use super::peer::Peer;
 use super::references::References;
@@ -24,7 +25,9 @@ use super::transfer::{fetch_blob, TransferOptions};
 use super::upstream::Upstream;
 
 /// How many times a blob whose whole digest did not match is fetched again
-/// before the request fails (a corrupt upstream copy stays corrupt).
+/// before the request fails (a corrupt upstream copy stays corrupt). A
+/// response that already streamed bytes of the failed attempt is cut short
+/// ([`inflight`](super::inflight)); the next request follows the refetch.
 pub const REFETCHES: u32 = 1;
 
 /// A node agent's store.
@@ -45,25 +48,38 @@ pub struct Node {
     peers: std::sync::OnceLock<Vec<Peer>>,
 }
 
-type Flights = std::sync::Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>;
+/// The blobs being fetched: one flight each, however many ask.
+type Flights = std::sync::Mutex<HashMap<Digest, Arc<Flight>>>;
 
-/// The single flight of one blob, held by whoever fetches it and then by
-/// its commit to the cache: a request for the same blob waits for both, then
-/// finds it in the cache.
-struct Flight {
+/// A flight's place in [`Flights`], held by its fetch task: however the task
+/// ends (a panic included), the flight leaves the map before its followers
+/// hear the end, so a request after a failure starts afresh and one after
+/// the commit finds the cache.
+struct Ending {
     flights: Arc<Flights>,
     digest: Digest,
-    _guard: OwnedMutexGuard<()>,
+    flight: Arc<Flight>,
 }
 
-impl Drop for Flight {
+impl Ending {
+    fn leave(&self) {
+        let mut map = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if map
+            .get(&self.digest)
+            .is_some_and(|f| Arc::ptr_eq(f, &self.flight))
+        {
+            map.remove(&self.digest);
+        }
+    }
+}
+
+impl Drop for Ending {
     fn drop(&mut self) {
-        // Before the guard is released (fields drop after this), as before:
-        // a request from now on starts its own flight and finds the cache.
-        self.flights
-            .lock()
-            .expect("flights lock")
-            .remove(&self.digest);
+        self.leave();
+        self.flight.fail(FetchError::Local(format!(
+            "the fetch of blob {} stopped",
+            self.digest
+        )));
     }
 }
 
@@ -84,26 +100,26 @@ pub struct Blob {
 }
 
 /// A fetched blob's commit to the cache (fsync, rename, directory fsync),
-/// running behind the first requester's answer.
+/// running behind the verdict.
 ///
-/// The verification is what makes a blob servable; the cache's crash safety
-/// only needs the commit to be done before the blob is *taken from the
-/// cache*, which holds as ever (the only way into `blobs/` is the rename
+/// The verification is what makes a blob servable whole; the cache's crash
+/// safety only needs the commit to be done before the blob is *taken from
+/// the cache*, which holds as ever (the only way into `blobs/` is the rename
 /// after the fsync). Waiting for the fsync before the first byte put the
 /// disk's write rate in front of every pull: ~500 MB/s here, about half
 /// of what the transfer reaches (benches/results/issue11-image.md).
 #[derive(Debug, Default)]
-pub struct Stored(Option<oneshot::Receiver<Result<(), String>>>);
+pub struct Stored(Option<Follower>);
 
 impl Stored {
     /// Wait for the commit: Ok once the blob is in the cache (at once for a
     /// blob that came from the cache). An error means it could not be cached;
     /// its bytes were verified all the same.
     pub async fn wait(self) -> Result<(), FetchError> {
-        let Some(rx) = self.0 else { return Ok(()) };
-        rx.await
-            .unwrap_or_else(|_| Err("the commit task stopped".into()))
-            .map_err(FetchError::Local)
+        match self.0 {
+            Some(f) => f.stored().await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -188,83 +204,149 @@ impl Node {
             .await
     }
 
-    /// A whole verified blob; `progress` hears the verified prefix grow.
+    /// Blob `d` under `repo` to read as it arrives: the verified cache copy,
+    /// else the flight fetching it (joined, or started here). Errors known
+    /// before any byte (the repository does not reference the blob, no such
+    /// blob, the registry agent unreachable) are returned here; a follower
+    /// reports the fetch's own failure.
+    pub async fn open(self: &Arc<Self>, repo: &str, d: &Digest) -> Result<Follower, FetchError> {
+        // A blob committed between the cache lookup and the flights' lock
+        // is looked up again (at most this often: each time, someone else's
+        // flight ended, and a copy that fails its check is quarantined).
+        let mut lookups = 0;
+        loop {
+            lookups += 1;
+            if let Some((file, size)) = self.cached(d).await {
+                self.confirm(repo, d).await?;
+                self.metrics.cache_hits.inc();
+                return Ok(Follower::cached(*d, file, size));
+            }
+            if let Some(f) = self.joinable(d) {
+                self.metrics.cache_misses.inc();
+                // Confirmed for this repository before it reads a byte:
+                // the flight may have been started under another.
+                self.confirm(repo, d).await?;
+                self.metrics.flight_joins.inc();
+                return Ok(f.follow());
+            }
+            // The size, and the registry agent's word that `repo` references
+            // the blob, before a flight exists: a flight's failures are the
+            // blob's, never one requester's (denied, not referenced).
+            let size = match self.stat(repo, d).await {
+                Ok(size) => size,
+                Err(e) => {
+                    self.metrics.cache_misses.inc();
+                    return Err(e);
+                }
+            };
+            let flight = {
+                let mut map = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(f) = map.get(d) {
+                    Err(f.clone())
+                } else if lookups < 4 && self.cache.contains(d) {
+                    continue;
+                } else {
+                    let f = Flight::new(*d, size);
+                    map.insert(*d, f.clone());
+                    Ok(f)
+                }
+            };
+            self.metrics.cache_misses.inc();
+            return Ok(match flight {
+                Err(theirs) => {
+                    self.metrics.flight_joins.inc();
+                    theirs.follow()
+                }
+                Ok(ours) => {
+                    let follower = ours.follow();
+                    self.start(repo, d, ours);
+                    follower
+                }
+            });
+        }
+    }
+
+    /// The flight fetching `d`, if one is.
+    fn joinable(&self, d: &Digest) -> Option<Arc<Flight>> {
+        let map = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(d).cloned()
+    }
+
+    /// Run `flight`'s fetch in a task of its own: it goes on (and caches the
+    /// blob) whatever becomes of the requests that follow it.
+    fn start(self: &Arc<Self>, repo: &str, d: &Digest, flight: Arc<Flight>) {
+        let ending = Ending {
+            flights: self.flights.clone(),
+            digest: *d,
+            flight,
+        };
+        let (node, repo, d) = (self.clone(), repo.to_string(), *d);
+        tokio::spawn(async move {
+            let flight = &ending.flight;
+            match node.fetch(&repo, &d, flight).await {
+                Ok((temp, actual)) => {
+                    flight.verified();
+                    let r = match tokio::task::spawn_blocking(move || temp.commit(actual)).await {
+                        Ok(Ok(_)) => Ok(()),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(e) => Err(format!("committing blob {d}: {e}")),
+                    };
+                    if let Err(e) = &r {
+                        tracing::warn!("{e} (it was served from its verified temp file)");
+                    }
+                    // In the cache (or not) before the flight leaves the map.
+                    ending.leave();
+                    flight.stored(r);
+                }
+                Err(e) => {
+                    ending.leave();
+                    flight.fail(e);
+                }
+            }
+        });
+    }
+
+    /// A whole verified blob; `progress` hears the prefix grow.
     pub async fn blob(
-        &self,
+        self: &Arc<Self>,
         repo: &str,
         d: &Digest,
         progress: &(dyn Fn(u64, u64) + Send + Sync),
     ) -> Result<Blob, FetchError> {
-        if let Some((file, size)) = self.cached(d).await {
-            self.confirm(repo, d).await?;
-            self.metrics.cache_hits.inc();
-            progress(size, size);
-            return Ok(Blob {
-                file,
-                size,
-                path: Path::Cache,
-                stored: Stored::default(),
-            });
-        }
-        let flight = self
-            .flights
-            .lock()
-            .expect("flights lock")
-            .entry(*d)
-            .or_default()
-            .clone();
-        let flight = Flight {
-            flights: self.flights.clone(),
-            digest: *d,
-            _guard: flight.lock_owned().await,
-        };
-        // Whoever held the flight before us may have cached it (for another
-        // repository, maybe).
-        if let Some((file, size)) = self.cached(d).await {
-            self.confirm(repo, d).await?;
-            self.metrics.cache_hits.inc();
-            progress(size, size);
-            return Ok(Blob {
-                file,
-                size,
-                path: Path::Cache,
-                stored: Stored::default(),
-            });
-        }
-        self.metrics.cache_misses.inc();
-        self.fetch(repo, d, progress, flight).await
-    }
-
-    /// A blob verified whole into `temp`: returned at once, served from the
-    /// temp file, while a blocking thread commits it to the cache holding
-    /// `flight` (see [`Stored`]).
-    fn verified(
-        &self,
-        temp: TempBlob,
-        actual: Digest,
-        path: Path,
-        flight: &mut Option<Flight>,
-    ) -> Result<Blob, FetchError> {
-        let file = temp
-            .reader()
-            .map_err(|e| FetchError::Local(e.to_string()))?;
-        let size = temp.size();
-        let flight = flight.take();
-        let (tx, rx) = oneshot::channel();
-        tokio::task::spawn_blocking(move || {
-            let r = temp.commit(actual).map(drop).map_err(|e| e.to_string());
-            if let Err(e) = &r {
-                tracing::warn!("{e} (it was served from its verified temp file)");
-            }
-            drop(flight);
-            let _ = tx.send(r);
-        });
+        let (a, commit) = self.open(repo, d).await?.verified(progress).await?;
+        let file = a
+            .file
+            .try_clone()
+            .map_err(|e| FetchError::Local(format!("blob {d}: {e}")))?;
         Ok(Blob {
             file,
-            size,
-            path,
-            stored: Stored(Some(rx)),
+            size: a.size,
+            path: a.path,
+            stored: if a.path == Path::Cache {
+                Stored::default()
+            } else {
+                Stored(Some(commit))
+            },
         })
+    }
+
+    /// A new temp file for `d` and an attempt of `flight` reading it.
+    fn attempt(
+        &self,
+        d: &Digest,
+        size: u64,
+        path: Path,
+        flight: &Arc<Flight>,
+    ) -> Result<(TempBlob, super::inflight::Feed), FetchError> {
+        let temp = self
+            .cache
+            .temp(d, size)
+            .map_err(|e| FetchError::Local(e.to_string()))?;
+        let reader = temp
+            .reader()
+            .map_err(|e| FetchError::Local(e.to_string()))?;
+        let feed = flight.attempt(path, reader);
+        Ok((temp, feed))
     }
 
     /// A small blob straight from the upstream: hashed as it streams into a
@@ -275,16 +357,12 @@ impl Node {
         repo: &str,
         d: &Digest,
         size: u64,
-        progress: &(dyn Fn(u64, u64) + Send + Sync),
-        flight: &mut Option<Flight>,
-    ) -> Result<Blob, FetchError> {
+        flight: &Arc<Flight>,
+    ) -> Result<(TempBlob, Digest), FetchError> {
         use sha2::{Digest as _, Sha256};
         let upstream_err = |e: &dyn std::fmt::Display| FetchError::Upstream(format!("direct: {e}"));
         let mut resp = up.blob(repo, d).await.map_err(|e| upstream_err(&e))?;
-        let temp = self
-            .cache
-            .temp(d, size)
-            .map_err(|e| FetchError::Local(e.to_string()))?;
+        let (temp, feed) = self.attempt(d, size, Path::Direct, flight)?;
         let (mut at, mut h) = (0u64, Sha256::new());
         while let Some(piece) = resp.chunk().await.map_err(|e| upstream_err(&e))? {
             if at + piece.len() as u64 > size {
@@ -294,7 +372,7 @@ impl Node {
                 .map_err(|e| FetchError::Local(e.to_string()))?;
             h.update(&piece);
             at += piece.len() as u64;
-            progress(at, size);
+            feed.prefix(at);
         }
         let actual = Digest::from_bytes(h.finalize().into());
         if at != size || actual != *d {
@@ -305,21 +383,21 @@ impl Node {
         }
         self.metrics.objects_direct.inc();
         self.metrics.bytes(Path::Direct, size);
-        self.verified(temp, actual, Path::Direct, flight)
+        Ok((temp, actual))
     }
 
     /// The blob from the first peer that has it whole and sends it intact;
     /// `None` (after counting why) sends the caller to the registry agent.
     /// A peer's bytes pass the same checks as the registry agent's: each
     /// chunk against its header's hash, the whole blob against its digest
-    /// before it is committed — a bad copy is dropped, never served or cached.
+    /// before it is committed — a bad copy is dropped, never cached, and a
+    /// response streaming it is cut short.
     async fn fetch_from_peers(
         &self,
         repo: &str,
         d: &Digest,
-        progress: &(dyn Fn(u64, u64) + Send + Sync),
-        flight: &mut Option<Flight>,
-    ) -> Option<Blob> {
+        flight: &Arc<Flight>,
+    ) -> Option<(TempBlob, Digest)> {
         let peers = self.peers.get()?;
         let opts = TransferOptions {
             resume: false,
@@ -327,7 +405,16 @@ impl Node {
         };
         for peer in peers.iter().filter(|p| p.usable()) {
             let size = match peer.client.stat(repo, d).await {
-                Ok(size) => size,
+                Ok(size) if size == flight.size() => size,
+                Ok(size) => {
+                    tracing::warn!(
+                        "peer {} has blob {d} as {size} bytes, the registry agent {}: skipped",
+                        peer.name,
+                        flight.size()
+                    );
+                    self.metrics.peer_fallbacks.inc();
+                    continue;
+                }
                 // It does not have the blob (complete and verified): next.
                 Err(FetchError::NotFound(_)) => continue,
                 Err(e) => {
@@ -337,7 +424,7 @@ impl Node {
                     continue;
                 }
             };
-            let temp = match self.cache.temp(d, size) {
+            let (temp, feed) = match self.attempt(d, size, Path::Peer, flight) {
                 Ok(t) => t,
                 Err(e) => {
                     tracing::warn!("cache temp for {d}: {e}");
@@ -352,21 +439,13 @@ impl Node {
                 &temp,
                 &opts,
                 &self.metrics,
-                &|n| progress(n, size),
+                feed,
             )
             .await;
             match got {
                 Ok(actual) if actual == *d => {
-                    match self.verified(temp, actual, Path::Peer, flight) {
-                        Ok(b) => {
-                            self.metrics.objects_peer.inc();
-                            return Some(b);
-                        }
-                        Err(e) => {
-                            tracing::warn!("blob {d} from peer {}: {e}", peer.name);
-                            return None;
-                        }
-                    }
+                    self.metrics.objects_peer.inc();
+                    return Some((temp, actual));
                 }
                 Ok(actual) => {
                     // Dropping `temp` deletes it: nothing corrupt is cached.
@@ -400,30 +479,30 @@ impl Node {
         None
     }
 
+    /// Fetch `flight`'s blob: from a peer, straight from the upstream if it
+    /// is small, else from the registry agent (again after a mismatch, up to
+    /// [`REFETCHES`] times). Each try is an attempt of `flight`, streamed to
+    /// its followers as it arrives; what is returned hashed to `d` and is
+    /// the caller's to commit.
     async fn fetch(
         &self,
         repo: &str,
         d: &Digest,
-        progress: &(dyn Fn(u64, u64) + Send + Sync),
-        flight: Flight,
-    ) -> Result<Blob, FetchError> {
-        let flight = &mut Some(flight);
-        // Confirmed by the registry agent before any peer is asked.
-        let size = self.stat(repo, d).await?;
-        if let Some(b) = self.fetch_from_peers(repo, d, progress, flight).await {
+        flight: &Arc<Flight>,
+    ) -> Result<(TempBlob, Digest), FetchError> {
+        let size = flight.size();
+        // Confirmed by the registry agent (in `open`) before any peer is asked.
+        if let Some(b) = self.fetch_from_peers(repo, d, flight).await {
             return Ok(b);
         }
         if let Some((up, threshold)) = self.direct.get() {
             if size < *threshold {
-                return self.fetch_direct(up, repo, d, size, progress, flight).await;
+                return self.fetch_direct(up, repo, d, size, flight).await;
             }
         }
         let mut attempt = 0;
         loop {
-            let temp = self
-                .cache
-                .temp(d, size)
-                .map_err(|e| FetchError::Local(e.to_string()))?;
+            let (temp, feed) = self.attempt(d, size, Path::Fabric, flight)?;
             let got = fetch_blob(
                 &self.client,
                 Path::Fabric,
@@ -432,7 +511,7 @@ impl Node {
                 &temp,
                 &self.transfer,
                 &self.metrics,
-                &|n| progress(n, size),
+                feed,
             )
             .await;
             // Dropping `temp` on any path but commit deletes it: nothing
@@ -440,7 +519,7 @@ impl Node {
             let why = match got {
                 Ok(actual) if actual == *d => {
                     self.metrics.objects_fabric.inc();
-                    return self.verified(temp, actual, Path::Fabric, flight);
+                    return Ok((temp, actual));
                 }
                 Ok(actual) => format!(
                     "blob {d} arrived as {actual}: the upstream copy is corrupt (re-push the \

@@ -376,12 +376,27 @@ fn tls_args(pki: &Path, name: &str) -> Vec<String> {
     ]
 }
 
-/// GET http://ADDR/PATH with extra headers; status, headers, body.
+/// GET http://ADDR/PATH with extra headers; status, headers, body (a body
+/// cut short is a test failure: see [`http_get_cut`]).
 pub(crate) fn http_get(
     addr: &str,
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let (status, hs, body, cut) = http_get_cut(addr, path, headers);
+    if let Some(e) = cut {
+        panic!("GET {path}: body cut short after {} bytes: {e}", body.len());
+    }
+    (status, hs, body)
+}
+
+/// Status, headers, the body as far as it came, and the error it ended in.
+pub(crate) type CutAnswer = (u16, Vec<(String, String)>, Vec<u8>, Option<String>);
+
+/// As [`http_get`], but a body that ends in an error (the node agent cuts a
+/// streaming response short when the blob fails its digest) is returned as
+/// far as it came, with the error.
+pub(crate) fn http_get_cut(addr: &str, path: &str, headers: &[(&str, &str)]) -> CutAnswer {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -392,7 +407,7 @@ pub(crate) fn http_get(
         for (k, v) in headers {
             r = r.header(*k, *v);
         }
-        let r = tokio::time::timeout(Duration::from_secs(120), r.send())
+        let mut r = tokio::time::timeout(Duration::from_secs(120), r.send())
             .await
             .unwrap()
             .unwrap();
@@ -402,7 +417,17 @@ pub(crate) fn http_get(
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
             .collect();
-        (status, hs, r.bytes().await.unwrap().to_vec())
+        let mut body = Vec::new();
+        loop {
+            let piece = tokio::time::timeout(Duration::from_secs(120), r.chunk())
+                .await
+                .unwrap();
+            match piece {
+                Ok(Some(p)) => body.extend_from_slice(&p),
+                Ok(None) => return (status, hs, body, None),
+                Err(e) => return (status, hs, body, Some(format!("{e:?}"))),
+            }
+        }
     })
 }
 
