@@ -1,22 +1,24 @@
 //! The `image` workload: one blob, in every repeat and one after
 //! another,
-//! 1. **direct**: an HTTP GET from docker-registry over TCP loopback (curl);
+//! 1. **direct**: an HTTPS GET from docker-registry (TLS on the registry,
+//!    as in production) over TCP loopback (curl, the registry's CA trusted);
 //! 2. **raw**: the same byte count over one QUIC stream over `soft`, client
 //!    and server in two processes (the `quinn-adapter/soft` row, the stack
 //!    the agents use, run as [`crate::procs::bulk_in_processes`]);
 //! 3. **agents, cold**: an HTTP GET from a fresh `qr node-agent` that fetches
 //!    the blob over `soft` from a fresh `qr registry-agent`, which pulls it
-//!    through from docker-registry at the same time;
+//!    through from docker-registry (over HTTPS) at the same time;
 //! 4. **agents, warm**: the same with the registry agent's cache already
 //!    holding the blob (a fresh node agent with an empty cache).
 //!
 //! Every GET's body is sha256-hashed as it arrives (curl → pipe → this
 //! process, nothing written to disk) and compared with the blob's digest.
 //! The agents are separate processes; their user+sys CPU over each GET is read
-//! from `/proc/PID/stat`. The node agent answers only once it has the whole
-//! blob verified and cached, so curl's time to first byte is the fabric
-//! transfer with verification and cache write, and its total adds serving the
-//! blob over HTTP from the node's cache.
+//! from `/proc/PID/stat`. The node agent streams the blob as it arrives
+//! (cut-through, `tools/src/image/inflight.rs`), so curl's time to first
+//! byte is the first chunk's trip (not the whole transfer, as before), and
+//! its total is the transfer whose last byte waited for the whole blob's
+//! verification and cache commit.
 //!
 //! Addresses: 127.0.140.x, ports 19900–19949 (this workload's block).
 
@@ -31,8 +33,10 @@ use sha2::{Digest as _, Sha256};
 use crate::cpu::CpuUsed;
 use crate::rows::{BulkOutcome, BulkParams, Row};
 
-/// docker-registry's HTTP address.
+/// docker-registry's HTTPS address.
 const REGISTRY: &str = "127.0.140.1:19900";
+/// Its IP, the name its certificate is issued for.
+const REGISTRY_IP: &str = "127.0.140.1";
 /// The registry agent's fabric IP and bootstrap service port.
 const AGENT_IP: &str = "127.0.140.2";
 const AGENT_SERVICE_PORT: &str = "19901";
@@ -154,6 +158,19 @@ impl Drop for ImageBench {
     }
 }
 
+/// curl's options to trust docker-registry's CA (the bench's temp dir holds
+/// it) for an https URL; none for http.
+fn curl_tls(url: &str) -> Vec<String> {
+    if !url.starts_with("https://") {
+        return Vec::new();
+    }
+    let dir = std::env::temp_dir().join(format!("compare-image-{}", std::process::id()));
+    vec![
+        "--cacert".into(),
+        dir.join("registry-pki/ca.pem").display().to_string(),
+    ]
+}
+
 /// Run `cmd` to completion, failing with its stderr.
 fn run(cmd: &mut Command) -> anyhow::Result<Vec<u8>> {
     let out = cmd
@@ -169,12 +186,13 @@ fn run(cmd: &mut Command) -> anyhow::Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
-/// Wait until `url` answers 2xx.
+/// Wait until `url` answers 2xx (an https URL: the registry's, with its CA).
 fn wait_http(url: &str, what: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_WAIT;
     loop {
         let ok = Command::new("curl")
             .args(["-sf", "-o", "/dev/null", url])
+            .args(curl_tls(url))
             .status()
             .is_ok_and(|s| s.success());
         if ok {
@@ -199,13 +217,30 @@ impl ImageBench {
         let dir = std::env::temp_dir().join(format!("compare-image-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
+        // The agents' PKI, and the registry's own certificate from another CA.
+        let pki = dir.join("pki");
+        let upki = dir.join("registry-pki");
+        run(Command::new(&qr).arg("cert").arg("--dir").arg(&pki).args([
+            "--leaf",
+            &format!("registry={AGENT_IP}"),
+            "--leaf",
+            "node=node",
+        ]))?;
+        run(Command::new(&qr)
+            .arg("cert")
+            .arg("--dir")
+            .arg(&upki)
+            .args(["--leaf", &format!("upstream={REGISTRY_IP}")]))?;
         let config = dir.join("registry.yml");
         std::fs::write(
             &config,
             format!(
                 "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}, \
-                 redirect: {{disable: true}}}}\nhttp: {{addr: {REGISTRY}}}\n",
-                dir.join("storage").display()
+                 redirect: {{disable: true}}}}\nhttp: {{addr: {REGISTRY}, tls: {{certificate: {}, \
+                 key: {}}}}}\n",
+                dir.join("storage").display(),
+                upki.join("upstream.pem").display(),
+                upki.join("upstream-key.pem").display(),
             ),
         )?;
         let registry = Proc::spawn(
@@ -221,19 +256,19 @@ impl ImageBench {
             digest: String::new(),
             _registry: registry,
         };
-        wait_http(&format!("http://{REGISTRY}/v2/"), "docker-registry")?;
+        wait_http(&bench.registry_url("/v2/"), "docker-registry")?;
         bench.digest = bench.push()?;
-        run(Command::new(&bench.qr)
-            .arg("cert")
-            .arg("--dir")
-            .arg(bench.dir.join("pki"))
-            .args([
-                "--leaf",
-                &format!("registry={AGENT_IP}"),
-                "--leaf",
-                "node=node",
-            ]))?;
         Ok(bench)
+    }
+
+    /// The registry's CA certificate.
+    fn registry_ca(&self) -> PathBuf {
+        self.dir.join("registry-pki/ca.pem")
+    }
+
+    /// `https://REGISTRY{path}`.
+    fn registry_url(&self, path: &str) -> String {
+        format!("https://{REGISTRY}{path}")
     }
 
     /// The blob's size.
@@ -266,7 +301,9 @@ impl ImageBench {
             "-",
             "-o",
             "/dev/null",
-            &format!("http://{REGISTRY}/v2/{REPO}/blobs/uploads/"),
+            &self.registry_url(&format!("/v2/{REPO}/blobs/uploads/")),
+            "--cacert",
+            &self.registry_ca().display().to_string(),
         ]))?;
         let headers = String::from_utf8_lossy(&headers);
         let loc = headers
@@ -280,11 +317,13 @@ impl ImageBench {
         let loc = if loc.starts_with("http") {
             loc
         } else {
-            format!("http://{REGISTRY}{loc}")
+            self.registry_url(&loc)
         };
         let sep = if loc.contains('?') { '&' } else { '?' };
         run(Command::new("curl")
-            .args(["-sf", "-o", "/dev/null", "-T"])
+            .args(["-sf", "-o", "/dev/null", "--cacert"])
+            .arg(self.registry_ca())
+            .arg("-T")
             .arg(&file)
             .args(["-H", "Content-Type: application/octet-stream"])
             .arg(format!("{loc}{sep}digest={digest}")))?;
@@ -292,11 +331,13 @@ impl ImageBench {
         Ok(digest)
     }
 
-    /// GET the blob from `host` with curl, hashing the body as it arrives;
-    /// `first_byte` is called when the first body bytes are here.
-    fn get(&self, host: &str, first_byte: &mut dyn FnMut()) -> anyhow::Result<HttpGet> {
-        let url = format!("http://{host}/v2/{REPO}/blobs/{}", self.digest);
+    /// GET the blob from `base` (`http://HOST` or `https://HOST`) with curl,
+    /// hashing the body as it arrives; `first_byte` is called when the first
+    /// body bytes are here.
+    fn get(&self, base: &str, first_byte: &mut dyn FnMut()) -> anyhow::Result<HttpGet> {
+        let url = format!("{base}/v2/{REPO}/blobs/{}", self.digest);
         let mut child = Command::new("curl")
+            .args(curl_tls(&url))
             .args(["-sSf", "-o", "-", "-w"])
             .arg("%{stderr}\n%{time_starttransfer} %{time_total}\n")
             .arg(&url)
@@ -363,7 +404,9 @@ impl ImageBench {
         let p = Proc::spawn(
             Command::new(&self.qr)
                 .arg("registry-agent")
-                .args(["--upstream", &format!("http://{REGISTRY}")])
+                .args(["--upstream", &self.registry_url("")])
+                .arg("--upstream-ca")
+                .arg(self.registry_ca())
                 .args(["--ip", AGENT_IP, "--service-port", AGENT_SERVICE_PORT])
                 .args(["--metrics", AGENT_METRICS])
                 .arg("--cache-dir")
@@ -402,7 +445,9 @@ impl ImageBench {
         let node = self.node_agent()?;
         let (r0, n0) = (registry_agent.cpu()?, node.cpu()?);
         let mut at_first = None;
-        let get = self.get(NODE_LISTEN, &mut || at_first = Some(node.cpu()))?;
+        let get = self.get(&format!("http://{NODE_LISTEN}"), &mut || {
+            at_first = Some(node.cpu())
+        })?;
         let (r1, n1) = (registry_agent.cpu()?, node.cpu()?);
         let nf = at_first.ok_or_else(|| anyhow::anyhow!("the node agent sent no body"))??;
         Ok(AgentsGet {
@@ -415,7 +460,7 @@ impl ImageBench {
 
     /// One repeat: direct, raw (`raw_row` in two processes), agents cold, agents warm.
     pub fn repeat(&self, raw_row: &dyn Row, tls: &Path) -> anyhow::Result<ImageRepeat> {
-        let direct = self.get(REGISTRY, &mut || {})?;
+        let direct = self.get(&self.registry_url(""), &mut || {})?;
         let raw = crate::procs::bulk_in_processes(
             raw_row,
             BulkParams {
@@ -456,7 +501,7 @@ impl ImageRepeat {
 }
 
 /// Mbit/s of `bytes` in `secs`.
-fn mbit(bytes: u64, secs: f64) -> f64 {
+pub fn mbit(bytes: u64, secs: f64) -> f64 {
     bytes as f64 * 8.0 / secs / 1e6
 }
 
@@ -477,11 +522,11 @@ impl ImageReport {
             .collect()
     }
 
-    /// The median over repeats of agents warm (first byte) ÷ raw: the target
-    /// "the agents reach ≥ 80 % of the raw transfer" ([`crate::report::Report::judge`]).
-    pub fn warm_ratio_median(&self) -> Option<f64> {
-        crate::stats::Spread::of(&self.ratios().iter().map(|r| r[0]).collect::<Vec<_>>())
-            .map(|s| s.median)
+    /// The median over repeats of `f(repeat, blob bytes)` (the targets of
+    /// [`crate::report::Report::judge`]).
+    pub fn median(&self, f: impl Fn(&ImageRepeat, u64) -> f64) -> Option<f64> {
+        let v: Vec<f64> = self.runs.iter().map(|r| f(r, self.bytes)).collect();
+        crate::stats::Spread::of(&v).map(|s| s.median)
     }
 
     /// The Markdown section: one line per repeat and a median line.
@@ -492,25 +537,29 @@ impl ImageReport {
         let _ = writeln!(
             s,
             "## Image layers: {} MiB blob\n\n\
-             direct: curl GET from docker-registry (TCP loopback). raw: {} as two processes \
+             direct: curl GET from docker-registry over HTTPS (TLS on the registry, TCP \
+             loopback). raw: {} as two processes \
              (pinned, one core each). agents: curl GET from `qr node-agent` ← soft ← \
              `qr registry-agent` (separate processes, not pinned), cold = the registry agent \
-             pulls through at the same time, warm = its cache holds the blob; a fresh node \
-             agent each time. \"first\" = curl's first body byte (the node agent has fetched, \
-             verified and cached the whole blob), \"last\" = last byte. Mbit/s; CPU = user+sys \
+             pulls through (HTTPS) at the same time, warm = its cache holds the blob; a fresh node \
+             agent each time. \"first\" = curl's time to the first body byte, \"last\" = to the \
+             last byte. Mbit/s; CPU = user+sys \
              s/GiB of each agent process over the GET. Every cell sha256-checked.\n",
             self.bytes >> 20,
             self.raw_row
         );
-        let _ = writeln!(s, "| repeat | load after | direct | raw | cold first / last | warm first / last | warm first ÷ raw | warm last ÷ raw | cold first ÷ raw | registry agent CPU cold / warm | node agent CPU cold / warm (of which to first byte) | raw CPU client / server | sha256 |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "| repeat | load after | direct | raw | cold first / last | warm first / last | warm first ÷ raw | warm last ÷ raw | cold first ÷ raw | cold / warm last ÷ direct | cold first byte ms | registry agent CPU cold / warm | node agent CPU cold / warm (of which to first byte) | raw CPU client / server | sha256 |");
+        let _ = writeln!(
+            s,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
         let ratios = self.ratios();
         let pct = |x: f64| format!("{:.0} %", x * 100.0);
         for (i, (r, q)) in self.runs.iter().zip(&ratios).enumerate() {
             let b = self.bytes;
             let _ = writeln!(
                 s,
-                "| {i} | {:.1} | {:.0} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {:.2} / {:.2} | {:.2} ({:.2}) / {:.2} ({:.2}) | {:.2} / {:.2} | {} |",
+                "| {i} | {:.1} | {:.0} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {:.2} / {:.2} | {:.0} | {:.2} / {:.2} | {:.2} ({:.2}) / {:.2} ({:.2}) | {:.2} / {:.2} | {} |",
                 r.load[0],
                 mbit(b, r.direct.total_s),
                 mbit(r.raw.bytes, r.raw.secs),
@@ -521,6 +570,9 @@ impl ImageReport {
                 pct(q[0]),
                 pct(q[1]),
                 pct(q[2]),
+                r.direct.total_s / r.cold.get.total_s,
+                r.direct.total_s / r.warm.get.total_s,
+                r.cold.get.first_byte_s * 1e3,
                 r.cold.registry_agent_cpu.total_s() / gib,
                 r.warm.registry_agent_cpu.total_s() / gib,
                 r.cold.node_agent_cpu.total_s() / gib,
@@ -545,7 +597,7 @@ impl ImageReport {
         let b = self.bytes;
         let _ = writeln!(
             s,
-            "| median | | {:.0} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {:.2} / {:.2} | {:.2} ({:.2}) / {:.2} ({:.2}) | {:.2} / {:.2} | |",
+            "| median | | {:.0} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {:.2} / {:.2} | {:.0} | {:.2} / {:.2} | {:.2} ({:.2}) / {:.2} ({:.2}) | {:.2} / {:.2} | |",
             med(&|r| mbit(b, r.direct.total_s)),
             med(&|r| mbit(r.raw.bytes, r.raw.secs)),
             med(&|r| mbit(b, r.cold.get.first_byte_s)),
@@ -555,6 +607,9 @@ impl ImageReport {
             pct(medq(0)),
             pct(medq(1)),
             pct(medq(2)),
+            med(&|r| r.direct.total_s / r.cold.get.total_s),
+            med(&|r| r.direct.total_s / r.warm.get.total_s),
+            med(&|r| r.cold.get.first_byte_s * 1e3),
             med(&|r| r.cold.registry_agent_cpu.total_s() / gib),
             med(&|r| r.warm.registry_agent_cpu.total_s() / gib),
             med(&|r| r.cold.node_agent_cpu.total_s() / gib),

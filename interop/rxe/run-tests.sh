@@ -101,7 +101,7 @@ UNDER_TMP="$(mktemp -d /tmp/qr-rxe-tmpcheck.XXXXXX)"
 trap 'rm -rf "$UNDER_TMP"' EXIT
 cp "$RAW" "$UNDER_TMP/verbs_raw"
 under_tmp() { (cd "$UNDER_TMP" && "$@"); }
-step "guest (rxe0 on a 1500-MTU netdev), run from $UNDER_TMP: MTU 1024 -> MtuTooSmall; async events wake readiness_fd" \
+step "guest (rxe0 on a 1500-MTU netdev), run from $UNDER_TMP: MTU 1024 -> segmented (MtuTooSmall with segmentation off); async events wake readiness_fd" \
   under_tmp "$HERE/run.sh" --netdev dummy1500 --timeout 300 --env QR_REQUIRE_RDMA=1 --env QR_EXPECT_MTU=1024 \
   ./verbs_raw limits_read_from_the_device readiness_fd_turns_readable_on_an_async_event --nocapture
 # Host <-> guest over a tap in a namespace run.sh creates (--netdev tap): the host is

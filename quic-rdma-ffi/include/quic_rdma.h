@@ -71,6 +71,57 @@
 #define QR_CC_BBR 3
 
 /**
+ * Smallest `stream_window` and `conn_window` accepted (bytes; 0 is the default).
+ */
+#define QR_WINDOW_MIN 1024
+
+/**
+ * Largest `stream_window` accepted (bytes): the peer may make us buffer this
+ * much per stream.
+ */
+#define QR_STREAM_WINDOW_MAX 1073741824
+
+/**
+ * Largest `conn_window` accepted (bytes): the peer may make us buffer this
+ * much per connection.
+ */
+#define QR_CONN_WINDOW_MAX 4294967296
+
+/**
+ * Largest `recv_batch` accepted (datagrams per poll).
+ */
+#define QR_RECV_BATCH_MAX 4096
+
+/**
+ * Smallest `recv_depth` and `send_slots` accepted (0 is the default).
+ */
+#define QR_QUEUE_MIN 64
+
+/**
+ * Largest `recv_depth` and `send_slots` accepted: each is a registered
+ * buffer of MTU + 64 bytes (32768 at MTU 4096: 136 MB).
+ */
+#define QR_QUEUE_MAX 32768
+
+/**
+ * Smallest `datagram_recv_buffer` accepted (bytes; 0 is the default): more
+ * than any datagram at the largest MTU.
+ */
+#define QR_DATAGRAM_BUFFER_MIN 16384
+
+/**
+ * Largest `datagram_recv_buffer` accepted (bytes), per connection.
+ */
+#define QR_DATAGRAM_BUFFER_MAX 268435456
+
+/**
+ * Largest `max_bidi_streams` and `max_uni_streams` accepted: quinn-proto
+ * allocates the state of every stream the peer may open when a connection
+ * starts.
+ */
+#define QR_STREAMS_MAX 16384
+
+/**
  * 0-RTT may be (or was) used on `conn`: the client resumed a session with a
  * server that accepts early data, so streams opened and written before
  * `QR_EVENT_CONNECTED` travel in the first flight.
@@ -183,6 +234,12 @@
 #define QR_EBUSY -19
 
 /**
+ * The engine has no descriptor to sleep on (`sim`): keep polling, or let
+ * `qr_engine_wait` sleep, which works for every provider.
+ */
+#define QR_ENOFD -20
+
+/**
  * Panic policy: a bug caught at the API boundary returns `QR_EPANIC` (the default).
  */
 #define QR_PANIC_RETURN 0
@@ -244,9 +301,19 @@
 #define QR_EVENT_STREAMS_AVAILABLE 10
 
 /**
- * Datagrams wait in `qr_datagram_recv`.
+ * Datagrams arrived and wait in `qr_datagram_recv` (one event per poll that
+ * received some, while any are unread).
  */
 #define QR_EVENT_DATAGRAM 11
+
+/**
+ * Received datagrams of `conn` were dropped unread: its receive buffer
+ * (`qr_engine_config.datagram_recv_buffer`) was full and the oldest made
+ * room. `code` is how many since the previous such event of the connection;
+ * `qr_conn_stats.datagrams_dropped` has the total. Follows the
+ * `QR_EVENT_DATAGRAM` of the same poll. Read faster or enlarge the buffer.
+ */
+#define QR_EVENT_DATAGRAMS_DROPPED 15
 
 /**
  * `qr_datagram_send` has room again after it returned `QR_EAGAIN`.
@@ -398,9 +465,9 @@ typedef struct {
 } qr_addr;
 
 /**
- * How to build an engine (`qr_engine_new`). Version 2 (version 1 ended at
- * `ca_der_len`; a caller built against it passes the smaller size and gets
- * every default below).
+ * How to build an engine (`qr_engine_new`). Version 3 (version 1 ended at
+ * `ca_der_len`, version 2 at `max_uni_streams`; a caller built against an
+ * older one passes the smaller size and gets every default after it).
  *
  * TLS: a server sets `cert_der`/`key_der` (its certificate chain, leaf first,
  * and its private key); a client sets `ca_der` (the roots it trusts). Each
@@ -410,7 +477,9 @@ typedef struct {
  * certificate presents it when asked.
  *
  * Every transport field takes 0 for the library's default (the fabric-tuned
- * values of `quic_rdma::quic::config::transport_config`).
+ * values of `quic_rdma::quic::config::transport_config`). A value outside a
+ * field's documented range is refused with `QR_EINVAL` (never clamped), and
+ * `qr_last_error` names the field and its range.
  */
 typedef struct {
   /**
@@ -481,20 +550,23 @@ typedef struct {
    */
   const char *alpn;
   /**
-   * v2. Idle timeout in milliseconds (0: 1500; `QR_TIMER_OFF`: none).
+   * v2. Idle timeout in milliseconds (0: 1500; `QR_TIMER_OFF`: none;
+   * any other value is taken as is).
    */
   uint32_t idle_timeout_ms;
   /**
    * v2. Keep-alive interval in milliseconds (0: 300; `QR_TIMER_OFF`: none).
-   * Must be below the idle timeout.
+   * Must be below the idle timeout (else `QR_EINVAL`).
    */
   uint32_t keep_alive_ms;
   /**
-   * v2. Receive window per stream, bytes (0: 16 MiB).
+   * v2. Receive window per stream, bytes (0: 16 MiB; else
+   * `QR_WINDOW_MIN`..=`QR_STREAM_WINDOW_MAX`, 1 KiB..1 GiB).
    */
   uint64_t stream_window;
   /**
-   * v2. Receive and send window per connection, bytes (0: 64 MiB).
+   * v2. Receive and send window per connection, bytes (0: 64 MiB; else
+   * `QR_WINDOW_MIN`..=`QR_CONN_WINDOW_MAX`, 1 KiB..4 GiB).
    */
   uint64_t conn_window;
   /**
@@ -502,26 +574,41 @@ typedef struct {
    */
   uint32_t congestion;
   /**
-   * v2. Datagrams taken from the receive queue per poll (0: 256).
+   * v2. Datagrams taken from the receive queue per poll (0: 256; else
+   * 1..=`QR_RECV_BATCH_MAX`).
    */
   uint32_t recv_batch;
   /**
-   * v2. Receives kept posted on the queue pair (0: 2048); a packet that
-   * finds none is lost, so size it to the receive window in packets.
+   * v2. Receives kept posted on the queue pair (0: 2048; else
+   * `QR_QUEUE_MIN`..=`QR_QUEUE_MAX`, and at most what the device allows);
+   * a packet that finds none is lost, so size it to the receive window in
+   * packets.
    */
   uint32_t recv_depth;
   /**
-   * v2. Send buffers in flight on the queue pair (0: 1024).
+   * v2. Send buffers in flight on the queue pair (0: 1024; else
+   * `QR_QUEUE_MIN`..=`QR_QUEUE_MAX`).
    */
   uint32_t send_slots;
   /**
-   * v2. Bidirectional streams the peer may have open at once (0: 100).
+   * v2. Bidirectional streams the peer may have open at once (0: 100;
+   * else 1..=`QR_STREAMS_MAX`).
    */
   uint32_t max_bidi_streams;
   /**
-   * v2. Unidirectional streams the peer may have open at once (0: 100).
+   * v2. Unidirectional streams the peer may have open at once (0: 100;
+   * else 1..=`QR_STREAMS_MAX`).
    */
   uint32_t max_uni_streams;
+  /**
+   * v3. Bytes of received datagrams each connection holds until
+   * `qr_datagram_recv` takes them (payload plus 32 per datagram; 0: 4 MiB;
+   * else `QR_DATAGRAM_BUFFER_MIN`..=`QR_DATAGRAM_BUFFER_MAX`, 16 KiB..256
+   * MiB). When a new datagram does not fit, the oldest are dropped,
+   * counted (`qr_conn_stats.datagrams_dropped`) and reported
+   * (`QR_EVENT_DATAGRAMS_DROPPED`).
+   */
+  uint64_t datagram_recv_buffer;
 } qr_engine_config;
 
 /**
@@ -548,7 +635,8 @@ typedef struct {
    */
   uint64_t stream;
   /**
-   * Application or transport error code (reset, stopped, connection lost).
+   * Application or transport error code (reset, stopped, connection
+   * lost); for `QR_EVENT_DATAGRAMS_DROPPED` the number dropped.
    */
   uint64_t code;
   /**
@@ -635,7 +723,7 @@ typedef struct {
 typedef void (*qr_log_fn)(void *user, int32_t level, const char *target, const char *message);
 
 /**
- * One connection's statistics. Version 1.
+ * One connection's statistics. Version 2 (version 1 ended at `rx_bytes`).
  */
 typedef struct {
   /**
@@ -678,10 +766,26 @@ typedef struct {
    * Bytes received in UD datagrams.
    */
   uint64_t rx_bytes;
+  /**
+   * v2. QUIC DATAGRAM frames received (RFC 9221), read or not.
+   */
+  uint64_t datagrams_received;
+  /**
+   * v2. Received datagrams dropped unread because the receive buffer
+   * (`qr_engine_config.datagram_recv_buffer`) was full
+   * (`QR_EVENT_DATAGRAMS_DROPPED` reports each batch). Frames arriving after
+   * the connection was closed count here too.
+   */
+  uint64_t datagrams_dropped;
+  /**
+   * v2. Received datagrams waiting for `qr_datagram_recv`.
+   */
+  uint64_t datagrams_queued;
 } qr_conn_stats;
 
 /**
- * The engine's UD socket counters. Version 2 (version 1 ended at `drop_malformed`).
+ * The engine's UD socket counters. Version 3 (version 1 ended at
+ * `drop_malformed`, version 2 at `qp_recoveries`).
  */
 typedef struct {
   /**
@@ -733,6 +837,12 @@ typedef struct {
    * Added in version 2 of the struct: older callers' smaller size omits it.
    */
   uint64_t qp_recoveries;
+  /**
+   * v3. Received QUIC datagrams dropped unread, on every connection of the
+   * engine (closed ones included): the sum of
+   * `qr_conn_stats.datagrams_dropped`.
+   */
+  uint64_t datagrams_dropped;
 } qr_socket_stats;
 
 /**
@@ -749,6 +859,8 @@ extern "C" {
  * Pin the calling thread to CPU `cpu` (sched_setaffinity). `QR_EINVAL` when
  * the CPU does not exist or is not allowed to this process (a cgroup or
  * taskset limit); `qr_last_error` says which.
+ *
+ * Returns: `QR_OK`, `QR_EINVAL` (no such CPU, or not allowed), `QR_EPANIC`.
  */
 int32_t qr_pin_thread(uint32_t cpu);
 
@@ -758,6 +870,10 @@ int32_t qr_pin_thread(uint32_t cpu);
  * only thread the library starts; the exchange is off the data path) until
  * `qr_bootstrap_free`. `QR_EFABRIC` when the port cannot be bound
  * (`qr_last_error` says why).
+ *
+ * Returns: `QR_OK` with the service in `*out`; `QR_ENULL`, `QR_EINVAL`
+ * (`listen` not UTF-8), `QR_EFABRIC` (`listen` not "IP:PORT", or cannot
+ * bind), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine; `listen` NUL-terminated; `out` writable.
@@ -778,6 +894,10 @@ void qr_bootstrap_free(qr_bootstrap *b);
  * `QR_ECONNECT` when nobody answers or the answer is malformed
  * (`qr_last_error` says which).
  *
+ * Returns: `QR_OK` with the address in `*out`; `QR_ENULL`, `QR_EINVAL`
+ * (`server` not UTF-8), `QR_ECONNECT` (`server` malformed, nobody answered
+ * in time, or a malformed answer), `QR_EPANIC`.
+ *
  * # Safety
  * `server` NUL-terminated; `out` writable.
  */
@@ -789,6 +909,9 @@ int32_t qr_bootstrap_query(const char *server, uint32_t timeout_ms, qr_addr *out
  * `qr_engine_poll_at`), up to and including `QR_EVENT_CLOSED`. The library
  * never dereferences it.
  *
+ * Returns: `QR_OK`, `QR_ENULL` (`e` NULL), `QR_ENOCONN`, `QR_EINVAL` (the
+ * connection has no known peer address yet), `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine.
  */
@@ -797,6 +920,9 @@ int32_t qr_conn_set_user(qr_engine *e, uint64_t conn, void *user);
 /**
  * The pointer `qr_conn_set_user` attached to `conn` into `*user` (NULL if none).
  *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_EPANIC` (an unknown id gives NULL, not an
+ * error).
+ *
  * # Safety
  * `e` is a live engine; `user` writable.
  */
@@ -804,6 +930,9 @@ int32_t qr_conn_user(const qr_engine *e, uint64_t conn, void **user);
 
 /**
  * The peer's current address (it changes when the peer migrates).
+ *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_ENOCONN`, `QR_EINVAL` (no known peer
+ * address), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine; `out` writable.
@@ -817,6 +946,9 @@ int32_t qr_conn_remote(const qr_engine *e, uint64_t conn, qr_addr *out);
  * returns the full length; `QR_ETOOSMALL` with the length in `*needed` (if
  * not NULL) when `cap` is short; 0 while the connection is open. Answers
  * until the poll after `QR_EVENT_CLOSED`.
+ *
+ * Returns: the reason's length (>= 0; 0 while open), `QR_ETOOSMALL`,
+ * `QR_ENULL`, `QR_ENOCONN`, `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine; `buf` points to `cap` writable bytes (NULL only with
@@ -837,6 +969,9 @@ int32_t qr_conn_close_reason(const qr_engine *e,
  * Early data can be replayed by an attacker, so a server accepts it only with
  * `accept_0rtt` set, for requests that are safe to run twice.
  *
+ * Returns: a bit set of `QR_0RTT_*` (>= 0), `QR_ENULL`, `QR_ENOCONN`,
+ * `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine.
  */
@@ -848,6 +983,9 @@ int32_t qr_conn_0rtt(const qr_engine *e, uint64_t conn);
  * `QR_EINVAL` before the handshake is confirmed. An update while the
  * previous one is still in flight is ignored (RFC 9001 §6.5).
  *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_ENOCONN`, `QR_EINVAL` (handshake not
+ * confirmed), `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine.
  */
@@ -855,6 +993,11 @@ int32_t qr_conn_key_update(qr_engine *e, uint64_t conn);
 
 /**
  * Send `len` bytes as one datagram on `conn`.
+ *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`, `QR_ETOOLARGE`
+ * (above `qr_datagram_max_size`), `QR_EUNSUPPORTED` (the peer takes no
+ * datagrams), `QR_EAGAIN` (send buffer full: retry after
+ * `QR_EVENT_DATAGRAMS_WRITABLE`), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine; `data` points to `len` readable bytes (NULL only with 0).
@@ -866,6 +1009,10 @@ int32_t qr_datagram_send(qr_engine *e, uint64_t conn, const uint8_t *data, size_
  * waiting. `QR_ETOOSMALL`: `cap` too small — the datagram is kept and, if
  * `needed` is not NULL, its length written there.
  *
+ * Returns: the datagram's length (>= 0), `QR_EAGAIN` (none waiting),
+ * `QR_ETOOSMALL`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED` (closed and nothing
+ * left to read), `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine; `buf` points to `cap` writable bytes; `needed` NULL or writable.
  */
@@ -873,6 +1020,8 @@ int64_t qr_datagram_recv(qr_engine *e, uint64_t conn, uint8_t *buf, size_t cap, 
 
 /**
  * The largest datagram `conn` accepts now (0 if the peer takes none).
+ *
+ * Returns: the size in bytes (>= 0), `QR_ENULL`, `QR_ENOCONN`, `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine.
@@ -882,6 +1031,14 @@ int64_t qr_datagram_max_size(qr_engine *e, uint64_t conn);
 /**
  * Create an engine on `fabric` from `cfg` into `*out`: a queue pair on the
  * port with GID `cfg->gid`, a UD socket over it, a QUIC endpoint over that.
+ *
+ * Returns: `QR_OK` with the engine in `*out`; `QR_ENULL` (a NULL `fabric`,
+ * `cfg`, `cfg->gid` or `out`), `QR_EINVAL` (a malformed or out-of-range config
+ * field, a `struct_size` below version 1 or with unknown non-zero bytes beyond
+ * this library's struct), `QR_ETLS` (certificate, key or roots unusable),
+ * `QR_EFABRIC` (no port with that GID, MTU below 1200, queue pair setup
+ * failed), `QR_ENODEVICE` (verbs: no such device), `QR_EPANIC`; `*out` is
+ * untouched on failure and `qr_last_error` says why.
  *
  * # Safety
  * `fabric` is a live `qr_fabric`; `cfg` points to at least `cfg->struct_size`
@@ -901,13 +1058,18 @@ void qr_engine_free(qr_engine *e);
 /**
  * Our address, for peers to connect to.
  *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine; `out` is writable.
  */
 int32_t qr_engine_local_addr(const qr_engine *e, qr_addr *out);
 
 /**
- * The active MTU of the engine's fabric port.
+ * The largest QUIC datagram of the engine: its fabric port's active MTU,
+ * or more on an MTU below 2048, where larger datagrams go as parts.
+ *
+ * Returns: the MTU in bytes (> 0), `QR_ENULL`, `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine.
@@ -925,6 +1087,9 @@ int32_t qr_engine_mtu(const qr_engine *e);
  * writes `QR_EVENT_V1_SIZE` bytes per element, for programs built against
  * the first header (whose `qr_event` had that size).
  *
+ * Returns: the number of events written (>= 0), `QR_ENULL` (`e` NULL, or
+ * `events` NULL with `cap` > 0), `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine; `events` points to `cap` writable `qr_event`s.
  */
@@ -937,6 +1102,10 @@ int32_t qr_engine_poll(qr_engine *e, qr_event *events, size_t cap);
  * nothing reads a clock of its own; `event_size` is `sizeof(qr_event)` as
  * the caller's header has it (at least `QR_EVENT_V1_SIZE`; fields the
  * library does not know are zeroed). Use one time source per engine.
+ *
+ * Returns: the number of events written (>= 0), `QR_ENULL` (`e` NULL, or
+ * `events` NULL with `cap` > 0), `QR_EINVAL` (`event_size` below
+ * `QR_EVENT_V1_SIZE`, or `cap * event_size` overflows), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine; `events` points to `cap * event_size` writable bytes.
@@ -953,6 +1122,8 @@ int32_t qr_engine_poll_at(qr_engine *e,
  * events are waiting. For callers that send from one place and read events
  * from another, or flush a batch of writes at once.
  *
+ * Returns: the number of events waiting (>= 0), `QR_ENULL`, `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine.
  */
@@ -961,6 +1132,9 @@ int32_t qr_engine_flush(qr_engine *e, uint64_t now_ns);
 /**
  * Microseconds until the engine needs a `qr_engine_poll` even if nothing
  * arrives (0: now), or -1 with no timer armed. For callers that sleep.
+ *
+ * Returns: microseconds (>= 0), -1 with no timer armed, `QR_ENULL` (also
+ * negative: check for it before using -1), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine.
@@ -972,6 +1146,9 @@ int64_t qr_engine_next_timeout_us(qr_engine *e);
  * `qr_engine_poll_at`), or -1 with no timer armed; `now_ns` is the caller's
  * time now (0: the library's clock, answer in its nanoseconds from now).
  *
+ * Returns: nanoseconds on the caller's timeline (>= 0), -1 with no timer
+ * armed, `QR_ENULL`, `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine.
  */
@@ -979,8 +1156,13 @@ int64_t qr_engine_deadline_ns(qr_engine *e, uint64_t now_ns);
 
 /**
  * The descriptor to sleep on (poll/epoll for readability) between polls:
- * the provider's readiness fd (a `soft` socket; for `sim`, -1: keep
- * polling). Call `qr_engine_arm` before sleeping. Owned by the engine.
+ * the provider's readiness fd (a `soft` socket, a `verbs` completion
+ * channel). Call `qr_engine_arm` before sleeping. Owned by the engine: do
+ * not close it.
+ *
+ * Returns the descriptor (>= 0), `QR_ENOFD` when the provider has none
+ * (`sim`: keep polling, or use `qr_engine_wait`, which sleeps on every
+ * provider), or `QR_ENULL`.
  *
  * # Safety
  * `e` is a live engine.
@@ -992,6 +1174,8 @@ int32_t qr_engine_readiness_fd(const qr_engine *e);
  * be waiting (poll again instead of sleeping), 0 if sleeping until the fd is
  * readable or the next deadline is safe.
  *
+ * Returns: 0 (safe to sleep), 1 (poll again), `QR_ENULL`, `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine.
  */
@@ -1001,6 +1185,11 @@ int32_t qr_engine_arm(qr_engine *e);
  * Start a connection to `remote`, verifying its certificate for `server_name`;
  * the id goes to `*conn`. `QR_EVENT_CONNECTED` follows.
  *
+ * Returns: `QR_OK` with the id in `*conn`; `QR_ENULL`, `QR_EINVAL`
+ * (`server_name` not UTF-8), `QR_ETLS` (no client config: set `ca_der`),
+ * `QR_ECONNECT` (bad address or server name, CIDs exhausted; `qr_last_error`
+ * says which), `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine; `remote` readable; `server_name` NUL-terminated; `conn` writable.
  */
@@ -1008,6 +1197,10 @@ int32_t qr_connect(qr_engine *e, const qr_addr *remote, const char *server_name,
 
 /**
  * Accept attempt `incoming` (from `QR_EVENT_INCOMING`); the connection id goes to `*conn`.
+ *
+ * Returns: `QR_OK` with the id in `*conn`; `QR_ENULL`, `QR_ENOINCOMING`
+ * (unknown or already decided), `QR_ECLOSED` (the attempt failed on
+ * acceptance), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine; `conn` writable.
@@ -1017,6 +1210,8 @@ int32_t qr_accept(qr_engine *e, uint64_t incoming, uint64_t *conn);
 /**
  * Refuse attempt `incoming` (the client sees CONNECTION_REFUSED).
  *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_ENOINCOMING`, `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine.
  */
@@ -1024,6 +1219,9 @@ int32_t qr_refuse(qr_engine *e, uint64_t incoming);
 
 /**
  * Answer attempt `incoming` with a Retry (address validation).
+ *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_ENOINCOMING`, `QR_EINVAL` (the attempt
+ * already carries a validated token: it is dropped), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine.
@@ -1033,6 +1231,8 @@ int32_t qr_retry(qr_engine *e, uint64_t incoming);
 /**
  * Drop attempt `incoming` without answering.
  *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_ENOINCOMING`, `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine.
  */
@@ -1040,6 +1240,9 @@ int32_t qr_ignore(qr_engine *e, uint64_t incoming);
 
 /**
  * Close `conn` with application `code` and `reason` (`reason_len` bytes, may be NULL/0).
+ *
+ * Returns: `QR_OK`, `QR_ENULL` (`e` NULL, or `reason` NULL with a length),
+ * `QR_ENOCONN`, `QR_EINVAL` (`code` at or above 2^62), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine; `reason` points to `reason_len` readable bytes (or is NULL with 0).
@@ -1056,16 +1259,23 @@ int32_t qr_close(qr_engine *e,
 const char *qr_strerror(int32_t code);
 
 /**
- * Why the last call on this thread that gave a negative code failed, in
- * words that name the fix (an empty string when the code says all). Valid
- * until the next failing call on this thread; never NULL. Not every code
- * records a message: check the code first, then read this.
+ * Why the most recent call on this thread failed, in words that name the
+ * fix; never NULL. Like `errno`, but cleared: every `qr_*` call except
+ * `qr_last_error`, `qr_strerror`, `qr_version` and `qr_version_number`
+ * empties it on entry, and a failing call may set it, so it always
+ * describes the last call made — an empty string after a success, and after
+ * a failure whose code says all (the data path's `QR_EAGAIN`, `QR_ENULL`,
+ * ...: they record nothing, so a busy-polled loop never allocates). Read it
+ * right after the failing call; the pointer stays valid until the next
+ * `qr_*` call on this thread.
  */
 const char *qr_last_error(void);
 
 /**
  * Choose what a panic inside the library does (process-wide): one of
  * `QR_PANIC_*`. Returns the previous policy, or `QR_EINVAL`.
+ *
+ * Returns: the previous policy (>= 0), `QR_EINVAL`.
  */
 int32_t qr_set_panic_policy(uint32_t policy);
 
@@ -1076,6 +1286,11 @@ int32_t qr_set_panic_policy(uint32_t policy);
  * built with the `verbs` feature, else `QR_ENOPROVIDER`). With no RDMA
  * device, the first `qr_engine_new` on a verbs fabric returns
  * `QR_ENODEVICE`, `qr_last_error` naming the fix.
+ *
+ * Returns: `QR_OK` with the fabric in `*out`; `QR_ENULL`, `QR_EINVAL` (a bad
+ * field: MTU, probabilities, port, `reserved`, `struct_size`),
+ * `QR_ENOPROVIDER` (unknown provider, or verbs not built in), `QR_EPANIC`;
+ * `qr_last_error` says why.
  *
  * # Safety
  * `cfg` points to a `qr_fabric_config` of at least `cfg->struct_size` bytes
@@ -1099,6 +1314,9 @@ void qr_fabric_free(qr_fabric *f);
  * the process already installed another `tracing` subscriber (a Rust host
  * program's own logger): then that logger receives the library's events.
  *
+ * Returns: `QR_OK`, `QR_EINVAL` (`level` not one of `QR_LOG_*`), `QR_EBUSY`,
+ * `QR_EPANIC`.
+ *
  * # Safety
  * `cb` is safe to call from any thread with `user` until logging is turned
  * off or another callback is set.
@@ -1108,6 +1326,9 @@ int32_t qr_log_set(qr_log_fn cb, void *user, int32_t level);
 /**
  * Statistics of `conn` into `*out` (set `out->struct_size` first).
  *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_EINVAL` (`out->struct_size` below 4),
+ * `QR_ENOCONN`, `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
  */
@@ -1115,6 +1336,9 @@ int32_t qr_conn_stats_get(qr_engine *e, uint64_t conn, qr_conn_stats *out);
 
 /**
  * The socket's counters into `*out` (set `out->struct_size` first).
+ *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_EINVAL` (`out->struct_size` below 4),
+ * `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
@@ -1124,6 +1348,9 @@ int32_t qr_socket_stats_get(qr_engine *e, qr_socket_stats *out);
 /**
  * Open a stream on `conn` (`bidi` nonzero: bidirectional); its id goes to `*stream`.
  * `QR_EAGAIN` when the peer's stream limit is reached (`QR_EVENT_STREAMS_AVAILABLE` follows).
+ *
+ * Returns: `QR_OK` with the id in `*stream`; `QR_ENULL`, `QR_ENOCONN`,
+ * `QR_ECLOSED`, `QR_EAGAIN` (stream limit), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine; `stream` writable.
@@ -1135,6 +1362,10 @@ int32_t qr_stream_open(qr_engine *e, uint64_t conn, int32_t bidi, uint64_t *stre
  * `len == 0`, which sends nothing) or a negative code (`QR_EAGAIN` when flow
  * control admits nothing now; `QR_ESTREAM` for a stream id that was never
  * opened, by us or by the peer, or not writable by us).
+ *
+ * Returns: the bytes taken (>= 0), `QR_EAGAIN`, `QR_ESTREAM`, `QR_ESTOPPED`
+ * (the peer sent STOP_SENDING), `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`,
+ * `QR_EINVAL` (`stream` at or above 2^62), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine; `data` points to `len` readable bytes (NULL only with 0).
@@ -1155,6 +1386,11 @@ int64_t qr_stream_write(qr_engine *e,
  * unchanged until `release`. One small allocation per call (the reference
  * count of the lent buffer); no copy of the payload.
  *
+ * Returns: the bytes taken (>= 0), `QR_EAGAIN`, `QR_ESTREAM`, `QR_ESTOPPED`,
+ * `QR_ENULL` (also a NULL `release`), `QR_ENOCONN`, `QR_ECLOSED`, `QR_EINVAL`
+ * (`stream` at or above 2^62), `QR_EPANIC`; `release` has run before an error
+ * returns.
+ *
  * # Safety
  * `e` is a live engine; `data` points to `len` readable bytes that stay valid
  * and unchanged until `release` runs; `release` is non-NULL and callable with
@@ -1173,6 +1409,10 @@ int64_t qr_stream_write_zc(qr_engine *e,
  * NULL) is set to 1 once the stream's end has been read, else 0.
  * `QR_EAGAIN`: nothing yet; `QR_ERESET`: reset by the peer; `QR_ESTREAM`: closed.
  *
+ * Returns: the bytes read (>= 0; 0 with `*fin` 1 at the end), `QR_EAGAIN`,
+ * `QR_ERESET`, `QR_ESTREAM`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`,
+ * `QR_EINVAL` (`stream` at or above 2^62), `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine; `buf` points to `cap` writable bytes; `fin` is NULL or writable.
  */
@@ -1187,6 +1427,9 @@ int64_t qr_stream_read(qr_engine *e,
  * Reset `stream` (stop sending, RESET_STREAM with `code`). `QR_ESTREAM` for a
  * stream id never opened (no frame is sent for it).
  *
+ * Returns: `QR_OK`, `QR_ESTREAM`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`,
+ * `QR_EINVAL` (`stream` or `code` at or above 2^62), `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine.
  */
@@ -1196,6 +1439,9 @@ int32_t qr_stream_reset(qr_engine *e, uint64_t conn, uint64_t stream, uint64_t c
  * Ask the peer to stop sending on `stream` (STOP_SENDING with `code`).
  * `QR_ESTREAM` for a stream id never opened (no frame is sent for it).
  *
+ * Returns: `QR_OK`, `QR_ESTREAM`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`,
+ * `QR_EINVAL` (`stream` or `code` at or above 2^62), `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine.
  */
@@ -1203,6 +1449,9 @@ int32_t qr_stream_stop(qr_engine *e, uint64_t conn, uint64_t stream, uint64_t co
 
 /**
  * Set `stream`'s send priority (higher first).
+ *
+ * Returns: `QR_OK`, `QR_ESTREAM`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`,
+ * `QR_EINVAL` (`stream` at or above 2^62), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine.
@@ -1212,6 +1461,9 @@ int32_t qr_stream_set_priority(qr_engine *e, uint64_t conn, uint64_t stream, int
 /**
  * Finish `stream`: no more data; `QR_EVENT_STREAM_FINISHED` follows once all is acknowledged.
  * `QR_ESTREAM` for a stream id never opened (no frame is sent for it).
+ *
+ * Returns: `QR_OK`, `QR_ESTREAM`, `QR_ESTOPPED`, `QR_ENULL`, `QR_ENOCONN`,
+ * `QR_ECLOSED`, `QR_EINVAL` (`stream` at or above 2^62), `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine.
@@ -1227,6 +1479,10 @@ int32_t qr_stream_finish(qr_engine *e, uint64_t conn, uint64_t stream);
  * the next call on the same thread with the same `name`, which copies exactly
  * it — so "ask the size, allocate, call again" always succeeds.
  * For tests and examples: production servers load a real certificate.
+ *
+ * Returns: `QR_OK`, `QR_ETOOSMALL` (lengths set; call again), `QR_ENULL`,
+ * `QR_EINVAL` (`name` empty or not UTF-8), `QR_ETLS` (generation failed),
+ * `QR_EPANIC`.
  *
  * # Safety
  * `name` is NUL-terminated; `cert`/`key` point to `cert_cap`/`key_cap`
@@ -1246,6 +1502,9 @@ int32_t qr_tls_selfsigned(const char *name,
  * Size query: with `buf` NULL or `cap` too small it returns `QR_ETOOSMALL`
  * with `*len` set. A missing or unreadable file is `QR_EINVAL`, with the
  * path and the reason in `qr_last_error`.
+ *
+ * Returns: the file's length (>= 0), `QR_ETOOSMALL` (`*len` set), `QR_ENULL`,
+ * `QR_EINVAL` (missing or unreadable file), `QR_EPANIC`.
  *
  * # Safety
  * `path` is NUL-terminated; `buf` points to `cap` writable bytes (NULL only
@@ -1272,6 +1531,9 @@ uint32_t qr_version_number(void);
  * 25 and 200 µs; both `QR_SPIN_FOREVER`: never sleep. `QR_EINVAL` if
  * `spin_min_ns > spin_max_ns`. Resets what the adaptation learnt.
  *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_EINVAL` (`spin_min_ns` above
+ * `spin_max_ns`), `QR_EFABRIC` (no eventfd), `QR_EPANIC`.
+ *
  * # Safety
  * `e` is a live engine.
  */
@@ -1292,6 +1554,9 @@ int32_t qr_engine_set_idle(qr_engine *e, uint64_t spin_min_ns, uint64_t spin_max
  * `qr_engine_set_idle`'s (the default if never set). Negative: `QR_ENULL`,
  * `QR_EINVAL` (`max_wait_ns` below -1), `QR_EFABRIC` (no eventfd for the
  * sleep: `qr_last_error` says why).
+ *
+ * Returns: `QR_WAIT_SPUN`, `QR_WAIT_WOKEN` or `QR_WAIT_TIMEOUT` (>= 0);
+ * `QR_ENULL`, `QR_EINVAL` (`max_wait_ns` below -1), `QR_EFABRIC`, `QR_EPANIC`.
  *
  * # Safety
  * `e` is a live engine.

@@ -46,7 +46,7 @@ inline long long check(long long rc, const char *what_call) {
     return rc;
 }
 
-/** A version-2 engine config, zeroed with struct_size set (all defaults). */
+/** An engine config of this header's version, zeroed with struct_size set (all defaults). */
 struct engine_config : qr_engine_config {
     engine_config() : qr_engine_config{} { struct_size = sizeof(qr_engine_config); }
     /** This endpoint's certificate (chain) and key, PEM or DER. */

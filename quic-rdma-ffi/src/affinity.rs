@@ -6,6 +6,8 @@ use crate::error::{fail, guard, QR_EINVAL, QR_OK};
 /// Pin the calling thread to CPU `cpu` (sched_setaffinity). `QR_EINVAL` when
 /// the CPU does not exist or is not allowed to this process (a cgroup or
 /// taskset limit); `qr_last_error` says which.
+///
+/// Returns: `QR_OK`, `QR_EINVAL` (no such CPU, or not allowed), `QR_EPANIC`.
 #[no_mangle]
 pub extern "C" fn qr_pin_thread(cpu: u32) -> i32 {
     guard(|| {

@@ -10,11 +10,11 @@ use std::ffi::c_char;
 use std::time::Duration;
 
 use quic_rdma::fabric::soft::bootstrap::{query, BootstrapHandle, BootstrapServer, PeerInfo};
-use quic_rdma::fabric::{Mtu, ROCEV2_UDP_PORT};
+use quic_rdma::fabric::ROCEV2_UDP_PORT;
 
 use crate::config::qr_addr;
 use crate::engine::qr_engine;
-use crate::error::{fail, guard, QR_ECONNECT, QR_EFABRIC, QR_EINVAL, QR_OK};
+use crate::error::{fail, guard, QR_ECONNECT, QR_EFABRIC, QR_OK};
 use crate::ptr::{obj_ref, put, text};
 
 /// A running address-exchange service (`qr_bootstrap_serve`).
@@ -28,6 +28,10 @@ pub struct qr_bootstrap {
 /// `qr_bootstrap_free`. `QR_EFABRIC` when the port cannot be bound
 /// (`qr_last_error` says why).
 ///
+/// Returns: `QR_OK` with the service in `*out`; `QR_ENULL`, `QR_EINVAL`
+/// (`listen` not UTF-8), `QR_EFABRIC` (`listen` not "IP:PORT", or cannot
+/// bind), `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine; `listen` NUL-terminated; `out` writable.
 #[no_mangle]
@@ -39,11 +43,13 @@ pub unsafe extern "C" fn qr_bootstrap_serve(
     guard(|| {
         // SAFETY: the caller's contract above.
         let (e, listen) = unsafe { (obj_ref(e)?, text(listen)?) };
-        let mtu = Mtu::from_bytes(e.engine.mtu()).ok_or(QR_EINVAL)?;
+        // The active MTU (the engine's may be larger: segmentation).
+        let socket = e.engine.socket();
         let info = PeerInfo {
             addr: e.engine.local_addr(),
             udp_port: ROCEV2_UDP_PORT,
-            mtu,
+            mtu: socket.active_mtu(),
+            reassembles: socket.config().segmentation,
         };
         let handle = BootstrapServer::bind(listen, info)
             .and_then(BootstrapServer::spawn)
@@ -78,6 +84,10 @@ pub unsafe extern "C" fn qr_bootstrap_free(b: *mut qr_bootstrap) {
 /// `timeout_ms` (0: 5 s); the answer goes to `*out`, ready for `qr_connect`.
 /// `QR_ECONNECT` when nobody answers or the answer is malformed
 /// (`qr_last_error` says which).
+///
+/// Returns: `QR_OK` with the address in `*out`; `QR_ENULL`, `QR_EINVAL`
+/// (`server` not UTF-8), `QR_ECONNECT` (`server` malformed, nobody answered
+/// in time, or a malformed answer), `QR_EPANIC`.
 ///
 /// # Safety
 /// `server` NUL-terminated; `out` writable.

@@ -111,9 +111,34 @@ pub const QR_CC_CUBIC: u32 = 2;
 /// Congestion control: BBR (experimental in quinn-proto).
 pub const QR_CC_BBR: u32 = 3;
 
-/// How to build an engine (`qr_engine_new`). Version 2 (version 1 ended at
-/// `ca_der_len`; a caller built against it passes the smaller size and gets
-/// every default below).
+/// Smallest `stream_window` and `conn_window` accepted (bytes; 0 is the default).
+pub const QR_WINDOW_MIN: u64 = 1024;
+/// Largest `stream_window` accepted (bytes): the peer may make us buffer this
+/// much per stream.
+pub const QR_STREAM_WINDOW_MAX: u64 = 1_073_741_824;
+/// Largest `conn_window` accepted (bytes): the peer may make us buffer this
+/// much per connection.
+pub const QR_CONN_WINDOW_MAX: u64 = 4_294_967_296;
+/// Largest `recv_batch` accepted (datagrams per poll).
+pub const QR_RECV_BATCH_MAX: u32 = 4096;
+/// Smallest `recv_depth` and `send_slots` accepted (0 is the default).
+pub const QR_QUEUE_MIN: u32 = 64;
+/// Largest `recv_depth` and `send_slots` accepted: each is a registered
+/// buffer of MTU + 64 bytes (32768 at MTU 4096: 136 MB).
+pub const QR_QUEUE_MAX: u32 = 32768;
+/// Smallest `datagram_recv_buffer` accepted (bytes; 0 is the default): more
+/// than any datagram at the largest MTU.
+pub const QR_DATAGRAM_BUFFER_MIN: u64 = 16_384;
+/// Largest `datagram_recv_buffer` accepted (bytes), per connection.
+pub const QR_DATAGRAM_BUFFER_MAX: u64 = 268_435_456;
+/// Largest `max_bidi_streams` and `max_uni_streams` accepted: quinn-proto
+/// allocates the state of every stream the peer may open when a connection
+/// starts.
+pub const QR_STREAMS_MAX: u32 = 16384;
+
+/// How to build an engine (`qr_engine_new`). Version 3 (version 1 ended at
+/// `ca_der_len`, version 2 at `max_uni_streams`; a caller built against an
+/// older one passes the smaller size and gets every default after it).
 ///
 /// TLS: a server sets `cert_der`/`key_der` (its certificate chain, leaf first,
 /// and its private key); a client sets `ca_der` (the roots it trusts). Each
@@ -123,7 +148,9 @@ pub const QR_CC_BBR: u32 = 3;
 /// certificate presents it when asked.
 ///
 /// Every transport field takes 0 for the library's default (the fabric-tuned
-/// values of `quic_rdma::quic::config::transport_config`).
+/// values of `quic_rdma::quic::config::transport_config`). A value outside a
+/// field's documented range is refused with `QR_EINVAL` (never clamped), and
+/// `qr_last_error` names the field and its range.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct qr_engine_config {
@@ -166,28 +193,44 @@ pub struct qr_engine_config {
     /// v2. ALPN protocols, comma-separated in preference order ("h3,qr/1");
     /// NULL or "" offers none. Both sides must share one when either sets it.
     pub alpn: *const c_char,
-    /// v2. Idle timeout in milliseconds (0: 1500; `QR_TIMER_OFF`: none).
+    /// v2. Idle timeout in milliseconds (0: 1500; `QR_TIMER_OFF`: none;
+    /// any other value is taken as is).
     pub idle_timeout_ms: u32,
     /// v2. Keep-alive interval in milliseconds (0: 300; `QR_TIMER_OFF`: none).
-    /// Must be below the idle timeout.
+    /// Must be below the idle timeout (else `QR_EINVAL`).
     pub keep_alive_ms: u32,
-    /// v2. Receive window per stream, bytes (0: 16 MiB).
+    /// v2. Receive window per stream, bytes (0: 16 MiB; else
+    /// `QR_WINDOW_MIN`..=`QR_STREAM_WINDOW_MAX`, 1 KiB..1 GiB).
     pub stream_window: u64,
-    /// v2. Receive and send window per connection, bytes (0: 64 MiB).
+    /// v2. Receive and send window per connection, bytes (0: 64 MiB; else
+    /// `QR_WINDOW_MIN`..=`QR_CONN_WINDOW_MAX`, 1 KiB..4 GiB).
     pub conn_window: u64,
     /// v2. One of `QR_CC_*`.
     pub congestion: u32,
-    /// v2. Datagrams taken from the receive queue per poll (0: 256).
+    /// v2. Datagrams taken from the receive queue per poll (0: 256; else
+    /// 1..=`QR_RECV_BATCH_MAX`).
     pub recv_batch: u32,
-    /// v2. Receives kept posted on the queue pair (0: 2048); a packet that
-    /// finds none is lost, so size it to the receive window in packets.
+    /// v2. Receives kept posted on the queue pair (0: 2048; else
+    /// `QR_QUEUE_MIN`..=`QR_QUEUE_MAX`, and at most what the device allows);
+    /// a packet that finds none is lost, so size it to the receive window in
+    /// packets.
     pub recv_depth: u32,
-    /// v2. Send buffers in flight on the queue pair (0: 1024).
+    /// v2. Send buffers in flight on the queue pair (0: 1024; else
+    /// `QR_QUEUE_MIN`..=`QR_QUEUE_MAX`).
     pub send_slots: u32,
-    /// v2. Bidirectional streams the peer may have open at once (0: 100).
+    /// v2. Bidirectional streams the peer may have open at once (0: 100;
+    /// else 1..=`QR_STREAMS_MAX`).
     pub max_bidi_streams: u32,
-    /// v2. Unidirectional streams the peer may have open at once (0: 100).
+    /// v2. Unidirectional streams the peer may have open at once (0: 100;
+    /// else 1..=`QR_STREAMS_MAX`).
     pub max_uni_streams: u32,
+    /// v3. Bytes of received datagrams each connection holds until
+    /// `qr_datagram_recv` takes them (payload plus 32 per datagram; 0: 4 MiB;
+    /// else `QR_DATAGRAM_BUFFER_MIN`..=`QR_DATAGRAM_BUFFER_MAX`, 16 KiB..256
+    /// MiB). When a new datagram does not fit, the oldest are dropped,
+    /// counted (`qr_conn_stats.datagrams_dropped`) and reported
+    /// (`QR_EVENT_DATAGRAMS_DROPPED`).
+    pub datagram_recv_buffer: u64,
 }
 
 // SAFETY: repr(C), first field u32 struct_size, fields valid when zeroed.
@@ -241,13 +284,23 @@ impl qr_engine_config {
             ..EngineConfig::default()
         };
         if self.recv_batch != 0 {
-            engine.recv_batch = self.recv_batch as usize;
+            engine.recv_batch = bounded(self.recv_batch, 1, QR_RECV_BATCH_MAX, "recv_batch")?;
         }
         if self.recv_depth != 0 {
-            engine.socket.recv_depth = self.recv_depth as usize;
+            engine.socket.recv_depth =
+                bounded(self.recv_depth, QR_QUEUE_MIN, QR_QUEUE_MAX, "recv_depth")?;
         }
         if self.send_slots != 0 {
-            engine.socket.send_slots = self.send_slots as usize;
+            engine.socket.send_slots =
+                bounded(self.send_slots, QR_QUEUE_MIN, QR_QUEUE_MAX, "send_slots")?;
+        }
+        if self.datagram_recv_buffer != 0 {
+            engine.datagram_recv_buffer = bounded(
+                self.datagram_recv_buffer,
+                QR_DATAGRAM_BUFFER_MIN,
+                QR_DATAGRAM_BUFFER_MAX,
+                "datagram_recv_buffer",
+            )?;
         }
         if tls.identity.is_some() {
             engine.server = Some(
@@ -277,21 +330,34 @@ impl qr_engine_config {
         )
         .map_err(|e| fail(QR_EINVAL, e))?;
         let mut t = transport_config_with(mtu, liveness);
-        let varint = |v: u64, what: &str| {
-            VarInt::from_u64(v).map_err(|_| fail(QR_EINVAL, format!("{what} is above 2^62")))
-        };
+        // Bounded before quinn-proto sees them: it takes any VarInt, and
+        // allocates per stream the peer may open at connection start.
         if self.stream_window != 0 {
-            t.stream_receive_window(varint(self.stream_window, "stream_window")?);
+            let w = bounded(
+                self.stream_window,
+                QR_WINDOW_MIN,
+                QR_STREAM_WINDOW_MAX,
+                "stream_window",
+            )?;
+            t.stream_receive_window(VarInt::from_u64(w).expect("bounded below 2^62"));
         }
         if self.conn_window != 0 {
-            t.receive_window(varint(self.conn_window, "conn_window")?)
-                .send_window(self.conn_window);
+            let w = bounded(
+                self.conn_window,
+                QR_WINDOW_MIN,
+                QR_CONN_WINDOW_MAX,
+                "conn_window",
+            )?;
+            t.receive_window(VarInt::from_u64(w).expect("bounded below 2^62"))
+                .send_window(w);
         }
         if self.max_bidi_streams != 0 {
-            t.max_concurrent_bidi_streams(self.max_bidi_streams.into());
+            let n = bounded(self.max_bidi_streams, 1, QR_STREAMS_MAX, "max_bidi_streams")?;
+            t.max_concurrent_bidi_streams(VarInt::from_u32(n));
         }
         if self.max_uni_streams != 0 {
-            t.max_concurrent_uni_streams(self.max_uni_streams.into());
+            let n = bounded(self.max_uni_streams, 1, QR_STREAMS_MAX, "max_uni_streams")?;
+            t.max_concurrent_uni_streams(VarInt::from_u32(n));
         }
         match self.congestion {
             QR_CC_DEFAULT => {}
@@ -313,6 +379,23 @@ impl qr_engine_config {
         }
         Ok(Arc::new(t))
     }
+}
+
+/// `v` if it lies in `min..=max`, converted; else `QR_EINVAL` naming the
+/// field and its range (an out-of-range value is refused, never clamped: a
+/// huge queue used to abort the process allocating it).
+fn bounded<T, U>(v: T, min: T, max: T, what: &str) -> Result<U, i32>
+where
+    T: PartialOrd + std::fmt::Display + Copy,
+    U: TryFrom<T>,
+{
+    if v < min || v > max {
+        return Err(fail(
+            QR_EINVAL,
+            format!("{what} {v} is out of range: 0 (the default) or {min}..={max}"),
+        ));
+    }
+    U::try_from(v).map_err(|_| fail(QR_EINVAL, format!("{what} {v} does not fit")))
 }
 
 fn flag(v: u32, what: &str) -> Result<bool, i32> {
@@ -365,4 +448,30 @@ fn policy(p: u32) -> Result<AcceptPolicy, i32> {
             ))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_refuses_outside_the_range_and_names_the_field() {
+        assert_eq!(bounded::<u32, usize>(64, 64, 128, "x"), Ok(64));
+        assert_eq!(bounded::<u32, usize>(128, 64, 128, "x"), Ok(128));
+        assert_eq!(bounded::<u32, usize>(63, 64, 128, "x"), Err(QR_EINVAL));
+        assert_eq!(
+            bounded::<u32, usize>(100_000_000, QR_QUEUE_MIN, QR_QUEUE_MAX, "recv_depth"),
+            Err(QR_EINVAL)
+        );
+        // SAFETY: qr_last_error returns a live NUL-terminated string.
+        let msg = unsafe { std::ffi::CStr::from_ptr(crate::error::qr_last_error()) };
+        assert_eq!(
+            msg.to_str().unwrap(),
+            "recv_depth 100000000 is out of range: 0 (the default) or 64..=32768"
+        );
+        assert_eq!(
+            bounded::<u64, u64>(1 << 40, QR_WINDOW_MIN, QR_CONN_WINDOW_MAX, "conn_window"),
+            Err(QR_EINVAL)
+        );
+    }
 }

@@ -16,6 +16,9 @@ use crate::ptr::{copy_out, obj, obj_ref, put};
 /// `qr_engine_poll_at`), up to and including `QR_EVENT_CLOSED`. The library
 /// never dereferences it.
 ///
+/// Returns: `QR_OK`, `QR_ENULL` (`e` NULL), `QR_ENOCONN`, `QR_EINVAL` (the
+/// connection has no known peer address yet), `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine.
 #[no_mangle]
@@ -37,6 +40,9 @@ pub unsafe extern "C" fn qr_conn_set_user(e: *mut qr_engine, conn: u64, user: *m
 }
 
 /// The pointer `qr_conn_set_user` attached to `conn` into `*user` (NULL if none).
+///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_EPANIC` (an unknown id gives NULL, not an
+/// error).
 ///
 /// # Safety
 /// `e` is a live engine; `user` writable.
@@ -61,6 +67,9 @@ pub unsafe extern "C" fn qr_conn_user(
 
 /// The peer's current address (it changes when the peer migrates).
 ///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_ENOCONN`, `QR_EINVAL` (no known peer
+/// address), `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine; `out` writable.
 #[no_mangle]
@@ -84,6 +93,9 @@ pub unsafe extern "C" fn qr_conn_remote(e: *const qr_engine, conn: u64, out: *mu
 /// returns the full length; `QR_ETOOSMALL` with the length in `*needed` (if
 /// not NULL) when `cap` is short; 0 while the connection is open. Answers
 /// until the poll after `QR_EVENT_CLOSED`.
+///
+/// Returns: the reason's length (>= 0; 0 while open), `QR_ETOOSMALL`,
+/// `QR_ENULL`, `QR_ENOCONN`, `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine; `buf` points to `cap` writable bytes (NULL only with
@@ -133,6 +145,9 @@ pub const QR_0RTT_ACCEPTED: i32 = 2;
 /// Early data can be replayed by an attacker, so a server accepts it only with
 /// `accept_0rtt` set, for requests that are safe to run twice.
 ///
+/// Returns: a bit set of `QR_0RTT_*` (>= 0), `QR_ENULL`, `QR_ENOCONN`,
+/// `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine.
 #[no_mangle]
@@ -153,6 +168,9 @@ pub unsafe extern "C" fn qr_conn_0rtt(e: *const qr_engine, conn: u64) -> i32 {
 /// confidentiality limit, e.g. at a quiet moment of the trading day.
 /// `QR_EINVAL` before the handshake is confirmed. An update while the
 /// previous one is still in flight is ignored (RFC 9001 §6.5).
+///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_ENOCONN`, `QR_EINVAL` (handshake not
+/// confirmed), `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine.

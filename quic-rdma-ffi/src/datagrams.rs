@@ -8,6 +8,11 @@ use crate::ptr::{bytes, bytes_mut, obj, put};
 
 /// Send `len` bytes as one datagram on `conn`.
 ///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`, `QR_ETOOLARGE`
+/// (above `qr_datagram_max_size`), `QR_EUNSUPPORTED` (the peer takes no
+/// datagrams), `QR_EAGAIN` (send buffer full: retry after
+/// `QR_EVENT_DATAGRAMS_WRITABLE`), `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine; `data` points to `len` readable bytes (NULL only with 0).
 #[no_mangle]
@@ -31,6 +36,10 @@ pub unsafe extern "C" fn qr_datagram_send(
 /// waiting. `QR_ETOOSMALL`: `cap` too small — the datagram is kept and, if
 /// `needed` is not NULL, its length written there.
 ///
+/// Returns: the datagram's length (>= 0), `QR_EAGAIN` (none waiting),
+/// `QR_ETOOSMALL`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED` (closed and nothing
+/// left to read), `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine; `buf` points to `cap` writable bytes; `needed` NULL or writable.
 #[no_mangle]
@@ -45,7 +54,11 @@ pub unsafe extern "C" fn qr_datagram_recv(
         // SAFETY: the caller's contract above.
         let (e, buf) = unsafe { (obj(e)?, bytes_mut(buf, cap)?) };
         match e.engine.recv_datagram(ConnHandle::from_bits(conn), buf) {
-            Ok(n) => Ok(n as i64),
+            Ok(n) => {
+                // Decrypted bytes (see valgrind.rs).
+                crate::valgrind::mark_defined(buf.as_ptr(), n);
+                Ok(n as i64)
+            }
             Err(EngineError::BufferTooSmall { needed: n }) => {
                 if !needed.is_null() {
                     // SAFETY: non-null and writable by contract.
@@ -59,6 +72,8 @@ pub unsafe extern "C" fn qr_datagram_recv(
 }
 
 /// The largest datagram `conn` accepts now (0 if the peer takes none).
+///
+/// Returns: the size in bytes (>= 0), `QR_ENULL`, `QR_ENOCONN`, `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine.

@@ -9,7 +9,7 @@ use quic_rdma::engine::{ConnHandle, Engine, Event, IncomingId, Waiter};
 use quic_rdma::fabric::UdQueuePair;
 
 use crate::config::{qr_addr, qr_engine_config};
-use crate::error::{code_of, guard, guard64, QR_EINVAL, QR_OK};
+use crate::error::{code_of, guard, guard64, QR_EINVAL, QR_ENOFD, QR_OK};
 use crate::events::{qr_event, QR_EVENT_INCOMING, QR_EVENT_V1_SIZE};
 use crate::fabric::qr_fabric;
 use crate::ptr::{bytes, obj, obj_ref, put, read_versioned, text};
@@ -32,6 +32,14 @@ pub struct qr_engine {
 /// Create an engine on `fabric` from `cfg` into `*out`: a queue pair on the
 /// port with GID `cfg->gid`, a UD socket over it, a QUIC endpoint over that.
 ///
+/// Returns: `QR_OK` with the engine in `*out`; `QR_ENULL` (a NULL `fabric`,
+/// `cfg`, `cfg->gid` or `out`), `QR_EINVAL` (a malformed or out-of-range config
+/// field, a `struct_size` below version 1 or with unknown non-zero bytes beyond
+/// this library's struct), `QR_ETLS` (certificate, key or roots unusable),
+/// `QR_EFABRIC` (no port with that GID, MTU below 1200, queue pair setup
+/// failed), `QR_ENODEVICE` (verbs: no such device), `QR_EPANIC`; `*out` is
+/// untouched on failure and `qr_last_error` says why.
+///
 /// # Safety
 /// `fabric` is a live `qr_fabric`; `cfg` points to at least `cfg->struct_size`
 /// bytes with valid string and buffer pointers; `out` is writable.
@@ -43,12 +51,15 @@ pub unsafe extern "C" fn qr_engine_new(
 ) -> i32 {
     guard(|| {
         // SAFETY: the caller's contract above.
-        let (f, c) = unsafe { (obj_ref(fabric)?, read_versioned(cfg)?) };
+        let (f, c) = unsafe { (obj_ref(fabric)?, read_versioned(cfg, "qr_engine_config")?) };
         // SAFETY: NUL-terminated by contract (null-checked).
         let gid_text = unsafe { text(c.gid) }?;
         let qp = f.open_qp(gid_text)?;
+        // QUIC's datagram size: the active MTU, or what the socket offers
+        // above it when it segments (docs/architecture.md §6).
+        let mtu = quic_rdma::socket::segment::datagram_mtu(qp.attr().active_mtu.bytes());
         // SAFETY: the config's pointers are valid by the caller's contract.
-        let ecfg = unsafe { c.build(qp.attr().active_mtu.bytes()) }?;
+        let ecfg = unsafe { c.build(mtu) }?;
         let engine = Engine::new(qp, ecfg).map_err(|e| code_of(&e))?;
         let e = Box::into_raw(Box::new(qr_engine {
             engine,
@@ -87,6 +98,8 @@ pub unsafe extern "C" fn qr_engine_free(e: *mut qr_engine) {
 
 /// Our address, for peers to connect to.
 ///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine; `out` is writable.
 #[no_mangle]
@@ -100,7 +113,10 @@ pub unsafe extern "C" fn qr_engine_local_addr(e: *const qr_engine, out: *mut qr_
     })
 }
 
-/// The active MTU of the engine's fabric port.
+/// The largest QUIC datagram of the engine: its fabric port's active MTU,
+/// or more on an MTU below 2048, where larger datagrams go as parts.
+///
+/// Returns: the MTU in bytes (> 0), `QR_ENULL`, `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine.
@@ -236,6 +252,8 @@ impl qr_engine {
                 std::ptr::write_bytes(dst.add(copy), 0, stride - copy);
             }
         }
+        // Stream ids and codes come from decrypted frames (see valgrind.rs).
+        crate::valgrind::mark_defined(events, n * stride);
         self.cursor += n;
         n as i32
     }
@@ -250,6 +268,9 @@ impl qr_engine {
 /// against it gets events of its own header's size; this exported function
 /// writes `QR_EVENT_V1_SIZE` bytes per element, for programs built against
 /// the first header (whose `qr_event` had that size).
+///
+/// Returns: the number of events written (>= 0), `QR_ENULL` (`e` NULL, or
+/// `events` NULL with `cap` > 0), `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine; `events` points to `cap` writable `qr_event`s.
@@ -269,6 +290,10 @@ pub unsafe extern "C" fn qr_engine_poll(
 /// nothing reads a clock of its own; `event_size` is `sizeof(qr_event)` as
 /// the caller's header has it (at least `QR_EVENT_V1_SIZE`; fields the
 /// library does not know are zeroed). Use one time source per engine.
+///
+/// Returns: the number of events written (>= 0), `QR_ENULL` (`e` NULL, or
+/// `events` NULL with `cap` > 0), `QR_EINVAL` (`event_size` below
+/// `QR_EVENT_V1_SIZE`, or `cap * event_size` overflows), `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine; `events` points to `cap * event_size` writable bytes.
@@ -301,6 +326,8 @@ pub unsafe extern "C" fn qr_engine_poll_at(
 /// events are waiting. For callers that send from one place and read events
 /// from another, or flush a batch of writes at once.
 ///
+/// Returns: the number of events waiting (>= 0), `QR_ENULL`, `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine.
 #[no_mangle]
@@ -316,6 +343,9 @@ pub unsafe extern "C" fn qr_engine_flush(e: *mut qr_engine, now_ns: u64) -> i32 
 
 /// Microseconds until the engine needs a `qr_engine_poll` even if nothing
 /// arrives (0: now), or -1 with no timer armed. For callers that sleep.
+///
+/// Returns: microseconds (>= 0), -1 with no timer armed, `QR_ENULL` (also
+/// negative: check for it before using -1), `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine.
@@ -338,6 +368,9 @@ pub unsafe extern "C" fn qr_engine_next_timeout_us(e: *mut qr_engine) -> i64 {
 /// `qr_engine_poll_at`), or -1 with no timer armed; `now_ns` is the caller's
 /// time now (0: the library's clock, answer in its nanoseconds from now).
 ///
+/// Returns: nanoseconds on the caller's timeline (>= 0), -1 with no timer
+/// armed, `QR_ENULL`, `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine.
 #[no_mangle]
@@ -354,8 +387,13 @@ pub unsafe extern "C" fn qr_engine_deadline_ns(e: *mut qr_engine, now_ns: u64) -
 }
 
 /// The descriptor to sleep on (poll/epoll for readability) between polls:
-/// the provider's readiness fd (a `soft` socket; for `sim`, -1: keep
-/// polling). Call `qr_engine_arm` before sleeping. Owned by the engine.
+/// the provider's readiness fd (a `soft` socket, a `verbs` completion
+/// channel). Call `qr_engine_arm` before sleeping. Owned by the engine: do
+/// not close it.
+///
+/// Returns the descriptor (>= 0), `QR_ENOFD` when the provider has none
+/// (`sim`: keep polling, or use `qr_engine_wait`, which sleeps on every
+/// provider), or `QR_ENULL`.
 ///
 /// # Safety
 /// `e` is a live engine.
@@ -364,15 +402,20 @@ pub unsafe extern "C" fn qr_engine_readiness_fd(e: *const qr_engine) -> i32 {
     guard(|| {
         // SAFETY: the caller's contract above.
         let e = unsafe { obj_ref(e) }?;
-        Ok(e.engine
+        // A distinct code, not -1: -1 is QR_ENULL, and a caller must tell
+        // "no descriptor" from "bad handle".
+        e.engine
             .readiness_fd()
-            .map_or(-1, |fd| std::os::fd::AsRawFd::as_raw_fd(&fd)))
+            .map(|fd| std::os::fd::AsRawFd::as_raw_fd(&fd))
+            .ok_or(QR_ENOFD)
     })
 }
 
 /// Prepare to sleep on `qr_engine_readiness_fd`: returns 1 if work may already
 /// be waiting (poll again instead of sleeping), 0 if sleeping until the fd is
 /// readable or the next deadline is safe.
+///
+/// Returns: 0 (safe to sleep), 1 (poll again), `QR_ENULL`, `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine.
@@ -388,6 +431,11 @@ pub unsafe extern "C" fn qr_engine_arm(e: *mut qr_engine) -> i32 {
 
 /// Start a connection to `remote`, verifying its certificate for `server_name`;
 /// the id goes to `*conn`. `QR_EVENT_CONNECTED` follows.
+///
+/// Returns: `QR_OK` with the id in `*conn`; `QR_ENULL`, `QR_EINVAL`
+/// (`server_name` not UTF-8), `QR_ETLS` (no client config: set `ca_der`),
+/// `QR_ECONNECT` (bad address or server name, CIDs exhausted; `qr_last_error`
+/// says which), `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine; `remote` readable; `server_name` NUL-terminated; `conn` writable.
@@ -416,6 +464,10 @@ pub unsafe extern "C" fn qr_connect(
 
 /// Accept attempt `incoming` (from `QR_EVENT_INCOMING`); the connection id goes to `*conn`.
 ///
+/// Returns: `QR_OK` with the id in `*conn`; `QR_ENULL`, `QR_ENOINCOMING`
+/// (unknown or already decided), `QR_ECLOSED` (the attempt failed on
+/// acceptance), `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine; `conn` writable.
 #[no_mangle]
@@ -438,6 +490,8 @@ pub unsafe extern "C" fn qr_accept(e: *mut qr_engine, incoming: u64, conn: *mut 
 
 /// Refuse attempt `incoming` (the client sees CONNECTION_REFUSED).
 ///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_ENOINCOMING`, `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine.
 #[no_mangle]
@@ -453,6 +507,9 @@ pub unsafe extern "C" fn qr_refuse(e: *mut qr_engine, incoming: u64) -> i32 {
 }
 
 /// Answer attempt `incoming` with a Retry (address validation).
+///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_ENOINCOMING`, `QR_EINVAL` (the attempt
+/// already carries a validated token: it is dropped), `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine.
@@ -470,6 +527,8 @@ pub unsafe extern "C" fn qr_retry(e: *mut qr_engine, incoming: u64) -> i32 {
 
 /// Drop attempt `incoming` without answering.
 ///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_ENOINCOMING`, `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine.
 #[no_mangle]
@@ -485,6 +544,9 @@ pub unsafe extern "C" fn qr_ignore(e: *mut qr_engine, incoming: u64) -> i32 {
 }
 
 /// Close `conn` with application `code` and `reason` (`reason_len` bytes, may be NULL/0).
+///
+/// Returns: `QR_OK`, `QR_ENULL` (`e` NULL, or `reason` NULL with a length),
+/// `QR_ENOCONN`, `QR_EINVAL` (`code` at or above 2^62), `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine; `reason` points to `reason_len` readable bytes (or is NULL with 0).

@@ -1,6 +1,6 @@
 //! Error codes, `qr_strerror`, and the panic guard every entry point uses.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -47,6 +47,9 @@ pub const QR_ENOPROVIDER: i32 = -17;
 pub const QR_ENODEVICE: i32 = -18;
 /// The process already has a logger of another kind (another `tracing` subscriber).
 pub const QR_EBUSY: i32 = -19;
+/// The engine has no descriptor to sleep on (`sim`): keep polling, or let
+/// `qr_engine_wait` sleep, which works for every provider.
+pub const QR_ENOFD: i32 = -20;
 
 /// A static, NUL-terminated description of `code` (never NULL).
 #[no_mangle]
@@ -72,6 +75,7 @@ pub extern "C" fn qr_strerror(code: i32) -> *const c_char {
         QR_ENOPROVIDER => b"provider not available in this build\0",
         QR_ENODEVICE => b"no RDMA device (see qr_last_error)\0",
         QR_EBUSY => b"another logger is already installed in this process\0",
+        QR_ENOFD => b"no readiness descriptor for this provider (sim): keep polling\0",
         c if c > 0 => b"success (count)\0",
         _ => b"unknown error code\0",
     };
@@ -81,21 +85,39 @@ pub extern "C" fn qr_strerror(code: i32) -> *const c_char {
 thread_local! {
     /// The message of the last failed call on this thread.
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// Whether `LAST_ERROR` belongs to the most recent call on this thread:
+    /// every entry point clears it on entry (a flag, not the string, so the
+    /// data path never allocates or frees to clear it).
+    static LAST_ERROR_SET: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Record why a call fails (for `qr_last_error`) and return its code.
 pub(crate) fn fail(code: i32, why: impl std::fmt::Display) -> i32 {
     let msg = CString::new(why.to_string().replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with_borrow_mut(|m| *m = msg);
+    LAST_ERROR_SET.set(true);
     code
 }
 
-/// Why the last call on this thread that gave a negative code failed, in
-/// words that name the fix (an empty string when the code says all). Valid
-/// until the next failing call on this thread; never NULL. Not every code
-/// records a message: check the code first, then read this.
+/// Forget the previous call's message: what every entry point does first.
+fn clear_last_error() {
+    LAST_ERROR_SET.set(false);
+}
+
+/// Why the most recent call on this thread failed, in words that name the
+/// fix; never NULL. Like `errno`, but cleared: every `qr_*` call except
+/// `qr_last_error`, `qr_strerror`, `qr_version` and `qr_version_number`
+/// empties it on entry, and a failing call may set it, so it always
+/// describes the last call made — an empty string after a success, and after
+/// a failure whose code says all (the data path's `QR_EAGAIN`, `QR_ENULL`,
+/// ...: they record nothing, so a busy-polled loop never allocates). Read it
+/// right after the failing call; the pointer stays valid until the next
+/// `qr_*` call on this thread.
 #[no_mangle]
 pub extern "C" fn qr_last_error() -> *const c_char {
+    if !LAST_ERROR_SET.get() {
+        return c"".as_ptr();
+    }
     // The CString lives in the thread-local until the next `fail` replaces it.
     LAST_ERROR.with_borrow(|m| m.as_ptr())
 }
@@ -137,8 +159,11 @@ static PANIC_POLICY: AtomicU32 = AtomicU32::new(QR_PANIC_RETURN);
 
 /// Choose what a panic inside the library does (process-wide): one of
 /// `QR_PANIC_*`. Returns the previous policy, or `QR_EINVAL`.
+///
+/// Returns: the previous policy (>= 0), `QR_EINVAL`.
 #[no_mangle]
 pub extern "C" fn qr_set_panic_policy(policy: u32) -> i32 {
+    clear_last_error();
     if policy > QR_PANIC_ABORT {
         return fail(QR_EINVAL, "policy is not one of QR_PANIC_*");
     }
@@ -161,19 +186,22 @@ fn panicked(payload: &(dyn std::any::Any + Send)) -> i32 {
 /// Run an entry point's body; a panic becomes `QR_EPANIC` (or aborts, by
 /// [`qr_set_panic_policy`]), an `Err(code)` its code.
 pub(crate) fn guard(f: impl FnOnce() -> Result<i32, i32>) -> i32 {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    clear_last_error();
+    // Marked defined for memcheck: counts come from decrypted data.
+    crate::valgrind::defined(match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) | Ok(Err(v)) => v,
         Err(p) => panicked(&*p),
-    }
+    })
 }
 
 /// [`guard`] for entry points returning a byte count.
 pub(crate) fn guard64(f: impl FnOnce() -> Result<i64, i32>) -> i64 {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    clear_last_error();
+    crate::valgrind::defined(match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => v,
         Ok(Err(c)) => i64::from(c),
         Err(p) => i64::from(panicked(&*p)),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -189,6 +217,9 @@ mod tests {
         let msg = unsafe { std::ffi::CStr::from_ptr(qr_last_error()) };
         assert_eq!(msg.to_str().unwrap(), "internal error: boom 1");
         assert_eq!(guard64(|| Ok(5)), 5);
+        // SAFETY: as above.
+        let msg = unsafe { std::ffi::CStr::from_ptr(qr_last_error()) };
+        assert_eq!(msg.to_bytes(), b"", "a success clears the previous message");
         assert_eq!(guard64(|| Err(QR_EAGAIN)), i64::from(QR_EAGAIN));
     }
 }

@@ -27,8 +27,15 @@ pub const QR_EVENT_STREAM_RESET: u32 = 8;
 pub const QR_EVENT_STREAM_STOPPED: u32 = 9;
 /// More streams may be opened (`bidi` says which kind).
 pub const QR_EVENT_STREAMS_AVAILABLE: u32 = 10;
-/// Datagrams wait in `qr_datagram_recv`.
+/// Datagrams arrived and wait in `qr_datagram_recv` (one event per poll that
+/// received some, while any are unread).
 pub const QR_EVENT_DATAGRAM: u32 = 11;
+/// Received datagrams of `conn` were dropped unread: its receive buffer
+/// (`qr_engine_config.datagram_recv_buffer`) was full and the oldest made
+/// room. `code` is how many since the previous such event of the connection;
+/// `qr_conn_stats.datagrams_dropped` has the total. Follows the
+/// `QR_EVENT_DATAGRAM` of the same poll. Read faster or enlarge the buffer.
+pub const QR_EVENT_DATAGRAMS_DROPPED: u32 = 15;
 /// `qr_datagram_send` has room again after it returned `QR_EAGAIN`.
 pub const QR_EVENT_DATAGRAMS_WRITABLE: u32 = 14;
 /// The connection ended (`reason`, `code`); the id stays valid until `QR_EVENT_CLOSED`.
@@ -73,7 +80,8 @@ pub struct qr_event {
     pub conn: u64,
     /// The stream id.
     pub stream: u64,
-    /// Application or transport error code (reset, stopped, connection lost).
+    /// Application or transport error code (reset, stopped, connection
+    /// lost); for `QR_EVENT_DATAGRAMS_DROPPED` the number dropped.
     pub code: u64,
     /// `QR_EVENT_CONNECTION_LOST`: one of `QR_CLOSE_*`.
     pub reason: u32,
@@ -151,6 +159,9 @@ impl From<Event> for qr_event {
                 (q.kind, q.conn, q.bidi) = (QR_EVENT_STREAMS_AVAILABLE, conn.to_bits(), bidi.into())
             }
             Event::Datagram { conn } => (q.kind, q.conn) = (QR_EVENT_DATAGRAM, conn.to_bits()),
+            Event::DatagramsDropped { conn, count } => {
+                (q.kind, q.conn, q.code) = (QR_EVENT_DATAGRAMS_DROPPED, conn.to_bits(), count)
+            }
             Event::DatagramsWritable { conn } => {
                 (q.kind, q.conn) = (QR_EVENT_DATAGRAMS_WRITABLE, conn.to_bits())
             }

@@ -130,6 +130,11 @@ fn mtu_of(bytes: u32) -> Result<Mtu, i32> {
 /// device, the first `qr_engine_new` on a verbs fabric returns
 /// `QR_ENODEVICE`, `qr_last_error` naming the fix.
 ///
+/// Returns: `QR_OK` with the fabric in `*out`; `QR_ENULL`, `QR_EINVAL` (a bad
+/// field: MTU, probabilities, port, `reserved`, `struct_size`),
+/// `QR_ENOPROVIDER` (unknown provider, or verbs not built in), `QR_EPANIC`;
+/// `qr_last_error` says why.
+///
 /// # Safety
 /// `cfg` points to a `qr_fabric_config` of at least `cfg->struct_size` bytes
 /// whose `provider` and `device` are NULL or NUL-terminated strings; `out` is
@@ -141,7 +146,7 @@ pub unsafe extern "C" fn qr_fabric_new(
 ) -> i32 {
     guard(|| {
         // SAFETY: the caller's contract above.
-        let c = unsafe { read_versioned(cfg) }?;
+        let c = unsafe { read_versioned(cfg, "qr_fabric_config") }?;
         if c.reserved != 0 {
             return Err(fail(QR_EINVAL, "qr_fabric_config.reserved must be 0"));
         }

@@ -32,6 +32,7 @@ mod ptr;
 mod stats;
 mod streams;
 mod tls;
+mod valgrind;
 mod version;
 mod wait;
 

@@ -131,6 +131,9 @@ impl Subscriber for CHook {
 /// the process already installed another `tracing` subscriber (a Rust host
 /// program's own logger): then that logger receives the library's events.
 ///
+/// Returns: `QR_OK`, `QR_EINVAL` (`level` not one of `QR_LOG_*`), `QR_EBUSY`,
+/// `QR_EPANIC`.
+///
 /// # Safety
 /// `cb` is safe to call from any thread with `user` until logging is turned
 /// off or another callback is set.

@@ -3,7 +3,8 @@
 use std::ffi::{c_char, CStr};
 use std::mem::MaybeUninit;
 
-use crate::error::{QR_EINVAL, QR_ENULL, QR_ETOOSMALL};
+use crate::error::{fail, QR_EINVAL, QR_ENULL, QR_ETOOSMALL};
+use crate::valgrind::mark_defined;
 
 /// `&mut *p`, or `QR_ENULL`.
 ///
@@ -69,6 +70,7 @@ pub(crate) unsafe fn put<T>(out: *mut T, v: T) -> Result<(), i32> {
     }
     // SAFETY: non-null and writable by the caller's contract.
     unsafe { out.write(v) };
+    mark_defined(out.cast(), size_of::<T>());
     Ok(())
 }
 
@@ -98,6 +100,7 @@ pub(crate) unsafe fn copy_out(
     // SAFETY: `buf` holds `cap` >= `src.len()` writable bytes (non-null when
     // `src` is non-empty, checked above), distinct from `src`, by contract.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buf, src.len()) };
+    mark_defined(buf, src.len());
     Ok(())
 }
 
@@ -113,22 +116,55 @@ pub(crate) unsafe trait Versioned: Copy {
     const V1_SIZE: usize;
 }
 
+/// The largest `struct_size` believed: no version of any struct comes near
+/// it, so a larger value is an uninitialised field, not a newer header.
+pub(crate) const MAX_STRUCT_SIZE: usize = 64 << 10;
+
 /// Read a versioned struct: the prefix of `struct_size` bytes the caller knows
 /// of, the rest zero (defaults). Smaller than the struct's first version
-/// ([`Versioned::V1_SIZE`]): `QR_EINVAL`.
+/// ([`Versioned::V1_SIZE`]) or above [`MAX_STRUCT_SIZE`]: `QR_EINVAL`.
+/// Larger than this library's struct (a caller built against a newer
+/// header): accepted only if every byte this library does not know is zero
+/// (the newer fields left at their defaults), else `QR_EINVAL` — a setting
+/// the caller made must never be ignored silently. Messages name `what`.
 ///
 /// # Safety
 /// `p` is NULL or points to at least `(*p).struct_size` readable bytes.
-pub(crate) unsafe fn read_versioned<T: Versioned>(p: *const T) -> Result<T, i32> {
+pub(crate) unsafe fn read_versioned<T: Versioned>(p: *const T, what: &str) -> Result<T, i32> {
     if p.is_null() {
         return Err(QR_ENULL);
     }
     // SAFETY: non-null; the size field is the first 4 bytes of every Versioned struct.
     let size = unsafe { p.cast::<u32>().read_unaligned() } as usize;
-    if size < T::V1_SIZE {
-        return Err(QR_EINVAL);
+    if size < T::V1_SIZE || size > MAX_STRUCT_SIZE {
+        return Err(fail(
+            QR_EINVAL,
+            format!(
+                "{what}.struct_size is {size}: set it to sizeof({what}) \
+                 (this library knows {} bytes; the first version had {})",
+                size_of::<T>(),
+                T::V1_SIZE
+            ),
+        ));
     }
     let n = size.min(size_of::<T>());
+    if size > n {
+        // SAFETY: the caller provides `size` readable bytes at `p`, and `n < size`.
+        let tail = unsafe { std::slice::from_raw_parts(p.cast::<u8>().add(n), size - n) };
+        if let Some(i) = tail.iter().position(|&b| b != 0) {
+            return Err(fail(
+                QR_EINVAL,
+                format!(
+                    "{what}.struct_size is {size} but this library knows only {n} bytes, \
+                     and byte {} beyond them is set: the program was built against a newer \
+                     header than this library (qr_version() is {}); upgrade the library or \
+                     leave the newer fields zero",
+                    n + i,
+                    env!("CARGO_PKG_VERSION")
+                ),
+            ));
+        }
+    }
     let mut v = MaybeUninit::<T>::zeroed();
     // SAFETY: the caller provides `size` >= `n` readable bytes at `p`; `v` has
     // `size_of::<T>()` >= `n` bytes; the regions are distinct.
@@ -158,5 +194,53 @@ pub(crate) unsafe fn write_versioned<T: Versioned>(out: *mut T, v: &T) -> Result
         std::ptr::copy_nonoverlapping((v as *const T).cast::<u8>(), out.cast::<u8>(), n);
         out.cast::<u32>().write_unaligned(n as u32);
     }
+    mark_defined(out.cast(), n);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::qr_fabric_config;
+
+    /// A caller's struct from a newer header: ours plus one field.
+    #[repr(C)]
+    struct Newer {
+        ours: qr_fabric_config,
+        later: u64,
+    }
+
+    fn newer(later: u64) -> Newer {
+        // SAFETY: qr_fabric_config is Versioned: valid when zeroed.
+        let mut ours: qr_fabric_config = unsafe { std::mem::zeroed() };
+        ours.struct_size = size_of::<Newer>() as u32;
+        Newer { ours, later }
+    }
+
+    #[test]
+    fn an_unknown_tail_must_be_zero() {
+        let zero = newer(0);
+        // SAFETY: `zero` holds `struct_size` readable bytes.
+        let c = unsafe { read_versioned(&zero.ours, "qr_fabric_config") };
+        assert!(
+            c.is_ok(),
+            "a newer header's fields left at zero are accepted"
+        );
+        let set = newer(7);
+        // SAFETY: as above.
+        let c = unsafe { read_versioned(&set.ours, "qr_fabric_config") };
+        assert_eq!(c.err(), Some(QR_EINVAL), "a newer field set is refused");
+    }
+
+    #[test]
+    fn implausible_sizes_are_refused_before_reading() {
+        let mut v = newer(0);
+        for size in [0, 4, MAX_STRUCT_SIZE as u32 + 1, u32::MAX] {
+            v.ours.struct_size = size;
+            // SAFETY: sizes above MAX_STRUCT_SIZE are refused before any byte
+            // past the size field is read; the others are within `v`.
+            let c = unsafe { read_versioned(&v.ours, "qr_fabric_config") };
+            assert_eq!(c.err(), Some(QR_EINVAL), "struct_size {size}");
+        }
+    }
 }

@@ -7,7 +7,7 @@ use crate::engine::qr_engine;
 use crate::error::{code_of, guard, QR_OK};
 use crate::ptr::{obj, write_versioned, Versioned};
 
-/// One connection's statistics. Version 1.
+/// One connection's statistics. Version 2 (version 1 ended at `rx_bytes`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct qr_conn_stats {
@@ -31,6 +31,15 @@ pub struct qr_conn_stats {
     pub rx_datagrams: u64,
     /// Bytes received in UD datagrams.
     pub rx_bytes: u64,
+    /// v2. QUIC DATAGRAM frames received (RFC 9221), read or not.
+    pub datagrams_received: u64,
+    /// v2. Received datagrams dropped unread because the receive buffer
+    /// (`qr_engine_config.datagram_recv_buffer`) was full
+    /// (`QR_EVENT_DATAGRAMS_DROPPED` reports each batch). Frames arriving after
+    /// the connection was closed count here too.
+    pub datagrams_dropped: u64,
+    /// v2. Received datagrams waiting for `qr_datagram_recv`.
+    pub datagrams_queued: u64,
 }
 
 // SAFETY: repr(C), first field u32 struct_size, integers only.
@@ -39,7 +48,8 @@ unsafe impl Versioned for qr_conn_stats {
     const V1_SIZE: usize = 4;
 }
 
-/// The engine's UD socket counters. Version 2 (version 1 ended at `drop_malformed`).
+/// The engine's UD socket counters. Version 3 (version 1 ended at
+/// `drop_malformed`, version 2 at `qp_recoveries`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct qr_socket_stats {
@@ -68,6 +78,10 @@ pub struct qr_socket_stats {
     /// Times the queue pair was recovered from the error state (same QPN).
     /// Added in version 2 of the struct: older callers' smaller size omits it.
     pub qp_recoveries: u64,
+    /// v3. Received QUIC datagrams dropped unread, on every connection of the
+    /// engine (closed ones included): the sum of
+    /// `qr_conn_stats.datagrams_dropped`.
+    pub datagrams_dropped: u64,
 }
 
 // SAFETY: repr(C), first field u32 struct_size, integers only.
@@ -77,6 +91,9 @@ unsafe impl Versioned for qr_socket_stats {
 }
 
 /// Statistics of `conn` into `*out` (set `out->struct_size` first).
+///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_EINVAL` (`out->struct_size` below 4),
+/// `QR_ENOCONN`, `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
@@ -89,10 +106,9 @@ pub unsafe extern "C" fn qr_conn_stats_get(
     guard(|| {
         // SAFETY: the caller's contract above.
         let e = unsafe { obj(e) }?;
-        let s = e
-            .engine
-            .conn_stats(ConnHandle::from_bits(conn))
-            .map_err(|err| code_of(&err))?;
+        let h = ConnHandle::from_bits(conn);
+        let s = e.engine.conn_stats(h).map_err(|err| code_of(&err))?;
+        let d = e.engine.datagram_stats(h).map_err(|err| code_of(&err))?;
         let v = qr_conn_stats {
             struct_size: 0,
             mtu: u32::from(s.path.current_mtu),
@@ -104,6 +120,9 @@ pub unsafe extern "C" fn qr_conn_stats_get(
             tx_bytes: s.udp_tx.bytes,
             rx_datagrams: s.udp_rx.datagrams,
             rx_bytes: s.udp_rx.bytes,
+            datagrams_received: d.received,
+            datagrams_dropped: d.dropped,
+            datagrams_queued: d.queued,
         };
         // SAFETY: the caller's contract above.
         unsafe { write_versioned(out, &v) }?;
@@ -112,6 +131,9 @@ pub unsafe extern "C" fn qr_conn_stats_get(
 }
 
 /// The socket's counters into `*out` (set `out->struct_size` first).
+///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_EINVAL` (`out->struct_size` below 4),
+/// `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
@@ -134,6 +156,7 @@ pub unsafe extern "C" fn qr_socket_stats_get(e: *mut qr_engine, out: *mut qr_soc
             drop_no_recv: s.provider.no_recv_posted,
             drop_malformed: s.drop_bad_grh + e.engine.routing_stats().imm_mismatch,
             qp_recoveries: s.qp_recoveries,
+            datagrams_dropped: e.engine.datagrams_dropped(),
         };
         // SAFETY: the caller's contract above.
         unsafe { write_versioned(out, &v) }?;

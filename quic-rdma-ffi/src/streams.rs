@@ -20,6 +20,9 @@ fn sid(s: u64) -> Result<StreamId, i32> {
 /// Open a stream on `conn` (`bidi` nonzero: bidirectional); its id goes to `*stream`.
 /// `QR_EAGAIN` when the peer's stream limit is reached (`QR_EVENT_STREAMS_AVAILABLE` follows).
 ///
+/// Returns: `QR_OK` with the id in `*stream`; `QR_ENULL`, `QR_ENOCONN`,
+/// `QR_ECLOSED`, `QR_EAGAIN` (stream limit), `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine; `stream` writable.
 #[no_mangle]
@@ -52,6 +55,10 @@ pub unsafe extern "C" fn qr_stream_open(
 /// `len == 0`, which sends nothing) or a negative code (`QR_EAGAIN` when flow
 /// control admits nothing now; `QR_ESTREAM` for a stream id that was never
 /// opened, by us or by the peer, or not writable by us).
+///
+/// Returns: the bytes taken (>= 0), `QR_EAGAIN`, `QR_ESTREAM`, `QR_ESTOPPED`
+/// (the peer sent STOP_SENDING), `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`,
+/// `QR_EINVAL` (`stream` at or above 2^62), `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine; `data` points to `len` readable bytes (NULL only with 0).
@@ -117,6 +124,11 @@ impl Drop for Lent {
 /// unchanged until `release`. One small allocation per call (the reference
 /// count of the lent buffer); no copy of the payload.
 ///
+/// Returns: the bytes taken (>= 0), `QR_EAGAIN`, `QR_ESTREAM`, `QR_ESTOPPED`,
+/// `QR_ENULL` (also a NULL `release`), `QR_ENOCONN`, `QR_ECLOSED`, `QR_EINVAL`
+/// (`stream` at or above 2^62), `QR_EPANIC`; `release` has run before an error
+/// returns.
+///
 /// # Safety
 /// `e` is a live engine; `data` points to `len` readable bytes that stay valid
 /// and unchanged until `release` runs; `release` is non-NULL and callable with
@@ -157,6 +169,10 @@ pub unsafe extern "C" fn qr_stream_write_zc(
 /// NULL) is set to 1 once the stream's end has been read, else 0.
 /// `QR_EAGAIN`: nothing yet; `QR_ERESET`: reset by the peer; `QR_ESTREAM`: closed.
 ///
+/// Returns: the bytes read (>= 0; 0 with `*fin` 1 at the end), `QR_EAGAIN`,
+/// `QR_ERESET`, `QR_ESTREAM`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`,
+/// `QR_EINVAL` (`stream` at or above 2^62), `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine; `buf` points to `cap` writable bytes; `fin` is NULL or writable.
 #[no_mangle]
@@ -175,6 +191,8 @@ pub unsafe extern "C" fn qr_stream_read(
             .engine
             .read(ConnHandle::from_bits(conn), sid(stream)?, buf)
             .map_err(|err| code_of(&err))?;
+        // Decrypted bytes (see valgrind.rs).
+        crate::valgrind::mark_defined(buf.as_ptr(), r.len);
         if !fin.is_null() {
             // SAFETY: non-null and writable by contract.
             unsafe { put(fin, i32::from(r.fin)) }?;
@@ -185,6 +203,9 @@ pub unsafe extern "C" fn qr_stream_read(
 
 /// Reset `stream` (stop sending, RESET_STREAM with `code`). `QR_ESTREAM` for a
 /// stream id never opened (no frame is sent for it).
+///
+/// Returns: `QR_OK`, `QR_ESTREAM`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`,
+/// `QR_EINVAL` (`stream` or `code` at or above 2^62), `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine.
@@ -208,6 +229,9 @@ pub unsafe extern "C" fn qr_stream_reset(
 /// Ask the peer to stop sending on `stream` (STOP_SENDING with `code`).
 /// `QR_ESTREAM` for a stream id never opened (no frame is sent for it).
 ///
+/// Returns: `QR_OK`, `QR_ESTREAM`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`,
+/// `QR_EINVAL` (`stream` or `code` at or above 2^62), `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine.
 #[no_mangle]
@@ -228,6 +252,9 @@ pub unsafe extern "C" fn qr_stream_stop(
 }
 
 /// Set `stream`'s send priority (higher first).
+///
+/// Returns: `QR_OK`, `QR_ESTREAM`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`,
+/// `QR_EINVAL` (`stream` at or above 2^62), `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine.
@@ -250,6 +277,9 @@ pub unsafe extern "C" fn qr_stream_set_priority(
 
 /// Finish `stream`: no more data; `QR_EVENT_STREAM_FINISHED` follows once all is acknowledged.
 /// `QR_ESTREAM` for a stream id never opened (no frame is sent for it).
+///
+/// Returns: `QR_OK`, `QR_ESTREAM`, `QR_ESTOPPED`, `QR_ENULL`, `QR_ENOCONN`,
+/// `QR_ECLOSED`, `QR_EINVAL` (`stream` at or above 2^62), `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine.

@@ -30,6 +30,10 @@ thread_local! {
 /// it — so "ask the size, allocate, call again" always succeeds.
 /// For tests and examples: production servers load a real certificate.
 ///
+/// Returns: `QR_OK`, `QR_ETOOSMALL` (lengths set; call again), `QR_ENULL`,
+/// `QR_EINVAL` (`name` empty or not UTF-8), `QR_ETLS` (generation failed),
+/// `QR_EPANIC`.
+///
 /// # Safety
 /// `name` is NUL-terminated; `cert`/`key` point to `cert_cap`/`key_cap`
 /// writable bytes (NULL only with capacity 0); `cert_len`/`key_len` are writable.
@@ -98,6 +102,9 @@ pub unsafe extern "C" fn qr_tls_selfsigned(
 /// Size query: with `buf` NULL or `cap` too small it returns `QR_ETOOSMALL`
 /// with `*len` set. A missing or unreadable file is `QR_EINVAL`, with the
 /// path and the reason in `qr_last_error`.
+///
+/// Returns: the file's length (>= 0), `QR_ETOOSMALL` (`*len` set), `QR_ENULL`,
+/// `QR_EINVAL` (missing or unreadable file), `QR_EPANIC`.
 ///
 /// # Safety
 /// `path` is NUL-terminated; `buf` points to `cap` writable bytes (NULL only

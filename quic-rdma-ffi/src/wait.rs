@@ -26,6 +26,9 @@ pub const QR_SPIN_FOREVER: u64 = u64::MAX;
 /// 25 and 200 µs; both `QR_SPIN_FOREVER`: never sleep. `QR_EINVAL` if
 /// `spin_min_ns > spin_max_ns`. Resets what the adaptation learnt.
 ///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_EINVAL` (`spin_min_ns` above
+/// `spin_max_ns`), `QR_EFABRIC` (no eventfd), `QR_EPANIC`.
+///
 /// # Safety
 /// `e` is a live engine.
 #[no_mangle]
@@ -67,6 +70,9 @@ pub unsafe extern "C" fn qr_engine_set_idle(
 /// `qr_engine_set_idle`'s (the default if never set). Negative: `QR_ENULL`,
 /// `QR_EINVAL` (`max_wait_ns` below -1), `QR_EFABRIC` (no eventfd for the
 /// sleep: `qr_last_error` says why).
+///
+/// Returns: `QR_WAIT_SPUN`, `QR_WAIT_WOKEN` or `QR_WAIT_TIMEOUT` (>= 0);
+/// `QR_ENULL`, `QR_EINVAL` (`max_wait_ns` below -1), `QR_EFABRIC`, `QR_EPANIC`.
 ///
 /// # Safety
 /// `e` is a live engine.

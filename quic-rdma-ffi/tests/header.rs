@@ -40,4 +40,10 @@ fn pkg_config_file_matches_the_crate() {
     let pc = std::fs::read_to_string(dir.join("quic_rdma.pc")).unwrap();
     assert!(pc.contains(&format!("Version: {}", env!("CARGO_PKG_VERSION"))));
     assert!(pc.contains("-lquic_rdma_ffi"));
+    // The static one names the archive by path: -l would find the .so beside it.
+    let pc = std::fs::read_to_string(dir.join("quic_rdma_static.pc")).unwrap();
+    assert!(pc.contains(&format!("Version: {}", env!("CARGO_PKG_VERSION"))));
+    let libs = pc.lines().find(|l| l.starts_with("Libs:")).unwrap();
+    assert!(libs.starts_with("Libs: ${libdir}/libquic_rdma_ffi.a "));
+    assert!(!libs.contains("-lquic_rdma_ffi"));
 }

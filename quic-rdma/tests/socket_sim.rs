@@ -271,13 +271,17 @@ fn a_vec_region_sends_in_place_until_it_moves_or_is_deregistered() {
 }
 
 #[test]
-fn mtu_1024_gives_the_clear_jumbo_frames_error() {
+fn mtu_1024_without_segmentation_gives_the_clear_jumbo_frames_error() {
     let f = SimFabric::new(SimConfig {
         mtu: Mtu::M1024,
         ..SimConfig::default()
     });
     let qp = f.create_qp(g6(1), SimQpOptions::default()).unwrap();
-    let err = UdSocket::new(qp, SocketConfig::default()).unwrap_err();
+    let cfg = SocketConfig {
+        segmentation: false,
+        ..SocketConfig::default()
+    };
+    let err = UdSocket::new(qp, cfg).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(
         err,

@@ -179,16 +179,30 @@ fn limits_read_from_the_device() {
         .iter()
         .any(|e| e.index == qp.gid_index() && e.gid == a.gid));
     // The socket reads the same limits: the MTU gate and the inline cap.
+    // Below 2048 (1024: rxe on a 1500-byte netdev) it segments QUIC's
+    // datagrams (docs/architecture.md §6); with segmentation off it refuses
+    // such an MTU, naming jumbo frames.
     let mtu = a.active_mtu;
-    match UdSocket::new(qp, SocketConfig::default()) {
-        Ok(s) => {
-            assert!(mtu >= Mtu::M2048);
-            assert_eq!(s.mtu(), mtu.bytes());
-            assert_eq!(s.inline_max(), 64.min(a.max_inline as usize));
-        }
+    let s = UdSocket::new(qp, SocketConfig::default()).expect("every IB MTU is usable");
+    assert_eq!(s.fabric_mtu(), mtu.bytes());
+    assert_eq!(
+        s.mtu(),
+        quic_rdma::socket::segment::datagram_mtu(mtu.bytes())
+    );
+    assert!(s.mtu() >= 1200, "RFC 9000 §14");
+    assert_eq!(s.segments(), mtu < Mtu::M2048);
+    assert_eq!(s.inline_max(), 64.min(a.max_inline as usize));
+    drop(s);
+    let qp = open(&VerbsOptions::default()).expect("opened once already");
+    let off = SocketConfig {
+        segmentation: false,
+        ..SocketConfig::default()
+    };
+    match UdSocket::new(qp, off) {
+        Ok(s) => assert!(mtu >= Mtu::M2048 && s.mtu() == mtu.bytes()),
         Err(SocketError::Fabric(e @ FabricError::MtuTooSmall { .. })) => {
             let msg = e.to_string();
-            eprintln!("UdSocket::new: {msg}");
+            eprintln!("UdSocket::new without segmentation: {msg}");
             assert!(mtu < Mtu::M2048);
             assert!(msg.contains("jumbo") && msg.contains("1024"), "{msg}");
         }

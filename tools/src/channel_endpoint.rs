@@ -286,10 +286,13 @@ impl ChannelClient {
             .connect_with(config, self.socket.peer_addr(peer.addr), server_name)
             .context("starting the handshake")?
             .await
-            .with_context(|| {
-                format!(
-                    "handshake with {} QPN {:#x} (certificate checked for \"{server_name}\")",
-                    peer.addr.gid, peer.addr.qpn
+            .map_err(|e| {
+                let why =
+                    crate::refusal::local_certificate_refusal(&e).unwrap_or_else(|| e.to_string());
+                anyhow::anyhow!(
+                    "handshake with {} QPN {:#x} (certificate checked for \"{server_name}\"): {why}",
+                    peer.addr.gid,
+                    peer.addr.qpn
                 )
             })?;
         self.watcher().watch(&conn);

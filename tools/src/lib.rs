@@ -24,7 +24,9 @@ pub mod http;
 pub mod image;
 pub mod kv;
 pub mod listener;
+pub mod logging;
 pub mod metric;
+mod notify;
 pub mod pki;
 pub mod prom_text;
 mod provider;
@@ -44,10 +46,23 @@ use cmd::{
     cert, connect, demo, devices, kv_relay, node_agent, pull, registry_agent, serve, ud_pingpong,
 };
 
+/// `qr --version`: the package version and the git revision it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("QR_GIT_REVISION"),
+    ")"
+);
+
 /// QUIC over RDMA Unreliable Datagram.
 #[derive(Debug, Parser)]
-#[command(name = "qr", version, about, long_about = None)]
+#[command(name = "qr", version = VERSION, about, long_about = None)]
 struct Cli {
+    /// Log lines on stderr as text or as JSON lines (timestamp, level,
+    /// target, fields); RUST_LOG filters them.
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -142,25 +157,24 @@ enum Command {
     /// Exit codes: 0 after --count intervals; 1 the endpoint failed or answered
     /// something else; 2 bad usage.
     Stats(cmd::stats::StatsArgs),
+
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell),
+    /// e.g. `qr completions bash > /etc/bash_completion.d/qr`.
+    ///
+    /// Exit codes: 0 printed; 2 bad usage.
+    Completions(cmd::completions::CompletionsArgs),
+
+    /// Print the manual page (qr.1), or with --dir write one per subcommand.
+    ///
+    /// Exit codes: 0 written; 1 the directory could not be written; 2 bad usage.
+    Man(cmd::completions::ManArgs),
 }
 
 /// Parse the command line, run the subcommand and return its exit code: the
 /// whole of `qr`'s `main`.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour only for a person at a terminal: a log file or a pipe gets
-        // plain text (and NO_COLOR, https://no-color.org, is honoured).
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-        )
-        .init();
+    logging::init(cli.log_format);
     match cli.command {
         Command::Demo(args) => demo::main(&args),
         Command::Serve(args) => serve::main(&args),
@@ -174,5 +188,7 @@ pub fn run() -> ExitCode {
         Command::KvRelay(args) => kv_relay::main(&args),
         Command::Gateway(args) => cmd::gateway::main(&args),
         Command::Stats(args) => cmd::stats::main(&args),
+        Command::Completions(args) => cmd::completions::completions(&args),
+        Command::Man(args) => cmd::completions::man(&args),
     }
 }

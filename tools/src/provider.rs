@@ -167,12 +167,14 @@ pub(crate) struct EndpointOptions {
 }
 
 impl EndpointOptions {
-    /// Defaults for `ip`: UDP 4791, MTU 4096, the default Q_Key, no peer yet.
+    /// Defaults for `ip`: UDP 4791, the RoCE MTU of `ip`'s netdev as kernel
+    /// rxe would take it (1024 on 1500-byte Ethernet; 4096 if no local
+    /// interface holds `ip`), the default Q_Key, no peer yet.
     pub(crate) fn new(ip: IpAddr) -> Self {
         EndpointOptions {
             ip,
             udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
-            mtu: Mtu::M4096,
+            mtu: quic_rdma::fabric::soft::netdev::roce_mtu_of(ip).unwrap_or(Mtu::M4096),
             qkey: DEFAULT_QKEY,
             peer: None,
             qpn: None,
@@ -256,6 +258,7 @@ fn open_verbs(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
         addr: sock.local_addr(),
         udp_port: ROCEV2_UDP_PORT,
         mtu: sock.active_mtu(),
+        reassembles: sock.config().segmentation,
     };
     Ok(EndpointSocket {
         kind: ProviderKind::Verbs,
@@ -320,11 +323,16 @@ pub(crate) fn ensure_built_in(kind: ProviderKind) -> Result<(), OpenError> {
 
 fn open_soft(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
     let mut cfg = soft_config(opts.ip, opts.udp_port)?;
-    // Talk at the smaller of the two MTUs, like two ports negotiating.
+    // Talk at the smaller of the two MTUs, like two ports negotiating; below
+    // 2048 that means segmented datagrams, which the peer must reassemble
+    // (docs/architecture.md §6) or be told why not, before any packet.
     cfg.mtu = match opts.peer {
         Some(p) if p.mtu.bytes() < opts.mtu.bytes() => p.mtu,
         _ => opts.mtu,
     };
+    if let Some(p) = &opts.peer {
+        p.check_segmentation(cfg.mtu)?;
+    }
     if let Some(qpn) = opts.qpn {
         cfg.first_qpn = qpn;
     }

@@ -36,3 +36,33 @@ pub(crate) fn tls_refusal(conn: &quinn::Connection) -> Option<String> {
          this certificate (is it signed by the CA the peer trusts, and allowed there?)"
     ))
 }
+
+/// Why our own side refused the peer's certificate, as a sentence, when a
+/// handshake failed for that reason (rustls names the cause in the local
+/// close: `invalid peer certificate: UnknownIssuer`, `NotValidForName`, an
+/// expired or not yet valid certificate).
+pub(crate) fn local_certificate_refusal(e: &quinn::ConnectionError) -> Option<String> {
+    let quinn::ConnectionError::TransportError(t) = e else {
+        return None;
+    };
+    let why = t.to_string();
+    let (cause, fix) = if why.contains("UnknownIssuer") {
+        (
+            "is not signed by a CA we trust",
+            "give the CA that signed it with --ca (or --cert for a self-signed server)",
+        )
+    } else if why.contains("NotValidForName") || why.contains("not valid for name") {
+        (
+            "does not name the address or server name we dialled",
+            "dial the name it was issued for, or give it with --server-name",
+        )
+    } else if why.contains("Expired") || why.contains("NotValidYet") {
+        (
+            "is outside its validity period",
+            "issue a new certificate (or check this host's clock)",
+        )
+    } else {
+        return None;
+    };
+    Some(format!("the peer's certificate {cause}: {fix} ({why})"))
+}

@@ -184,3 +184,111 @@ fn byte_sizes_are_not_rounded() {
     assert_eq!(r["transfer"]["bytes"], 1536, "{err}");
     assert_eq!(r["transfer"]["bytes_received"], 1536, "{err}");
 }
+
+/// `qr gateway`'s bad usage exits 2 with the fix named; what can only be
+/// found at start (a --udp-bind not of this host, a --target name that does
+/// not resolve) exits 1 naming the flag, before it forwards anything.
+#[test]
+fn gateway_bad_usage_is_refused_at_start() {
+    let common = ["--fabric-ip", "127.0.93.7", "--target", "127.0.93.6:19306"];
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["--max-clients", "0"], 2, "0 would refuse every client"),
+        (&["--idle-timeout", "0s"], 2, "0 would drop every client"),
+        (&["--fabric-mtu", "1024"], 2, "QUIC needs 1200 bytes"),
+        (
+            &["--udp-bind", "192.0.2.1"],
+            1,
+            "--udp-bind 192.0.2.1: cannot send from it",
+        ),
+    ];
+    for (args, code, said) in cases {
+        let mut all = vec!["gateway", "to-udp"];
+        all.extend_from_slice(&common);
+        all.extend_from_slice(args);
+        let (out, err) = run(&all);
+        assert_eq!(out.status.code(), Some(*code), "{all:?}: {err}");
+        assert!(err.contains(said), "{all:?}: {err}");
+    }
+    let (out, err) = run(&[
+        "gateway",
+        "to-udp",
+        "--fabric-ip",
+        "127.0.93.7",
+        "--target",
+        "no-such-host.invalid:4433",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--target no-such-host.invalid:4433"), "{err}");
+    // The "port taken" hint names a flag the gateway has.
+    let (_, help) = run(&["gateway", "to-fabric", "--help"]);
+    assert!(help.is_empty());
+    let out =
+        Guard::spawn(qr().args(["gateway", "to-fabric", "--help"])).wait(Duration::from_secs(60));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--udp-port"));
+}
+
+/// `qr --version` names the git revision; completions and manual pages come
+/// from the same clap definitions (every subcommand in both), and a reader
+/// that closes the pipe early does not make `qr` panic.
+#[test]
+fn version_completions_and_manual_pages() {
+    let out = Guard::spawn(qr().arg("--version")).wait(Duration::from_secs(60));
+    let version = String::from_utf8_lossy(&out.stdout).to_string();
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    assert!(version.starts_with("qr 0."), "{version}");
+    if let Some(head) = head {
+        assert!(
+            version.contains(&format!("({head})")),
+            "{version} vs HEAD {head}"
+        );
+    }
+    let subcommands = [
+        "registry-agent",
+        "node-agent",
+        "kv-relay",
+        "gateway",
+        "serve",
+        "pull",
+    ];
+    for shell in ["bash", "zsh", "fish"] {
+        // Read while it writes (a script is larger than a pipe's buffer).
+        let out = qr().args(["completions", shell]).output().unwrap();
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        for sub in subcommands {
+            assert!(script.contains(sub), "{shell} completion lacks {sub}");
+        }
+    }
+    let dir = TempDir::new("man-pages");
+    let out = Guard::spawn(qr().args(["man", "--dir"]).arg(dir.path("man")))
+        .wait(Duration::from_secs(60));
+    assert!(out.status.success());
+    for page in [
+        "qr.1",
+        "qr-node-agent.1",
+        "qr-kv-relay-upstream.1",
+        "qr-gateway-to-fabric.1",
+    ] {
+        let text = std::fs::read_to_string(dir.path("man").join(page))
+            .unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(text.contains(".TH "), "{page} is not a roff page");
+    }
+    let node = std::fs::read_to_string(dir.path("man").join("qr-node-agent.1")).unwrap();
+    assert!(node.contains("cache\\-dir"), "the page lists the flags");
+    // A closed pipe: exit quietly, no panic.
+    let mut child = qr()
+        .args(["completions", "bash"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}

@@ -18,6 +18,11 @@
 //!   datagram with 4× its size, and each forged QPN gets back at most 3× what
 //!   it sent, counted on the wire (RoCEv2 UDP payload plus headers).
 //!
+//! - to-fabric with a receive buffer made small on purpose: a burst the
+//!   gateway cannot keep up with is dropped by the kernel, and
+//!   `qr_gateway_udp_kernel_drops_total` says so: datagrams sent = datagrams
+//!   the gateway read + kernel drops, exactly.
+//!
 //! Addresses 127.0.118.x, ports 19901-19919; one test at a time (they measure
 //! a process and flood loopback).
 
@@ -108,18 +113,31 @@ fn serve(
 }
 
 fn gateway_to_fabric(listen: &str, fabric_ip: Ipv4Addr, target: &str, metrics: &str) -> Guard {
-    let g = Guard::spawn(qr().args([
-        "gateway",
-        "to-fabric",
-        "--listen",
-        listen,
-        "--fabric-ip",
-        &fabric_ip.to_string(),
-        "--target",
-        target,
-        "--metrics",
-        metrics,
-    ]));
+    gateway_to_fabric_with(listen, fabric_ip, target, metrics, &[])
+}
+
+fn gateway_to_fabric_with(
+    listen: &str,
+    fabric_ip: Ipv4Addr,
+    target: &str,
+    metrics: &str,
+    extra: &[&str],
+) -> Guard {
+    let g = Guard::spawn(
+        qr().args([
+            "gateway",
+            "to-fabric",
+            "--listen",
+            listen,
+            "--fabric-ip",
+            &fabric_ip.to_string(),
+            "--target",
+            target,
+            "--metrics",
+            metrics,
+        ])
+        .args(extra),
+    );
     common::http::when_up(metrics, || common::http::get_ok(metrics, "/metrics"));
     g
 }
@@ -511,4 +529,44 @@ fn to_udp_forged_qpns_get_no_sockets_and_at_most_three_times_back() {
         );
     }
     assert_eq!(g(&m, "clients_unvalidated"), 0, "expired");
+}
+
+#[test]
+fn to_fabric_kernel_drops_are_counted_when_the_buffer_is_small() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new("gw-kernel-drops");
+    let (_serve, _cert) = serve(&dir, ip(40), 19912);
+    let listen = "127.0.118.41:19913";
+    let metrics = "127.0.118.41:19914";
+    let _gw = gateway_to_fabric_with(
+        listen,
+        ip(41),
+        "127.0.118.40:19912",
+        metrics,
+        &["--udp-recv-buffer", "4K"],
+    );
+    // Bursts of junk (each costs the gateway a parse, no state) from one
+    // socket, faster than one task reads them through a 4 KiB buffer.
+    let sock = UdpSocket::bind((ip(42), 0)).unwrap();
+    let junk = [0x40u8; 1000];
+    let sent = 50_000u64;
+    for _ in 0..sent {
+        sock.send_to(&junk, listen).unwrap();
+    }
+    let m = settled(metrics);
+    let read = g(&m, "udp_rx_datagrams_total");
+    let kernel = g(&m, "udp_kernel_drops_total");
+    let buffer = g(&m, "udp_recv_buffer_bytes");
+    eprintln!("sent {sent}, read {read}, kernel drops {kernel}, buffer {buffer} B");
+    assert!(buffer < 64 << 10, "the buffer was made small: {buffer}");
+    assert!(
+        kernel > 0,
+        "a 4 KiB buffer overflowed under {sent} datagrams"
+    );
+    assert_eq!(
+        read + kernel,
+        sent,
+        "every datagram read or counted by the kernel"
+    );
+    assert_eq!(g(&m, "drop_not_initial_total"), read);
 }

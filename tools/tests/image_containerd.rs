@@ -12,61 +12,13 @@
 
 mod image_support;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use image_support::*;
 
 const REPO: &str = "qr/ctr";
 const TAG: &str = "v1";
 const UPSTREAM: &str = "127.0.111.50:19150";
-
-fn containerd(d: &Path) -> (Proc, String) {
-    std::fs::create_dir_all(d).unwrap();
-    let sock = d.join("containerd.sock").display().to_string();
-    let config = d.join("containerd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "version = 2\nroot = \"{}\"\nstate = \"{}\"\n\
-             disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
-             [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n",
-            d.join("root").display(),
-            d.join("state").display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new("containerd")
-        .arg("--config")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(d.join("containerd.log")).unwrap())
-        .spawn()
-        .expect("containerd (apt-get install containerd)");
-    let proc = Proc {
-        child,
-        name: "containerd".into(),
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ok = Command::new("ctr")
-            .args(["--address", &sock, "version"])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if ok {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "containerd did not start: {}",
-            std::fs::read_to_string(d.join("containerd.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (proc, sock)
-}
 
 #[test]
 fn ctr_pulls_through_the_node_agent() {

@@ -441,7 +441,19 @@ async fn a_corrupt_cached_copy_is_quarantined_and_fetched_again() {
     assert_eq!(reg.metrics.upstream_blob_fetches.get(), 1, "fetched afresh");
     b.stored.wait().await.unwrap();
     for c in [&rc, &nc] {
-        let good = std::fs::read(c.join("blobs/sha256").join(d.hex())).unwrap();
+        // The registry agent commits behind its last chunk, which the node
+        // may have read first.
+        let p = c.join("blobs/sha256").join(d.hex());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !p.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} never repaired",
+                p.display()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let good = std::fs::read(&p).unwrap();
         assert_eq!(good, data, "{} repaired", c.display());
         let bad = std::fs::read(c.join("quarantine").join(d.hex())).unwrap();
         assert_ne!(bad, data, "the damaged copy kept aside");

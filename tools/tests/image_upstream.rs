@@ -127,7 +127,7 @@ async fn bearer_token_flow_accept_and_blob() {
         up.blob_size("qr/auth", &bd).await.unwrap(),
         blob.len() as u64
     );
-    let src = Source::Upstream(up);
+    let src = Source::Upstream(up.into());
     let (mut reader, size) = src.blob("qr/auth", &bd).await.unwrap();
     assert_eq!(size, blob.len() as u64);
     let mut got = Vec::new();

@@ -20,7 +20,7 @@ pub fn c_dir() -> PathBuf {
 
 /// `target/<profile>/`, where cargo put `libquic_rdma_ffi.a`: two levels above
 /// the running test binary (`target/<profile>/deps/…`).
-fn lib_dir() -> PathBuf {
+pub fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current executable");
     let dir = exe
         .parent()
@@ -36,8 +36,9 @@ fn lib_dir() -> PathBuf {
     dir
 }
 
-/// Flags from `quic_rdma.pc`: cflags, and the private libraries for static linking.
-fn pkg_config(args: &[&str]) -> Vec<String> {
+/// Flags from the committed pkg-config file `package` (`quic_rdma` or
+/// `quic_rdma_static`) pointed at the build tree.
+fn pkg_config(package: &str, args: &[&str]) -> Vec<String> {
     let out = Command::new("pkg-config")
         .env("PKG_CONFIG_PATH", ffi_dir())
         .arg(format!(
@@ -46,7 +47,7 @@ fn pkg_config(args: &[&str]) -> Vec<String> {
         ))
         .arg(format!("--define-variable=libdir={}", lib_dir().display()))
         .args(args)
-        .arg("quic_rdma")
+        .arg(package)
         .output()
         .expect("pkg-config runs (apt-get install pkg-config)");
     assert!(
@@ -85,17 +86,13 @@ pub fn compile(out_dir: &Path, name: &str, sources: &[PathBuf], extra: &[&str]) 
         "-g",
         "-O1",
     ])
-    .args(pkg_config(&["--cflags"]))
+    .args(pkg_config("quic_rdma_static", &["--cflags"]))
     .arg(format!("-I{}", ffi_dir().join("examples").display()))
     .args(extra)
     .args(sources)
-    // The static library explicitly (a plain -l would pick the shared one).
-    .arg(lib_dir().join("libquic_rdma_ffi.a"))
-    .args(
-        pkg_config(&["--static", "--libs-only-l"])
-            .into_iter()
-            .filter(|l| l != "-lquic_rdma_ffi"),
-    )
+    // The static archive by path and its system libraries, as a user gets
+    // them from quic_rdma_static.pc (a plain -l would pick the shared one).
+    .args(pkg_config("quic_rdma_static", &["--libs"]))
     .arg("-o")
     .arg(&out);
     let st = cmd

@@ -13,6 +13,10 @@ use crate::quic::routing::RoutingCheck;
 use crate::quic::tls::TlsSettings;
 use crate::socket::SocketConfig;
 
+/// [`EngineConfig::datagram_recv_buffer`]'s default: 4 MiB, the size of
+/// quinn-proto's own buffer (`TransportConfig::datagram_receive_buffer_size`).
+pub const DEFAULT_DATAGRAM_RECV_BUFFER: usize = 4 << 20;
+
 /// What the engine does with a new incoming connection attempt.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -52,6 +56,13 @@ pub struct EngineConfig {
     /// Datagrams taken from the receive queue per [`poll`](super::Engine::poll);
     /// bounds the time one poll spends receiving so transmits are not starved.
     pub recv_batch: usize,
+    /// Bytes of received datagrams each connection holds until the
+    /// application reads them (payload plus 32 bytes per datagram, as
+    /// quinn-proto counts); when a new one does not fit, the oldest are
+    /// dropped, counted ([`Engine::datagram_stats`](super::Engine::datagram_stats))
+    /// and reported ([`Event::DatagramsDropped`](super::Event::DatagramsDropped)).
+    /// At least the MTU. Default 4 MiB (quinn-proto's own default).
+    pub datagram_recv_buffer: usize,
     /// Seed of quinn-proto's endpoint RNG (tests want determinism); `None` seeds from the OS.
     pub rng_seed: Option<[u8; 32]>,
     /// Bounds of the peer table (see [`crate::quic::peers`]).
@@ -80,6 +91,7 @@ impl Default for EngineConfig {
                 ..SocketConfig::default()
             },
             recv_batch: 256,
+            datagram_recv_buffer: DEFAULT_DATAGRAM_RECV_BUFFER,
             rng_seed: None,
             peers: PeerLimits::default(),
             routing: RoutingCheck::default(),
@@ -124,6 +136,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("routing_key", &self.routing_key)
             .field("socket", &self.socket)
             .field("recv_batch", &self.recv_batch)
+            .field("datagram_recv_buffer", &self.datagram_recv_buffer)
             .field("peers", &self.peers)
             .finish()
     }

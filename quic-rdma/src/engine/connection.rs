@@ -2,9 +2,9 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use bytes::Bytes;
 use quinn_proto::{Connection, ConnectionError, ConnectionHandle, Dir, StreamId};
 
+use super::datagrams::RecvDatagrams;
 use super::{ConnHandle, EngineError};
 
 /// One connection as the engine keeps it.
@@ -12,9 +12,8 @@ pub(crate) struct Conn {
     pub(crate) inner: Connection,
     /// Why it ended, once it has (kept for [`Engine::close_reason`](super::Engine::close_reason)).
     pub(crate) error: Option<ConnectionError>,
-    /// A datagram taken from quinn-proto that did not fit the caller's buffer:
-    /// kept so a too-small buffer loses nothing.
-    pub(crate) stashed_datagram: Option<Bytes>,
+    /// Received datagrams not read yet, bounded; counts what it drops.
+    pub(crate) rx_datagrams: RecvDatagrams,
     /// Streams we opened, per direction ([bidi, uni]): ids are handed out in
     /// order (RFC 9000 §2.1), so ours with a lower index exist.
     opened: [u64; 2],
@@ -34,11 +33,13 @@ fn dir_index(d: Dir) -> usize {
 }
 
 impl Conn {
-    pub(crate) fn new(inner: Connection) -> Self {
+    /// A connection whose received datagrams are held up to
+    /// `datagram_limit` bytes.
+    pub(crate) fn new(inner: Connection, datagram_limit: usize) -> Self {
         Conn {
             inner,
             error: None,
-            stashed_datagram: None,
+            rx_datagrams: RecvDatagrams::new(datagram_limit),
             opened: [0; 2],
             accepted: [0; 2],
             unvalidated_handshake: false,

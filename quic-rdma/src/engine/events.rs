@@ -94,6 +94,16 @@ pub enum Event {
         /// The connection.
         conn: ConnHandle,
     },
+    /// Received datagrams were dropped unread: the connection's receive
+    /// buffer ([`EngineConfig::datagram_recv_buffer`](super::EngineConfig::datagram_recv_buffer))
+    /// was full and the oldest made room. Follows the [`Event::Datagram`] of
+    /// the same poll; [`Engine::datagram_stats`](super::Engine::datagram_stats) has the totals.
+    DatagramsDropped {
+        /// The connection.
+        conn: ConnHandle,
+        /// How many since the previous `DatagramsDropped` of this connection.
+        count: u64,
+    },
     /// [`send_datagram`](super::Engine::send_datagram) has room again after
     /// it returned `WouldBlock`.
     DatagramsWritable {

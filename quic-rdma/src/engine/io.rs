@@ -50,7 +50,8 @@ impl<Q: UdQueuePair> Engine<Q> {
         } = self;
         let mut new_incoming = None::<Vec<quinn_proto::Incoming>>;
         let mut last_source = LastSource::default();
-        socket.recv(batch, |r| {
+        // `now` for the reassembly timeout too: no clock read below the engine.
+        socket.recv_at(now, batch, |r| {
             if !routing.accept(r.imm, r.data, routing_stats) {
                 return;
             }

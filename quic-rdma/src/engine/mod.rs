@@ -56,7 +56,10 @@ use bytes::{Bytes, BytesMut};
 use quinn_proto::{ConnectionError, ConnectionStats, Dir, Endpoint, Incoming, VarInt};
 use slab::Slab;
 
-pub use config::{client_config, server_config, AcceptPolicy, EngineConfig};
+pub use config::{
+    client_config, server_config, AcceptPolicy, EngineConfig, DEFAULT_DATAGRAM_RECV_BUFFER,
+};
+pub use datagrams::DatagramStats;
 pub use error::EngineError;
 pub use events::{CloseReason, Event, ZeroRtt};
 pub use group::EngineGroup;
@@ -123,6 +126,10 @@ pub struct Engine<Q: UdQueuePair> {
     just_closed: Vec<(ConnHandle, Option<ConnectionError>)>,
     /// Datagrams received + transmits sent + timers run: moves when a poll did work.
     activity: u64,
+    /// Bytes of received datagrams each connection holds for the application.
+    datagram_limit: usize,
+    /// Datagrams dropped unread, all connections (closed ones included).
+    datagrams_dropped: u64,
 }
 
 /// Room for this many receive batches in the staging buffer before it is reclaimed.
@@ -135,6 +142,12 @@ impl<Q: UdQueuePair> Engine<Q> {
     pub fn new(qp: Q, cfg: EngineConfig) -> Result<Self, EngineError> {
         let socket = UdSocket::new(qp, cfg.socket.clone())?;
         let mtu = socket.mtu();
+        if cfg.datagram_recv_buffer < mtu {
+            // A buffer that cannot hold one datagram would drop every one.
+            return Err(EngineError::InvalidArgument(
+                "datagram_recv_buffer below the MTU",
+            ));
+        }
         if cfg.routing_key > crate::quic::cid::ROUTING_KEY_MASK {
             // Never silently masked: two endpoints meant to differ would collide.
             return Err(EngineError::InvalidArgument(
@@ -176,6 +189,8 @@ impl<Q: UdQueuePair> Engine<Q> {
             staged: Vec::with_capacity(64),
             just_closed: Vec::new(),
             activity: 0,
+            datagram_limit: cfg.datagram_recv_buffer,
+            datagrams_dropped: 0,
         })
     }
 
@@ -297,7 +312,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         let cfg = self.client.clone().ok_or(EngineError::NoClientConfig)?;
         let addr = self.peers.admit(remote, now);
         let (ch, conn) = self.endpoint.connect(now, cfg, addr, server_name)?;
-        Ok(self.conns.insert(ch, Conn::new(conn)))
+        Ok(self.conns.insert(ch, Conn::new(conn, self.datagram_limit)))
     }
 
     /// Accept a pending attempt (reported by [`Event::IncomingConnection`]).
@@ -461,7 +476,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         let mut buf = Vec::new();
         match self.endpoint.accept(inc, now, &mut buf, None) {
             Ok((ch, conn)) => {
-                let mut conn = Conn::new(conn);
+                let mut conn = Conn::new(conn, self.datagram_limit);
                 conn.unvalidated_handshake = !validated;
                 self.unvalidated_handshakes += usize::from(!validated);
                 let h = self.conns.insert(ch, conn);
@@ -578,6 +593,17 @@ impl<Q: UdQueuePair> Engine<Q> {
             }
             translate(h, c, ev, events);
         }
+        // Every poll empties quinn-proto's datagram queue into ours, so its
+        // silent drop-oldest only ever sees one poll's arrivals, and ours
+        // (bounded by the application's choice) counts and reports drops.
+        if c.rx_datagrams.take_from(&mut c.inner) > 0 {
+            events.push(Event::Datagram { conn: h });
+            let count = c.rx_datagrams.newly_dropped(&c.inner.stats());
+            if count > 0 {
+                self.datagrams_dropped += count;
+                events.push(Event::DatagramsDropped { conn: h, count });
+            }
+        }
         if c.inner.is_drained() {
             if std::mem::take(&mut c.unvalidated_handshake) {
                 self.unvalidated_handshakes -= 1;
@@ -646,7 +672,8 @@ fn translate(h: ConnHandle, c: &mut Conn, ev: quinn_proto::Event, out: &mut Vec<
             conn: h,
             bidi: dir == Dir::Bi,
         }),
-        E::DatagramReceived => out.push(Event::Datagram { conn: h }),
+        // Reported after the engine took them into its own queue (drive_connection).
+        E::DatagramReceived => {}
         E::DatagramsUnblocked => out.push(Event::DatagramsWritable { conn: h }),
     }
 }

@@ -6,13 +6,15 @@ use crate::fabric::FabricError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SocketError {
-    /// A datagram is larger than the active MTU. Hardware would drop it silently
-    /// and report success, so the socket refuses it instead.
-    #[error("datagram of {len} bytes exceeds the active MTU of {mtu} bytes")]
+    /// A datagram is larger than the socket takes: the active MTU, or the
+    /// segmented datagram size on a fabric below 2048 ([`UdSocket::mtu`](super::UdSocket::mtu)).
+    /// Hardware would drop an oversized UD message silently and report
+    /// success, so the socket refuses it instead.
+    #[error("datagram of {len} bytes exceeds the socket's limit of {mtu} bytes (the active MTU, or what fits in 2048 bytes of parts below 2048)")]
     Oversize {
         /// The datagram's length.
         len: usize,
-        /// The active MTU.
+        /// The largest datagram the socket takes ([`UdSocket::mtu`](super::UdSocket::mtu)).
         mtu: usize,
     },
     /// No send-queue room or free send slot right now; nothing was posted.
@@ -40,6 +42,10 @@ pub enum SocketError {
         /// Why the provider refused the rest.
         source: FabricError,
     },
+    /// A datagram to be sent as parts carries immediate data wider than the
+    /// 30 bits a part has room for (docs/architecture.md §6).
+    #[error("immediate data {0:#010x} is wider than the 30 bits a segmented datagram carries")]
+    ImmTooWide(u32),
     /// A misconfiguration of the socket.
     #[error("invalid socket configuration: {0}")]
     Config(String),
@@ -59,6 +65,7 @@ impl From<SocketError> for std::io::Error {
             SocketError::WouldBlock => ErrorKind::WouldBlock,
             SocketError::Oversize { .. }
             | SocketError::Config(_)
+            | SocketError::ImmTooWide(_)
             | SocketError::TooManySegments { .. } => ErrorKind::InvalidInput,
             SocketError::PartiallyPosted { .. } => ErrorKind::Other,
             SocketError::QpFailed(_) => ErrorKind::BrokenPipe,

@@ -14,6 +14,9 @@
 //! - a queue pair that enters the error state (a fatal event, or a work request
 //!   completed in error) is recovered with its QPN: every buffer it held comes
 //!   back and the receive queue is filled again;
+//! - segmentation on fabric MTUs below 2048 ([`segment`]): a datagram larger
+//!   than the active MTU goes as 2..=16 parts, reassembled on receive within
+//!   bounded memory and a timeout ([`Reassembler`]);
 //! - zero-copy transmit buffers ([`UdSocket::take_tx_buf`],
 //!   [`UdSocket::send_tx_buf`]): registered `Vec`s lent to quinn-proto's
 //!   `poll_transmit`, whose WRs point at what it wrote (the engine's send path;
@@ -27,8 +30,11 @@
 mod ah_cache;
 mod error;
 mod pool;
+mod reassembly;
 mod recv;
+pub mod segment;
 mod send;
+mod send_parts;
 mod stats;
 mod tx_buf;
 
@@ -36,13 +42,16 @@ use std::collections::VecDeque;
 use std::task::Waker;
 
 pub use error::SocketError;
+pub use reassembly::{Reassembled, Reassembler, ReassemblyConfig, ReassemblyStats};
 pub use recv::Received;
 pub use stats::SocketStats;
 pub use tx_buf::{TxBuf, TxSendError};
 
 use crate::fabric::grh::GrhLayout;
 use crate::fabric::memory::REGION_ALIGN;
-use crate::fabric::{AsyncEvent, Memory, Mtu, QpAttr, RecvWr, Region, SendWr, UdAddr, UdQueuePair};
+use crate::fabric::{
+    AsyncEvent, Gid, Memory, Mtu, QpAttr, Qpn, RecvWr, Region, SendWr, UdAddr, UdQueuePair,
+};
 use ah_cache::{AhCache, AhRef};
 use pool::{SlotId, SlotPool};
 use tx_buf::TxPool;
@@ -82,6 +91,15 @@ pub struct SocketConfig {
     /// Most zero-copy transmit buffers ([`UdSocket::take_tx_buf`]), each
     /// `max_segments × MTU` bytes, registered when first needed.
     pub tx_bufs: usize,
+    /// Segmentation for small fabric MTUs (docs/architecture.md §6, "Segmented
+    /// datagrams"): on an active MTU below 2048, offer datagrams of up to
+    /// [`segment::datagram_mtu`] bytes and send a larger one as parts; take
+    /// parts apart on receive. Default on. Off: an active MTU below QUIC's
+    /// 1200 bytes is refused ([`FabricError::MtuTooSmall`](crate::fabric::FabricError::MtuTooSmall))
+    /// and parts are handed up as they came.
+    pub segmentation: bool,
+    /// Bounds and timeout of the reassembly of parts.
+    pub reassembly: ReassemblyConfig,
 }
 
 impl SocketConfig {
@@ -115,6 +133,8 @@ impl Default for SocketConfig {
             // 8 MiB at a 4096-byte MTU; a full-MTU GSO batch each, so 32
             // cover more sends in flight than a send queue of 1024 holds.
             tx_bufs: 32,
+            segmentation: true,
+            reassembly: ReassemblyConfig::default(),
         }
     }
 }
@@ -159,7 +179,15 @@ pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     inline_max: usize,
     /// [`UdSocket::max_segments`], fixed at creation (as the buffers sized by it).
     max_segments: usize,
+    /// The largest datagram the caller may send: the active MTU, or above it
+    /// with segmentation ([`segment::datagram_mtu`]).
     mtu: usize,
+    /// The active MTU: the largest UD message.
+    fabric_mtu: usize,
+    /// Id of the next segmented datagram sent (24 bits on the wire).
+    next_part_id: u32,
+    /// Parts of datagrams received, keyed by source (GID, QPN).
+    reassembly: Reassembler<(Gid, Qpn)>,
     layout: GrhLayout,
     local: UdAddr,
     cfg: SocketConfig,
@@ -173,10 +201,17 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     ///
     /// Fails with [`FabricError::MtuTooSmall`](crate::fabric::FabricError::MtuTooSmall)
     /// (naming jumbo frames as the fix) if the active MTU cannot carry QUIC's
-    /// 1200-byte datagrams, and with a configuration error for nonsense tuning.
+    /// 1200-byte datagrams (RFC 9000 §14) and segmentation is off, and with a
+    /// configuration error for nonsense tuning.
     pub fn new(mut qp: Q, cfg: SocketConfig) -> Result<Self, SocketError> {
         let attr = qp.attr().clone();
-        attr.active_mtu.check_quic()?;
+        let fabric_mtu = attr.active_mtu.bytes();
+        let mtu = if cfg.segmentation {
+            segment::datagram_mtu(fabric_mtu)
+        } else {
+            attr.active_mtu.check_quic()?;
+            fabric_mtu
+        };
         crate::fabric::check_qkey(attr.qkey)?;
         if cfg.signal_every == 0 || cfg.repost_batch == 0 || cfg.send_slots == 0 || cfg.tx_bufs == 0
         {
@@ -190,13 +225,12 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                 cfg.region_bytes
             )));
         }
-        let mtu = attr.active_mtu.bytes();
         let recv_depth = cfg.recv_depth.min(attr.max_recv_wr as usize).max(1);
         let mut mem = Memory::new();
         let send_pool = SlotPool::new(
             &mut qp,
             &mut mem,
-            mtu,
+            fabric_mtu,
             cfg.send_slots,
             cfg.region_bytes,
             cfg.send_slots,
@@ -205,7 +239,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         let recv_pool = SlotPool::new(
             &mut qp,
             &mut mem,
-            mtu,
+            fabric_mtu,
             recv_depth,
             cfg.region_bytes,
             cfg.recv_start.clamp(1, recv_depth),
@@ -215,7 +249,10 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         let mut stage = Region::new(stage_stride * MAX_SEND_BATCH);
         qp.register(&mut stage)?;
         let stage_region = mem.push(stage);
-        let max_segments = max_segments(&attr, &send_pool);
+        // A full-size datagram takes this many WRs (and slots): a transmit of
+        // max_segments of them must fit the send queue whole.
+        let wrs_per_datagram = segment::parts_for(mtu, fabric_mtu);
+        let max_segments = (max_segments(&attr, &send_pool) / wrs_per_datagram).max(1);
         let mut s = UdSocket {
             mem,
             tx_pool: TxPool::new(cfg.tx_bufs, max_segments * mtu),
@@ -237,6 +274,9 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             inline_max,
             max_segments,
             mtu,
+            fabric_mtu,
+            next_part_id: 0,
+            reassembly: Reassembler::new(cfg.reassembly),
             layout: GrhLayout::for_gid(attr.gid),
             local: UdAddr::new(attr.gid, attr.qpn, attr.qkey),
             cfg: SocketConfig {
@@ -259,9 +299,22 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         self.local
     }
 
-    /// The active MTU: the largest datagram [`UdSocket::send`] accepts.
+    /// The largest datagram [`UdSocket::send`] accepts: the active MTU, or
+    /// more on a fabric below 2048 with segmentation on (datagrams larger than
+    /// the active MTU go as parts; see [`segment::datagram_mtu`]). What QUIC
+    /// may send.
     pub fn mtu(&self) -> usize {
         self.mtu
+    }
+
+    /// The active MTU in bytes: the largest UD message.
+    pub fn fabric_mtu(&self) -> usize {
+        self.fabric_mtu
+    }
+
+    /// Whether datagrams larger than the active MTU are sent as parts.
+    pub fn segments(&self) -> bool {
+        self.mtu > self.fabric_mtu
     }
 
     /// The active MTU as the IB enumeration.
@@ -295,6 +348,13 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     pub fn stats(&self) -> SocketStats {
         let mut s = self.stats;
         s.provider = self.qp.drops();
+        let r = self.reassembly.stats();
+        s.seg_parts_received = r.parts;
+        s.seg_reassembled = r.reassembled;
+        s.seg_expired = r.expired;
+        s.seg_evicted = r.evicted;
+        s.seg_malformed = r.malformed;
+        s.seg_duplicates = r.duplicates;
         s
     }
 

@@ -1,6 +1,9 @@
-//! The receive path: batched completion polling, GRH parsing, batched reposting.
+//! The receive path: batched completion polling, GRH parsing, reassembly of
+//! segmented datagrams, batched reposting.
 
-use super::{SocketError, UdSocket, RECV_POLL_BATCH};
+use std::time::Instant;
+
+use super::{segment, SocketError, UdSocket, RECV_POLL_BATCH};
 use crate::fabric::addr::MAX_QPN;
 use crate::fabric::grh::Grh;
 use crate::fabric::{Completion, RecvWr, UdAddr, UdQueuePair, WcStatus, GRH_LEN};
@@ -82,8 +85,25 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     /// Receive up to `max` datagrams, handing each to `deliver`. Returns how many
     /// were delivered. Malformed packets (bad GRH, error completions) are dropped
     /// and counted, never delivered.
-    pub fn recv(&mut self, max: usize, mut deliver: impl FnMut(Received<'_>)) -> usize {
+    ///
+    /// Reads the wall clock for the reassembly timeout of segmented datagrams;
+    /// a caller with a clock of its own (the engine) calls [`recv_at`](Self::recv_at).
+    pub fn recv(&mut self, max: usize, deliver: impl FnMut(Received<'_>)) -> usize {
+        self.recv_at(Instant::now(), max, deliver)
+    }
+
+    /// [`recv`](Self::recv) at time `now`: a part of a segmented datagram
+    /// (docs/architecture.md §6) is taken into its datagram, which is handed up
+    /// whole once its last part is in; datagrams whose parts have not all
+    /// arrived within the reassembly timeout of `now` are dropped and counted.
+    pub fn recv_at(
+        &mut self,
+        now: Instant,
+        max: usize,
+        mut deliver: impl FnMut(Received<'_>),
+    ) -> usize {
         self.handle_events();
+        self.reassembly.expire(now);
         let mut wcs = [Completion::send(0); RECV_POLL_BATCH];
         let mut delivered = 0;
         let mut qp_failed = false;
@@ -112,6 +132,25 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                             Err(e) => {
                                 self.stats.drop_bad_grh += 1;
                                 tracing::debug!(%e, "dropping packet with bad GRH");
+                            }
+                            Ok(grh) if self.cfg.segmentation && segment::is_part(wc.imm) => {
+                                let part_imm = wc.imm.unwrap_or_default();
+                                let src = (grh.sgid, wc.src_qp);
+                                let payload = &buf[GRH_LEN..len];
+                                if let Some(d) =
+                                    self.reassembly
+                                        .accept(now, src, part_imm, grh.ecn(), payload)
+                                {
+                                    self.stats.recv_packets += 1;
+                                    self.stats.recv_bytes += d.data.len() as u64;
+                                    delivered += 1;
+                                    deliver(Received {
+                                        src: UdAddr::new(grh.sgid, wc.src_qp, self.local.qkey),
+                                        ecn: d.ecn,
+                                        imm: d.imm,
+                                        data: d.data,
+                                    });
+                                }
                             }
                             Ok(grh) => {
                                 let data = &buf[GRH_LEN..len];

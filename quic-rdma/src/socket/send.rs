@@ -24,7 +24,7 @@ pub(super) enum Payload<'a> {
 }
 
 impl Payload<'_> {
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         match self {
             Payload::Copied(c) => c.len(),
             Payload::Registered { len, .. } => *len,
@@ -91,6 +91,10 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         }
         let len = payload.len();
         let seg = segment_size.unwrap_or(len).max(1);
+        if seg > self.fabric_mtu && seg <= self.mtu && len > self.fabric_mtu {
+            // Datagrams larger than a UD message: as parts (docs/architecture.md §6).
+            return self.post_parts(dest, ecn, imm, payload, seg);
+        }
         if seg > self.mtu {
             self.stats.mtu_refusals += 1;
             return Err(SocketError::Oversize {
@@ -287,7 +291,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     }
 
     /// Give back the slots and AH references of WRs built but not posted.
-    fn unwind_batch(&mut self) {
+    pub(super) fn unwind_batch(&mut self) {
         for slot in self.wr_slots.drain(..).flatten() {
             self.send_pool.release(slot);
         }
@@ -363,9 +367,10 @@ impl<Q: UdQueuePair> UdSocket<Q> {
 
     /// Whether `n` full-MTU datagrams could be posted now as one batch (a
     /// GSO-style send is posted whole or not at all): send-queue room and a
-    /// slot for each.
+    /// slot for each (for each part, when they are segmented).
     pub fn can_send_datagrams(&self, n: usize) -> bool {
-        let n = n.max(1);
+        // A full-size datagram above the active MTU takes one WR and slot per part.
+        let n = n.max(1) * super::segment::parts_for(self.mtu, self.fabric_mtu);
         self.inflight.len() + n <= self.qp.attr().max_send_wr as usize
             && self.send_pool.available() >= n
     }

@@ -80,6 +80,26 @@ pub struct SocketStats {
     pub tx_buf_reallocations: u64,
     /// Transmit buffers that could not be registered (or re-registered).
     pub tx_buf_failures: u64,
+    /// Datagrams larger than the active MTU sent as parts (docs/architecture.md §6).
+    pub seg_datagrams_sent: u64,
+    /// Parts sent (one UD SEND each; also counted in `sent_wrs`).
+    pub seg_parts_sent: u64,
+    /// Parts received and taken into a datagram in progress.
+    pub seg_parts_received: u64,
+    /// Datagrams reassembled from parts and handed up (also counted in
+    /// `recv_packets`).
+    pub seg_reassembled: u64,
+    /// Datagrams dropped because a part did not arrive within the reassembly
+    /// timeout (a lost part loses the whole datagram; QUIC recovers).
+    pub seg_expired: u64,
+    /// Datagrams dropped incomplete to make room for newer ones (the per-peer
+    /// or total bound of reassembly buffers).
+    pub seg_evicted: u64,
+    /// Parts dropped as malformed: a bad part header, or disagreeing with the
+    /// datagram's other parts.
+    pub seg_malformed: u64,
+    /// Parts dropped as duplicates.
+    pub seg_duplicates: u64,
     /// The provider's drops (P_Key, Q_Key, unknown QPN, starvation, ...).
     pub provider: ProviderDrops,
 }

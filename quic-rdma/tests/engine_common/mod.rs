@@ -86,14 +86,16 @@ impl EnginePair {
     /// A pair on a real-time fabric, for tests that are not about time and
     /// poll with the wall clock themselves (the allocation counter).
     pub fn real_time(cfg: SimConfig) -> Self {
-        let mtu = cfg.mtu.bytes();
+        // What the socket offers QUIC: above the fabric MTU when it segments.
+        let mtu = quic_rdma::socket::segment::datagram_mtu(cfg.mtu.bytes());
         let (ccfg, scfg) = configs(mtu, AcceptPolicy::AcceptAll);
         Self::from_configs(SimFabric::new(cfg), ccfg, scfg)
     }
 
     /// A pair on a fabric on the harness's clock (see the module docs).
     pub fn with(cfg: SimConfig, accept: AcceptPolicy) -> Self {
-        let mtu = cfg.mtu.bytes();
+        // What the socket offers QUIC: above the fabric MTU when it segments.
+        let mtu = quic_rdma::socket::segment::datagram_mtu(cfg.mtu.bytes());
         // The one wall-clock read: the epoch of virtual time.
         let fabric = SimFabric::manual(cfg, Instant::now());
         let (ccfg, scfg) = configs(mtu, accept);

@@ -245,6 +245,12 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A length of time that may be 0 (e.g. a cache TTL: 0 = always ask).
+pub(crate) fn parse_age(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration (e.g. 0s, 30s, 7d): {e}"))
+}
+
 impl TcpLimitsArgs {
     /// The limits.
     pub(crate) fn limits(&self) -> Limits {

@@ -218,9 +218,11 @@ async fn client(
         .connect_with(cfg, ep.socket.peer_addr(peer.addr), &c.server_name)
         .context("starting the handshake")?
         .await
-        .with_context(|| {
-            format!(
-                "handshake with {} (certificate verified for \"{}\" against {})",
+        .map_err(|e| {
+            let why =
+                crate::refusal::local_certificate_refusal(&e).unwrap_or_else(|| e.to_string());
+            anyhow::anyhow!(
+                "handshake with {} (certificate checked for \"{}\" against {}): {why}",
                 peer.addr.gid,
                 c.server_name,
                 c.cert.display()

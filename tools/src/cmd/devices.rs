@@ -6,10 +6,28 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 
 use quic_rdma::fabric::Mtu;
+use quic_rdma::socket::segment::{datagram_mtu, parts_for};
 use serde::Serialize;
 
-/// QUIC's smallest datagram (RFC 9000 §14): a fabric MTU below it cannot carry QUIC.
+/// QUIC's smallest datagram (RFC 9000 §14): a path must carry at least this.
 const QUIC_MIN: usize = 1200;
+
+/// What QUIC runs at over a RoCE MTU of `roce` bytes, and how: the datagram
+/// size the socket offers (above `roce` when it segments, docs/architecture.md
+/// §6) and, when segmented, a note saying so with the way to avoid it.
+fn quic_over(roce: usize, netdev: Option<&str>) -> (usize, Option<String>) {
+    let quic = datagram_mtu(roce);
+    let note = (quic > roce).then(|| {
+        format!(
+            "RoCE MTU {roce}: each QUIC datagram ({quic} bytes) travels as {} RoCEv2 \
+             packets (segmentation); jumbo frames (`ip link set {} mtu 9000`, RoCE MTU 4096) \
+             carry it whole",
+            parts_for(quic, roce),
+            netdev.unwrap_or("<if>")
+        )
+    });
+    (quic, note)
+}
 
 /// Options of `qr devices`.
 #[derive(Clone, Debug, clap::Args)]
@@ -55,9 +73,14 @@ struct VerbsPort {
     link_layer: String,
     active_mtu: Option<usize>,
     max_mtu: Option<usize>,
+    /// The QUIC datagram size over the active MTU (larger when segmented).
+    quic_mtu: Option<usize>,
     gids: Vec<GidRow>,
     /// Misconfigurations found, each with its fix.
     problems: Vec<String>,
+    /// How QUIC runs here when it runs differently (segmented), with the
+    /// way to avoid it.
+    notes: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -79,9 +102,14 @@ struct SoftInterface {
     netdev_mtu: Option<usize>,
     /// The largest RoCE MTU whose packets fit the interface.
     roce_mtu: Option<usize>,
-    /// Whether QUIC runs over it (RoCE MTU at least 1200).
+    /// The QUIC datagram size over it: the RoCE MTU, or more when segmented.
+    quic_mtu: Option<usize>,
+    /// Whether QUIC runs over it (a QUIC datagram of at least 1200 bytes).
     quic_ok: bool,
+    /// Whether QUIC datagrams go as several RoCEv2 packets each.
+    segmented: bool,
     problem: Option<String>,
+    note: Option<String>,
 }
 
 /// Run `qr devices`.
@@ -154,10 +182,12 @@ fn verbs() -> Verbs {
                                 link_layer: p.link_layer.into(),
                                 active_mtu: p.active_mtu.map(Mtu::bytes),
                                 max_mtu: p.max_mtu.map(Mtu::bytes),
+                                quic_mtu: p.active_mtu.map(|m| datagram_mtu(m.bytes())),
                                 gids,
                                 problems: Vec::new(),
+                                notes: Vec::new(),
                             };
-                            port.problems = port_problems(&d.name, &port);
+                            (port.problems, port.notes) = port_problems(&d.name, &port);
                             port
                         })
                         .collect(),
@@ -195,23 +225,29 @@ fn verbs() -> Verbs {
     }
 }
 
-/// What would stop QUIC on `port`, each with its fix.
+/// What would stop QUIC on `port`, each with its fix; and notes on how it
+/// runs (segmented below 2048).
 #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
-fn port_problems(dev: &str, p: &VerbsPort) -> Vec<String> {
+fn port_problems(dev: &str, p: &VerbsPort) -> (Vec<String>, Vec<String>) {
     let mut out = Vec::new();
+    let mut notes = Vec::new();
     if p.state != "ACTIVE" {
         out.push(format!(
             "{dev} port {} is {}: bring its netdev up (`ip link set <if> up`)",
             p.port, p.state
         ));
     }
-    if let Some(m) = p.active_mtu.filter(|&m| m < QUIC_MIN) {
+    if let Some(m) = p.active_mtu {
         let nd = p.gids.iter().find_map(|g| g.netdev.clone());
-        out.push(format!(
-            "active MTU {m} is below QUIC's {QUIC_MIN}-byte minimum: enable jumbo frames \
-             (`ip link set {} mtu 9000`, giving RoCE MTU 4096)",
-            nd.as_deref().unwrap_or("<if>")
-        ));
+        let (quic, note) = quic_over(m, nd.as_deref());
+        if quic < QUIC_MIN {
+            out.push(format!(
+                "active MTU {m} is below QUIC's {QUIC_MIN}-byte minimum: enable jumbo frames \
+                 (`ip link set {} mtu 9000`, giving RoCE MTU 4096)",
+                nd.as_deref().unwrap_or("<if>")
+            ));
+        }
+        notes.extend(note);
     }
     if p.link_layer == "Ethernet" && !p.gids.iter().any(|g| g.kind == "RoCE v2") {
         out.push(
@@ -226,7 +262,7 @@ fn port_problems(dev: &str, p: &VerbsPort) -> Vec<String> {
                 .into(),
         );
     }
-    out
+    (out, notes)
 }
 
 /// Interfaces with their addresses, MTU and what RoCE MTU they allow.
@@ -241,27 +277,42 @@ fn soft() -> Vec<SoftInterface> {
             let netdev_mtu = std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
                 .ok()
                 .and_then(|s| s.trim().parse::<usize>().ok());
-            let roce = netdev_mtu.and_then(Mtu::for_netdev).map(Mtu::bytes);
-            let quic_ok = roce.is_some_and(|m| m >= QUIC_MIN);
-            let problem = match (netdev_mtu, roce) {
-                (None, _) => Some("MTU unknown (no /sys/class/net entry)".to_string()),
-                (Some(n), _) if !quic_ok => Some(format!(
-                    "netdev MTU {n} allows RoCE MTU {}, below QUIC's {QUIC_MIN}: \
-                     `ip link set {name} mtu 9000` (RoCE MTU 4096)",
-                    roce.map_or("none".to_string(), |m| m.to_string())
-                )),
-                _ => None,
-            };
-            SoftInterface {
-                addresses: addrs.iter().map(IpAddr::to_string).collect(),
-                name,
-                netdev_mtu,
-                roce_mtu: roce,
-                quic_ok,
-                problem,
-            }
+            soft_row(name, &addrs, netdev_mtu)
         })
         .collect()
+}
+
+/// What `soft` would run at on interface `name` of MTU `netdev_mtu`: the RoCE
+/// MTU kernel rxe would take, and QUIC over it (segmented below 2048).
+fn soft_row(name: String, addrs: &[IpAddr], netdev_mtu: Option<usize>) -> SoftInterface {
+    let roce = netdev_mtu.and_then(Mtu::for_netdev).map(Mtu::bytes);
+    let (quic_mtu, note) = match roce {
+        Some(r) => {
+            let (q, n) = quic_over(r, Some(&name));
+            (Some(q), n)
+        }
+        None => (None, None),
+    };
+    let quic_ok = quic_mtu.is_some_and(|m| m >= QUIC_MIN);
+    let problem = match (netdev_mtu, roce) {
+        (None, _) => Some("MTU unknown (no /sys/class/net entry)".to_string()),
+        (Some(n), _) if !quic_ok => Some(format!(
+            "netdev MTU {n} allows no RoCE MTU QUIC can run over: \
+             `ip link set {name} mtu 9000` (RoCE MTU 4096)"
+        )),
+        _ => None,
+    };
+    SoftInterface {
+        addresses: addrs.iter().map(IpAddr::to_string).collect(),
+        name,
+        netdev_mtu,
+        roce_mtu: roce,
+        quic_mtu,
+        quic_ok,
+        segmented: note.is_some(),
+        problem,
+        note,
+    }
 }
 
 fn human(d: &Devices) -> String {
@@ -295,6 +346,9 @@ fn human(d: &Devices) -> String {
                 mtu(p.active_mtu),
                 mtu(p.max_mtu)
             );
+            for n in &p.notes {
+                let _ = writeln!(s, "      * {n}");
+            }
             for g in &p.gids {
                 let _ = writeln!(
                     s,
@@ -317,22 +371,29 @@ fn human(d: &Devices) -> String {
     );
     let _ = writeln!(
         s,
-        "  {:<12} {:>7} {:>9}  {:<5} addresses",
+        "  {:<12} {:>7} {:>9}  {:<15} addresses",
         "interface", "MTU", "RoCE MTU", "QUIC"
     );
     for i in &d.soft {
         let opt = |m: Option<usize>| m.map_or("-".to_string(), |m| m.to_string());
         let _ = writeln!(
             s,
-            "  {:<12} {:>7} {:>9}  {:<5} {}",
+            "  {:<12} {:>7} {:>9}  {:<15} {}",
             i.name,
             opt(i.netdev_mtu),
             opt(i.roce_mtu),
-            if i.quic_ok { "yes" } else { "no" },
+            match (i.quic_ok, i.segmented) {
+                (true, false) => "yes".to_string(),
+                (true, true) => "yes, segmented".to_string(),
+                (false, _) => "no".to_string(),
+            },
             i.addresses.join(", ")
         );
         if let Some(p) = &i.problem {
             let _ = writeln!(s, "      ! {p}");
+        }
+        if let Some(n) = &i.note {
+            let _ = writeln!(s, "      * {n}");
         }
     }
     s
@@ -349,6 +410,7 @@ mod tests {
             link_layer: "Ethernet".into(),
             active_mtu: Some(mtu),
             max_mtu: Some(4096),
+            quic_mtu: Some(datagram_mtu(mtu)),
             gids: gids
                 .iter()
                 .enumerate()
@@ -361,20 +423,46 @@ mod tests {
                 })
                 .collect(),
             problems: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
     #[test]
     fn misconfigurations_name_their_fix() {
         let ok = port("ACTIVE", 4096, &[("::ffff:10.0.0.1", "RoCE v2")]);
-        assert!(port_problems("rxe0", &ok).is_empty());
+        assert_eq!(port_problems("rxe0", &ok), (vec![], vec![]));
+        // rxe on a 1500-byte netdev: usable, segmented, with the way to avoid it.
         let small = port("ACTIVE", 1024, &[("::ffff:10.0.0.1", "RoCE v2")]);
-        let p = port_problems("rxe0", &small);
-        assert!(p[0].contains("ip link set eth9 mtu 9000"), "{p:?}");
+        let (p, notes) = port_problems("rxe0", &small);
+        assert!(p.is_empty(), "{p:?}");
+        assert!(notes[0].contains("2040 bytes") && notes[0].contains("2 RoCEv2 packets"));
+        assert!(notes[0].contains("ip link set eth9 mtu 9000"), "{notes:?}");
         let v1 = port("ACTIVE", 4096, &[("::ffff:10.0.0.1", "RoCE v1/IB")]);
-        assert!(port_problems("rxe0", &v1)[0].contains("no RoCE v2 GID"));
+        assert!(port_problems("rxe0", &v1).0[0].contains("no RoCE v2 GID"));
         let down = port("DOWN", 4096, &[("::ffff:10.0.0.1", "RoCE v2")]);
-        assert!(port_problems("rxe0", &down)[0].contains("is DOWN"));
+        assert!(port_problems("rxe0", &down).0[0].contains("is DOWN"));
+    }
+
+    #[test]
+    fn a_1500_byte_link_is_usable_with_segmentation() {
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let eth = soft_row("eth0".into(), &[ip], Some(1500));
+        assert_eq!((eth.roce_mtu, eth.quic_mtu), (Some(1024), Some(2040)));
+        assert!(
+            eth.quic_ok && eth.segmented && eth.problem.is_none(),
+            "{eth:?}"
+        );
+        let d = Devices {
+            verbs: verbs(),
+            soft: vec![eth],
+        };
+        let text = human(&d);
+        assert!(text.contains("yes, segmented"), "{text}");
+        assert!(text.contains("ip link set eth0 mtu 9000"), "{text}");
+        let jumbo = soft_row("eth1".into(), &[ip], Some(9000));
+        assert!(jumbo.quic_ok && !jumbo.segmented && jumbo.note.is_none());
+        let tiny = soft_row("eth2".into(), &[ip], Some(300));
+        assert!(!tiny.quic_ok && tiny.problem.is_some());
     }
 
     /// On any Linux host: loopback is listed with its addresses and MTU, and

@@ -18,13 +18,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::fabric::{Mtu, UdQueuePair};
 
-use super::args::{MetricsArgs, DEFAULT_SERVICE_PORT};
+use super::args::{parse_bytes, MetricsArgs, DEFAULT_SERVICE_PORT};
 use crate::channel_endpoint::query_bootstrap;
-use crate::gateway::{self, GatewayStats, Limits, QpFactory, ToFabric, ToUdp};
+use crate::gateway::{self, udp_socket, GatewayStats, Limits, QpFactory, ToFabric, ToUdp};
 use crate::http::Page;
 use crate::provider::{self, EndpointOptions, ProviderKind};
 
@@ -56,38 +56,51 @@ struct Common {
     #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
     provider: ProviderKind,
 
-    /// Active MTU of the gateway's fabric port (1024, 2048 or 4096... QUIC
-    /// needs at least 1200). UDP datagrams above it are dropped and counted.
+    /// UDP port of the gateway's RoCEv2 socket (`soft`): another endpoint
+    /// on the same IP needs another port.
+    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
+    udp_port: u16,
+
+    /// Active MTU of the gateway's fabric port: 2048 or 4096 (QUIC needs
+    /// 1200-byte datagrams, RFC 9000 §14; 1024 is too small). UDP datagrams
+    /// above it are dropped and counted.
     #[arg(long, default_value_t = 4096, value_parser = parse_mtu)]
     fabric_mtu: usize,
 
+    /// Receive buffer of the UDP socket clients send to (to-fabric) in bytes
+    /// (e.g. 8M): bursts from many clients beyond it are dropped by the
+    /// kernel (counted in qr_gateway_udp_kernel_drops_total). Above
+    /// net.core.rmem_max it needs CAP_NET_ADMIN.
+    #[arg(long, default_value = "8M", value_parser = parse_bytes)]
+    udp_recv_buffer: u64,
+
     /// Validated clients at most (each a queue pair or UDP socket); new
     /// clients are refused while it is reached.
-    #[arg(long, default_value_t = Limits::default().max_clients)]
+    #[arg(long, default_value_t = Limits::default().max_clients, value_parser = parse_count)]
     max_clients: usize,
 
     /// Clients that have not yet proved their address at most (a source gets
     /// one only for a well-formed QUIC Initial); the oldest is evicted to
     /// make room.
-    #[arg(long, default_value_t = Limits::default().max_unvalidated)]
+    #[arg(long, default_value_t = Limits::default().max_unvalidated, value_parser = parse_count)]
     max_unvalidated: usize,
 
     /// Unvalidated clients from one source IP (or GID) at most.
-    #[arg(long, default_value_t = Limits::default().max_unvalidated_per_source)]
+    #[arg(long, default_value_t = Limits::default().max_unvalidated_per_source, value_parser = parse_count)]
     max_unvalidated_per_source: usize,
 
     /// Clients of both kinds from one source IP (or GID) at most.
-    #[arg(long, default_value_t = Limits::default().max_per_source)]
+    #[arg(long, default_value_t = Limits::default().max_per_source, value_parser = parse_count)]
     max_per_source: usize,
 
     /// Remove a client that has not proved its address this long after its
     /// first datagram (a real client does within a round trip).
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = parse_nonzero_duration)]
     unvalidated_expiry: Duration,
 
     /// Remove a validated client after this long without traffic (e.g. 30s);
     /// keep it above the QUIC idle timeout of the endpoints.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_nonzero_duration)]
     idle_timeout: Duration,
 
     /// `--metrics` (the gateway's counters) and the limits of its listener.
@@ -115,9 +128,9 @@ struct ToFabricArgs {
 
 #[derive(Clone, Debug, clap::Args)]
 struct ToUdpArgs {
-    /// The QUIC server on UDP.
+    /// The QUIC server on UDP: HOST:PORT (a name is resolved once, at start).
     #[arg(long)]
-    target: SocketAddr,
+    target: String,
 
     /// Local IP of the per-client UDP sockets (default: unspecified, the kernel
     /// picks the source towards the target).
@@ -131,6 +144,24 @@ struct ToUdpArgs {
 
     #[command(flatten)]
     common: Common,
+}
+
+/// A client count of at least 1 (0 would refuse everyone).
+fn parse_count(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 would refuse every client: give at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a number of clients")),
+    }
+}
+
+/// A duration above zero (a zero timer would drop every client at once).
+fn parse_nonzero_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("0 would drop every client at once: give e.g. 2s".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!("`{s}` is not a duration (e.g. 2s, 30s): {e}")),
+    }
 }
 
 fn parse_mtu(s: &str) -> Result<usize, String> {
@@ -164,28 +195,16 @@ pub(crate) fn main(args: &GatewayArgs) -> ExitCode {
     })
 }
 
-fn limits(c: &Common) -> Result<Limits> {
-    for (flag, v) in [
-        ("--max-clients", c.max_clients),
-        ("--max-unvalidated", c.max_unvalidated),
-        ("--max-unvalidated-per-source", c.max_unvalidated_per_source),
-        ("--max-per-source", c.max_per_source),
-    ] {
-        if v == 0 {
-            bail!("{flag} 0 would refuse everyone: give at least 1");
-        }
-    }
-    if c.unvalidated_expiry.is_zero() {
-        bail!("--unvalidated-expiry 0 would drop every client before it answers: give e.g. 2s");
-    }
-    Ok(Limits {
+fn limits(c: &Common) -> Limits {
+    // Each bound is at least 1 and each timer above 0: clap checked them.
+    Limits {
         max_clients: c.max_clients,
         max_unvalidated: c.max_unvalidated,
         max_unvalidated_per_source: c.max_unvalidated_per_source,
         max_per_source: c.max_per_source,
         unvalidated_expiry: c.unvalidated_expiry,
         idle_timeout: c.idle_timeout,
-    })
+    }
 }
 
 /// Serve the counters on `--metrics`, if asked.
@@ -204,11 +223,11 @@ async fn metrics(
 }
 
 async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
-    let limits = limits(&a.common)?;
+    let limits = limits(&a.common);
     let target = a.target.clone();
     let wait = Duration::from_secs(a.wait);
     let peer = tokio::task::spawn_blocking(move || query_bootstrap(&target, wait)).await??;
-    let mut cfg = provider::soft_config(a.common.fabric_ip, quic_rdma::fabric::ROCEV2_UDP_PORT)?;
+    let mut cfg = provider::soft_config(a.common.fabric_ip, a.common.udp_port)?;
     cfg.mtu = Mtu::from_bytes(a.common.fabric_mtu).expect("checked by parse_mtu");
     let port = provider::open_soft_port(cfg)?;
     // Every client QP sends to the target's UDP port (set before any AH exists).
@@ -225,6 +244,15 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
         .await
         .with_context(|| format!("UDP socket on {}", a.listen))?;
     let stats = Arc::new(GatewayStats::default());
+    let asked = usize::try_from(a.common.udp_recv_buffer).unwrap_or(usize::MAX);
+    let granted = udp_socket::size_buffers(&udp, asked, udp_socket::SEND_BUFFER)
+        .context("sizing the UDP socket's buffers")?;
+    stats
+        .udp_recv_buffer_bytes
+        .set(i64::try_from(granted).unwrap_or(i64::MAX));
+    if let Some(inode) = udp_socket::inode(&udp) {
+        let _ = stats.udp_listener_inode.set(inode);
+    }
     let _metrics = metrics(&a.common, &stats).await?;
     eprintln!(
         "qr gateway: UDP {} -> fabric GID {} QPN {:#x} (UDP port {}), from GID {} MTU {}; \
@@ -239,6 +267,7 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
         limits.max_unvalidated,
         limits.idle_timeout
     );
+    crate::notify::ready("forwarding UDP to the fabric");
     gateway::to_fabric(
         ToFabric {
             udp,
@@ -254,8 +283,25 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
 }
 
 async fn to_udp(a: &ToUdpArgs) -> Result<()> {
-    let limits = limits(&a.common)?;
+    let limits = limits(&a.common);
+    let target = tokio::net::lookup_host(&a.target)
+        .await
+        .with_context(|| format!("--target {}: give HOST:PORT of the QUIC server", a.target))?
+        .next()
+        .with_context(|| format!("--target {}: the name has no address", a.target))?;
+    let bind_ip = a.udp_bind.unwrap_or(match target {
+        SocketAddr::V4(_) => IpAddr::from([0, 0, 0, 0]),
+        SocketAddr::V6(_) => IpAddr::from([0u16; 8]),
+    });
+    // Every client gets a socket on bind_ip: one that cannot be made now
+    // would fail for each datagram later.
+    std::net::UdpSocket::bind(SocketAddr::new(bind_ip, 0))
+        .and_then(|s| s.connect(target))
+        .with_context(|| {
+            format!("--udp-bind {bind_ip}: cannot send from it to {target} (is it an address of this host?)")
+        })?;
     let mut opts = EndpointOptions::new(a.common.fabric_ip);
+    opts.udp_port = a.common.udp_port;
     opts.mtu = Mtu::from_bytes(a.common.fabric_mtu).expect("checked by parse_mtu");
     let ep = provider::open_endpoint(ProviderKind::Soft, &opts)?;
     let publish = ep
@@ -268,26 +314,23 @@ async fn to_udp(a: &ToUdpArgs) -> Result<()> {
     let _bootstrap = bootstrap.spawn()?;
     let stats = Arc::new(GatewayStats::default());
     let _metrics = metrics(&a.common, &stats).await?;
-    let bind_ip = a.udp_bind.unwrap_or(match a.target {
-        SocketAddr::V4(_) => IpAddr::from([0, 0, 0, 0]),
-        SocketAddr::V6(_) => IpAddr::from([0u16; 8]),
-    });
     eprintln!(
         "qr gateway: fabric GID {} QPN {:#x} MTU {} (bootstrap on TCP {bound}) -> UDP {}; \
          max {} clients (+{} unvalidated), idle timeout {:?}",
         publish.addr.gid,
         publish.addr.qpn,
         a.common.fabric_mtu,
-        a.target,
+        target,
         limits.max_clients,
         limits.max_unvalidated,
         limits.idle_timeout
     );
+    crate::notify::ready("forwarding the fabric to UDP");
     gateway::to_udp(
         ToUdp {
             listener: ep.socket.clone(),
             bind_ip,
-            target: a.target,
+            target,
             limits,
         },
         stats,

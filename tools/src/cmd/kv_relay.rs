@@ -104,9 +104,17 @@ struct UpstreamArgs {
     /// The master's password (its `requirepass`, a replica's `masterauth`).
     #[arg(long, env = "QR_KV_MASTER_PASSWORD", hide_env_values = true)]
     master_password: Option<String>,
-    /// Port announced to the master (REPLCONF listening-port).
-    #[arg(long, default_value_t = 6379)]
-    listening_port: u16,
+    /// Port announced to the master (`REPLCONF listening-port`), shown as
+    /// this relay's `port=` in the master's INFO replication and ROLE.
+    /// Default: the --metrics port (where /status describes the relay), else
+    /// --service-port; this relay serves no Redis commands itself.
+    #[arg(long, alias = "listening-port", value_name = "PORT")]
+    announce_port: Option<u16>,
+    /// Address announced to the master (`REPLCONF ip-address`, like Redis's
+    /// `replica-announce-ip`): shown as this relay's `ip=` instead of the
+    /// address the master sees the connection come from (behind NAT, say).
+    #[arg(long, value_name = "IP")]
+    announce_ip: Option<String>,
     /// TCP port of the bootstrap service on --ip.
     #[arg(long)]
     service_port: u16,
@@ -272,6 +280,21 @@ fn progress_line(m: &Metrics, role: &str) -> String {
     s
 }
 
+/// The port the upstream relay announces to the master: `--announce-port`,
+/// else a TCP port of this relay that exists (`--metrics`, else the
+/// bootstrap service) — never a made-up 6379.
+fn announce_port(a: &UpstreamArgs) -> u16 {
+    a.announce_port
+        .or_else(|| {
+            a.common
+                .metrics
+                .metrics
+                .map(|m| m.port())
+                .filter(|&p| p != 0)
+        })
+        .unwrap_or(a.service_port)
+}
+
 async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     let c = &a.common;
     let mtls = c.mtls.load()?;
@@ -298,11 +321,13 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
         a.master,
         listening.describe()
     );
+    crate::notify::ready("following the Redis master");
     let up = UpstreamConfig {
         master: a.master.clone(),
         user: a.master_user.clone(),
         password: a.master_password.clone(),
-        listening_port: a.listening_port,
+        announce_port: announce_port(a),
+        announce_ip: a.announce_ip.clone(),
         ack_interval: Duration::from_secs(1),
         state: Some(a.dir.join("state")),
     };
@@ -393,6 +418,7 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
         "qr kv-relay downstream: replicas connect to {}; upstream relay {}",
         a.listen, a.upstream
     );
+    crate::notify::ready("serving replicas");
     downstream::serve(
         listener,
         c.metrics.tcp.limits(),

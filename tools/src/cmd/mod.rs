@@ -10,6 +10,7 @@
 
 mod args;
 pub(crate) mod cert;
+pub(crate) mod completions;
 pub(crate) mod connect;
 pub(crate) mod demo;
 pub(crate) mod devices;

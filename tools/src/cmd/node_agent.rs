@@ -306,6 +306,7 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
             "qr node-agent: ready on http://{} (registry agent {})",
             args.listen, args.registry
         );
+        crate::notify::ready(&format!("serving http://{}", args.listen));
         http::serve(listener, args.tcp.limits(), node).await;
         Ok(())
     })

@@ -15,8 +15,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use super::args::{parse_bytes, LivenessArgs};
 use super::node_agent::node;
 use crate::image::cache::Cache;
-use crate::image::digest::{check_name, Digest, Reference};
+use crate::image::digest::{check_name, check_namespace, scoped, Digest, Reference};
 use crate::image::node::Node;
+use crate::image::platform::Platform;
 use crate::image::transfer::TransferOptions;
 use crate::pki::MtlsArgs;
 use crate::provider::ProviderKind;
@@ -71,6 +72,12 @@ pub(crate) struct PullArgs {
     #[arg(long)]
     fixed_chunk: bool,
 
+    /// The platform an image index is resolved for: os/arch[/variant]
+    /// (default: this host's, e.g. linux/amd64). An index with no entry for
+    /// it is an error that lists the platforms it has.
+    #[arg(long, value_parser = |s: &str| s.parse::<Platform>().map_err(|e| e.to_string()))]
+    platform: Option<Platform>,
+
     /// Print the summary as one JSON object (no progress bars).
     #[arg(long)]
     json: bool,
@@ -95,8 +102,18 @@ pub(crate) fn main(args: &PullArgs) -> ExitCode {
     }
 }
 
-/// REPOSITORY[:TAG] or REPOSITORY@DIGEST.
+/// `[HOST[:PORT]/]REPOSITORY[:TAG]` or `…@DIGEST`. A first component with
+/// a `.` or `:`, or `localhost`, is the registry host (Docker's reference
+/// rule): the repository is then scoped to it, as containerd's `ns=` scopes
+/// it, and the registry agent asks the upstream it has for that host.
 fn parse_image(s: &str) -> Result<(String, Reference)> {
+    let (ns, s) = match s.split_once('/') {
+        Some((host, rest)) if host.contains('.') || host.contains(':') || host == "localhost" => {
+            check_namespace(host)?;
+            (Some(host), rest)
+        }
+        _ => (None, s),
+    };
     let (repo, reference) = if let Some((r, d)) = s.split_once('@') {
         (r, Reference::Digest(d.parse()?))
     } else {
@@ -106,7 +123,7 @@ fn parse_image(s: &str) -> Result<(String, Reference)> {
         }
     };
     check_name(repo)?;
-    Ok((repo.to_string(), reference))
+    Ok((scoped(ns, repo), reference))
 }
 
 #[derive(serde::Serialize)]
@@ -159,7 +176,8 @@ fn run(args: &PullArgs) -> Result<()> {
             None,
         )?;
         let start = Instant::now();
-        let (manifest, media_type, mdigest) = resolve(&node, &repo, &reference).await?;
+        let platform = args.platform.clone().unwrap_or_else(Platform::host);
+        let (manifest, media_type, mdigest) = resolve(&node, &repo, &reference, &platform).await?;
         let v: serde_json::Value =
             serde_json::from_slice(&manifest).context("the manifest is not JSON")?;
         let mut blobs: Vec<(Digest, u64)> = Vec::new();
@@ -255,12 +273,13 @@ fn run(args: &PullArgs) -> Result<()> {
     })
 }
 
-/// The image manifest: an index is resolved to its linux/amd64 entry (else
-/// its first), as a runtime on this host would.
+/// The image manifest: an index is resolved to its entry for `platform`
+/// ([`Platform::matches`]), as a runtime on that platform would.
 async fn resolve(
     node: &Arc<Node>,
     repo: &str,
     reference: &Reference,
+    platform: &Platform,
 ) -> Result<(bytes::Bytes, String, Digest)> {
     let mut reference = reference.clone();
     for _ in 0..2 {
@@ -272,11 +291,16 @@ async fn resolve(
         let Some(ms) = v["manifests"].as_array() else {
             return Ok((a.body, a.media_type, a.digest));
         };
-        let pick = ms
-            .iter()
-            .find(|m| m["platform"]["os"] == "linux" && m["platform"]["architecture"] == "amd64")
-            .or_else(|| ms.first())
-            .context("an empty index")?;
+        let Some(pick) = ms.iter().find(|m| platform.matches(&m["platform"])) else {
+            let have: Vec<String> = ms
+                .iter()
+                .map(|m| Platform::describe(&m["platform"]))
+                .collect();
+            bail!(
+                "{repo}:{reference} has no image for {platform} (it has {}): give --platform",
+                have.join(", ")
+            );
+        };
         reference = Reference::Digest(pick["digest"].as_str().unwrap_or_default().parse()?);
     }
     bail!("an index pointing at an index: not supported")
@@ -337,6 +361,11 @@ mod tests {
         let (_, t) = parse_image(&format!("a@{d}")).unwrap();
         assert_eq!(t, Reference::Digest(d));
         assert!(parse_image("A/b").is_err());
+        let (r, t) = parse_image("registry.example:5000/a/b:v1").unwrap();
+        assert_eq!(r, "registry.example:5000//a/b");
+        assert_eq!(t, Reference::Tag("v1".into()));
+        let (r, _) = parse_image("localhost/a").unwrap();
+        assert_eq!(r, "localhost//a");
         assert!(parse_image("a@sha256:12").is_err());
     }
 }

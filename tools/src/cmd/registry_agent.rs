@@ -8,16 +8,20 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use super::args::{parse_bytes, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT};
+use super::args::{
+    parse_age, parse_bytes, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT,
+};
 use crate::access::Access;
 use crate::channel_endpoint::{listen, ListenOptions};
 use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
 use crate::image::cache::Cache;
+use crate::image::digest::check_namespace;
+use crate::image::manifests::{ManifestCache, ManifestPolicy};
 use crate::image::metrics::RegistryMetrics;
-use crate::image::source::Source;
+use crate::image::source::{Source, Upstreams};
 use crate::image::spool::Spool;
-use crate::image::upstream::Upstream;
+use crate::image::upstream::{CredentialStore, Upstream, UpstreamOptions};
 use crate::image::{server, wire};
 use crate::pki::MtlsArgs;
 use crate::provider::ProviderKind;
@@ -25,9 +29,25 @@ use crate::provider::ProviderKind;
 /// Options of `qr registry-agent`.
 #[derive(Clone, Debug, clap::Args)]
 pub(crate) struct RegistryAgentArgs {
-    /// The upstream registry, pulled through: http://HOST:PORT or https://HOST.
+    /// An upstream registry, pulled through: `URL` (http://HOST:PORT or
+    /// https://HOST), the default, or `NS=URL`, the registry for requests
+    /// whose client names registry NS (containerd's `?ns=`: the host of the
+    /// image reference, e.g. docker.io=https://registry-1.docker.io).
+    /// Repeatable; requests naming no registry listed go to the default.
     #[arg(long, required_unless_present = "layout", conflicts_with = "layout")]
-    upstream: Option<String>,
+    upstream: Vec<String>,
+
+    /// A PEM file of CA certificates trusted for https:// upstreams (on top
+    /// of the public web roots). Repeatable.
+    #[arg(long)]
+    upstream_ca: Vec<PathBuf>,
+
+    /// Credentials for upstreams, per registry host, in the format of
+    /// Docker's config.json (`{"auths":{"HOST:PORT":{"auth":"base64 of
+    /// user:password"}}}`, as `docker login` or `skopeo login --authfile`
+    /// writes it). Used for Basic auth and to fetch Bearer tokens.
+    #[arg(long)]
+    upstream_credentials: Option<PathBuf>,
 
     /// An OCI image-layout directory to serve instead of an upstream.
     #[arg(long, requires = "layout_repository")]
@@ -74,6 +94,17 @@ pub(crate) struct RegistryAgentArgs {
     #[arg(long, default_value = "20G", value_parser = parse_bytes)]
     cache_size: u64,
 
+    /// How long a manifest or tag list fetched by tag is served from the
+    /// cache without asking the upstream (by digest they never expire).
+    #[arg(long, default_value = "30s", value_parser = parse_age)]
+    manifest_ttl: std::time::Duration,
+
+    /// How much longer than --manifest-ttl a cached manifest or tag list is
+    /// served, flagged stale (`X-Qr-Stale`), while the upstream registry
+    /// cannot be reached.
+    #[arg(long, default_value = "7d", value_parser = parse_age)]
+    manifest_max_stale: std::time::Duration,
+
     /// `--metrics` and the limits of its listener.
     #[command(flatten)]
     metrics: MetricsArgs,
@@ -91,6 +122,30 @@ pub(crate) struct RegistryAgentArgs {
     retry: RetryArgs,
 }
 
+/// The `--upstream` registries with their CA and credentials.
+fn upstreams(args: &RegistryAgentArgs) -> Result<Upstreams> {
+    let options = UpstreamOptions {
+        ca: args.upstream_ca.clone(),
+        credentials: match &args.upstream_credentials {
+            Some(f) => CredentialStore::load(f)?,
+            None => CredentialStore::default(),
+        },
+    };
+    let mut set = Upstreams::default();
+    for u in &args.upstream {
+        // `NS=URL`; a URL has no `=` before its scheme.
+        let (ns, url) = match u.split_once('=') {
+            Some((ns, url)) if !ns.contains("://") => (Some(ns), url),
+            _ => (None, u.as_str()),
+        };
+        if let Some(ns) = ns {
+            check_namespace(ns).with_context(|| format!("--upstream {u}"))?;
+        }
+        set.add(ns.map(str::to_string), Upstream::with(url, &options)?);
+    }
+    Ok(set)
+}
+
 /// Run `qr registry-agent` until killed; 1 if it cannot start.
 pub(crate) fn main(args: &RegistryAgentArgs) -> ExitCode {
     match run(args) {
@@ -105,8 +160,8 @@ pub(crate) fn main(args: &RegistryAgentArgs) -> ExitCode {
 fn run(args: &RegistryAgentArgs) -> Result<()> {
     let mtls = args.tls.load()?;
     let source = match (&args.upstream, &args.layout) {
-        (Some(u), _) => Source::Upstream(Upstream::new(u)?),
-        (None, Some(l)) => {
+        (u, None) if !u.is_empty() => Source::Upstream(upstreams(args)?),
+        (_, Some(l)) => {
             if !l.join("index.json").exists() {
                 anyhow::bail!(
                     "{}: no index.json (give an OCI image-layout directory, e.g. one \
@@ -122,7 +177,7 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
                     .expect("clap requires --layout-repository with --layout"),
             }
         }
-        (None, None) => unreachable!("clap requires --upstream or --layout"),
+        _ => unreachable!("clap requires --upstream or --layout"),
     };
     let cache = Cache::open(&args.cache_dir, args.cache_size)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -162,14 +217,33 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
             )
             .await?;
         let access = Arc::new(Access::load(args.access_policy.as_deref())?);
-        let spool = Arc::new(Spool::new(Arc::new(source), cache, metrics.clone()));
+        let upstream = matches!(source, Source::Upstream(_));
+        let from = match &source {
+            Source::Upstream(u) => format!("upstream {}", u.describe()),
+            Source::Layout { dir, .. } => format!("layout {}", dir.display()),
+        };
+        let mut spool = Spool::new(Arc::new(source), cache, metrics.clone());
+        // A layout directory is local: nothing to outlive.
+        if upstream {
+            let policy = ManifestPolicy {
+                ttl: args.manifest_ttl,
+                max_stale: args.manifest_max_stale,
+                ..ManifestPolicy::default()
+            };
+            let dir = args.cache_dir.join("manifests");
+            let manifests = ManifestCache::open(&dir, policy, metrics.clone())
+                .with_context(|| format!("opening the manifest cache in {}", dir.display()))?;
+            spool = spool.with_manifests(manifests);
+        }
+        let spool = Arc::new(spool);
         println!(
-            "qr registry-agent: ready on {} ({}), ALPN {}; {}",
+            "qr registry-agent: ready on {} ({}), ALPN {}, {from}; {}",
             args.provider,
             server.describe(),
             String::from_utf8_lossy(wire::ALPN),
             access.describe()
         );
+        crate::notify::ready(&format!("serving on {}, {from}", args.provider));
         let serving = server::Serving {
             metrics,
             watcher: Some(server.watcher()),

@@ -236,6 +236,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             publish.mtu.bytes(),
             args.cert_out.display()
         );
+        crate::notify::ready(&format!("bootstrap on TCP {bound}"));
         let ep = Arc::new(ep);
         let gate = args.retry.gate();
         let metrics = Arc::new(

@@ -52,6 +52,7 @@ pub mod stats;
 pub mod table;
 mod to_fabric;
 mod to_udp;
+pub mod udp_socket;
 mod validation;
 
 use std::io;
@@ -140,6 +141,7 @@ async fn fabric_send(sock: &FabricSocket, dest: SocketAddr, data: &[u8], stats: 
         match sock.try_send(&t) {
             Ok(()) => {
                 stats.fabric_tx.inc();
+                stats.fabric_tx_bytes.add(data.len() as u64);
                 return;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

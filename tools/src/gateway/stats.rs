@@ -3,7 +3,9 @@
 //!
 //! Every datagram the gateway reads is either forwarded or counted as one kind
 //! of drop, so the counters reconcile (see [`GatewaySnapshot::unaccounted`]):
-//! `udp_rx + fabric_rx = udp_tx + fabric_tx + drops`.
+//! `udp_rx + fabric_rx = udp_tx + fabric_tx + drops`; and what clients sent
+//! the listening UDP socket is `udp_rx + udp_kernel_drops` (datagrams the
+//! kernel dropped before the gateway could read them).
 
 use crate::metric::{counter, gauge, Counter, Gauge};
 
@@ -22,6 +24,15 @@ pub struct GatewayStats {
     pub udp_rx_bytes: Counter,
     /// Bytes received from the fabric.
     pub fabric_rx_bytes: Counter,
+    /// Bytes sent on UDP.
+    pub udp_tx_bytes: Counter,
+    /// Bytes posted to the fabric.
+    pub fabric_tx_bytes: Counter,
+    /// The listening UDP socket's inode, whose kernel drop counter is read
+    /// at each snapshot ([`super::udp_socket::kernel_drops`]).
+    pub udp_listener_inode: std::sync::OnceLock<u64>,
+    /// The listening UDP socket's receive buffer, as the kernel granted it.
+    pub udp_recv_buffer_bytes: Gauge,
     /// UDP datagrams larger than the fabric MTU: dropped (the UD MTU is a hard
     /// limit — a UD message is never fragmented, IBA 9.7.7.2.1). QUIC's path MTU
     /// discovery (RFC 9000 §14.3, RFC 8899) sees a lost probe and settles below.
@@ -77,6 +88,16 @@ pub struct GatewaySnapshot {
     pub udp_rx_bytes: u64,
     /// See [`GatewayStats::fabric_rx_bytes`].
     pub fabric_rx_bytes: u64,
+    /// See [`GatewayStats::udp_tx_bytes`].
+    pub udp_tx_bytes: u64,
+    /// See [`GatewayStats::fabric_tx_bytes`].
+    pub fabric_tx_bytes: u64,
+    /// Datagrams the kernel dropped on the listening UDP socket before the
+    /// gateway read them (receive buffer full): outside `unaccounted`, as
+    /// the gateway never saw them; what clients sent = `udp_rx` + this.
+    pub udp_kernel_drops: u64,
+    /// See [`GatewayStats::udp_recv_buffer_bytes`].
+    pub udp_recv_buffer_bytes: i64,
     /// See [`GatewayStats::drop_too_big`].
     pub drop_too_big: u64,
     /// See [`GatewayStats::drop_refused`].
@@ -146,6 +167,14 @@ impl GatewayStats {
             fabric_tx: self.fabric_tx.get(),
             udp_rx_bytes: self.udp_rx_bytes.get(),
             fabric_rx_bytes: self.fabric_rx_bytes.get(),
+            udp_tx_bytes: self.udp_tx_bytes.get(),
+            fabric_tx_bytes: self.fabric_tx_bytes.get(),
+            udp_kernel_drops: self
+                .udp_listener_inode
+                .get()
+                .and_then(|i| super::udp_socket::kernel_drops(*i))
+                .unwrap_or(0),
+            udp_recv_buffer_bytes: self.udp_recv_buffer_bytes.get(),
             drop_too_big: self.drop_too_big.get(),
             drop_refused: self.drop_refused.get(),
             drop_foreign: self.drop_foreign.get(),
@@ -191,6 +220,17 @@ impl GatewayStats {
                 "fabric_rx_bytes_total",
                 "Bytes received from the fabric",
                 s.fabric_rx_bytes,
+            ),
+            ("udp_tx_bytes_total", "Bytes sent on UDP", s.udp_tx_bytes),
+            (
+                "fabric_tx_bytes_total",
+                "Bytes posted to the fabric",
+                s.fabric_tx_bytes,
+            ),
+            (
+                "udp_kernel_drops_total",
+                "Datagrams the kernel dropped on the listening UDP socket (receive buffer full)",
+                s.udp_kernel_drops,
             ),
             (
                 "drop_too_big_total",
@@ -270,6 +310,12 @@ impl GatewayStats {
             "qr_gateway_clients_active",
             "Clients in the table",
             s.clients_active,
+        );
+        gauge(
+            &mut o,
+            "qr_gateway_udp_recv_buffer_bytes",
+            "Receive buffer of the listening UDP socket, as the kernel granted it",
+            s.udp_recv_buffer_bytes,
         );
         gauge(
             &mut o,

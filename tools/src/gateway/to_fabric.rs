@@ -203,7 +203,10 @@ async fn replies(
         }
         activity.touch(Instant::now());
         match udp.send_to(&buf[..n], client).await {
-            Ok(_) => stats.udp_tx.inc(),
+            Ok(_) => {
+                stats.udp_tx.inc();
+                stats.udp_tx_bytes.add(n as u64);
+            }
             Err(e) => {
                 tracing::debug!(%e, %client, "gateway: UDP send failed");
                 stats.drop_udp_send.inc();

@@ -82,7 +82,10 @@ pub async fn to_udp(cfg: ToUdp, stats: Arc<GatewayStats>) -> io::Result<()> {
             cfg.listener.confirm_peer(from);
         }
         match client.udp.send(&buf[..n]).await {
-            Ok(_) => stats.udp_tx.inc(),
+            Ok(_) => {
+                stats.udp_tx.inc();
+                stats.udp_tx_bytes.add(n as u64);
+            }
             Err(e) => {
                 tracing::debug!(%e, "gateway: UDP send failed");
                 stats.drop_udp_send.inc();
@@ -102,6 +105,8 @@ fn new_client(
     let std_sock = std::net::UdpSocket::bind(SocketAddr::new(cfg.bind_ip, 0))?;
     std_sock.connect(cfg.target)?;
     std_sock.set_nonblocking(true)?;
+    // One server's replies to one client: a modest buffer, not the listener's.
+    super::udp_socket::size_buffers(&std_sock, 1 << 20, 1 << 20)?;
     let udp = Arc::new(UdpSocket::from_std(std_sock)?);
     let validation = Arc::new(validation);
     let task = tokio::spawn(replies(

@@ -3,8 +3,11 @@
 //! [`serve`]; every `/metrics` (and the KV relay's `/status`) through
 //! [`serve_pages`].
 
+mod access_log;
 mod pages;
 mod server;
+
+pub use access_log::{AccessLog, Remote};
 
 pub use pages::{serve_pages, Access, Page, METRICS_CONTENT_TYPE};
 pub use server::{full, serve, Body};

@@ -36,8 +36,12 @@ where
     let service = Arc::new(service);
     listener::serve(tcp, limits, stats, move |sock, slot| {
         let service = service.clone();
+        let remote = sock.peer_addr().ok().map(super::Remote);
         async move {
-            let svc = hyper::service::service_fn(move |req| {
+            let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                if let Some(r) = remote {
+                    req.extensions_mut().insert(r);
+                }
                 let busy = slot.busy();
                 let answer = service(req);
                 async move {

@@ -94,6 +94,9 @@ pub struct Answer {
     pub body: Bytes,
     /// The sha256 of the body the server sent, from the header.
     pub body_sha256: [u8; 32],
+    /// Served from the registry agent's cache past its TTL, the upstream
+    /// unreachable ([`super::manifests`]).
+    pub stale: bool,
 }
 
 /// An answer whose body is kept as the pieces it arrived in
@@ -112,6 +115,8 @@ pub struct Pieces {
     pub body_len: u64,
     /// The sha256 of the body the server sent, from the header.
     pub body_sha256: [u8; 32],
+    /// Served stale (see [`Answer::stale`]).
+    pub stale: bool,
 }
 
 impl FabricClient {
@@ -155,6 +160,7 @@ impl FabricClient {
             total: p.total,
             body,
             body_sha256: p.body_sha256,
+            stale: p.stale,
         })
     }
 
@@ -195,11 +201,12 @@ impl FabricClient {
                 total,
                 body_len,
                 body_sha256,
+                stale,
             } => {
                 let expect = match req {
                     Request::Blob { len, offset, .. } => (*len).min(total.saturating_sub(*offset)),
                     Request::Stat { .. } => 0,
-                    Request::Manifest { .. } => body_len,
+                    Request::Manifest { .. } | Request::Tags { .. } => body_len,
                 };
                 if body_len != expect || body_len > 64 << 20 {
                     return Err(FetchError::Protocol(format!(
@@ -254,6 +261,7 @@ impl FabricClient {
                     pieces,
                     body_len,
                     body_sha256,
+                    stale,
                 })
             }
         }
@@ -284,6 +292,11 @@ impl FabricClient {
             )));
         }
         Ok(a)
+    }
+
+    /// The tag list of `repo` (`{"name","tags"}`, every tag, in lexical order).
+    pub async fn tags(&self, repo: &str) -> Result<Answer, FetchError> {
+        self.request(&Request::Tags { repo: repo.into() }).await
     }
 
     /// A blob's size.

@@ -22,6 +22,9 @@ pub enum NameError {
     /// Neither a tag nor a digest.
     #[error("`{0}` is neither a tag ([a-zA-Z0-9_][a-zA-Z0-9._-]{{0,127}}) nor a digest")]
     Reference(String),
+    /// Not a registry host (`ns=`): `host[:port]`, at most 255 characters.
+    #[error("`{0}` is not a registry host (host or host:port)")]
+    Namespace(String),
 }
 
 /// A sha256 content digest.
@@ -157,9 +160,64 @@ pub fn check_name(name: &str) -> Result<(), NameError> {
     Ok(())
 }
 
+/// The separator of a scoped repository name, `NS//NAME`: never part of a
+/// name (`check_name` refuses empty components) nor of a host.
+const SCOPE: &str = "//";
+
+/// A repository of a named upstream registry: containerd's mirror requests
+/// carry the registry the image is from as `?ns=HOST` (containerd
+/// docs/hosts.md), and a registry agent in front of several registries picks
+/// one by it. Inside both agents such a repository is the one string
+/// `NS//NAME`, so every table keyed by repository (references, manifest
+/// cache) keeps registries apart; `ns` `None` is the plain name.
+pub fn scoped(ns: Option<&str>, name: &str) -> String {
+    match ns {
+        Some(ns) => format!("{ns}{SCOPE}{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// A scoped repository's registry host (if any) and name.
+pub fn split_scope(repo: &str) -> (Option<&str>, &str) {
+    match repo.split_once(SCOPE) {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, repo),
+    }
+}
+
+/// Check a registry host as containerd names it in `ns=`: `host[:port]`
+/// (letters, digits, `.`, `-`, an IPv6 literal's `[`, `]`, `:`), at most
+/// 255 characters.
+pub fn check_namespace(ns: &str) -> Result<(), NameError> {
+    let ok = !ns.is_empty()
+        && ns.len() <= 255
+        && ns
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b':' | b'[' | b']'));
+    if ok {
+        Ok(())
+    } else {
+        Err(NameError::Namespace(ns.chars().take(260).collect()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scopes() {
+        let s = scoped(Some("registry.example:5000"), "a/b");
+        assert_eq!(s, "registry.example:5000//a/b");
+        assert_eq!(split_scope(&s), (Some("registry.example:5000"), "a/b"));
+        assert_eq!(split_scope("a/b"), (None, "a/b"));
+        assert_eq!(scoped(None, "a/b"), "a/b");
+        check_namespace("docker.io").unwrap();
+        check_namespace("[::1]:5000").unwrap();
+        for bad in ["", "a/b", "a b", "x?y", &"a".repeat(256)] {
+            assert!(check_namespace(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn digests() {

@@ -15,10 +15,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
 use super::client::FetchError;
-use super::digest::{check_name, Digest, Reference};
-use super::metrics::Path;
+use super::digest::{check_name, check_namespace, scoped, split_scope, Digest, Reference};
+use super::metrics::{Path, RouteKind};
 use super::node::Node;
-use crate::http::{full, METRICS_CONTENT_TYPE};
+use crate::http::{full, AccessLog, METRICS_CONTENT_TYPE};
 use crate::listener::{Limits, ListenerStats};
 
 pub use crate::http::Body;
@@ -58,8 +58,40 @@ pub enum Route {
     Manifest(String, Reference),
     /// `/v2/<name>/blobs/<digest>`.
     Blob(String, Digest),
+    /// `/v2/<name>/tags/list` (end-8a/8b).
+    Tags(String),
     /// `/metrics`.
     Metrics,
+}
+
+impl Route {
+    /// The route for the repository of registry `ns` (containerd's `?ns=`).
+    fn scoped(self, ns: Option<String>) -> Route {
+        let Some(ns) = ns else { return self };
+        let s = |name: String| scoped(Some(&ns), &name);
+        match self {
+            Route::Manifest(name, r) => Route::Manifest(s(name), r),
+            Route::Blob(name, d) => Route::Blob(s(name), d),
+            Route::Tags(name) => Route::Tags(s(name)),
+            other => other,
+        }
+    }
+}
+
+/// A request's query parameters, percent-decoded.
+fn query(req: &Request<Incoming>) -> form_urlencoded::Parse<'_> {
+    form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+}
+
+/// The registry a mirror request is for: containerd appends `?ns=HOST` to
+/// every request it sends a mirror (containerd docs/hosts.md); a registry
+/// agent with several upstreams picks one by it.
+fn namespace(req: &Request<Incoming>) -> Result<Option<String>, super::digest::NameError> {
+    let Some((_, ns)) = query(req).find(|(k, _)| k == "ns") else {
+        return Ok(None);
+    };
+    check_namespace(&ns)?;
+    Ok(Some(ns.into_owned()))
 }
 
 /// Why a path is not a route.
@@ -86,6 +118,10 @@ pub fn route(path: &str) -> Result<Route, RouteError> {
         return Ok(Route::Base);
     }
     let rest = rest.strip_prefix('/').ok_or(RouteError::NotFound)?;
+    if let Some(name) = rest.strip_suffix("/tags/list") {
+        check_name(name).map_err(|e| RouteError::Invalid("NAME_INVALID", e.to_string()))?;
+        return Ok(Route::Tags(name.to_string()));
+    }
     let (name, kind, tail) = if let Some(i) = rest.rfind("/manifests/") {
         (&rest[..i], "manifests", &rest[i + "/manifests/".len()..])
     } else if let Some(i) = rest.rfind("/blobs/") {
@@ -153,13 +189,23 @@ pub fn parse_range(h: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, ()>
 
 async fn handle(req: Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) -> Response<Body> {
     node.metrics.requests.inc();
+    let log = AccessLog::begin(&req);
+    let kind = match route(req.uri().path()) {
+        Ok(Route::Manifest(..)) => RouteKind::Manifest,
+        Ok(Route::Blob(..)) => RouteKind::Blob,
+        Ok(Route::Tags(..)) => RouteKind::Tags,
+        _ => RouteKind::Other,
+    };
     let resp = answer(&req, node, tcp).await;
     match resp.status() {
         StatusCode::BAD_REQUEST => node.metrics.bad_requests.inc(),
         s if s.is_client_error() || s.is_server_error() => node.metrics.errors.inc(),
         _ => {}
     }
-    resp
+    let metrics = node.metrics.clone();
+    log.finish(resp, move |took| {
+        metrics.request_duration.get(kind).observe(took)
+    })
 }
 
 async fn answer(req: &Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) -> Response<Body> {
@@ -172,7 +218,10 @@ async fn answer(req: &Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) 
         );
     }
     let route = match route(req.uri().path()) {
-        Ok(r) => r,
+        Ok(r) => r.scoped(match namespace(req) {
+            Ok(ns) => ns,
+            Err(e) => return oci_error(StatusCode::BAD_REQUEST, "NAME_INVALID", &e.to_string()),
+        }),
         Err(RouteError::NotFound) => {
             return oci_error(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint")
         }
@@ -217,14 +266,91 @@ async fn answer(req: &Request<Incoming>, node: &Arc<Node>, tcp: &ListenerStats) 
                     set(h, CONTENT_LENGTH, &len.to_string());
                     set(h, "Docker-Content-Digest", &a.digest.to_string());
                     set(h, "X-Qr-Path", Path::Fabric.name());
+                    if a.stale {
+                        set(h, STALE, STALE_WHY);
+                    }
                     r
                 }
                 Err(e) => fetch_error(&e, "MANIFEST_UNKNOWN"),
             }
         }
         Route::Blob(name, digest) => blob(req, node, &name, &digest, head).await,
+        Route::Tags(name) => tags(req, node, &name, head).await,
     }
 }
+
+/// `tags/list`: the registry agent's whole list, paged here
+/// (distribution-spec "Listing Tags": `n` tags at most, those lexically after
+/// `last`, and a `Link: <…>; rel="next"` header while more remain).
+async fn tags(req: &Request<Incoming>, node: &Arc<Node>, repo: &str, head: bool) -> Response<Body> {
+    let (ns, name) = split_scope(repo);
+    let (mut n, mut last) = (None, None);
+    for (k, v) in query(req) {
+        match &*k {
+            "n" => match v.parse::<usize>() {
+                Ok(v) => n = Some(v),
+                Err(_) => {
+                    return oci_error(
+                        StatusCode::BAD_REQUEST,
+                        "PAGINATION_NUMBER_INVALID",
+                        &format!("n={v} is not a number of tags"),
+                    )
+                }
+            },
+            "last" => last = Some(v.into_owned()),
+            _ => {}
+        }
+    }
+    let (all, stale) = match node.tags(repo).await {
+        Ok(t) => t,
+        Err(e) => return fetch_error(&e, "NAME_UNKNOWN"),
+    };
+    let (page, next) = tag_page(&all, n, last.as_deref());
+    let body = serde_json::json!({ "name": name, "tags": page }).to_string();
+    let len = body.len();
+    let mut r = Response::new(full(if head { String::new() } else { body }));
+    let h = r.headers_mut();
+    set(h, CONTENT_TYPE, "application/json");
+    set(h, CONTENT_LENGTH, &len.to_string());
+    if let (Some(next), Some(n)) = (next, n) {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        q.append_pair("n", &n.to_string()).append_pair("last", next);
+        if let Some(ns) = ns {
+            q.append_pair("ns", ns);
+        }
+        set(
+            h,
+            "Link",
+            &format!("</v2/{name}/tags/list?{}>; rel=\"next\"", q.finish()),
+        );
+    }
+    if stale {
+        set(h, STALE, STALE_WHY);
+    }
+    r
+}
+
+/// One page of `all` (sorted): at most `n` tags after `last`, and the last
+/// tag of the page if more follow.
+pub fn tag_page<'a>(
+    all: &'a [String],
+    n: Option<usize>,
+    last: Option<&str>,
+) -> (&'a [String], Option<&'a str>) {
+    let start = last.map_or(0, |l| all.partition_point(|t| t.as_str() <= l));
+    let rest = &all[start..];
+    let take = n.unwrap_or(rest.len()).min(rest.len());
+    let page = &rest[..take];
+    let more = take < rest.len() && take > 0;
+    (page, more.then(|| page[take - 1].as_str()))
+}
+
+/// The header naming an answer the registry agent served from its cache
+/// past the TTL because the upstream registry could not be reached.
+pub const STALE: &str = "X-Qr-Stale";
+
+/// [`STALE`]'s value.
+const STALE_WHY: &str = "upstream unreachable; served from the registry agent's cache";
 
 fn set(h: &mut hyper::HeaderMap, k: impl hyper::header::IntoHeaderName, v: &str) {
     if let Ok(v) = HeaderValue::from_str(v) {
@@ -379,6 +505,23 @@ mod tests {
             Err(RouteError::Invalid("NAME_INVALID", _))
         ));
         assert_eq!(route("/v3/"), Err(RouteError::NotFound));
-        assert_eq!(route("/v2/a/tags/list"), Err(RouteError::NotFound));
+        assert_eq!(route("/v2/a/b/tags/list"), Ok(Route::Tags("a/b".into())));
+        assert!(matches!(
+            route("/v2/A/tags/list"),
+            Err(RouteError::Invalid("NAME_INVALID", _))
+        ));
+        assert_eq!(route("/v2/a/tags/lists"), Err(RouteError::NotFound));
+    }
+
+    #[test]
+    fn tag_pages() {
+        let all: Vec<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(tag_page(&all, None, None), (&all[..], None));
+        assert_eq!(tag_page(&all, Some(2), None), (&all[..2], Some("b")));
+        assert_eq!(tag_page(&all, Some(2), Some("b")), (&all[2..], None));
+        assert_eq!(tag_page(&all, Some(3), Some("a")), (&all[1..], None));
+        assert_eq!(tag_page(&all, None, Some("bb")), (&all[2..], None));
+        assert_eq!(tag_page(&all, Some(0), None), (&all[..0], None));
+        assert_eq!(tag_page(&all, Some(5), Some("z")), (&all[4..], None));
     }
 }

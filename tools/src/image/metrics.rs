@@ -4,7 +4,9 @@
 
 use std::fmt::Write as _;
 
-pub use crate::metric::{counter, gauge, sample, Counter, Gauge};
+pub use crate::metric::{
+    counter, gauge, histogram, sample, Counter, Gauge, Histogram, HistogramVec, Label,
+};
 
 /// Where the bytes of an answer came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +30,78 @@ impl Path {
             Path::Direct => "direct",
             Path::Peer => "peer",
         }
+    }
+}
+
+/// What an HTTP request of the node agent asked for (the `route` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteKind {
+    /// `/v2/<name>/manifests/<reference>`.
+    Manifest,
+    /// `/v2/<name>/blobs/<digest>`.
+    Blob,
+    /// `/v2/<name>/tags/list`.
+    Tags,
+    /// Anything else (`/v2/`, `/metrics`, errors).
+    Other,
+}
+
+impl Label for RouteKind {
+    const KEY: &'static str = "route";
+    const ALL: &'static [Self] = &[
+        RouteKind::Manifest,
+        RouteKind::Blob,
+        RouteKind::Tags,
+        RouteKind::Other,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            RouteKind::Manifest => "manifest",
+            RouteKind::Blob => "blob",
+            RouteKind::Tags => "tags",
+            RouteKind::Other => "other",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What a `qr-image/1` request asked for (the `request` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestKind {
+    /// A manifest or index.
+    Manifest,
+    /// A blob's size.
+    Stat,
+    /// A blob chunk.
+    Blob,
+    /// A tag list.
+    Tags,
+    /// Not a valid request.
+    Malformed,
+}
+
+impl Label for RequestKind {
+    const KEY: &'static str = "request";
+    const ALL: &'static [Self] = &[
+        RequestKind::Manifest,
+        RequestKind::Stat,
+        RequestKind::Blob,
+        RequestKind::Tags,
+        RequestKind::Malformed,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            RequestKind::Manifest => "manifest",
+            RequestKind::Stat => "stat",
+            RequestKind::Blob => "blob",
+            RequestKind::Tags => "tags",
+            RequestKind::Malformed => "malformed",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -64,6 +138,9 @@ pub struct NodeMetrics {
     /// serving command's `qr_quinn_retries_total` and
     /// `qr_quinn_unvalidated_handshakes`).
     pub peer_retry: std::sync::OnceLock<quic_rdma::quinn_adapter::RetryGate>,
+    /// Manifests and tag lists the registry agent served stale (its
+    /// upstream unreachable), each answered with `X-Qr-Stale`.
+    pub manifests_stale: Counter,
     /// Blob lookups found in the cache.
     pub cache_hits: Counter,
     /// Blob lookups not found in the cache.
@@ -88,6 +165,8 @@ pub struct NodeMetrics {
     pub chunks: Counter,
     /// The latest adaptive chunk size in bytes.
     pub chunk_size: Gauge,
+    /// HTTP request durations (to the body's end), by route.
+    pub request_duration: HistogramVec<RouteKind>,
 }
 
 impl NodeMetrics {
@@ -185,6 +264,12 @@ impl NodeMetrics {
         }
         counter(
             &mut o,
+            "qr_node_manifests_stale_total",
+            "Manifests and tag lists served stale (the upstream registry unreachable)",
+            self.manifests_stale.get(),
+        );
+        counter(
+            &mut o,
             "qr_node_cache_hits_total",
             "Blob cache hits",
             self.cache_hits.get(),
@@ -243,6 +328,11 @@ impl NodeMetrics {
             "Current adaptive chunk size",
             self.chunk_size.get(),
         );
+        self.request_duration.render(
+            &mut o,
+            "qr_node_request_duration_seconds",
+            "HTTP request durations, to the end of the response body, by route",
+        );
         if let Some(gate) = self.peer_retry.get() {
             crate::endpoint_metrics::retry_gate(&mut o, gate);
         }
@@ -267,8 +357,14 @@ pub struct RegistryMetrics {
     pub errors: Counter,
     /// Blob bytes sent over the fabric.
     pub bytes_sent: Counter,
-    /// Manifests fetched from the upstream.
+    /// Manifests and tag lists asked of the upstream.
     pub upstream_manifests: Counter,
+    /// Manifests and tag lists answered from the manifest cache without
+    /// asking the upstream (by digest, or by tag within the TTL).
+    pub manifest_cache_hits: Counter,
+    /// Manifests and tag lists served stale: past the TTL, the upstream
+    /// unreachable (`manifests::ManifestCache`).
+    pub manifests_stale: Counter,
     /// Blobs fetched from the upstream (single-flight: one per blob however
     /// many nodes ask at once).
     pub upstream_blob_fetches: Counter,
@@ -285,6 +381,8 @@ pub struct RegistryMetrics {
     /// Requesters (node connections) that joined a blob fetch already under
     /// way: once per blob each, however many chunks they read.
     pub single_flight_joins: Counter,
+    /// Request durations (read to finished answer), by request kind.
+    pub request_duration: HistogramVec<RequestKind>,
 }
 
 impl RegistryMetrics {
@@ -336,8 +434,20 @@ impl RegistryMetrics {
         counter(
             &mut o,
             "qr_registry_upstream_manifests_total",
-            "Manifests fetched upstream",
+            "Manifests and tag lists asked of the upstream",
             self.upstream_manifests.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_manifest_cache_hits_total",
+            "Manifests and tag lists answered from the cache without the upstream",
+            self.manifest_cache_hits.get(),
+        );
+        counter(
+            &mut o,
+            "qr_registry_manifests_stale_total",
+            "Manifests and tag lists served stale while the upstream was unreachable",
+            self.manifests_stale.get(),
         );
         counter(
             &mut o,
@@ -374,6 +484,11 @@ impl RegistryMetrics {
             "qr_registry_single_flight_joins_total",
             "Requests joining a fetch under way",
             self.single_flight_joins.get(),
+        );
+        self.request_duration.render(
+            &mut o,
+            "qr_registry_request_duration_seconds",
+            "Request durations, from the request read to the answer finished, by request kind",
         );
         o
     }

@@ -5,7 +5,8 @@
 //!
 //! Layout, bottom up: [`digest`] (names, tags, digests), [`wire`] (the
 //! protocol's frames), [`source`]/[`upstream`] (where the registry agent gets
-//! images), [`cache`] (the verified, bounded, crash-safe blob store both
+//! images), [`manifests`] (its manifest and tag-list cache, served stale
+//! while the upstream is down), [`cache`] (the verified, bounded, crash-safe blob store both
 //! agents use), [`spool`] (the registry agent's single-flight pull-through),
 //! [`server`] (its QUIC side), [`client`] and [`transfer`] (the node agent's
 //! QUIC side: parallel, adaptive, resumable chunk streams, written and hashed
@@ -13,7 +14,8 @@
 //! fetches as they arrive, [`inflight`]), [`peer`] (other node agents it may
 //! fetch from, whose caches the [`server`] also serves), [`http`] (its HTTP
 //! side) and [`metrics`];
-//! [`references`] remembers which repositories reference which blobs.
+//! [`references`] remembers which repositories reference which blobs;
+//! [`platform`] picks an index's entry for a platform.
 
 pub mod cache;
 pub mod client;
@@ -21,9 +23,11 @@ pub mod digest;
 pub mod fabric;
 pub mod http;
 pub mod inflight;
+pub mod manifests;
 pub mod metrics;
 pub mod node;
 pub mod peer;
+pub mod platform;
 pub mod references;
 pub mod server;
 pub mod sink;

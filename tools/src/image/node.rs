@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::cache::{Cache, TempBlob};
 use super::client::{Answer, FabricClient, FetchError};
-use super::digest::{Digest, Reference};
+use super::digest::{split_scope, Digest, Reference};
 use super::inflight::{Flight, Follower};
 use super::metrics::{NodeMetrics, Path};
 use super::peer::Peer;
@@ -167,7 +167,30 @@ impl Node {
         let a = self.client.manifest(repo, reference, accept).await?;
         self.metrics.objects_fabric.inc();
         self.metrics.bytes(Path::Fabric, a.body.len() as u64);
+        self.note_stale(&a);
         Ok(a)
+    }
+
+    /// The tag list of `repo`, all of it, in lexical order; the answer
+    /// ([`Answer::stale`] says whether the registry agent served it stale).
+    pub async fn tags(&self, repo: &str) -> Result<(Vec<String>, bool), FetchError> {
+        let a = self.client.tags(repo).await?;
+        self.note_stale(&a);
+        let v: serde_json::Value = serde_json::from_slice(&a.body)
+            .map_err(|e| FetchError::Protocol(format!("tag list of {repo}: {e}")))?;
+        let tags = v["tags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(str::to_string))
+            .collect();
+        Ok((tags, a.stale))
+    }
+
+    fn note_stale(&self, a: &Answer) {
+        if a.stale {
+            self.metrics.manifests_stale.inc();
+        }
     }
 
     /// A blob's size: from the cache, else asked over the fabric.
@@ -496,8 +519,11 @@ impl Node {
             return Ok(b);
         }
         if let Some((up, threshold)) = self.direct.get() {
-            if size < *threshold {
-                return self.fetch_direct(up, repo, d, size, flight).await;
+            // Only for the direct upstream's own repositories: a client
+            // naming another registry (`ns=`) gets it from the registry agent.
+            let (ns, name) = split_scope(repo);
+            if size < *threshold && ns.is_none_or(|ns| ns == up.host()) {
+                return self.fetch_direct(up, name, d, size, flight).await;
             }
         }
         let mut attempt = 0;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use sha2::{Digest as _, Sha256};
 
 use super::digest::Digest;
-use super::metrics::RegistryMetrics;
+use super::metrics::{RegistryMetrics, RequestKind};
 use super::node::Node;
 use super::source::SourceError;
 use super::spool::{read_range, Piece, Spool};
@@ -155,7 +155,9 @@ fn err(status: Status, message: impl Into<String>) -> Response {
 fn source_err(e: &SourceError) -> Response {
     let status = match e {
         SourceError::NotFound(_) => Status::NotFound,
-        SourceError::Unreachable(_) | SourceError::Upstream(_) => Status::Upstream,
+        SourceError::Unreachable(_) | SourceError::Upstream(_) | SourceError::Denied(_) => {
+            Status::Upstream
+        }
         SourceError::DigestMismatch { .. } => Status::DigestMismatch,
         _ => Status::Internal,
     };
@@ -175,7 +177,31 @@ async fn stream(
         Ok(m) => Request::decode(&m).map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
-    let is_blob = matches!(req, Ok(Request::Blob { .. }));
+    let start = std::time::Instant::now();
+    let kind = match &req {
+        Ok(Request::Manifest { .. }) => RequestKind::Manifest,
+        Ok(Request::Stat { .. }) => RequestKind::Stat,
+        Ok(Request::Blob { .. }) => RequestKind::Blob,
+        Ok(Request::Tags { .. }) => RequestKind::Tags,
+        Err(_) => RequestKind::Malformed,
+    };
+    let what = match &req {
+        Ok(Request::Manifest {
+            repo, reference, ..
+        }) => format!("manifest {repo}:{reference}"),
+        Ok(Request::Stat { repo, digest }) => format!("stat {repo}@{digest}"),
+        Ok(Request::Blob {
+            repo,
+            digest,
+            offset,
+            len,
+        }) => {
+            format!("blob {repo}@{digest} [{offset}+{len}]")
+        }
+        Ok(Request::Tags { repo }) => format!("tags {repo}"),
+        Err(why) => format!("malformed: {why}"),
+    };
+    let is_blob = kind == RequestKind::Blob;
     let (header, body) = match req {
         Err(why) => {
             metrics.bad_requests.inc();
@@ -195,18 +221,26 @@ async fn stream(
                 Vec::new(),
             )
         }
-        Ok(req) if !client.1.may_read(&client.0, channel(), req.repo()) => {
+        // The policy names repositories, whichever registry serves them.
+        Ok(req) if !client.1.may_read(&client.0, channel(), req.plain_repo()) => {
             metrics.denied.inc();
             (
                 err(
                     Status::Denied,
-                    format!("{} is not granted repository {}", client.0, req.repo()),
+                    format!(
+                        "{} is not granted repository {}",
+                        client.0,
+                        req.plain_repo()
+                    ),
                 ),
                 Vec::new(),
             )
         }
         Ok(req) => match store {
-            Store::Registry(spool) => answer(req, spool, metrics, requester).await,
+            Store::Registry(spool) => match spool.source().canonical(req.repo()) {
+                Ok(repo) => answer(req.with_repo(repo), spool, requester).await,
+                Err(e) => (source_err(&e), Vec::new()),
+            },
             Store::Peer(node) => answer_peer(req, node).await,
         },
     };
@@ -224,16 +258,41 @@ async fn stream(
     // Wait for the peer to have read everything (or to go away) so the stream
     // is not reset by dropping it early.
     let _ = send.stopped().await;
+    let took = start.elapsed();
+    metrics.request_duration.get(kind).observe(took);
+    let status = match &header {
+        Response::Ok { stale: true, .. } => "ok (stale)".to_string(),
+        Response::Ok { .. } => "ok".to_string(),
+        Response::Err { status, message } => format!("{status:?}: {message}"),
+    };
+    // One line per request; blob chunks (many per blob) only at debug.
+    let ms = took.as_secs_f64() * 1e3;
+    if is_blob {
+        tracing::debug!(target: "qr::access", client = %client.0, "{what} {status} {n}B {ms:.1}ms");
+    } else {
+        tracing::info!(target: "qr::access", client = %client.0, "{what} {status} {n}B {ms:.1}ms");
+    }
     Ok(())
 }
 
 fn ok(media_type: &str, digest: Digest, total: u64, body: Vec<u8>) -> (Response, Vec<u8>) {
+    ok_stale(media_type, digest, total, body, false)
+}
+
+fn ok_stale(
+    media_type: &str,
+    digest: Digest,
+    total: u64,
+    body: Vec<u8>,
+    stale: bool,
+) -> (Response, Vec<u8>) {
     let header = Response::Ok {
         media_type: media_type.to_string(),
         digest,
         total,
         body_len: body.len() as u64,
         body_sha256: Sha256::digest(&body).into(),
+        stale,
     };
     (header, body)
 }
@@ -258,6 +317,7 @@ fn ok_chunk(digest: Digest, piece: Piece) -> (Response, Vec<u8>) {
             total,
             body_len: body.len() as u64,
             body_sha256: UNHASHED,
+            stale: false,
         },
         body,
     )
@@ -282,27 +342,29 @@ async fn chunk(
     }
 }
 
-async fn answer(
-    req: Request,
-    spool: &Arc<Spool>,
-    metrics: &RegistryMetrics,
-    requester: u64,
-) -> (Response, Vec<u8>) {
+async fn answer(req: Request, spool: &Arc<Spool>, requester: u64) -> (Response, Vec<u8>) {
     match req {
         Request::Manifest {
             repo,
             reference,
             accept,
-        } => {
-            metrics.upstream_manifests.inc();
-            match spool.source().manifest(&repo, &reference, &accept).await {
-                Ok((body, mt, digest)) => {
-                    let total = body.len() as u64;
-                    ok(&mt, digest, total, body.to_vec())
-                }
-                Err(e) => (source_err(&e), Vec::new()),
+        } => match spool.manifest(&repo, &reference, &accept).await {
+            Ok((m, stale)) => {
+                let total = m.body.len() as u64;
+                ok_stale(&m.media_type, m.digest, total, m.body.to_vec(), stale)
             }
-        }
+            Err(e) => (source_err(&e), Vec::new()),
+        },
+        Request::Tags { repo } => match spool.tags(&repo).await {
+            Ok((tags, stale)) => {
+                // distribution-spec "Listing Tags": `{"name","tags"}`.
+                let body = serde_json::json!({ "name": repo, "tags": tags }).to_string();
+                let body = body.into_bytes();
+                let (d, total) = (Digest::of(&body), body.len() as u64);
+                ok_stale("application/json", d, total, body, stale)
+            }
+            Err(e) => (source_err(&e), Vec::new()),
+        },
         Request::Stat { repo, digest } => match spool.size(&repo, &digest).await {
             Ok(size) => ok("application/octet-stream", digest, size, Vec::new()),
             Err(e) => (source_err(&e), Vec::new()),
@@ -342,6 +404,7 @@ async fn answer_peer(req: Request, node: &Node) -> (Response, Vec<u8>) {
         Request::Manifest { reference, .. } => {
             not_here(&format!("manifest {reference} (peers serve blobs only)"))
         }
+        Request::Tags { repo } => not_here(&format!("tags of {repo} (peers serve blobs only)")),
         // Only under a repository the registry agent confirmed references
         // the blob (for this node): the cache itself is keyed by digest.
         Request::Stat { repo, digest } | Request::Blob { repo, digest, .. }

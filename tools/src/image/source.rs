@@ -1,13 +1,15 @@
-//! Where a registry agent gets images: an upstream registry over HTTP
-//! ([`super::upstream::Upstream`]) or an OCI image-layout directory
-//! (image-spec "Image Layout": `oci-layout`, `index.json`, `blobs/sha256/…`).
+//! Where a registry agent gets images: upstream registries over HTTP(S)
+//! ([`Upstreams`]: a default one and any number named by the registry host a
+//! client's `ns=` names) or an OCI image-layout directory (image-spec "Image
+//! Layout": `oci-layout`, `index.json`, `blobs/sha256/…`).
 
 use std::path::PathBuf;
 
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 
-use super::digest::{Digest, Reference};
+use super::digest::{scoped, split_scope, Digest, Reference};
+use super::manifests::descriptors;
 use super::upstream::Upstream;
 
 /// Why the source could not give an object.
@@ -31,6 +33,9 @@ pub enum SourceError {
         /// Got.
         actual: Digest,
     },
+    /// The upstream refused this agent (credentials missing or wrong).
+    #[error("upstream refused: {0}")]
+    Denied(String),
     /// The agent's configuration is wrong.
     #[error("configuration: {0}")]
     Config(String),
@@ -39,11 +44,110 @@ pub enum SourceError {
     Io(String),
 }
 
+/// The upstream registries of one registry agent: requests for a scoped
+/// repository (`NS//NAME`, [`super::digest::scoped`]) go to the registry named
+/// NS if there is one, any other request to the default.
+#[derive(Debug, Default)]
+pub struct Upstreams {
+    default: Option<Upstream>,
+    named: std::collections::BTreeMap<String, Upstream>,
+}
+
+impl From<Upstream> for Upstreams {
+    fn from(u: Upstream) -> Upstreams {
+        Upstreams {
+            default: Some(u),
+            named: Default::default(),
+        }
+    }
+}
+
+impl Upstreams {
+    /// Serve requests naming registry `ns` from `upstream` (`None`: every
+    /// request naming no registry this agent knows).
+    pub fn add(&mut self, ns: Option<String>, upstream: Upstream) {
+        match ns {
+            Some(ns) => {
+                self.named.insert(ns, upstream);
+            }
+            None => self.default = Some(upstream),
+        }
+    }
+
+    /// The repository as this agent keys it: scoped by the registry that
+    /// serves it (unscoped for the default), so every table keeps two
+    /// registries' repositories apart however clients name them.
+    pub fn canonical(&self, repo: &str) -> Result<String, SourceError> {
+        let (ns, name) = split_scope(repo);
+        if let Some(ns) = ns.filter(|ns| self.named.contains_key(*ns)) {
+            return Ok(scoped(Some(ns), name));
+        }
+        if self.default.is_some() {
+            return Ok(name.to_string());
+        }
+        Err(SourceError::NotFound(format!(
+            "{name}: no upstream for registry {} (give --upstream {}=URL)",
+            ns.unwrap_or("(none named)"),
+            ns.unwrap_or("HOST")
+        )))
+    }
+
+    /// The upstream of a canonical repository, and the name to ask it for.
+    fn pick<'a>(&self, repo: &'a str) -> Result<(&Upstream, &'a str), SourceError> {
+        let (ns, name) = split_scope(repo);
+        let u = match ns {
+            Some(ns) => self.named.get(ns),
+            None => self.default.as_ref(),
+        };
+        u.map(|u| (u, name))
+            .ok_or_else(|| SourceError::NotFound(format!("no upstream for {repo}")))
+    }
+
+    /// Every upstream's base URL, for logs: `NS=URL` or `URL`.
+    pub fn describe(&self) -> String {
+        let named = self
+            .named
+            .iter()
+            .map(|(ns, u)| format!("{ns}={}", u.base()));
+        self.default
+            .iter()
+            .map(|u| u.base().to_string())
+            .chain(named)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    async fn manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+        accept: &str,
+    ) -> Result<(Bytes, String, Digest), SourceError> {
+        let (u, name) = self.pick(repo)?;
+        u.manifest(name, reference, accept).await
+    }
+
+    async fn tags(&self, repo: &str) -> Result<Vec<String>, SourceError> {
+        let (u, name) = self.pick(repo)?;
+        u.tags(name).await
+    }
+
+    async fn blob_size(&self, repo: &str, d: &Digest) -> Result<u64, SourceError> {
+        let (u, name) = self.pick(repo)?;
+        u.blob_size(name, d).await
+    }
+
+    async fn blob(&self, repo: &str, d: &Digest) -> Result<reqwest::Response, SourceError> {
+        let (u, name) = self.pick(repo)?;
+        u.blob(name, d).await
+    }
+}
+
 /// An image source.
 #[derive(Debug)]
 pub enum Source {
-    /// A registry over HTTP, pulled through.
-    Upstream(Upstream),
+    /// Registries over HTTP(S), pulled through.
+    Upstream(Upstreams),
     /// An OCI image-layout directory, served as one repository.
     Layout {
         /// The directory (`oci-layout`, `index.json`, `blobs/`).
@@ -84,6 +188,15 @@ impl BlobReader {
 }
 
 impl Source {
+    /// The repository as this source keys it ([`Upstreams::canonical`]; a
+    /// layout ignores the registry a client names).
+    pub fn canonical(&self, repo: &str) -> Result<String, SourceError> {
+        match self {
+            Source::Upstream(u) => u.canonical(repo),
+            Source::Layout { .. } => Ok(split_scope(repo).1.to_string()),
+        }
+    }
+
     /// A manifest or index: body, media type, digest.
     pub async fn manifest(
         &self,
@@ -104,6 +217,29 @@ impl Source {
                     }
                 }
                 layout_manifest(dir, reference).await
+            }
+        }
+    }
+
+    /// Every tag of `repo`, in lexical order: the upstream's list, or the
+    /// layout's `org.opencontainers.image.ref.name` annotations.
+    pub async fn tags(&self, repo: &str) -> Result<Vec<String>, SourceError> {
+        match self {
+            Source::Upstream(u) => u.tags(repo).await,
+            Source::Layout { dir, repository } => {
+                if repo != repository {
+                    return Err(unknown_repository(repo));
+                }
+                let v = layout_index(dir).await?;
+                let mut tags: Vec<String> = v["manifests"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|m| m["annotations"][REF_NAME].as_str().map(str::to_string))
+                    .collect();
+                tags.sort();
+                tags.dedup();
+                Ok(tags)
             }
         }
     }
@@ -182,48 +318,17 @@ fn unknown_repository(repo: &str) -> SourceError {
 /// (a malformed or hostile layout must not run the agent out of memory).
 const MAX_LAYOUT_DESCRIPTORS: usize = 1 << 16;
 
-/// A descriptor's digest, and whether it names a manifest or an index.
-fn descriptor(desc: &serde_json::Value) -> Option<(Digest, bool)> {
-    let d = desc["digest"].as_str()?.parse().ok()?;
-    let manifest = desc["mediaType"]
-        .as_str()
-        .is_some_and(|m| m.contains("manifest") || m.contains("index"));
-    Some((d, manifest))
-}
-
 /// Every digest the layout's `index.json` reaches: its manifests and indexes,
 /// and their configs, layers and sub-manifests (image-spec "Image Index",
 /// "Image Manifest"). Blobs no manifest references are not part of the image.
 async fn layout_references(
     dir: &std::path::Path,
 ) -> Result<std::collections::HashSet<Digest>, SourceError> {
-    let index = tokio::fs::read(dir.join("index.json"))
-        .await
-        .map_err(|e| SourceError::Config(format!("{}/index.json: {e}", dir.display())))?;
+    let index = layout_index_bytes(dir).await?;
     let mut seen = std::collections::HashSet::new();
     let mut todo = vec![index];
     while let Some(doc) = todo.pop() {
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&doc) else {
-            continue;
-        };
-        // (digest, is a manifest or index) of every descriptor in `doc`;
-        // collected first, as the walk below awaits.
-        let mut descriptors: Vec<(Digest, bool)> = Vec::new();
-        for list in ["manifests", "layers"] {
-            descriptors.extend(
-                v[list]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(descriptor),
-            );
-        }
-        descriptors.extend(
-            ["config", "subject"]
-                .iter()
-                .filter_map(|k| descriptor(&v[*k])),
-        );
-        for (d, is_manifest) in descriptors {
+        for (d, is_manifest) in descriptors(&doc) {
             if seen.len() >= MAX_LAYOUT_DESCRIPTORS {
                 return Err(SourceError::Config(format!(
                     "{}: more than {MAX_LAYOUT_DESCRIPTORS} descriptors",
@@ -245,6 +350,25 @@ async fn layout_references(
     Ok(seen)
 }
 
+/// image-spec "Image Layout": the annotation naming a tag.
+const REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+fn layout_index_error(dir: &std::path::Path, e: &dyn std::fmt::Display) -> SourceError {
+    SourceError::Config(format!("{}/index.json: {e}", dir.display()))
+}
+
+/// The layout's `index.json`.
+async fn layout_index_bytes(dir: &std::path::Path) -> Result<Vec<u8>, SourceError> {
+    tokio::fs::read(dir.join("index.json"))
+        .await
+        .map_err(|e| layout_index_error(dir, &e))
+}
+
+/// The layout's `index.json`, parsed.
+async fn layout_index(dir: &std::path::Path) -> Result<serde_json::Value, SourceError> {
+    serde_json::from_slice(&layout_index_bytes(dir).await?).map_err(|e| layout_index_error(dir, &e))
+}
+
 /// image-spec "Image Layout": a tag is the `org.opencontainers.image.ref.name`
 /// annotation of a descriptor in `index.json`.
 async fn layout_manifest(
@@ -254,15 +378,10 @@ async fn layout_manifest(
     let (digest, media_type) = match reference {
         Reference::Digest(d) => (*d, None),
         Reference::Tag(tag) => {
-            let index = tokio::fs::read(dir.join("index.json"))
-                .await
-                .map_err(|e| SourceError::Config(format!("{}/index.json: {e}", dir.display())))?;
-            let v: serde_json::Value = serde_json::from_slice(&index)
-                .map_err(|e| SourceError::Config(format!("{}/index.json: {e}", dir.display())))?;
+            let v = layout_index(dir).await?;
             let found = v["manifests"].as_array().and_then(|ms| {
-                ms.iter().find(|m| {
-                    m["annotations"]["org.opencontainers.image.ref.name"].as_str() == Some(tag)
-                })
+                ms.iter()
+                    .find(|m| m["annotations"][REF_NAME].as_str() == Some(tag))
             });
             let m = found.ok_or_else(|| SourceError::NotFound(format!("tag {tag}")))?;
             let d: Digest = m["digest"]

@@ -19,7 +19,8 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
 
 use super::cache::{Cache, CacheError};
-use super::digest::Digest;
+use super::digest::{Digest, Reference};
+use super::manifests::{descriptors, unix_now, Manifest, ManifestCache, Want};
 use super::metrics::RegistryMetrics;
 use super::references::References;
 use super::source::{Source, SourceError};
@@ -70,6 +71,7 @@ pub struct Spool {
     metrics: Arc<RegistryMetrics>,
     inflight: tokio::sync::Mutex<HashMap<Digest, Arc<Download>>>,
     references: References,
+    manifests: Option<ManifestCache>,
 }
 
 fn cache_err(e: CacheError) -> SourceError {
@@ -85,6 +87,93 @@ impl Spool {
             metrics,
             inflight: tokio::sync::Mutex::new(HashMap::new()),
             references: References::default(),
+            manifests: None,
+        }
+    }
+
+    /// Keep manifests and tag lists in `cache`, and serve them from it while
+    /// the upstream cannot be reached ([`super::manifests`]).
+    pub fn with_manifests(mut self, cache: ManifestCache) -> Spool {
+        self.manifests = Some(cache);
+        self
+    }
+
+    /// A manifest or index by tag or digest, and whether it is served stale.
+    /// The blobs it references are noted as referenced by `repo`, so they
+    /// are served without asking the upstream again (which may be down).
+    pub async fn manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+        accept: &str,
+    ) -> Result<(Manifest, bool), SourceError> {
+        let mc = self.manifests.as_ref();
+        let fetch = async {
+            let (body, media_type, digest) = self.source.manifest(repo, reference, accept).await?;
+            Ok(Manifest {
+                body,
+                media_type,
+                digest,
+            })
+        };
+        let got = self
+            .through(
+                |want, now| mc?.get(repo, reference, accept, want, now),
+                fetch,
+                |m, now| mc.map_or((), |mc| mc.store(repo, reference, m, now)),
+            )
+            .await;
+        if let (Err(SourceError::NotFound(_)), Reference::Tag(t), Some(mc)) = (&got, reference, mc)
+        {
+            mc.forget_tag(repo, t);
+        }
+        let (m, stale) = got?;
+        for (d, _) in descriptors(&m.body) {
+            self.references.insert(repo, &d);
+        }
+        Ok((m, stale))
+    }
+
+    /// Every tag of `repo` in lexical order, and whether served stale.
+    pub async fn tags(&self, repo: &str) -> Result<(Vec<String>, bool), SourceError> {
+        let mc = self.manifests.as_ref();
+        self.through(
+            |want, now| mc?.tags(repo, want, now),
+            self.source.tags(repo),
+            |t, now| mc.map_or((), |mc| mc.store_tags(repo, t, now)),
+        )
+        .await
+    }
+
+    /// The manifest cache's rule, one piece of code for manifests and tag
+    /// lists: a fresh cached answer, else the upstream's (kept), else — the
+    /// upstream unreachable — a stale cached one.
+    async fn through<T>(
+        &self,
+        cached: impl Fn(Want, u64) -> Option<T>,
+        fetch: impl std::future::Future<Output = Result<T, SourceError>>,
+        store: impl FnOnce(&T, u64),
+    ) -> Result<(T, bool), SourceError> {
+        let now = unix_now();
+        if let Some(v) = cached(Want::Fresh, now) {
+            self.metrics.manifest_cache_hits.inc();
+            return Ok((v, false));
+        }
+        self.metrics.upstream_manifests.inc();
+        match fetch.await {
+            Ok(v) => {
+                store(&v, now);
+                Ok((v, false))
+            }
+            Err(e @ SourceError::Unreachable(_)) => match cached(Want::Stale, unix_now()) {
+                Some(v) => {
+                    self.metrics.manifests_stale.inc();
+                    tracing::warn!("{e}; serving the cached answer, stale");
+                    Ok((v, true))
+                }
+                None => Err(e),
+            },
+            Err(e) => Err(e),
         }
     }
 

@@ -9,7 +9,7 @@
 //! parser faces a peer that passed mutual TLS but may still be buggy, and is
 //! fuzzed (`tools/fuzz`, target `image_wire`).
 
-use super::digest::{check_name, Digest, Reference};
+use super::digest::{check_name, check_namespace, scoped, split_scope, Digest, Reference};
 
 /// ALPN of this protocol and version: both agents refuse any other.
 pub const ALPN: &[u8] = b"qr-image/1";
@@ -17,6 +17,12 @@ pub const ALPN: &[u8] = b"qr-image/1";
 /// The `body_sha256` of a blob chunk the server did not hash (see
 /// [`Response::Ok`]); no body hashes to it (it would be a sha256 preimage).
 pub const UNHASHED: [u8; 32] = [0; 32];
+
+/// The request kind wrapping a request for a scoped repository.
+const KIND_SCOPED: u8 = 5;
+
+/// [`Response::Ok`]'s flags byte: served stale.
+const FLAG_STALE: u8 = 1;
 
 /// Largest frame message: requests and response headers are small (a
 /// manifest body travels after the header, not inside it).
@@ -90,6 +96,13 @@ pub enum Request {
         /// Number of bytes.
         len: u64,
     },
+    /// A repository's tags (distribution-spec "Listing Tags", end-8a): the
+    /// answer's body is `{"name":…,"tags":[…]}`, every tag in lexical order;
+    /// the node agent pages it for its clients.
+    Tags {
+        /// Repository name.
+        repo: String,
+    },
 }
 
 /// The outcome code of a response.
@@ -155,6 +168,12 @@ pub enum Response {
         /// damaged on its side from a server whose bytes are wrong
         /// (`transfer::diagnose`). Manifests are always hashed.
         body_sha256: [u8; 32],
+        /// A manifest or tag list served from the registry agent's cache
+        /// past its TTL because the upstream could not be reached. On the
+        /// wire: one flags byte (bit 0) after `body_sha256`, present only
+        /// when set, so a fresh answer is byte for byte what agents before
+        /// it sent and understand.
+        stale: bool,
     },
     /// Failure.
     Err {
@@ -215,13 +234,25 @@ impl Request {
         match self {
             Request::Manifest { repo, .. }
             | Request::Stat { repo, .. }
-            | Request::Blob { repo, .. } => repo,
+            | Request::Blob { repo, .. }
+            | Request::Tags { repo } => repo,
         }
     }
 
-    /// The message bytes (without the frame length).
+    /// The message bytes (without the frame length). A request for a
+    /// scoped repository ([`super::digest::scoped`]) is wrapped: kind 5, the
+    /// registry host, then the request for the plain name — so a request
+    /// without one is byte for byte what agents before scoping sent.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128);
+        if let (Some(ns), name) = split_scope(self.repo()) {
+            out.push(KIND_SCOPED);
+            put_str(&mut out, ns);
+            let mut plain = self.clone();
+            *plain.repo_mut() = name.to_string();
+            out.extend_from_slice(&plain.encode());
+            return out;
+        }
         match self {
             Request::Manifest {
                 repo,
@@ -250,12 +281,57 @@ impl Request {
                 out.extend_from_slice(&offset.to_be_bytes());
                 out.extend_from_slice(&len.to_be_bytes());
             }
+            Request::Tags { repo } => {
+                out.push(4);
+                put_str(&mut out, repo);
+            }
         }
         out
     }
 
+    /// The repository's name without its registry host (what access
+    /// policies and upstream URLs use).
+    pub fn plain_repo(&self) -> &str {
+        split_scope(self.repo()).1
+    }
+
+    /// The same request for repository `repo`.
+    pub fn with_repo(mut self, repo: String) -> Request {
+        *self.repo_mut() = repo;
+        self
+    }
+
+    fn repo_mut(&mut self) -> &mut String {
+        match self {
+            Request::Manifest { repo, .. }
+            | Request::Stat { repo, .. }
+            | Request::Blob { repo, .. }
+            | Request::Tags { repo } => repo,
+        }
+    }
+
     /// Parse a message; names, references and digests are validated.
     pub fn decode(b: &[u8]) -> Result<Request, WireError> {
+        if b.first() == Some(&KIND_SCOPED) {
+            let mut r = Reader(&b[1..]);
+            let ns = r.str()?;
+            check_namespace(&ns)?;
+            // One level only: the inner request is a plain one.
+            if r.0.first() == Some(&KIND_SCOPED) {
+                return Err(WireError::Unknown {
+                    what: "request kind inside a scoped request",
+                    value: KIND_SCOPED,
+                });
+            }
+            let mut req = Request::decode_plain(r.0)?;
+            let name = std::mem::take(req.repo_mut());
+            *req.repo_mut() = scoped(Some(&ns), &name);
+            return Ok(req);
+        }
+        Request::decode_plain(b)
+    }
+
+    fn decode_plain(b: &[u8]) -> Result<Request, WireError> {
         let mut r = Reader(b);
         let kind = r.u8()?;
         let repo = r.str()?;
@@ -283,6 +359,7 @@ impl Request {
                     len,
                 }
             }
+            4 => Request::Tags { repo },
             value => {
                 return Err(WireError::Unknown {
                     what: "request kind",
@@ -306,6 +383,7 @@ impl Response {
                 total,
                 body_len,
                 body_sha256,
+                stale,
             } => {
                 out.push(Status::Ok as u8);
                 put_str(&mut out, media_type);
@@ -313,6 +391,9 @@ impl Response {
                 out.extend_from_slice(&total.to_be_bytes());
                 out.extend_from_slice(&body_len.to_be_bytes());
                 out.extend_from_slice(body_sha256);
+                if *stale {
+                    out.push(FLAG_STALE);
+                }
             }
             Response::Err { status, message } => {
                 out.push(*status as u8);
@@ -333,12 +414,26 @@ impl Response {
             let (total, body_len) = (r.u64()?, r.u64()?);
             let mut body_sha256 = [0u8; 32];
             body_sha256.copy_from_slice(r.take(32)?);
+            let stale = match r.0 {
+                [] => false,
+                [FLAG_STALE] => {
+                    r.take(1)?;
+                    true
+                }
+                [value, ..] => {
+                    return Err(WireError::Unknown {
+                        what: "flags",
+                        value: *value,
+                    })
+                }
+            };
             Response::Ok {
                 media_type,
                 digest: Digest::from_bytes(d),
                 total,
                 body_len,
                 body_sha256,
+                stale,
             }
         } else {
             Response::Err {
@@ -425,6 +520,9 @@ mod tests {
                 accept: String::new()
             }),
             (repo, digest()).prop_map(|(repo, digest)| Request::Stat { repo, digest }),
+            repo.prop_map(|repo| Request::Tags {
+                repo: repo.to_string()
+            }),
             (repo, digest(), 0u64..u64::MAX / 2, 0u64..u64::MAX / 2).prop_map(
                 |(repo, digest, offset, len)| Request::Blob {
                     repo,
@@ -436,16 +534,28 @@ mod tests {
         ]
     }
 
+    fn scoped_request() -> impl Strategy<Value = Request> {
+        (
+            request(),
+            proptest::option::of("[a-z0-9.-]{1,20}(:[0-9]{1,5})?"),
+        )
+            .prop_map(|(mut r, ns)| {
+                let name = r.repo().to_string();
+                *r.repo_mut() = scoped(ns.as_deref(), &name);
+                r
+            })
+    }
+
     proptest! {
         #[test]
-        fn requests_round_trip(req in request()) {
+        fn requests_round_trip(req in scoped_request()) {
             prop_assert_eq!(Request::decode(&req.encode()).unwrap(), req);
         }
 
         #[test]
         fn responses_round_trip(mt in ".{0,50}", d in digest(), total: u64, len: u64,
-                                sha: [u8; 32], msg in ".{0,80}", code in 1u8..=6) {
-            let ok = Response::Ok { media_type: mt, digest: d, total, body_len: len, body_sha256: sha };
+                                sha: [u8; 32], stale: bool, msg in ".{0,80}", code in 1u8..=6) {
+            let ok = Response::Ok { media_type: mt, digest: d, total, body_len: len, body_sha256: sha, stale };
             prop_assert_eq!(Response::decode(&ok.encode()).unwrap(), ok);
             let err = Response::Err { status: Status::from_u8(code).unwrap(), message: msg };
             prop_assert_eq!(Response::decode(&err.encode()).unwrap(), err);
@@ -459,7 +569,7 @@ mod tests {
         }
 
         #[test]
-        fn truncation_is_an_error(req in request(), cut in 0usize..200) {
+        fn truncation_is_an_error(req in scoped_request(), cut in 0usize..200) {
             let b = req.encode();
             let cut = cut % b.len();
             prop_assert!(Request::decode(&b[..cut]).is_err());
@@ -473,6 +583,29 @@ mod tests {
         assert_eq!(split_frame(&f[..5]).unwrap(), None);
         let big = ((MAX_FRAME + 1) as u32).to_be_bytes();
         assert!(matches!(split_frame(&big), Err(WireError::TooLong(_))));
+    }
+
+    #[test]
+    fn scoped_requests() {
+        let req = Request::Tags {
+            repo: scoped(Some("registry.example:5000"), "a/b"),
+        };
+        let b = req.encode();
+        assert_eq!(b[0], KIND_SCOPED);
+        assert_eq!(Request::decode(&b).unwrap(), req);
+        assert_eq!(req.plain_repo(), "a/b");
+        // Plain requests are encoded as before scoping existed.
+        let plain = Request::Tags { repo: "a/b".into() };
+        assert_eq!(plain.encode()[0], 4);
+        // One level only, and the host is checked.
+        let mut nested = vec![KIND_SCOPED];
+        put_str(&mut nested, "x");
+        nested.extend_from_slice(&b);
+        assert!(Request::decode(&nested).is_err());
+        let mut bad = vec![KIND_SCOPED];
+        put_str(&mut bad, "a/b");
+        bad.extend_from_slice(&plain.encode());
+        assert!(matches!(Request::decode(&bad), Err(WireError::Name(_))));
     }
 
     #[test]

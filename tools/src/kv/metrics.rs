@@ -51,6 +51,9 @@ pub struct Metrics {
     pub link_errors: AtomicU64,
     /// Replica connections refused for a missing or wrong password.
     pub auth_failures: AtomicU64,
+    /// Commands on the Redis port answered with an error and the connection
+    /// kept (unknown commands, inline commands, bad arguments).
+    pub commands_refused: AtomicU64,
     /// Bytes in the backlog now (master).
     pub backlog_bytes: AtomicU64,
     /// Head of the log now.
@@ -158,6 +161,11 @@ impl Metrics {
             self.auth_failures.load(Relaxed),
         );
         counter(
+            "commands_refused",
+            "Commands on the Redis port answered with an error (unknown, inline, bad arguments).",
+            self.commands_refused.load(Relaxed),
+        );
+        counter(
             "credit_turnaround_count",
             "Credit turnarounds measured.",
             self.turnaround_count.load(Relaxed),
@@ -225,6 +233,7 @@ impl Metrics {
             "malformed": self.malformed.load(Relaxed),
             "link_errors": self.link_errors.load(Relaxed),
             "auth_failures": self.auth_failures.load(Relaxed),
+            "commands_refused": self.commands_refused.load(Relaxed),
             "backlog_bytes": self.backlog_bytes.load(Relaxed),
             "head": self.head.load(Relaxed),
             "credit_turnaround_seconds_mean": self.turnaround_mean(),

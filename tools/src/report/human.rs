@@ -156,6 +156,28 @@ impl fmt::Display for Report {
         row(f, "AHs rebuilt", c.ah_rebuilt, sf(|s| s.ah_rebuilt))?;
         row(f, "AHs destroyed", c.ah_destroyed, sf(|s| s.ah_destroyed))?;
         row(f, "AH cache hits", c.ah_hits, sf(|s| s.ah_hits))?;
+        if c.seg_parts_sent + c.seg_reassembled > 0
+            || sv.is_some_and(|s| s.seg_parts_sent + s.seg_reassembled > 0)
+        {
+            row(
+                f,
+                "segmented sent",
+                c.seg_datagrams_sent,
+                sf(|s| s.seg_datagrams_sent),
+            )?;
+            row(
+                f,
+                "  parts sent",
+                c.seg_parts_sent,
+                sf(|s| s.seg_parts_sent),
+            )?;
+            row(
+                f,
+                "reassembled",
+                c.seg_reassembled,
+                sf(|s| s.seg_reassembled),
+            )?;
+        }
         let cd = &c.drops;
         let sd = |g: fn(&DropsReport) -> u64| sv.map(|s| g(&s.drops));
         row(f, "drops (total)", cd.total(), sd(DropsReport::total))?;
@@ -185,6 +207,24 @@ impl fmt::Display for Report {
             "  provider oversize",
             cd.oversize_sent,
             sd(|d| d.oversize_sent),
+        )?;
+        row(
+            f,
+            "  seg incomplete",
+            cd.seg_incomplete,
+            sd(|d| d.seg_incomplete),
+        )?;
+        row(
+            f,
+            "  seg malformed",
+            cd.seg_malformed,
+            sd(|d| d.seg_malformed),
+        )?;
+        row(
+            f,
+            "  seg duplicates",
+            cd.seg_duplicates,
+            sd(|d| d.seg_duplicates),
         )?;
         if let Some(soft) = &self.soft {
             writeln!(f)?;

@@ -334,6 +334,15 @@ pub(crate) struct SocketReport {
     pub(crate) ah_destroyed: u64,
     /// Sends that found their AH cached.
     pub(crate) ah_hits: u64,
+    /// Datagrams above the active MTU sent as parts (docs/architecture.md §6).
+    #[serde(default)]
+    pub(crate) seg_datagrams_sent: u64,
+    /// Parts sent (each one send WR).
+    #[serde(default)]
+    pub(crate) seg_parts_sent: u64,
+    /// Datagrams reassembled from parts (counted in `recv_wrs` too).
+    #[serde(default)]
+    pub(crate) seg_reassembled: u64,
     /// Drops by cause.
     pub(crate) drops: DropsReport,
 }
@@ -367,6 +376,16 @@ pub(crate) struct DropsReport {
     pub(crate) bad_icrc: u64,
     /// Provider: sent above the path MTU (silently dropped by "hardware").
     pub(crate) oversize_sent: u64,
+    /// Segmented datagrams dropped with a part missing (timed out, or evicted
+    /// for a newer one).
+    #[serde(default)]
+    pub(crate) seg_incomplete: u64,
+    /// Parts dropped as malformed.
+    #[serde(default)]
+    pub(crate) seg_malformed: u64,
+    /// Parts dropped as duplicates.
+    #[serde(default)]
+    pub(crate) seg_duplicates: u64,
 }
 
 impl DropsReport {
@@ -384,6 +403,9 @@ impl DropsReport {
             + self.kernel_rx_dropped
             + self.bad_icrc
             + self.oversize_sent
+            + self.seg_incomplete
+            + self.seg_malformed
+            + self.seg_duplicates
     }
 }
 
@@ -414,6 +436,9 @@ impl SocketReport {
             ah_rebuilt: s.ah_rebuilt,
             ah_destroyed: s.ah_destroyed,
             ah_hits: s.ah_hits,
+            seg_datagrams_sent: s.seg_datagrams_sent,
+            seg_parts_sent: s.seg_parts_sent,
+            seg_reassembled: s.seg_reassembled,
             drops: DropsReport {
                 bad_grh: s.drop_bad_grh,
                 imm_mismatch: routing.imm_mismatch,
@@ -427,6 +452,9 @@ impl SocketReport {
                 kernel_rx_dropped: s.provider.kernel_rx_dropped,
                 bad_icrc: s.provider.bad_icrc,
                 oversize_sent: s.provider.oversize_sent,
+                seg_incomplete: s.seg_expired + s.seg_evicted,
+                seg_malformed: s.seg_malformed,
+                seg_duplicates: s.seg_duplicates,
             },
         }
     }

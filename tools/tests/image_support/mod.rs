@@ -72,6 +72,13 @@ pub(crate) struct Registry {
 
 impl Registry {
     pub(crate) fn start(dir: &Path, addr: &str) -> Registry {
+        Registry::start_with(dir, addr, "", "")
+    }
+
+    /// As [`Registry::start`], with YAML added under `http:` (e.g. `tls:`,
+    /// indented two spaces) and at the top level (e.g. `auth:`).
+    pub(crate) fn start_with(dir: &Path, addr: &str, http: &str, top: &str) -> Registry {
+        std::fs::create_dir_all(dir).unwrap();
         let storage = dir.join("registry-storage");
         std::fs::create_dir_all(&storage).unwrap();
         let config = dir.join("registry.yml");
@@ -80,7 +87,7 @@ impl Registry {
             format!(
                 "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\n\
                  storage:\n  filesystem:\n    rootdirectory: {}\n  redirect:\n    disable: true\n\
-                 http:\n  addr: {addr}\n",
+                 {top}http:\n  addr: {addr}\n{http}",
                 storage.display()
             ),
         )
@@ -436,4 +443,52 @@ pub(crate) fn header<'a>(hs: &'a [(String, String)], name: &str) -> Option<&'a s
     hs.iter()
         .find(|(k, _)| k.eq_ignore_ascii_case(name))
         .map(|(_, v)| v.as_str())
+}
+
+/// A containerd daemon of the test's own (root, state and socket under `d`,
+/// no CRI plugin), ready; and its socket.
+pub(crate) fn containerd(d: &Path) -> (Proc, String) {
+    std::fs::create_dir_all(d).unwrap();
+    let sock = d.join("containerd.sock").display().to_string();
+    let config = d.join("containerd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "version = 2\nroot = \"{}\"\nstate = \"{}\"\n\
+             disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+             [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n",
+            d.join("root").display(),
+            d.join("state").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("containerd")
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("containerd.log")).unwrap())
+        .spawn()
+        .expect("containerd (apt-get install containerd)");
+    let proc = Proc {
+        child,
+        name: "containerd".into(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ok = Command::new("ctr")
+            .args(["--address", &sock, "version"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if ok {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "containerd did not start: {}",
+            std::fs::read_to_string(d.join("containerd.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (proc, sock)
 }

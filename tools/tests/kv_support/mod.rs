@@ -596,3 +596,24 @@ pub fn writer(
         }
     })
 }
+
+/// Run `redis-cli -h host -p port ARGS...` (with `input` on its stdin, one
+/// command a line, when given) and return what it printed.
+pub fn redis_cli(addr: &str, args: &[&str], input: Option<&str>) -> String {
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let mut cmd = Command::new("redis-cli");
+    cmd.args(["-h", host, "-p", port])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("redis-cli (Debian redis-tools)");
+    let mut stdin = child.stdin.take().unwrap();
+    if let Some(i) = input {
+        stdin.write_all(i.as_bytes()).unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

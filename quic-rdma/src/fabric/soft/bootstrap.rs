@@ -7,10 +7,13 @@
 //! ## Protocol (version 1), one exchange per TCP connection, ASCII lines
 //! ```text
 //! client -> server:  QRDMA-SOFT-BOOTSTRAP 1\n
-//! server -> client:  QRDMA-SOFT 1 gid=<GID as IPv6 text> qpn=<dec> qkey=<dec> udp_port=<dec> mtu=<dec>\n
+//! server -> client:  QRDMA-SOFT 1 gid=<GID as IPv6 text> qpn=<dec> qkey=<dec> udp_port=<dec> mtu=<dec> [seg=1]\n
 //!               or:  ERR <reason>\n
 //! ```
-//! then the server closes. The server gives each exchange 5 s from its accept,
+//! `seg=1` says the server's socket reassembles segmented datagrams
+//! (docs/architecture.md §6); a reply without it is from a server that does
+//! not, which must never be sent parts ([`PeerInfo::check_segmentation`]).
+//! Then the server closes. The server gives each exchange 5 s from its accept,
 //! however the client paces its bytes, and serves up to 64 clients at once; a
 //! connection beyond that is answered `ERR busy` at once (a client may retry).
 //! Lines are at most 512 bytes; unknown `key=value` fields
@@ -47,6 +50,10 @@ pub struct PeerInfo {
     pub udp_port: u16,
     /// The server port's active MTU.
     pub mtu: Mtu,
+    /// Whether the server's socket reassembles segmented datagrams (`seg=1`;
+    /// docs/architecture.md §6, "Segmented datagrams"). Servers before
+    /// segmentation do not publish it.
+    pub reassembles: bool,
 }
 
 /// Why a bootstrap exchange failed.
@@ -64,6 +71,20 @@ pub enum BootstrapError {
     /// The server answered `ERR`.
     #[error("bootstrap server refused: {0}")]
     Refused(String),
+    /// The peer does not reassemble segmented datagrams, which the path's MTU
+    /// needs ([`PeerInfo::check_segmentation`]).
+    #[error(
+        "the peer at {gid} does not reassemble segmented datagrams (no seg=1 in its \
+         bootstrap reply), which a path MTU of {mtu} needs for QUIC's 1200-byte \
+         datagrams (RFC 9000 §14): upgrade the peer, or enable jumbo frames on both \
+         links (RoCE MTU 2048 or more)"
+    )]
+    CannotReassemble {
+        /// The peer's GID.
+        gid: Gid,
+        /// The path MTU in bytes.
+        mtu: usize,
+    },
 }
 
 impl From<io::Error> for BootstrapError {
@@ -73,25 +94,42 @@ impl From<io::Error> for BootstrapError {
 }
 
 impl PeerInfo {
-    /// What to publish for `qp`.
+    /// What to publish for `qp`, whose socket reassembles (the socket's
+    /// default; clear `reassembles` for one configured without segmentation).
     pub fn of(qp: &SoftQp) -> PeerInfo {
         let a = qp.attr();
         PeerInfo {
             addr: UdAddr::new(a.gid, a.qpn, a.qkey),
             udp_port: qp.port().local_addr().port(),
             mtu: a.active_mtu,
+            reassembles: true,
         }
+    }
+
+    /// Refuse to talk to this peer over a path of `mtu` (the smaller of both
+    /// ends' active MTUs) when datagrams would have to go as parts — below
+    /// 2048 — and the peer does not reassemble: every part would be dropped
+    /// on arrival, and the handshake time out with nothing said.
+    pub fn check_segmentation(&self, mtu: Mtu) -> Result<(), BootstrapError> {
+        if mtu.bytes() >= 2048 || self.reassembles {
+            return Ok(());
+        }
+        Err(BootstrapError::CannotReassemble {
+            gid: self.addr.gid,
+            mtu: mtu.bytes(),
+        })
     }
 
     /// The reply line (with trailing newline).
     pub fn to_line(&self) -> String {
         format!(
-            "{REPLY_TAG} {VERSION} gid={} qpn={} qkey={} udp_port={} mtu={}\n",
+            "{REPLY_TAG} {VERSION} gid={} qpn={} qkey={} udp_port={} mtu={}{}\n",
             self.addr.gid,
             self.addr.qpn,
             self.addr.qkey,
             self.udp_port,
-            self.mtu.bytes()
+            self.mtu.bytes(),
+            if self.reassembles { " seg=1" } else { "" }
         )
     }
 
@@ -107,6 +145,7 @@ impl PeerInfo {
             return Err(bad("not a version-1 reply"));
         }
         let (mut gid, mut qpn, mut qkey, mut udp_port, mut mtu) = (None, None, None, None, None);
+        let mut reassembles = false;
         for w in words {
             let Some((k, v)) = w.split_once('=') else {
                 return Err(bad("field without '='"));
@@ -125,6 +164,8 @@ impl PeerInfo {
                     let n = v.parse::<usize>().map_err(|_| bad("bad mtu"))?;
                     mtu = Some(Mtu::from_bytes(n).ok_or_else(|| bad("mtu not an IB MTU"))?)
                 }
+                // Any other value is a capability we do not know: not ours.
+                "seg" => reassembles = v == "1",
                 _ => {} // forward compatible: ignore what we do not know
             }
         }
@@ -143,6 +184,7 @@ impl PeerInfo {
             addr: UdAddr::new(gid, qpn, qkey),
             udp_port,
             mtu,
+            reassembles,
         })
     }
 
@@ -541,6 +583,7 @@ mod tests {
             ),
             udp_port: 4791,
             mtu: Mtu::M4096,
+            reassembles: true,
         }
     }
 
@@ -550,12 +593,38 @@ mod tests {
         let l = i.to_line();
         assert_eq!(
             l,
-            "QRDMA-SOFT 1 gid=::ffff:10.1.2.3 qpn=17 qkey=285282561 udp_port=4791 mtu=4096\n"
+            "QRDMA-SOFT 1 gid=::ffff:10.1.2.3 qpn=17 qkey=285282561 udp_port=4791 mtu=4096 seg=1\n"
         );
         assert_eq!(PeerInfo::parse(&l).unwrap(), i);
         // Unknown fields are ignored.
         let extended = l.trim_end().to_string() + " future=1\n";
         assert_eq!(PeerInfo::parse(&extended).unwrap(), i);
+    }
+
+    #[test]
+    fn a_peer_without_seg_is_never_sent_parts() {
+        // A reply from before segmentation: no seg field.
+        let old = PeerInfo::parse(
+            "QRDMA-SOFT 1 gid=::ffff:10.1.2.3 qpn=17 qkey=285282561 udp_port=4791 mtu=4096",
+        )
+        .unwrap();
+        assert!(!old.reassembles);
+        assert!(
+            old.check_segmentation(Mtu::M2048).is_ok(),
+            "no parts at 2048"
+        );
+        let err = old.check_segmentation(Mtu::M1024).unwrap_err();
+        assert!(matches!(
+            err,
+            BootstrapError::CannotReassemble { mtu: 1024, .. }
+        ));
+        assert!(err.to_string().contains("seg=1"), "{err}");
+        assert!(sample().check_segmentation(Mtu::M1024).is_ok());
+        let unknown = PeerInfo::parse(&sample().to_line().replace("seg=1", "seg=2")).unwrap();
+        assert!(
+            !unknown.reassembles,
+            "an unknown capability value is not ours"
+        );
     }
 
     #[test]

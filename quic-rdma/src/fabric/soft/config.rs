@@ -18,7 +18,11 @@ pub struct SoftConfig {
     /// UDP destination port for peers without an override
     /// ([`SoftPort::set_peer_port`]); 4791 (kernel rxe and NICs listen there only).
     pub peer_port: u16,
-    /// Active MTU reported in `QpAttr::active_mtu` and enforced on send and receive.
+    /// Active MTU reported in `QpAttr::active_mtu` and enforced on send and
+    /// receive. [`SoftConfig::new`] takes it from the netdev holding the bound
+    /// IP as kernel rxe does ([`netdev::roce_mtu_of`](super::netdev::roce_mtu_of):
+    /// 1024 on 1500-byte Ethernet, 4096 on jumbo frames and `lo`); assign it
+    /// to override (tests, or a path narrower than the local link).
     pub mtu: Mtu,
     /// How received ICRCs are checked.
     pub icrc: IcrcPolicy,
@@ -47,13 +51,14 @@ pub struct SoftConfig {
 }
 
 impl SoftConfig {
-    /// Defaults for a port bound to `ip` on UDP port 4791: MTU 4096, ICRC checked
-    /// with IPv4-ID solving, P_Key 0xFFFF.
+    /// Defaults for a port bound to `ip` on UDP port 4791: the RoCE MTU of
+    /// `ip`'s netdev (4096 if no local interface holds `ip`: opening the port
+    /// fails then anyway), ICRC checked with IPv4-ID solving, P_Key 0xFFFF.
     pub fn new(ip: IpAddr) -> Self {
         SoftConfig {
             bind: SocketAddr::new(ip, ROCEV2_UDP_PORT),
             peer_port: ROCEV2_UDP_PORT,
-            mtu: Mtu::M4096,
+            mtu: super::netdev::roce_mtu_of(ip).unwrap_or(Mtu::M4096),
             icrc: IcrcPolicy::default(),
             pkey: DEFAULT_PKEY,
             max_inline: 188,

@@ -82,6 +82,7 @@ pub mod codec;
 mod config;
 mod demux;
 mod kernel_drops;
+pub mod netdev;
 mod port;
 mod qp;
 mod qpn_map;

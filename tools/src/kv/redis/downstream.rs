@@ -17,9 +17,13 @@ use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
 use super::auth::ReplicaAuth;
+use super::clients::{Registration, ReplicaState};
+use super::commands::Port;
 use super::conn::RedisConn;
 use super::error::RelayError;
+use super::info::Server;
 use super::rdb::EOF_MARK_LEN;
+use super::reply::printable;
 use super::resp::{Command, Parser, RespError};
 use crate::kv::metrics::{Metrics, ReplicaStatus};
 use crate::kv::replica::{ReplicaConn, SyncStart};
@@ -76,7 +80,8 @@ impl Upstream {
 /// each link fails alone. A connection counts as idle (evictable when the
 /// listener is full) until its PSYNC, and must send each handshake command
 /// within the request timeout. With `auth`, a replica must `AUTH` before
-/// anything but PING is served.
+/// anything but PING is served. Before PSYNC a connection may also ask what
+/// a monitoring tool asks a Redis master ([`Port::answer`]).
 pub async fn serve(
     listener: TcpListener,
     limits: Limits,
@@ -86,15 +91,30 @@ pub async fn serve(
     metrics: Arc<Metrics>,
 ) {
     static LINK: AtomicU64 = AtomicU64::new(1);
+    let tcp_port = listener.local_addr().map_or(0, |a| a.port());
+    let port = Arc::new(Port {
+        server: Server::new(tcp_port, limits.max_connections),
+        clients: Arc::default(),
+        history: Arc::default(),
+        metrics: metrics.clone(),
+    });
     crate::listener::serve(listener, limits, stats, move |sock, slot| {
-        let (upstream, metrics, auth) = (upstream.clone(), metrics.clone(), auth.clone());
+        let (upstream, metrics, auth, port) = (
+            upstream.clone(),
+            metrics.clone(),
+            auth.clone(),
+            port.clone(),
+        );
         let id = LINK.fetch_add(1, Relaxed);
         async move {
             let peer = sock.peer_addr().ok();
+            let me = port.clients.register(id, peer, sock.local_addr().ok());
             let link = Link {
                 slot: &slot,
                 request_timeout: limits.request_timeout,
                 auth: auth.as_deref(),
+                port: &port,
+                me: &me,
             };
             let r = replica_link(RedisConn::new(sock), link, &upstream, &metrics, id).await;
             metrics.remove_replica(id);
@@ -127,6 +147,10 @@ struct Link<'a> {
     slot: &'a Slot,
     request_timeout: Duration,
     auth: Option<&'a ReplicaAuth>,
+    /// What the port answers besides replication.
+    port: &'a Port,
+    /// This connection's entry in the port's client table.
+    me: &'a Registration,
 }
 
 /// Commands a replica may send before `AUTH` (each answered `-NOAUTH`)
@@ -137,11 +161,23 @@ const NOAUTH: &str = "-NOAUTH Authentication required.\r\n";
 
 /// Commands from a replica, in order; a parse error comes after the
 /// commands that preceded it (so a valid `PING` before garbage is answered).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Commands {
     parser: Parser,
     pending: std::collections::VecDeque<Command>,
     error: Option<RespError>,
+}
+
+impl Default for Commands {
+    fn default() -> Self {
+        Commands {
+            // People and tools type on this port too: inline lines are framed
+            // (and answered with an error) rather than breaking the link.
+            parser: Parser::for_clients(),
+            pending: Default::default(),
+            error: None,
+        }
+    }
 }
 
 impl Commands {
@@ -208,8 +244,17 @@ async fn replica_link(
         let cmd = tokio::time::timeout(link.request_timeout, cmds.next(&mut c))
             .await
             .map_err(|_| RelayError::Timeout("the replica's handshake"))??;
-        let name = cmd.arg_lower(0);
-        if !authenticated && cmd.argc > 0 && name.as_deref() != Some("auth") {
+        if cmd.argc == 0 {
+            // A bare newline: a keep-alive, never answered.
+            continue;
+        }
+        // An inline line is never a handshake command, whatever its words.
+        let name = if cmd.inline { None } else { cmd.arg_lower(0) };
+        link.me.update(|me| {
+            me.active = std::time::Instant::now();
+            me.last_cmd = name.clone().unwrap_or_else(|| "inline".into());
+        });
+        if !authenticated && !matches!(name.as_deref(), Some("auth" | "quit")) {
             // A replica's PING before AUTH gets -NOAUTH too, which Redis
             // replicas accept as a live master; PSYNC never passes.
             reply(&mut c, NOAUTH).await?;
@@ -223,8 +268,6 @@ async fn replica_link(
             continue;
         }
         match name.as_deref() {
-            None if cmd.argc == 0 => {}
-            Some("ping") => reply(&mut c, "+PONG\r\n").await?,
             Some("auth") => match link.auth {
                 // No password configured: accepted, as before.
                 None => reply(&mut c, "+OK\r\n").await?,
@@ -253,12 +296,24 @@ async fn replica_link(
             Some("replconf") => {
                 let mut i = 1;
                 while let Some(k) = cmd.arg_lower(i) {
-                    if k == "capa" {
-                        match cmd.arg_lower(i + 1).as_deref() {
-                            Some("eof") => hello.capa_eof = true,
-                            Some("psync2") => hello.capa_psync2 = true,
-                            _ => {}
+                    match (k.as_str(), cmd.arg(i + 1)) {
+                        ("capa", Some(v)) if v.eq_ignore_ascii_case("eof") => hello.capa_eof = true,
+                        ("capa", Some(v)) if v.eq_ignore_ascii_case("psync2") => {
+                            hello.capa_psync2 = true
                         }
+                        // Where the replica's own clients reach it, shown in
+                        // INFO replication and ROLE (Redis replication
+                        // handshake: `REPLCONF listening-port`, `ip-address`).
+                        ("listening-port", Some(v)) => {
+                            if let Ok(p) = v.parse::<u16>() {
+                                link.me.update(|me| me.listening_port = p);
+                            }
+                        }
+                        ("ip-address", Some(v)) => {
+                            let ip = printable(&v, 64);
+                            link.me.update(|me| me.announced_ip = Some(ip));
+                        }
+                        _ => {}
                     }
                     i += 2;
                 }
@@ -287,21 +342,18 @@ async fn replica_link(
                 .await?;
                 return Err(RelayError::Unsupported("SYNC (pre-2.8 replica)".into()));
             }
-            other => {
-                let name = other.unwrap_or("?").to_string();
-                reply(
-                    &mut c,
-                    &format!("-ERR '{name}' is not served by a replication relay\r\n"),
-                )
-                .await?;
-                return Err(RelayError::Handshake(format!(
-                    "unexpected command {name:?} before PSYNC"
-                )));
+            _ => {
+                let answer = link.port.answer(link.me, &cmd);
+                c.stream.write_all(&answer.reply.encode()).await?;
+                if answer.close {
+                    return Ok(());
+                }
             }
         }
     };
     // A replica from here on: never evicted for a newcomer.
     let _busy = link.slot.busy();
+    link.me.replica(ReplicaState::WaitBgsave, 0);
     if !hello.capa_eof {
         reply(
             &mut c,
@@ -332,6 +384,8 @@ async fn replica_link(
     };
     match session.start.clone() {
         SyncStart::Continue { replid, position } => {
+            link.port.history.observe(&replid, position);
+            link.me.replica(ReplicaState::Online, position);
             metrics.sync_partial_ok.fetch_add(1, Relaxed);
             eprintln!("qr kv-relay downstream: replica link {id}: +CONTINUE at {position}");
             if hello.capa_psync2 {
@@ -342,6 +396,8 @@ async fn replica_link(
             metrics.set_replica(id, status(position, position, false));
         }
         SyncStart::Full { replid, position } => {
+            link.port.history.observe(&replid, position);
+            link.me.replica(ReplicaState::SendBulk, position);
             metrics.sync_full.fetch_add(1, Relaxed);
             if have.is_some() {
                 metrics.sync_partial_err.fetch_add(1, Relaxed);
@@ -372,6 +428,7 @@ async fn replica_link(
                 if cmd.arg_lower(0).as_deref() == Some("replconf")
                     && cmd.arg_lower(1).as_deref() == Some("ack")
                 {
+                    link.me.replica(ReplicaState::Online, position);
                     break;
                 }
             }
@@ -379,6 +436,9 @@ async fn replica_link(
     }
     // The command stream, and the replica's acks (read and write halves
     // apart, so neither waits for the other).
+    let replid = match &session.start {
+        SyncStart::Full { replid, .. } | SyncStart::Continue { replid, .. } => replid.clone(),
+    };
     let RedisConn { stream, mut buf } = c;
     let (mut rd, mut wr) = stream.into_split();
     let on_cmd = |cmd: &Command, session: &crate::kv::replica::Session| {
@@ -387,6 +447,7 @@ async fn replica_link(
         {
             if let Some(off) = cmd.arg(2).and_then(|o| o.parse::<u64>().ok()) {
                 session.applied(off);
+                link.me.replica(ReplicaState::Online, off);
                 metrics.set_replica(id, status(session.position(), off, false));
             }
         }
@@ -398,6 +459,7 @@ async fn replica_link(
         tokio::select! {
             chunk = session.next_log() => {
                 wr.write_all(&chunk?).await?;
+                link.port.history.observe(&replid, session.position());
             }
             r = rd.read_buf(&mut buf) => {
                 if r? == 0 {

@@ -28,10 +28,15 @@
 //! upstream's backlog still holds it.
 
 pub mod auth;
+pub mod clients;
+pub mod commands;
 pub mod conn;
 pub mod downstream;
 pub mod error;
+pub mod history;
+pub mod info;
 pub mod rdb;
+pub mod reply;
 pub mod resp;
 pub mod upstream;
 

@@ -11,6 +11,13 @@
 //! length, keeping only the first few short arguments ([`MAX_CAPTURE`] of up
 //! to [`MAX_CAPTURED_ARG`] bytes), which is all a relay needs to recognise
 //! `REPLCONF GETACK` or `PSYNC`. Memory stays bounded whatever the sizes.
+//!
+//! A client of the relay's Redis port (redis-cli, a monitoring tool, someone
+//! in telnet) may also send the *inline* form, a line of words ending in LF
+//! (RESP spec, "Inline commands"): [`Parser::for_clients`] frames those too,
+//! as a [`Command`] marked [`Command::inline`], so the relay can answer it
+//! with an error and keep the connection. A master's command stream is never
+//! inline: [`Parser::new`] refuses it.
 
 use bytes::Bytes;
 
@@ -24,6 +31,9 @@ const MAX_LINE: usize = 32;
 pub const MAX_BULK: u64 = 512 << 20;
 /// Most elements in one command.
 pub const MAX_ELEMENTS: u64 = 1 << 31;
+/// Longest inline command line: Redis's `PROTO_INLINE_MAX_SIZE` (64 KiB),
+/// beyond which Redis too answers "too big inline request" and closes.
+pub const MAX_INLINE: u64 = 64 << 10;
 
 /// Why input is not valid RESP for a replication link.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,6 +88,8 @@ pub struct Command {
     pub argc: u64,
     /// The first arguments, where short enough (`None` if longer).
     pub args: Vec<Option<Bytes>>,
+    /// Sent in the inline form (a line of words), not as a RESP array.
+    pub inline: bool,
 }
 
 impl Command {
@@ -114,6 +126,8 @@ enum State {
     Crlf(u8),
     /// Inside a bare "\r\n" keep-alive: LF next.
     KeepAliveLf,
+    /// Inside an inline command line: bytes so far.
+    Inline(u64),
 }
 
 /// Streaming parser state.
@@ -129,6 +143,9 @@ pub struct Parser {
     args: Vec<Option<Bytes>>,
     arg: Vec<u8>,
     capturing: bool,
+    /// Whether inline commands are framed (a client port) or refused (a
+    /// master's stream).
+    inline: bool,
 }
 
 impl Default for Parser {
@@ -138,7 +155,7 @@ impl Default for Parser {
 }
 
 impl Parser {
-    /// A parser at stream offset 0.
+    /// A parser at stream offset 0 for a replication link: RESP arrays only.
     pub fn new() -> Parser {
         Parser {
             state: State::Start,
@@ -150,6 +167,15 @@ impl Parser {
             args: Vec::new(),
             arg: Vec::new(),
             capturing: false,
+            inline: false,
+        }
+    }
+
+    /// A parser for a client port: RESP arrays and inline command lines.
+    pub fn for_clients() -> Parser {
+        Parser {
+            inline: true,
+            ..Parser::new()
         }
     }
 
@@ -182,8 +208,16 @@ impl Parser {
                         end: self.offset + 1,
                         argc: 0,
                         args: Vec::new(),
+                        inline: false,
                     }),
                     b'\r' => self.state = State::KeepAliveLf,
+                    _ if self.inline => {
+                        self.arg.clear();
+                        self.line_at = self.offset;
+                        self.state = State::Inline(0);
+                        // This byte is the line's first: read it again there.
+                        continue;
+                    }
                     got => {
                         return Err(RespError::NotArray {
                             at: self.offset,
@@ -203,7 +237,26 @@ impl Parser {
                         end: self.offset + 1,
                         argc: 0,
                         args: Vec::new(),
+                        inline: false,
                     });
+                }
+                State::Inline(len) => {
+                    if b == b'\n' {
+                        self.state = State::Start;
+                        out.push(self.inline_command());
+                    } else {
+                        if len >= MAX_INLINE {
+                            return Err(RespError::TooLong {
+                                at: self.line_at,
+                                len: len as i64,
+                            });
+                        }
+                        // Keep what naming the command needs; skip the rest.
+                        if self.arg.len() < MAX_CAPTURED_ARG * MAX_CAPTURE {
+                            self.arg.push(b);
+                        }
+                        self.state = State::Inline(len + 1);
+                    }
                 }
                 State::ArrayLine | State::BulkLine => {
                     if b == b'\n' {
@@ -289,6 +342,7 @@ impl Parser {
                                 end: self.offset + 1,
                                 argc: self.argc,
                                 args: std::mem::take(&mut self.args),
+                                inline: false,
                             });
                         } else {
                             self.state = State::Element;
@@ -300,6 +354,26 @@ impl Parser {
             i += 1;
         }
         Ok(())
+    }
+
+    /// The inline line just completed (without its LF), split into words at
+    /// spaces and tabs as Redis's `sdssplitargs` does for unquoted words.
+    fn inline_command(&mut self) -> Command {
+        let line = self.arg.strip_suffix(b"\r").unwrap_or(&self.arg);
+        let words: Vec<&[u8]> = line
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|w| !w.is_empty())
+            .collect();
+        Command {
+            end: self.offset + 1,
+            argc: words.len() as u64,
+            args: words
+                .iter()
+                .take(MAX_CAPTURE)
+                .map(|w| (w.len() <= MAX_CAPTURED_ARG).then(|| Bytes::copy_from_slice(w)))
+                .collect(),
+            inline: true,
+        }
     }
 
     /// The number on the header line just completed (`line` holds it with its CR).
@@ -380,13 +454,18 @@ mod tests {
             }
         }
 
-        /// Garbage never panics; an error's offset lies within the input.
+        /// Garbage never panics, in either mode; an error's offset lies
+        /// within the input, and so do command ends.
         #[test]
-        fn garbage_is_an_error_not_a_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let mut p = Parser::new();
+        fn garbage_is_an_error_not_a_panic(data in proptest::collection::vec(any::<u8>(), 0..512), clients: bool) {
+            let mut p = if clients { Parser::for_clients() } else { Parser::new() };
             let mut out = Vec::new();
             if p.feed(&data, &mut out).is_err() {
                 prop_assert!(p.offset() <= data.len() as u64);
+            }
+            for c in &out {
+                prop_assert!(c.end <= data.len() as u64);
+                prop_assert!(c.args.len() <= MAX_CAPTURE);
             }
         }
     }
@@ -401,6 +480,31 @@ mod tests {
         assert_eq!(got[2].arg_lower(0).as_deref(), Some("replconf"));
         assert_eq!(got[2].arg_lower(1).as_deref(), Some("getack"));
         assert_eq!(got[2].end, wire.len() as u64);
+    }
+
+    #[test]
+    fn clients_may_send_inline_commands_masters_may_not() {
+        let mut wire = b"PING\r\n  client   setname x\n".to_vec();
+        wire.extend(encode_command(&[b"ECHO", b"hi"]));
+        let mut p = Parser::for_clients();
+        let mut got = Vec::new();
+        for piece in wire.chunks(3) {
+            p.feed(piece, &mut got).unwrap();
+        }
+        assert_eq!(got.len(), 3);
+        assert!(got[0].inline && got[1].inline && !got[2].inline);
+        assert_eq!(got[0].arg_lower(0).as_deref(), Some("ping"));
+        assert_eq!(got[0].end, 6);
+        assert_eq!(got[1].argc, 3);
+        assert_eq!(got[1].arg(2).as_deref(), Some("x"));
+        assert_eq!(got[2].arg(1).as_deref(), Some("hi"));
+        // A line past Redis's inline limit is an error, not unbounded memory.
+        let mut p = Parser::for_clients();
+        let long = vec![b'a'; MAX_INLINE as usize + 1];
+        assert!(matches!(
+            p.feed(&long, &mut Vec::new()),
+            Err(RespError::TooLong { at: 0, .. })
+        ));
     }
 
     #[test]

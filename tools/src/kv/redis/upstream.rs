@@ -33,9 +33,14 @@ pub struct UpstreamConfig {
     pub user: Option<String>,
     /// `masterauth`: the password, if the master requires one.
     pub password: Option<String>,
-    /// The port announced with `REPLCONF listening-port` (shown in the
-    /// master's INFO replication).
-    pub listening_port: u16,
+    /// The port announced with `REPLCONF listening-port`: the master shows
+    /// it as this replica's `port=` in INFO replication and ROLE, and tools
+    /// (Sentinel, exporters, people) connect there to look at the replica.
+    pub announce_port: u16,
+    /// The address announced with `REPLCONF ip-address` (Redis's
+    /// `replica-announce-ip`); without it the master shows the link's peer
+    /// address.
+    pub announce_ip: Option<String>,
     /// Interval of `REPLCONF ACK`.
     pub ack_interval: Duration,
     /// A file keeping the replication id and the position every live replica
@@ -124,7 +129,8 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// PING, AUTH, REPLCONF listening-port, REPLCONF capa (replication.c order).
+/// PING, AUTH, REPLCONF listening-port, REPLCONF ip-address, REPLCONF capa
+/// (replication.c `syncWithMaster` order).
 async fn handshake(c: &mut RedisConn, cfg: &UpstreamConfig) -> Result<(), RelayError> {
     c.send(&[b"PING"]).await?;
     let pong = c.reply_line().await?;
@@ -145,9 +151,13 @@ async fn handshake(c: &mut RedisConn, cfg: &UpstreamConfig) -> Result<(), RelayE
             "the master requires a password (--master-password)".into(),
         ));
     }
-    let port = cfg.listening_port.to_string();
+    let port = cfg.announce_port.to_string();
     c.command_ok(&[b"REPLCONF", b"listening-port", port.as_bytes()])
         .await?;
+    if let Some(ip) = &cfg.announce_ip {
+        c.command_ok(&[b"REPLCONF", b"ip-address", ip.as_bytes()])
+            .await?;
+    }
     c.command_ok(&[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"])
         .await?;
     Ok(())
