@@ -152,11 +152,6 @@ impl Flight {
             true
         });
     }
-
-    /// Whether the flight has ended, either way.
-    pub fn is_over(&self) -> bool {
-        matches!(*self.tx.borrow(), State::Stored(..) | State::Failed(_))
-    }
 }
 
 /// Where one attempt's sink reports its contiguous, hashed prefix (from the
