@@ -7,6 +7,18 @@ use nix::sys::resource::{getrusage, UsageWho};
 use nix::sys::time::TimeVal;
 use nix::unistd::{sysconf, SysconfVar};
 
+/// The machine's 1/5/15-minute load averages (`/proc/loadavg`; NaN where
+/// unreadable): recorded with every run beside its CPU times.
+pub fn load_avg() -> [f64; 3] {
+    let s = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut it = s.split_whitespace().map(|v| v.parse().unwrap_or(f64::NAN));
+    [
+        it.next().unwrap_or(f64::NAN),
+        it.next().unwrap_or(f64::NAN),
+        it.next().unwrap_or(f64::NAN),
+    ]
+}
+
 /// See [`measure_whole_process`].
 static WHOLE_PROCESS: AtomicBool = AtomicBool::new(false);
 

@@ -164,11 +164,18 @@ fn curl_tls(url: &str) -> Vec<String> {
     if !url.starts_with("https://") {
         return Vec::new();
     }
-    let dir = std::env::temp_dir().join(format!("compare-image-{}", std::process::id()));
-    vec![
-        "--cacert".into(),
-        dir.join("registry-pki/ca.pem").display().to_string(),
-    ]
+    vec!["--cacert".into(), registry_ca().display().to_string()]
+}
+
+/// docker-registry's CA certificate (its own, not the agents').
+fn registry_ca() -> PathBuf {
+    bench_dir().join("registry-pki/ca.pem")
+}
+
+/// This run's working directory (the registry's storage and CA, the PKI,
+/// the agents' caches).
+fn bench_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("compare-image-{}", std::process::id()))
 }
 
 /// Run `cmd` to completion, failing with its stderr.
@@ -214,7 +221,7 @@ impl ImageBench {
                 e.context("the image workload runs `qr`: cargo build --release -p quic-rdma-tools")
             })?,
         };
-        let dir = std::env::temp_dir().join(format!("compare-image-{}", std::process::id()));
+        let dir = bench_dir();
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         // The agents' PKI, and the registry's own certificate from another CA.
@@ -261,11 +268,6 @@ impl ImageBench {
         Ok(bench)
     }
 
-    /// The registry's CA certificate.
-    fn registry_ca(&self) -> PathBuf {
-        self.dir.join("registry-pki/ca.pem")
-    }
-
     /// `https://REGISTRY{path}`.
     fn registry_url(&self, path: &str) -> String {
         format!("https://{REGISTRY}{path}")
@@ -303,7 +305,7 @@ impl ImageBench {
             "/dev/null",
             &self.registry_url(&format!("/v2/{REPO}/blobs/uploads/")),
             "--cacert",
-            &self.registry_ca().display().to_string(),
+            &registry_ca().display().to_string(),
         ]))?;
         let headers = String::from_utf8_lossy(&headers);
         let loc = headers
@@ -322,7 +324,7 @@ impl ImageBench {
         let sep = if loc.contains('?') { '&' } else { '?' };
         run(Command::new("curl")
             .args(["-sf", "-o", "/dev/null", "--cacert"])
-            .arg(self.registry_ca())
+            .arg(registry_ca())
             .arg("-T")
             .arg(&file)
             .args(["-H", "Content-Type: application/octet-stream"])
@@ -406,7 +408,7 @@ impl ImageBench {
                 .arg("registry-agent")
                 .args(["--upstream", &self.registry_url("")])
                 .arg("--upstream-ca")
-                .arg(self.registry_ca())
+                .arg(registry_ca())
                 .args(["--ip", AGENT_IP, "--service-port", AGENT_SERVICE_PORT])
                 .args(["--metrics", AGENT_METRICS])
                 .arg("--cache-dir")
@@ -481,7 +483,7 @@ impl ImageBench {
             raw,
             cold,
             warm,
-            load: crate::report::load_avg(),
+            load: crate::cpu::load_avg(),
         })
     }
 }
@@ -533,7 +535,7 @@ impl ImageReport {
     pub fn markdown(&self) -> String {
         use std::fmt::Write as _;
         let mut s = String::new();
-        let gib = self.bytes as f64 / crate::report::GIB;
+        let gib = self.bytes as f64 / crate::stats::GIB;
         let _ = writeln!(
             s,
             "## Image layers: {} MiB blob\n\n\
@@ -579,8 +581,8 @@ impl ImageReport {
                 r.cold.node_agent_cpu_first_byte.total_s() / gib,
                 r.warm.node_agent_cpu.total_s() / gib,
                 r.warm.node_agent_cpu_first_byte.total_s() / gib,
-                r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB),
-                r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB),
+                r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB),
+                r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB),
                 if r.sha256_ok() { "ok" } else { "**MISMATCH**" }
             );
         }
@@ -616,8 +618,8 @@ impl ImageReport {
             med(&|r| r.cold.node_agent_cpu_first_byte.total_s() / gib),
             med(&|r| r.warm.node_agent_cpu.total_s() / gib),
             med(&|r| r.warm.node_agent_cpu_first_byte.total_s() / gib),
-            med(&|r| r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB)),
-            med(&|r| r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::report::GIB)),
+            med(&|r| r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB)),
+            med(&|r| r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB)),
         );
         for e in &self.errors {
             let _ = writeln!(s, "\nError: {e}");

@@ -6,13 +6,12 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::affinity::Placement;
+use crate::cpu::load_avg;
 use crate::rows::{BulkOutcome, HandshakeOutcome};
-use crate::stats::{quantile, Spread};
+use crate::stats::{quantile, Spread, GIB};
 
 /// Version tag of the JSON layout.
 pub const SCHEMA: &str = "quic-rdma-benches/compare/v1";
-/// One GiB.
-pub const GIB: f64 = (1u64 << 30) as f64;
 
 /// A whole comparison run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -79,17 +78,6 @@ impl Machine {
             load_after: load,
         }
     }
-}
-
-/// The 1/5/15-minute load averages.
-pub fn load_avg() -> [f64; 3] {
-    let s = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let mut it = s.split_whitespace().map(|v| v.parse().unwrap_or(f64::NAN));
-    [
-        it.next().unwrap_or(f64::NAN),
-        it.next().unwrap_or(f64::NAN),
-        it.next().unwrap_or(f64::NAN),
-    ]
 }
 
 /// Workload sizes of a run.

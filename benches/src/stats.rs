@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// One GiB: CPU cost is reported per GiB moved.
+pub const GIB: f64 = (1u64 << 30) as f64;
+
 /// Min, median and max of a cell's repeats.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Spread {

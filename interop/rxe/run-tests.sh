@@ -26,23 +26,33 @@ if ((${#need[@]})); then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}") >&2
 fi
 
-# Release builds: they reuse the dependencies the workspace test step already built
-# (a debug build would compile every dependency again, with full debug info: on a
-# CI machine with a small disk that second copy is what ran out of space), and the
-# emulated guest runs optimised code faster.
+# Release builds: they reuse the dependencies the workspace test step already built,
+# and the emulated guest runs optimised code faster. (The one debug build below
+# has no debug info: a full-debug second copy of every dependency is what once
+# ran a CI machine's small disk out of space.)
 log "building quic-rdma with --features verbs"
 cargo test --release -p quic-rdma --features verbs --no-run --message-format=json \
   --lib --test verbs_raw --test verbs_quic --test verbs_ud_pingpong >"${TMPDIR:-/tmp}/verbs-build.json"
-exe() { # executable of a test target
+exe() { # executable of test target $1 in cargo's JSON build log $2 (default: the build above)
   python3 -c '
 import json,sys
 for l in open(sys.argv[1]):
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m["target"]["name"]==sys.argv[2] and m.get("executable") and m["profile"]["test"]:
-        print(m["executable"])' "${TMPDIR:-/tmp}/verbs-build.json" "$1" | tail -1
+        print(m["executable"])' "${2:-${TMPDIR:-/tmp}/verbs-build.json}" "$1" | tail -1
 }
 LIB="$(exe quic_rdma)"; RAW="$(exe verbs_raw)"; QUIC="$(exe verbs_quic)"; PP="$(exe verbs_ud_pingpong)"
 [[ -x "$LIB" && -x "$RAW" && -x "$QUIC" && -x "$PP" ]] || { log "test executables not found"; exit 1; }
+
+# The quinn-adapter transfer once more, built as plain `cargo test` builds it
+# (the test profile: debug assertions and overflow checks on), where a
+# connection loss was once seen only (docs/architecture.md §2). No debug info:
+# it is what fills a small CI disk, and nothing here reads it.
+log "building verbs_quic in the test profile (debug assertions, overflow checks)"
+CARGO_PROFILE_DEV_DEBUG=0 cargo test -p quic-rdma --features verbs --no-run --message-format=json \
+  --test verbs_quic >"${TMPDIR:-/tmp}/verbs-debug-build.json"
+QUIC_DEBUG="$(exe verbs_quic "${TMPDIR:-/tmp}/verbs-debug-build.json")"
+[[ -x "$QUIC_DEBUG" ]] || { log "verbs_quic (test profile) not built"; exit 1; }
 
 log "building qr with --features verbs"
 cargo build --release -p quic-rdma-tools --features verbs --message-format=json >"${TMPDIR:-/tmp}/qr-verbs-build.json"
@@ -94,6 +104,9 @@ no_device_from_c() { # the C API names the missing device and the fix
 step "host: the C API on verbs without a device -> QR_ENODEVICE naming the fix" no_device_from_c
 step "guest (rxe0 on lo): rdma-core tools, raw UD, ibv_ud_pingpong interop (library + qr ud-pingpong --provider verbs), QUIC 64 MiB" \
   "$HERE/run.sh" --timeout 900 "$HERE/guest-suite.sh" "$RAW" "$QUIC" "$PP" "$QR" "$LAT"
+step "guest (rxe0 on lo), test profile (debug assertions): QUIC over verbs through the quinn adapter, handshake + 64 MiB, sha256 equal" \
+  "$HERE/run.sh" --timeout 900 --env QR_REQUIRE_RDMA=1 \
+  "$QUIC_DEBUG" quic_handshake_and_64mib_transfer_verbs_to_verbs --exact --nocapture
 # This one runs from a directory under the host's /tmp, with the test binary copied
 # there: the guest's /tmp shows the host's beneath its own writes (init.sh), so a
 # checkout or target dir under /tmp works like any other path.

@@ -1,5 +1,5 @@
 //! Finding each other without writing TCP code: the address-exchange
-//! service (docs/architecture.md §3, `quic_rdma::fabric::soft::bootstrap`).
+//! service (docs/architecture.md §3, `quic_rdma::discovery`).
 //! A server publishes its engine's UD address on a TCP port; a client asks
 //! once, then talks QUIC over the fabric. Unauthenticated by design: QUIC's
 //! TLS handshake authenticates the server afterwards, so a forged answer can
@@ -9,7 +9,7 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
-use quic_rdma::fabric::soft::bootstrap::{query, BootstrapHandle, BootstrapServer, PeerInfo};
+use quic_rdma::discovery::{query, BootstrapHandle, BootstrapServer, PeerInfo};
 use quic_rdma::fabric::ROCEV2_UDP_PORT;
 
 use crate::config::qr_addr;
@@ -44,13 +44,7 @@ pub unsafe extern "C" fn qr_bootstrap_serve(
         // SAFETY: the caller's contract above.
         let (e, listen) = unsafe { (obj_ref(e)?, text(listen)?) };
         // The active MTU (the engine's may be larger: segmentation).
-        let socket = e.engine.socket();
-        let info = PeerInfo {
-            addr: e.engine.local_addr(),
-            udp_port: ROCEV2_UDP_PORT,
-            mtu: socket.active_mtu(),
-            reassembles: socket.config().segmentation,
-        };
+        let info = PeerInfo::of_socket(e.engine.socket(), ROCEV2_UDP_PORT);
         let handle = BootstrapServer::bind(listen, info)
             .and_then(BootstrapServer::spawn)
             .map_err(|err| fail(QR_EFABRIC, format!("address service on {listen}: {err}")))?;

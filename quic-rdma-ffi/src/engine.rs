@@ -36,7 +36,7 @@ pub struct qr_engine {
 /// `cfg`, `cfg->gid` or `out`), `QR_EINVAL` (a malformed or out-of-range config
 /// field, a `struct_size` below version 1 or with unknown non-zero bytes beyond
 /// this library's struct), `QR_ETLS` (certificate, key or roots unusable),
-/// `QR_EFABRIC` (no port with that GID, MTU below 1200, queue pair setup
+/// `QR_EFABRIC` (no port with that GID or address, queue pair setup
 /// failed), `QR_ENODEVICE` (verbs: no such device), `QR_EPANIC`; `*out` is
 /// untouched on failure and `qr_last_error` says why.
 ///

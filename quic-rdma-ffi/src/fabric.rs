@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use quic_rdma::fabric::sim::{Faults, SimConfig, SimFabric, SimQpOptions};
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
-use quic_rdma::fabric::{FabricError, Gid, Mtu, UdQueuePair, DEFAULT_QKEY};
+use quic_rdma::fabric::{FabricError, Gid, Mtu, Provider, UdQueuePair, DEFAULT_QKEY};
 
 use crate::config::qr_fabric_config;
 use crate::error::{fail, guard, QR_EFABRIC, QR_EINVAL, QR_ENODEVICE, QR_ENOPROVIDER, QR_OK};
@@ -157,20 +157,15 @@ pub unsafe extern "C" fn qr_fabric_new(
             unsafe { text(c.provider) }?
         };
         let no_faults = c.loss == 0.0 && c.duplicate == 0.0 && c.reorder == 0.0;
+        let provider: Provider = provider.parse().map_err(|e| fail(QR_ENOPROVIDER, e))?;
         let kind = match provider {
-            "sim" => FabricKind::Sim(sim_fabric(&c, mtu_of(c.mtu)?)?),
-            "soft" if no_faults => FabricKind::Soft {
+            Provider::Sim => FabricKind::Sim(sim_fabric(&c, mtu_of(c.mtu)?)?),
+            Provider::Soft if no_faults => FabricKind::Soft {
                 mtu: mtu_of(c.mtu)?,
             },
-            "soft" => return Err(fail(QR_EINVAL, "soft has no fault injection: use sim")),
+            Provider::Soft => return Err(fail(QR_EINVAL, "soft has no fault injection: use sim")),
             // SAFETY: `device` is NULL or NUL-terminated by contract.
-            "verbs" => unsafe { verbs_kind(&c, no_faults) }?,
-            other => {
-                return Err(fail(
-                    QR_ENOPROVIDER,
-                    format!("unknown provider {other:?}: use sim, soft or verbs"),
-                ))
-            }
+            Provider::Verbs => unsafe { verbs_kind(&c, no_faults) }?,
         };
         let f = Box::into_raw(Box::new(qr_fabric { kind }));
         // SAFETY: `out` is writable by contract (null-checked by `put`).

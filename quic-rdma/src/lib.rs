@@ -6,6 +6,8 @@
 //! Layers, bottom up (the module tree follows them):
 //! - [`fabric`]: the provider-neutral UD queue-pair model and its providers;
 //! - [`socket`]: the UDP-socket replacement over one UD queue pair;
+//! - [`discovery`]: the TCP service that publishes an endpoint's UD address,
+//!   for every provider;
 //! - [`quic`]: what both drivers share — routing-key CIDs, the immediate-data
 //!   convention, the peer table, fabric-tuned quinn-proto configuration;
 //! - [`quinn_adapter`]: `quinn::AsyncUdpSocket` over the socket — the drop-in
@@ -15,6 +17,8 @@
 //!
 //! Dependencies point down only: `fabric` and `socket` know nothing of QUIC.
 
+pub mod counters;
+pub mod discovery;
 pub mod engine;
 pub mod fabric;
 pub mod quic;

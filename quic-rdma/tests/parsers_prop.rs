@@ -3,8 +3,7 @@
 //! without nightly (CI's fallback) still checks them. Public API only.
 
 use proptest::prelude::*;
-use quic_rdma::fabric::grh::{ipv4_checksum, GrhError};
-use quic_rdma::fabric::{Grh, GrhLayout, GRH_LEN};
+use quic_rdma::fabric::{ipv4_checksum, Grh, GrhError, GrhLayout, GRH_LEN};
 use quic_rdma::quic::cid::{key_of_cid, key_of_datagram, RoutingCidGenerator, ROUTING_KEY_MASK};
 use quinn_proto::ConnectionIdGenerator;
 

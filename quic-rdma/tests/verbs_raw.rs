@@ -9,11 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use quic_rdma::fabric::grh::{Grh, GrhLayout};
 use quic_rdma::fabric::verbs::{VerbsOptions, VerbsQp};
 use quic_rdma::fabric::{
-    AhAttr, Completion, FabricError, Memory, Mtu, RecvWr, Region, SendFlags, SendWr, Sge,
-    UdQueuePair, WcOpcode, WcStatus, DEFAULT_QKEY, GRH_LEN,
+    AhAttr, Completion, FabricError, Grh, GrhLayout, Memory, Mtu, RecvWr, Region, SendFlags,
+    SendWr, Sge, UdQueuePair, WcOpcode, WcStatus, DEFAULT_QKEY, GRH_LEN,
 };
 use quic_rdma::socket::{SocketConfig, SocketError, UdSocket};
 
@@ -200,7 +199,7 @@ fn limits_read_from_the_device() {
     };
     match UdSocket::new(qp, off) {
         Ok(s) => assert!(mtu >= Mtu::M2048 && s.mtu() == mtu.bytes()),
-        Err(SocketError::Fabric(e @ FabricError::MtuTooSmall { .. })) => {
+        Err(e @ SocketError::MtuTooSmall { .. }) => {
             let msg = e.to_string();
             eprintln!("UdSocket::new without segmentation: {msg}");
             assert!(mtu < Mtu::M2048);

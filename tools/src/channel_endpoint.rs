@@ -12,17 +12,18 @@
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use quic_rdma::fabric::soft::bootstrap::{self, BootstrapError, BootstrapHandle, PeerInfo};
+use quic_rdma::discovery::{self, BootstrapHandle, PeerInfo};
 use quic_rdma::fabric::soft::SoftPort;
 use quic_rdma::fabric::UdAddr;
-use quic_rdma::quinn_adapter::{self, Liveness};
+use quic_rdma::quinn_adapter::Liveness;
 use quic_rdma::socket::SocketStats;
 
-use crate::endpoint::endpoint;
-use crate::provider::{self, EndpointOptions, ProviderKind, Socket};
+use crate::endpoint::FabricEndpoint;
+use crate::provider::{self, EndpointOptions};
+use quic_rdma::fabric::Provider;
 
 /// TCP port of the bootstrap service when none is given (rdma-core's
 /// `ibv_*_pingpong` examples exchange QP details on the same port).
@@ -32,7 +33,7 @@ pub const DEFAULT_SERVICE_PORT: u16 = 18515;
 #[derive(Clone, Debug)]
 pub struct ListenOptions {
     /// Fabric provider (`soft` or, when built with the `verbs` feature, `verbs`).
-    pub provider: ProviderKind,
+    pub provider: Provider,
     /// Local IP: the endpoint's GID, and the bootstrap service's address.
     pub ip: IpAddr,
     /// UDP port of the RoCEv2 socket (`soft`; `verbs` devices use 4791 only).
@@ -50,7 +51,7 @@ impl ListenOptions {
     /// `soft` on `ip`, UDP 4791, bootstrap on TCP 18515, fabric liveness defaults.
     pub fn new(ip: IpAddr) -> Self {
         ListenOptions {
-            provider: ProviderKind::Soft,
+            provider: Provider::Soft,
             ip,
             udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
             service_port: DEFAULT_SERVICE_PORT,
@@ -70,8 +71,7 @@ pub struct ChannelServer {
     pub bootstrap: SocketAddr,
     /// The published record (GID, QPN, Q_Key, UDP port, MTU).
     pub record: PeerInfo,
-    socket: Socket,
-    liveness: Liveness,
+    fabric: FabricEndpoint,
     _bootstrap: BootstrapHandle,
 }
 
@@ -81,14 +81,13 @@ pub struct ChannelServer {
 /// and this notices dead peers (docs/architecture.md §5).
 #[derive(Clone)]
 pub struct Watcher {
-    socket: Socket,
-    liveness: Liveness,
+    fabric: FabricEndpoint,
 }
 
 impl Watcher {
     /// Watch `conn` on a task of its own, if the liveness has a dead-after.
     pub fn watch(&self, conn: &quinn::Connection) {
-        quinn_adapter::spawn_watch_for(&self.socket, conn, &self.liveness);
+        self.fabric.watch(conn);
     }
 }
 
@@ -97,14 +96,13 @@ impl ChannelServer {
     /// accepted connection.
     pub fn watcher(&self) -> Watcher {
         Watcher {
-            socket: self.socket.clone(),
-            liveness: self.liveness,
+            fabric: self.fabric.clone(),
         }
     }
 
     /// The UD socket's counters.
     pub fn socket_stats(&self) -> SocketStats {
-        self.socket.stats()
+        self.fabric.socket().stats()
     }
 
     /// One line for the operator: provider, GID, QPN, Q_Key, UDP port, MTU and
@@ -122,7 +120,7 @@ impl ChannelServer {
     pub async fn shutdown(self, limit: Duration) {
         self.endpoint.close(0u32.into(), b"shutdown");
         self.endpoint.wait_idle().await;
-        let socket = Arc::downgrade(&self.socket);
+        let socket = Arc::downgrade(self.fabric.socket());
         drop(self);
         let deadline = tokio::time::Instant::now() + limit;
         while socket.strong_count() > 0 && tokio::time::Instant::now() < deadline {
@@ -145,39 +143,43 @@ fn describe_record(r: &PeerInfo, bootstrap: SocketAddr) -> String {
 /// Open a server endpoint and its bootstrap service. Call inside a tokio
 /// runtime. `config`'s transport config is replaced by the fabric's (the
 /// socket's MTU, `opts.liveness`).
-pub fn listen(opts: &ListenOptions, mut config: quinn::ServerConfig) -> Result<ChannelServer> {
+pub fn listen(opts: &ListenOptions, config: quinn::ServerConfig) -> Result<ChannelServer> {
     let mut eo = EndpointOptions::new(opts.ip);
     eo.udp_port = opts.udp_port;
     eo.qpn = opts.qpn;
     let ep = provider::open_endpoint(opts.provider, &eo)?;
-    config.transport_config(quinn_adapter::transport_with(
-        ep.socket.mtu(),
-        opts.liveness,
-    ));
+    let fabric = FabricEndpoint::new(ep.socket, opts.liveness);
     let record = ep
         .publish
         .ok_or_else(|| anyhow!("provider `{}` has no bootstrap record", ep.kind))?;
-    let endpoint = endpoint(&ep.socket, Some(config))?;
-    let bind = SocketAddr::new(opts.ip, opts.service_port);
-    let service = bootstrap::BootstrapServer::bind(bind, record)
-        .with_context(|| format!("bootstrap service on TCP {bind} (is the port taken?)"))?;
-    let bound = service.local_addr()?;
-    let handle = service.spawn().context("starting the bootstrap service")?;
+    let endpoint = fabric.listen(config)?;
+    let (bound, handle) = publish(SocketAddr::new(opts.ip, opts.service_port), record)?;
     Ok(ChannelServer {
         endpoint,
         bootstrap: bound,
         record,
-        socket: ep.socket,
-        liveness: opts.liveness,
+        fabric,
         _bootstrap: handle,
     })
+}
+
+/// Publish `record` on the discovery service at `bind` (TCP): the bound
+/// address, and the handle that keeps the service running until dropped.
+pub(crate) fn publish(bind: SocketAddr, record: PeerInfo) -> Result<(SocketAddr, BootstrapHandle)> {
+    let service = discovery::BootstrapServer::bind(bind, record)
+        .with_context(|| format!("bootstrap service on TCP {bind} (is the port taken?)"))?;
+    let bound = service.local_addr()?;
+    Ok((
+        bound,
+        service.spawn().context("starting the bootstrap service")?,
+    ))
 }
 
 /// How a channel client reaches servers.
 #[derive(Clone, Debug)]
 pub struct DialOptions {
     /// Fabric provider (`soft` or, when built with the `verbs` feature, `verbs`).
-    pub provider: ProviderKind,
+    pub provider: Provider,
     /// Local IP (our GID). `None`: the address the kernel routes from towards
     /// the server (decided by [`dial`] at its first server).
     pub ip: Option<IpAddr>,
@@ -196,7 +198,7 @@ impl DialOptions {
     /// liveness defaults.
     pub fn new() -> Self {
         DialOptions {
-            provider: ProviderKind::Soft,
+            provider: Provider::Soft,
             ip: None,
             udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
             wait: Duration::from_secs(10),
@@ -214,7 +216,7 @@ impl Default for DialOptions {
 /// A client endpoint that can connect (and reconnect) to channel servers.
 pub struct ChannelClient {
     endpoint: quinn::Endpoint,
-    socket: Socket,
+    fabric: FabricEndpoint,
     soft: Option<SoftPort>,
     opts: DialOptions,
 }
@@ -230,10 +232,10 @@ impl ChannelClient {
         eo.udp_port = opts.udp_port;
         eo.peer = peer;
         let ep = provider::open_endpoint(opts.provider, &eo)?;
-        let endpoint = endpoint(&ep.socket, None)?;
+        let fabric = FabricEndpoint::new(ep.socket, opts.liveness);
         Ok(ChannelClient {
-            endpoint,
-            socket: ep.socket,
+            endpoint: fabric.client()?,
+            fabric,
             soft: ep.soft,
             opts: opts.clone(),
         })
@@ -270,20 +272,20 @@ impl ChannelClient {
     async fn connect_to(
         &self,
         peer: PeerInfo,
-        mut config: quinn::ClientConfig,
+        config: quinn::ClientConfig,
         server_name: &str,
     ) -> Result<quinn::Connection> {
         if let Some(port) = &self.soft {
             // The peer's UDP port, before its address handle is made.
             peer.apply(port);
         }
-        config.transport_config(quinn_adapter::transport_with(
-            self.socket.mtu(),
-            self.opts.liveness,
-        ));
         let conn = self
             .endpoint
-            .connect_with(config, self.socket.peer_addr(peer.addr), server_name)
+            .connect_with(
+                self.fabric.client_config(config),
+                self.fabric.socket().peer_addr(peer.addr),
+                server_name,
+            )
             .context("starting the handshake")?
             .await
             .map_err(|e| {
@@ -303,8 +305,7 @@ impl ChannelClient {
     /// connection made by [`connect`](Self::connect) already is).
     pub fn watcher(&self) -> Watcher {
         Watcher {
-            socket: self.socket.clone(),
-            liveness: self.opts.liveness,
+            fabric: self.fabric.clone(),
         }
     }
 
@@ -315,12 +316,12 @@ impl ChannelClient {
 
     /// This endpoint's UD address (GID, QPN, Q_Key).
     pub fn local(&self) -> UdAddr {
-        self.socket.ud_addr()
+        self.fabric.socket().ud_addr()
     }
 
     /// The UD socket's counters.
     pub fn socket_stats(&self) -> SocketStats {
-        self.socket.stats()
+        self.fabric.socket().stats()
     }
 }
 
@@ -350,25 +351,11 @@ async fn query_async(service: &str, wait: Duration) -> Result<PeerInfo> {
         .context("bootstrap query task")?
 }
 
-/// Ask `server` (host:port) for its peer record, retrying connection failures
-/// and `ERR busy` (a server at its connection cap) until `wait` has passed;
-/// protocol errors and other refusals fail at once.
+/// Ask `server` (host:port) for its peer record, retrying while it refuses
+/// connections or is busy until `wait` has passed
+/// ([`discovery::query_within`]).
 pub(crate) fn query_bootstrap(server: &str, wait: Duration) -> Result<PeerInfo> {
-    let deadline = Instant::now() + wait;
-    loop {
-        match bootstrap::query(server, Duration::from_secs(2)) {
-            Ok(info) => return Ok(info),
-            Err(e @ BootstrapError::Io(_)) if Instant::now() < deadline => {
-                tracing::debug!("bootstrap {server}: {e}; retrying");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(BootstrapError::Refused(r)) if r == "busy" && Instant::now() < deadline => {
-                tracing::debug!("bootstrap {server}: busy; retrying");
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => return Err(e).with_context(|| format!("bootstrap query to {server}")),
-        }
-    }
+    discovery::query_within(server, wait).with_context(|| format!("bootstrap query to {server}"))
 }
 
 /// The source address the kernel would use towards `peer` (no packet is sent).
@@ -410,7 +397,7 @@ mod tests {
             )
             .unwrap()
         };
-        let transport = quinn_adapter::transport(4096);
+        let transport = quic_rdma::quinn_adapter::transport(4096);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

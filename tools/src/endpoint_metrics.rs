@@ -2,21 +2,18 @@
 //! connections — as Prometheus text (exposition format 0.0.4), for
 //! `qr serve --metrics ADDR` and any scraper or `qr stats`.
 //!
-//! The socket and provider counters are rendered from the same records the JSON
-//! reports use (`report::SocketReport`, `report::SoftPortReport`), so a counter
-//! added there appears here with no second list; the lines themselves are
-//! written by the helpers every `qr` `/metrics` shares
-//! (`crate::metric::{counter, gauge}`).
+//! The socket and provider counters are rendered from the same visitors the
+//! JSON reports are (`quic_rdma::counters`), so a counter added there appears
+//! here with no second list, typed as its visitor says; the lines themselves
+//! are written by the helpers every `qr` `/metrics` shares (`crate::metric`).
 
 use std::sync::Mutex;
 
 use quic_rdma::fabric::soft::SoftPort;
 use quic_rdma::quinn_adapter::RetryGate;
-use serde_json::Value;
 
-use crate::metric::{counter, gauge};
+use crate::metric::{counter, gauge, visited};
 use crate::provider::Socket;
-use crate::report::{SocketReport, SoftPortReport};
 
 /// quinn's per-connection counters, summed.
 #[derive(Clone, Copy, Debug, Default)]
@@ -103,9 +100,15 @@ impl EndpointMetrics {
     /// Prometheus text of every counter now.
     pub(crate) fn prometheus(&self) -> String {
         let mut o = String::new();
-        if let Ok(v) = serde_json::to_value(SocketReport::of(&self.socket)) {
-            flatten(&mut o, "qr_socket", &v);
-        }
+        let stats = self.socket.stats();
+        visited(&mut o, "qr_socket", &stats);
+        visited(&mut o, "qr_socket", &self.socket.routing_stats());
+        float_gauge(
+            &mut o,
+            "qr_socket_wrs_per_post",
+            "Mean send work requests per doorbell",
+            stats.wrs_per_post(),
+        );
         let p = self.socket.peer_stats();
         for (name, help, v) in [
             ("live", "UD peers in the peer table", p.peers),
@@ -170,9 +173,7 @@ impl EndpointMetrics {
             counter(&mut o, &format!("qr_peers_{name}_total"), help, v);
         }
         if let Some(port) = &self.soft {
-            if let Ok(v) = serde_json::to_value(SoftPortReport::from(&port.stats())) {
-                flatten(&mut o, "qr_soft", &v);
-            }
+            visited(&mut o, "qr_soft", &port.stats());
         }
         let c = self.conns();
         let mut t = c.ended;
@@ -275,22 +276,4 @@ fn saturating_i64(v: u64) -> i64 {
 fn float_gauge(o: &mut String, name: &str, help: &str, v: f64) {
     use std::fmt::Write as _;
     let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-}
-
-/// Every number in the JSON record `v` as a counter `<prefix>_<path>_total`
-/// (nested objects join their keys with `_`); fractions (ratios such as
-/// `wrs_per_post`) are gauges.
-fn flatten(o: &mut String, prefix: &str, v: &Value) {
-    let Value::Object(m) = v else { return };
-    for (k, v) in m {
-        let name = format!("{prefix}_{k}");
-        match v {
-            Value::Object(_) => flatten(o, &name, v),
-            Value::Number(n) => match n.as_u64() {
-                Some(u) => counter(o, &format!("{name}_total"), &k.replace('_', " "), u),
-                None => float_gauge(o, &name, &k.replace('_', " "), n.as_f64().unwrap_or(0.0)),
-            },
-            _ => {}
-        }
-    }
 }

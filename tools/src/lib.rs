@@ -36,8 +36,6 @@ mod secret;
 mod tls;
 mod workload;
 
-pub use provider::ProviderKind;
-
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

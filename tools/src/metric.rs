@@ -3,6 +3,8 @@
 //! gateway, `qr serve`), so no part of `qr` borrows them from another.
 
 use std::fmt::Write as _;
+
+use quic_rdma::counters::{Counters, FieldValue, Kind, Metric};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// One monotonically increasing counter.
@@ -24,6 +26,14 @@ impl Counter {
     }
 }
 
+/// So a struct of live counters can visit its fields with
+/// `quic_rdma::visit_fields!` (one list for every output) without a copy.
+impl FieldValue for Counter {
+    fn value(&self) -> u64 {
+        self.get()
+    }
+}
+
 /// A value that goes up and down.
 #[derive(Debug, Default)]
 pub struct Gauge(AtomicI64);
@@ -40,6 +50,14 @@ impl Gauge {
     /// The current value.
     pub fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// As [`Counter`]'s; a level that dips below zero for a moment (updates
+/// from several tasks racing) reads as 0, as `FieldValue for i64` does.
+impl FieldValue for Gauge {
+    fn value(&self) -> u64 {
+        self.get().value()
     }
 }
 
@@ -183,6 +201,44 @@ pub fn gauge(o: &mut String, name: &str, help: &str, v: i64) {
     let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
 }
 
+/// Append every value `c` visits as `{prefix}_[{group}_]{name}`, typed by
+/// its [`Kind`] and suffixed `_total` when it is a counter (Prometheus
+/// naming): how each stats struct's visitor becomes `/metrics` text, so the
+/// text lists exactly what the JSON reports list.
+pub fn visited(o: &mut String, prefix: &str, c: &dyn Counters) {
+    visited_labelled(o, prefix, "", c);
+}
+
+/// [`visited`], each sample carrying `labels` (`key="value"` pairs without
+/// braces, or empty): for an exporter that tells its instances apart by a
+/// label on every series (the KV relay's `role`).
+pub fn visited_labelled(o: &mut String, prefix: &str, labels: &str, c: &dyn Counters) {
+    let labels = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    };
+    c.visit(&mut |m| {
+        let (name, ty) = exposed(prefix, &m);
+        let _ = writeln!(
+            o,
+            "# HELP {name} {}\n# TYPE {name} {ty}\n{name}{labels} {}",
+            m.help, m.value
+        );
+    });
+}
+
+/// The Prometheus name and type of a visited value:
+/// `{prefix}_[{group}_]{name}`, suffixed `_total` when it is a counter.
+pub fn exposed(prefix: &str, m: &Metric) -> (String, &'static str) {
+    let group = m.group.map_or(String::new(), |g| format!("{g}_"));
+    let (suffix, ty) = match m.kind {
+        Kind::Counter => ("_total", "counter"),
+        Kind::Gauge => ("", "gauge"),
+    };
+    (format!("{prefix}_{group}{}{suffix}", m.name), ty)
+}
+
 /// Read one sample (`name` or `name{labels}`) from Prometheus text: for tests
 /// and `qr pull --json`.
 pub fn sample(text: &str, name: &str) -> Option<f64> {
@@ -195,6 +251,59 @@ pub fn sample(text: &str, name: &str) -> Option<f64> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// The coverage check of `report::human`, for the exporters whose
+    /// `/metrics` adds families and histograms to a visitor: every visited
+    /// value is on that page, typed and suffixed as its kind says, with
+    /// its value and the page's labels; and the KV status carries it too.
+    #[test]
+    fn every_visited_value_is_on_its_metrics_page() {
+        let node = crate::image::metrics::NodeMetrics::default();
+        let registry = crate::image::metrics::RegistryMetrics::default();
+        let kv = crate::kv::metrics::Metrics::default();
+        let gateway = crate::gateway::GatewayStats::default();
+        // Distinct values, so a sample read back is this value's own.
+        node.resumes.add(3);
+        node.peer_server.bytes_sent.add(5);
+        node.chunk_size.set(7);
+        registry.bytes_sent.add(11);
+        kv.head.store(13, Ordering::Relaxed);
+        kv.reconnects.store(17, Ordering::Relaxed);
+        gateway.udp_rx.add(19);
+        gateway.clients_active.add(23);
+        let pages: [(&str, &str, &dyn Counters, String); 4] = [
+            ("qr_node", "", &node, node.render()),
+            ("qr_registry", "", &registry, registry.render()),
+            (
+                "qr_kv",
+                "{role=\"upstream\"}",
+                &kv,
+                kv.prometheus("upstream"),
+            ),
+            ("qr_gateway", "", &gateway.snapshot(), gateway.prometheus()),
+        ];
+        let status = kv.status("upstream");
+        for (prefix, labels, c, text) in pages {
+            let mut n = 0;
+            c.visit(&mut |m| {
+                n += 1;
+                let (name, ty) = exposed(prefix, &m);
+                let line = format!("# TYPE {name} {ty}\n");
+                assert!(text.contains(&line), "{line} not in {prefix}'s /metrics");
+                let got = sample(&text, &format!("{name}{labels}"));
+                assert_eq!(got, Some(m.value as f64), "{name}{labels}");
+                if prefix == "qr_kv" {
+                    let key = if m.name == "log_head_bytes" {
+                        "head"
+                    } else {
+                        m.name
+                    };
+                    assert_eq!(status[key], m.value, "{key} in the KV status");
+                }
+            });
+            assert!(n >= 10, "{prefix}: {n} values visited");
+        }
+    }
 
     #[test]
     fn histograms_are_cumulative() {

@@ -5,22 +5,109 @@
 //! There is no plaintext mode and no "skip verification" switch: a channel
 //! peer is whoever holds a key whose certificate chains to the configured CA
 //! (and, for the server, matches the name the client dialled). TLS 1.3 only
-//! (QUIC has nothing else, RFC 9001 §4.2).
+//! (QUIC has nothing else, RFC 9001 §4.2). The rustls configs themselves
+//! come from [`TlsSettings`], as every other endpoint's do.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
-use quic_rdma::quic::tls::{parse_certificates, parse_private_key};
-use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quic_rdma::quic::suites::{CipherPreference, UnknownCipherPreference, CIPHERS_ENV};
+use quic_rdma::quic::tls::{parse_certificates, parse_private_key, TlsError, TlsSettings};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::RootCertStore;
+use rustls::pki_types::CertificateDer;
+
+/// Why TLS material could not be loaded, issued or made into a config: the
+/// error at this module's boundary (channel agents, `qr cert`, the tests).
+/// Each message names the file and, where there is one, the fix; the cause
+/// is the error's source.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PkiError {
+    /// A file could not be read, written or renamed, or a directory created.
+    #[error("{action} {}{hint}", path.display())]
+    Io {
+        /// What was being done ("reading", "writing", "renaming to", "creating").
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// What to do about it, if there is something to say ("" otherwise).
+        hint: &'static str,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// A file's contents were refused: no certificate, no key, not a CA.
+    #[error("{}{hint}", path.display())]
+    Material {
+        /// The file.
+        path: PathBuf,
+        /// What it should hold, after ": " ("" when the cause says it).
+        hint: String,
+        /// The parser's or rustls's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The private key does not belong to the certificate.
+    #[error("{} with {}", cert.display(), key.display())]
+    Mismatch {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// rustls's refusal.
+        source: TlsError,
+    },
+    /// `QR_TLS_CIPHERS` names no cipher-suite preference.
+    #[error("environment variable {CIPHERS_ENV}")]
+    Ciphers(#[source] UnknownCipherPreference),
+    /// rustls refused to build a server or client config.
+    #[error("TLS {side} config")]
+    Config {
+        /// "server" or "client".
+        side: &'static str,
+        /// Why.
+        source: TlsError,
+    },
+    /// Generating or signing a key or certificate failed.
+    #[error("{what}")]
+    Issue {
+        /// What was being made.
+        what: String,
+        /// rcgen's error.
+        source: rcgen::Error,
+    },
+}
+
+type Result<T, E = PkiError> = std::result::Result<T, E>;
+
+fn io_error(
+    action: &'static str,
+    path: &Path,
+    hint: &'static str,
+) -> impl FnOnce(std::io::Error) -> PkiError {
+    let path = path.to_path_buf();
+    move |source| PkiError::Io {
+        action,
+        path,
+        hint,
+        source,
+    }
+}
+
+fn material(
+    path: &Path,
+    hint: impl Into<String>,
+) -> impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> PkiError {
+    let (path, hint) = (path.to_path_buf(), hint.into());
+    move |source| PkiError::Material { path, hint, source }
+}
+
+fn issue(what: impl Into<String>) -> impl FnOnce(rcgen::Error) -> PkiError {
+    let what = what.into();
+    move |source| PkiError::Issue { what, source }
+}
 
 /// `--cert`, `--key`, `--ca`: the PEM files of a channel agent's identity and
 /// of the CA its peers' certificates must chain to.
@@ -46,21 +133,11 @@ impl MtlsArgs {
 
 /// A loaded identity plus trust anchors: makes client and server configs that
 /// both present a certificate and both verify the other's.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Mtls {
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-    roots: Arc<RootCertStore>,
-}
-
-impl Clone for Mtls {
-    fn clone(&self) -> Self {
-        Mtls {
-            chain: self.chain.clone(),
-            key: self.key.clone_key(),
-            roots: self.roots.clone(),
-        }
-    }
+    /// Identity, CA roots, client certificates required and the suites; the
+    /// ALPN is set per channel when a config is made.
+    settings: TlsSettings,
 }
 
 impl Mtls {
@@ -70,28 +147,48 @@ impl Mtls {
         let chain = read_certs(cert)?;
         let key_pem = read(key)?;
         let key_path = key;
-        let key = parse_private_key(&key_pem).with_context(|| {
-            format!(
-                "{}: give the key file `qr cert` wrote next to the certificate (NAME-key.pem)",
-                key_path.display()
-            )
+        let key = parse_private_key(&key_pem).map_err(|e| {
+            material(
+                key_path,
+                ": give the key file `qr cert` wrote next to the certificate (NAME-key.pem)",
+            )(e.into())
         })?;
-        let mut roots = RootCertStore::empty();
-        for c in read_certs(ca)? {
-            roots
-                .add(c)
-                .with_context(|| format!("{}: not a usable CA certificate", ca.display()))?;
+        let roots = read_certs(ca)?;
+        // Checked here, with the CA file's name, not at the first config.
+        let mut store = rustls::RootCertStore::empty();
+        for c in &roots {
+            store
+                .add(c.clone())
+                .map_err(|e| material(ca, ": not a usable CA certificate")(e.into()))?;
         }
+        let ciphers = CipherPreference::from_env().map_err(PkiError::Ciphers)?;
         let m = Mtls {
-            chain,
-            key,
-            roots: Arc::new(roots),
+            settings: TlsSettings {
+                identity: Some((chain, key)),
+                roots,
+                require_client_cert: true,
+                ciphers,
+                ..TlsSettings::default()
+            },
         };
         // Catch a key that does not belong to the certificate now, with the
         // file names, not at the first handshake.
-        m.server_tls(b"check")
-            .with_context(|| format!("{} with {}", cert.display(), key_path.display()))?;
+        m.with_alpn(b"check")
+            .rustls_server()
+            .map_err(|source| PkiError::Mismatch {
+                cert: cert.to_path_buf(),
+                key: key_path.to_path_buf(),
+                source,
+            })?;
         Ok(m)
+    }
+
+    /// The settings with `alpn` as the one protocol.
+    fn with_alpn(&self, alpn: &[u8]) -> TlsSettings {
+        TlsSettings {
+            alpn: vec![alpn.to_vec()],
+            ..self.settings.clone()
+        }
     }
 
     /// A quinn server config speaking `alpn` that accepts only clients with a
@@ -101,66 +198,55 @@ impl Mtls {
         alpn: &[u8],
         transport: Arc<quinn::TransportConfig>,
     ) -> Result<quinn::ServerConfig> {
-        let tls = self.server_tls(alpn)?;
-        let mut server = quinn::ServerConfig::with_crypto(Arc::new(
-            QuicServerConfig::try_from(tls).context("QUIC server crypto")?,
-        ));
+        // quinn's own server defaults but for TLS (not
+        // `TlsSettings::server_config`, which also turns NEW_TOKEN frames
+        // off): what the channels' servers always sent.
+        let crypto = self
+            .with_alpn(alpn)
+            .server_crypto()
+            .map_err(|source| PkiError::Config {
+                side: "server",
+                source,
+            })?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         server.transport_config(transport);
         Ok(server)
     }
 
     /// A quinn client config speaking `alpn` that presents this identity and
     /// accepts only servers with a certificate chaining to the CA and valid
-    /// for the name dialled.
+    /// for the name dialled. It offers no 0-RTT: channel servers accept none.
     pub fn client_config(
         &self,
         alpn: &[u8],
         transport: Arc<quinn::TransportConfig>,
     ) -> Result<quinn::ClientConfig> {
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider()?)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .context("TLS 1.3 client config")?
-            .with_root_certificates(self.roots.clone())
-            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
-            .context("client certificate and key do not match")?;
-        tls.alpn_protocols = vec![alpn.to_vec()];
-        let mut client = quinn::ClientConfig::new(Arc::new(
-            QuicClientConfig::try_from(tls).context("QUIC client crypto")?,
-        ));
+        let settings = TlsSettings {
+            offer_0rtt: false,
+            ..self.with_alpn(alpn)
+        };
+        let crypto = settings
+            .client_crypto()
+            .map_err(|source| PkiError::Config {
+                side: "client",
+                source,
+            })?;
+        let mut client = quinn::ClientConfig::new(Arc::new(crypto));
         client.transport_config(transport);
         Ok(client)
     }
-
-    fn server_tls(&self, alpn: &[u8]) -> Result<rustls::ServerConfig> {
-        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider()?)
-            .build()
-            .context("building the client-certificate verifier")?;
-        let mut tls = rustls::ServerConfig::builder_with_provider(provider()?)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .context("TLS 1.3 server config")?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(self.chain.clone(), self.key.clone_key())
-            .context("certificate and key do not match")?;
-        tls.alpn_protocols = vec![alpn.to_vec()];
-        Ok(tls)
-    }
-}
-
-fn provider() -> Result<Arc<rustls::crypto::CryptoProvider>> {
-    crate::tls::provider()
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
-    fs::read(path).with_context(|| {
-        format!(
-            "reading {} (make a development CA and certificates with `qr cert --dir DIR --leaf NAME=IP`)",
-            path.display()
-        )
-    })
+    fs::read(path).map_err(io_error(
+        "reading",
+        path,
+        " (make a development CA and certificates with `qr cert --dir DIR --leaf NAME=IP`)",
+    ))
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
-    parse_certificates(&read(path)?).with_context(|| path.display().to_string())
+    parse_certificates(&read(path)?).map_err(|e| material(path, "")(e.into()))
 }
 
 /// One leaf certificate to issue: its file name stem and its subject
@@ -208,37 +294,43 @@ impl std::str::FromStr for LeafSpec {
 /// name, then rename). For production, issue certificates from your own CA
 /// and hand the agents those files instead.
 pub fn generate_dev_pki(dir: &Path, leaves: &[LeafSpec]) -> Result<()> {
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::create_dir_all(dir).map_err(io_error("creating", dir, ""))?;
     let (ca_cert_path, ca_key_path) = (dir.join("ca.pem"), dir.join("ca-key.pem"));
     let (ca_cert, ca_key) = if ca_key_path.exists() {
-        let key_pem = fs::read_to_string(&ca_key_path)
-            .with_context(|| format!("reading {}", ca_key_path.display()))?;
+        let key_pem =
+            fs::read_to_string(&ca_key_path).map_err(io_error("reading", &ca_key_path, ""))?;
         let key = KeyPair::from_pem(&key_pem)
-            .with_context(|| format!("{}: not a PEM key", ca_key_path.display()))?;
-        let cert_pem = fs::read_to_string(&ca_cert_path)
-            .with_context(|| format!("reading {}", ca_cert_path.display()))?;
+            .map_err(|e| material(&ca_key_path, ": not a PEM key")(e.into()))?;
+        let cert_pem =
+            fs::read_to_string(&ca_cert_path).map_err(io_error("reading", &ca_cert_path, ""))?;
         // Re-signing the parsed parameters with the same key yields an issuer
         // with the same name and key: leaves signed by it chain to ca.pem.
         let params = CertificateParams::from_ca_cert_pem(&cert_pem)
-            .with_context(|| format!("{}: not a CA certificate", ca_cert_path.display()))?;
-        (params.self_signed(&key).context("loading the CA")?, key)
+            .map_err(|e| material(&ca_cert_path, ": not a CA certificate")(e.into()))?;
+        (
+            params.self_signed(&key).map_err(issue("loading the CA"))?,
+            key,
+        )
     } else {
-        let key = KeyPair::generate().context("generating the CA key")?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        let key = KeyPair::generate().map_err(issue("generating the CA key"))?;
+        let mut params =
+            CertificateParams::new(Vec::<String>::new()).map_err(issue("the CA's parameters"))?;
         params
             .distinguished_name
             .push(DnType::CommonName, "quic-rdma development CA");
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let cert = params.self_signed(&key).context("signing the CA")?;
+        let cert = params.self_signed(&key).map_err(issue("signing the CA"))?;
         write_atomic(&ca_key_path, key.serialize_pem().as_bytes(), true)?;
         write_atomic(&ca_cert_path, cert.pem().as_bytes(), false)?;
         (cert, key)
     };
     for leaf in leaves {
-        let key = KeyPair::generate().context("generating a leaf key")?;
-        let mut params = CertificateParams::new(leaf.sans.clone())
-            .with_context(|| format!("leaf {}: bad subject alternative name", leaf.name))?;
+        let key = KeyPair::generate().map_err(issue("generating a leaf key"))?;
+        let mut params = CertificateParams::new(leaf.sans.clone()).map_err(issue(format!(
+            "leaf {}: bad subject alternative name",
+            leaf.name
+        )))?;
         params
             .distinguished_name
             .push(DnType::CommonName, leaf.name.clone());
@@ -249,7 +341,7 @@ pub fn generate_dev_pki(dir: &Path, leaves: &[LeafSpec]) -> Result<()> {
         ];
         let cert = params
             .signed_by(&key, &ca_cert, &ca_key)
-            .with_context(|| format!("signing leaf {}", leaf.name))?;
+            .map_err(issue(format!("signing leaf {}", leaf.name)))?;
         let chain = format!("{}{}", cert.pem(), ca_cert.pem());
         write_atomic(
             &dir.join(format!("{}-key.pem", leaf.name)),
@@ -277,11 +369,11 @@ fn write_atomic(path: &Path, bytes: &[u8], secret: bool) -> Result<()> {
         .truncate(true)
         .mode(if secret { 0o600 } else { 0o644 })
         .open(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
+        .map_err(io_error("writing", &tmp, ""))?;
     f.write_all(bytes)
         .and_then(|()| f.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+        .map_err(io_error("writing", &tmp, ""))?;
+    fs::rename(&tmp, path).map_err(io_error("renaming to", path, ""))
 }
 
 #[cfg(test)]

@@ -10,42 +10,12 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 use anyhow::Context;
+use quic_rdma::discovery::PeerInfo;
 use quic_rdma::fabric::sim::{FabricStats, Faults, SimConfig, SimFabric, SimQpOptions};
-use quic_rdma::fabric::soft::bootstrap::PeerInfo;
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
-use quic_rdma::fabric::{FabricError, Mtu, UdQueuePair, DEFAULT_QKEY};
+use quic_rdma::fabric::{FabricError, Mtu, Provider, UdQueuePair, DEFAULT_QKEY};
 use quic_rdma::quinn_adapter::RdmaUdpSocket;
 use quic_rdma::socket::{SocketConfig, UdSocket};
-
-/// The fabric providers `qr` knows by name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ProviderKind {
-    /// In-process simulated fabric (MTU 4096, optional fault injection). No hardware needed.
-    Sim,
-    /// Userspace RoCEv2 over UDP sockets (one process per endpoint: `qr serve` /
-    /// `qr connect`; `qr demo` runs the server as a child process).
-    Soft,
-    /// libibverbs: RoCE NICs and kernel rxe (`qr serve` / `qr connect`; built
-    /// with the `verbs` cargo feature).
-    Verbs,
-}
-
-impl ProviderKind {
-    /// The name used on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            ProviderKind::Sim => "sim",
-            ProviderKind::Soft => "soft",
-            ProviderKind::Verbs => "verbs",
-        }
-    }
-}
-
-impl fmt::Display for ProviderKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// What a provider needs to know to build the pair.
 #[derive(Clone, Copy, Debug)]
@@ -75,7 +45,7 @@ pub(crate) type Socket = Arc<RdmaUdpSocket<Box<dyn UdQueuePair>>>;
 /// Server and client sockets that can reach each other.
 pub(crate) struct SocketPair {
     /// The provider that made them.
-    pub(crate) kind: ProviderKind,
+    pub(crate) kind: Provider,
     /// The server's socket.
     pub(crate) server: Socket,
     /// The client's socket.
@@ -95,7 +65,7 @@ impl SocketPair {
 #[derive(Debug)]
 pub(crate) enum OpenError {
     /// The provider exists in the design but is not compiled into this binary.
-    NotBuiltIn(ProviderKind),
+    NotBuiltIn(Provider),
     /// The provider cannot do what was asked (e.g. `sim` between processes).
     Unsupported(String),
     /// The provider is there but failed.
@@ -105,7 +75,7 @@ pub(crate) enum OpenError {
 impl fmt::Display for OpenError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            OpenError::NotBuiltIn(ProviderKind::Verbs) => f.write_str(
+            OpenError::NotBuiltIn(Provider::Verbs) => f.write_str(
                 "provider `verbs` is not built into this version of qr: rebuild with \
                  `cargo build -p quic-rdma-tools --features verbs` (needs libibverbs-dev, \
                  librdmacm-dev, libclang-dev), or use `--provider soft` / `--provider sim`",
@@ -130,22 +100,22 @@ impl std::error::Error for OpenError {}
 /// serve` and `qr connect` (`qr ud-pingpong` opens bare QPs). `soft` endpoints
 /// live in separate processes, so `soft` has no in-process pair (`qr demo
 /// --provider soft` spawns `qr serve` instead).
-pub(crate) fn open_pair(kind: ProviderKind, opts: &FabricOptions) -> Result<SocketPair, OpenError> {
+pub(crate) fn open_pair(kind: Provider, opts: &FabricOptions) -> Result<SocketPair, OpenError> {
     match kind {
-        ProviderKind::Sim => open_sim(opts).map_err(OpenError::Failed),
-        ProviderKind::Soft => Err(OpenError::Unsupported(
+        Provider::Sim => open_sim(opts).map_err(OpenError::Failed),
+        Provider::Soft => Err(OpenError::Unsupported(
             "provider `soft` runs each endpoint in its own process: \
              use `qr serve` / `qr connect`"
                 .into(),
         )),
         #[cfg(feature = "verbs")]
-        ProviderKind::Verbs => Err(OpenError::Unsupported(
+        Provider::Verbs => Err(OpenError::Unsupported(
             "`qr demo` has no verbs pair yet: run `qr serve --provider verbs` and \
              `qr connect --provider verbs` (one endpoint each)"
                 .into(),
         )),
         #[cfg(not(feature = "verbs"))]
-        ProviderKind::Verbs => Err(OpenError::NotBuiltIn(kind)),
+        Provider::Verbs => Err(OpenError::NotBuiltIn(kind)),
     }
 }
 
@@ -185,7 +155,7 @@ impl EndpointOptions {
 /// One endpoint's socket, for `qr serve` and `qr connect`.
 pub(crate) struct EndpointSocket {
     /// The provider that made it.
-    pub(crate) kind: ProviderKind,
+    pub(crate) kind: Provider,
     /// The quinn-ready socket.
     pub(crate) socket: Socket,
     /// The `soft` port under it (its counters, its bootstrap record).
@@ -200,20 +170,20 @@ pub(crate) struct EndpointSocket {
 /// (the `soft` socket, the `verbs` completion channel), which the quinn adapter
 /// watches itself.
 pub(crate) fn open_endpoint(
-    kind: ProviderKind,
+    kind: Provider,
     opts: &EndpointOptions,
 ) -> Result<EndpointSocket, OpenError> {
     match kind {
-        ProviderKind::Sim => Err(OpenError::Unsupported(
+        Provider::Sim => Err(OpenError::Unsupported(
             "provider `sim` is an in-process fabric: it has no endpoints for other \
              processes (use `qr demo`, or `--provider soft`)"
                 .into(),
         )),
-        ProviderKind::Soft => open_soft(opts).map_err(OpenError::Failed),
+        Provider::Soft => open_soft(opts).map_err(OpenError::Failed),
         #[cfg(feature = "verbs")]
-        ProviderKind::Verbs => open_verbs(opts).map_err(OpenError::Failed),
+        Provider::Verbs => open_verbs(opts).map_err(OpenError::Failed),
         #[cfg(not(feature = "verbs"))]
-        ProviderKind::Verbs => Err(OpenError::NotBuiltIn(kind)),
+        Provider::Verbs => Err(OpenError::NotBuiltIn(kind)),
     }
 }
 
@@ -254,14 +224,9 @@ fn open_verbs(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
     let qp: Box<dyn UdQueuePair> = Box::new(qp);
     let sock = UdSocket::new(qp, SocketConfig::default())
         .with_context(|| format!("UD socket on {device} GID index {gid_index}"))?;
-    let publish = PeerInfo {
-        addr: sock.local_addr(),
-        udp_port: ROCEV2_UDP_PORT,
-        mtu: sock.active_mtu(),
-        reassembles: sock.config().segmentation,
-    };
+    let publish = PeerInfo::of_socket(&sock, ROCEV2_UDP_PORT);
     Ok(EndpointSocket {
-        kind: ProviderKind::Verbs,
+        kind: Provider::Verbs,
         socket: Arc::new(RdmaUdpSocket::new(sock)),
         soft: None,
         publish: Some(publish),
@@ -314,8 +279,8 @@ pub(crate) fn open_soft_port(cfg: SoftConfig) -> anyhow::Result<SoftPort> {
 }
 
 /// Fail at once, before any network traffic, when `kind` is not compiled in.
-pub(crate) fn ensure_built_in(kind: ProviderKind) -> Result<(), OpenError> {
-    if kind == ProviderKind::Verbs && !cfg!(feature = "verbs") {
+pub(crate) fn ensure_built_in(kind: Provider) -> Result<(), OpenError> {
+    if kind == Provider::Verbs && !cfg!(feature = "verbs") {
         return Err(OpenError::NotBuiltIn(kind));
     }
     Ok(())
@@ -350,7 +315,7 @@ fn open_soft(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
     let sock = UdSocket::new(qp, SocketConfig::default())
         .with_context(|| format!("UD socket on {}", port.gid()))?;
     Ok(EndpointSocket {
-        kind: ProviderKind::Soft,
+        kind: Provider::Soft,
         socket: Arc::new(RdmaUdpSocket::new(sock)),
         soft: Some(port),
         publish: Some(publish),
@@ -374,7 +339,7 @@ fn open_sim(opts: &FabricOptions) -> anyhow::Result<SocketPair> {
         Ok(Arc::new(RdmaUdpSocket::new(sock)))
     };
     Ok(SocketPair {
-        kind: ProviderKind::Sim,
+        kind: Provider::Sim,
         server: socket(1)?,
         client: socket(2)?,
         sim: Some(fabric),

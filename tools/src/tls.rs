@@ -2,14 +2,17 @@
 //! server configs around it. TLS 1.3 only (QUIC has nothing else); the client
 //! verifies the server's certificate against the one generated here (`qr demo`)
 //! or the one the server wrote out (`qr serve --cert-out` / `qr connect --cert`)
-//! — there is no "skip verification" mode.
+//! — there is no "skip verification" mode. The rustls configs themselves come
+//! from [`TlsSettings`], as every other endpoint's do.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use quic_rdma::quic::suites::{SuiteClientConfig, SuiteHandshakeData};
-use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quic_rdma::quic::suites::{
+    CipherPreference, SuiteClientConfig, SuiteHandshakeData, CIPHERS_ENV,
+};
+use quic_rdma::quic::tls::TlsSettings;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// The name the certificate is issued for and the client asks for (SNI).
@@ -91,70 +94,58 @@ pub(crate) fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     quic_rdma::quic::tls::parse_certificates(&bytes).with_context(|| path.display().to_string())
 }
 
-/// Environment variable choosing the TLS 1.3 cipher suites every `qr` endpoint
-/// offers and their order: `aes128` (default: AES-128-GCM first), `aes256`, or
-/// `aes128-only` (see `quic_rdma::quic::suites`).
-pub(crate) const CIPHERS_ENV: &str = "QR_TLS_CIPHERS";
-
-/// The one `CryptoProvider` of every rustls config `qr` builds (this file's and
-/// [`crate::pki`]'s): ring with the suites [`CIPHERS_ENV`] chooses. A value it
-/// does not know is an error naming the choices.
-pub(crate) fn provider() -> Result<Arc<rustls::crypto::CryptoProvider>> {
-    use quic_rdma::quic::suites::CipherPreference;
-    let pref = match std::env::var(CIPHERS_ENV) {
-        Ok(v) => v
-            .parse::<CipherPreference>()
-            .with_context(|| format!("environment variable {CIPHERS_ENV}"))?,
-        Err(_) => CipherPreference::default(),
-    };
-    Ok(pref.provider())
+/// The TLS 1.3 cipher suites every `qr` endpoint offers and their order,
+/// from the environment ([`CIPHERS_ENV`]: `aes128` by default, `aes256`,
+/// `aes128-only`). A value it does not know is an error naming the variable
+/// and the choices.
+pub(crate) fn ciphers() -> Result<CipherPreference> {
+    CipherPreference::from_env().with_context(|| format!("environment variable {CIPHERS_ENV}"))
 }
 
-/// Server side: TLS 1.3, ALPN [`ALPN`], the identity's certificate and key.
+/// Server side: TLS 1.3, ALPN [`ALPN`], the identity's certificate and key,
+/// 0-RTT accepted.
 pub(crate) fn server_config(
     id: &ServerIdentity,
     transport: Arc<quinn::TransportConfig>,
 ) -> Result<quinn::ServerConfig> {
-    let provider = provider()?;
-    let key = PrivateKeyDer::Pkcs8(id.key.clone_key());
-    let mut server_tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .context("TLS 1.3 server config")?
-        .with_no_client_auth()
-        .with_single_cert(vec![id.cert.clone()], key)
-        .context("server certificate")?;
-    server_tls.alpn_protocols = vec![ALPN.to_vec()];
-    server_tls.max_early_data_size = u32::MAX;
-    let mut server = quinn::ServerConfig::with_crypto(Arc::new(
-        QuicServerConfig::try_from(server_tls).context("QUIC server crypto")?,
-    ));
+    let settings = TlsSettings {
+        identity: Some((
+            vec![id.cert.clone()],
+            PrivateKeyDer::Pkcs8(id.key.clone_key()),
+        )),
+        alpn: vec![ALPN.to_vec()],
+        accept_0rtt: true,
+        ciphers: ciphers()?,
+        ..TlsSettings::default()
+    };
+    // quinn's own server defaults but for TLS (not `TlsSettings::server_config`,
+    // which also turns NEW_TOKEN frames off): what `qr` servers always sent.
+    let crypto = settings
+        .server_crypto()
+        .context("TLS server config (the generated certificate)")?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(transport);
     Ok(server)
 }
 
 /// Client side: TLS 1.3, ALPN [`ALPN`], trusting exactly `trusted` (verification
-/// always on). Its connections tell the cipher suite they negotiated
-/// ([`SuiteClientConfig`], read by [`TlsInfo`]).
+/// always on), no 0-RTT offer. Its connections tell the cipher suite they
+/// negotiated ([`SuiteClientConfig`], read by [`TlsInfo`]).
 pub(crate) fn client_config(
     trusted: Vec<CertificateDer<'static>>,
     transport: Arc<quinn::TransportConfig>,
 ) -> Result<quinn::ClientConfig> {
-    let provider = provider()?;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in trusted {
-        roots
-            .add(cert)
-            .context("trusting the server's certificate")?;
-    }
-    let mut client_tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .context("TLS 1.3 client config")?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    client_tls.alpn_protocols = vec![ALPN.to_vec()];
-    let mut client = quinn::ClientConfig::new(Arc::new(SuiteClientConfig::new(
-        QuicClientConfig::try_from(client_tls).context("QUIC client crypto")?,
-    )));
+    let settings = TlsSettings {
+        roots: trusted,
+        alpn: vec![ALPN.to_vec()],
+        offer_0rtt: false,
+        ciphers: ciphers()?,
+        ..TlsSettings::default()
+    };
+    let crypto = settings
+        .client_crypto()
+        .context("TLS client config (trusting the server's certificate)")?;
+    let mut client = quinn::ClientConfig::new(Arc::new(SuiteClientConfig::new(crypto)));
     client.transport_config(transport);
     Ok(client)
 }
@@ -234,15 +225,20 @@ fn version_name(v: rustls::ProtocolVersion) -> String {
 mod tests {
     use super::*;
     use crate::endpoint::endpoint;
-    use crate::provider::{self, FabricOptions, ProviderKind};
+    use crate::provider::{self, FabricOptions};
+    use quic_rdma::fabric::Provider;
     use quic_rdma::quinn_adapter;
+    use quinn::crypto::rustls::QuicServerConfig;
     use rustls::crypto::ring::cipher_suite::{
         TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384, TLS13_CHACHA20_POLY1305_SHA256,
     };
     use rustls::SupportedCipherSuite;
 
     /// A server config like [`server_config`]'s that offers `suite` alone (QUIC's
-    /// Initial packets keep AES-128-GCM, RFC 9001 §5.2).
+    /// Initial packets keep AES-128-GCM, RFC 9001 §5.2). Built by hand: a
+    /// single AES-256 or ChaCha20 suite is no [`CipherPreference`] (every
+    /// real endpoint offers AES-128-GCM), and this test needs the server to
+    /// force the suite.
     fn server_offering(
         id: &ServerIdentity,
         suite: SupportedCipherSuite,
@@ -287,7 +283,7 @@ mod tests {
             TLS13_CHACHA20_POLY1305_SHA256,
         ] {
             let pair = provider::open_pair(
-                ProviderKind::Sim,
+                Provider::Sim,
                 &FabricOptions {
                     loss_percent: 0.0,
                     seed: 1,

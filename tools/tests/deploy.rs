@@ -9,12 +9,16 @@
 //!   `.ci/run` installs it and names it in `$KUBERNETES_VALIDATE`), and every
 //!   flag its `qr` containers pass exists;
 //! - the PrometheusRule's groups pass `promtool check rules` (Debian's
-//!   `prometheus`), and every `qr_*` metric they use is one the agents
-//!   export (read from their own renderers);
+//!   `prometheus`), and so does every query of the Grafana dashboard
+//!   (`deploy/grafana/quic-rdma.json`, checked as recording rules);
+//! - every `qr_*` metric and every label the rules and the dashboard use is
+//!   one the services export: the renderers of the agents, gateway, KV relay
+//!   and TCP listeners, and a live `qr serve` page;
 //! - a `Type=notify` unit works: `qr serve` sends `READY=1` to
 //!   `$NOTIFY_SOCKET` once its bootstrap service answers.
 //!
-//! Address: 127.0.95.1 (TCP 19501) for the notify check.
+//! Addresses: 127.0.95.1 (TCP 19501) for the notify check; 127.0.95.2
+//! (TCP 19502 metrics, 19503 discovery) for the live page.
 
 mod common;
 
@@ -232,25 +236,50 @@ fn kubernetes_manifests_validate_and_their_flags_exist() {
     assert!(checked >= 5, "qr containers checked: {checked}");
 }
 
-#[test]
-fn prometheus_rules_pass_promtool_and_use_exported_metrics() {
-    let promtool = which("promtool").expect("promtool (apt-get install prometheus)");
+/// The PrometheusRule's `spec:`, which is a Prometheus rules file.
+fn alert_rules() -> String {
     let text =
         std::fs::read_to_string(repo().join("deploy/kubernetes/examples/monitoring.yaml")).unwrap();
     let rule_doc = text
         .split("\n---\n")
         .find(|d| d.contains("kind: PrometheusRule"))
         .unwrap();
-    // The `spec:` of a PrometheusRule is a Prometheus rules file.
     let spec = rule_doc.split_once("\nspec:\n").unwrap().1;
-    let rules: String = spec
-        .lines()
+    spec.lines()
         .map(|l| l.strip_prefix("  ").unwrap_or(l))
         .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// Every PromQL expression of the Grafana dashboard, with Grafana's own
+/// variables replaced by durations so Prometheus can parse them.
+fn dashboard_exprs() -> Vec<String> {
+    let path = repo().join("deploy/grafana/quic-rdma.json");
+    let d: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let exprs: Vec<String> = d["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| {
+            t["expr"]
+                .as_str()
+                .expect("every target has an expr")
+                .replace("$__rate_interval", "5m")
+                .replace("$__range", "1h")
+        })
         .collect();
+    assert!(exprs.len() >= 20, "dashboard targets: {}", exprs.len());
+    exprs
+}
+
+/// `promtool check rules` on a rules file, with its output on failure.
+fn promtool_check_rules(what: &str, rules: &str) {
+    let promtool = which("promtool").expect("promtool (apt-get install prometheus)");
     let dir = TempDir::new("deploy-rules");
     let file = dir.path("rules.yml");
-    std::fs::write(&file, &rules).unwrap();
+    std::fs::write(&file, rules).unwrap();
     let out = Command::new(promtool)
         .args(["check", "rules"])
         .arg(&file)
@@ -258,28 +287,126 @@ fn prometheus_rules_pass_promtool_and_use_exported_metrics() {
         .unwrap();
     assert!(
         out.status.success(),
-        "promtool check rules:\n{}{}",
+        "promtool check rules ({what}):\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    // Every qr_* metric is one the agents export, as their renderers write it.
+}
+
+#[test]
+fn prometheus_rules_and_dashboard_parse() {
+    promtool_check_rules("alert rules", &alert_rules());
+    // The dashboard's queries as recording rules: promtool parses each one.
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, e) in dashboard_exprs().iter().enumerate() {
+        rules += &format!("      - record: dashboard:query_{i}\n        expr: {e:?}\n");
+    }
+    promtool_check_rules("dashboard queries", &rules);
+}
+
+/// Every metric family and label name the services export: the agents',
+/// gateway's, KV relay's and TCP listeners' renderers, and a live `qr serve`
+/// page (the fabric socket, peer table and quinn totals).
+fn exported() -> (BTreeSet<String>, BTreeSet<String>) {
+    use quic_rdma_tools::image::cache::Cache;
     use quic_rdma_tools::image::metrics::{NodeMetrics, RegistryMetrics};
-    let exported = NodeMetrics::default().render()
-        + &RegistryMetrics::default().render()
-        + &quic_rdma_tools::gateway::GatewayStats::default().prometheus();
-    let used: BTreeSet<&str> = rules
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("qr_"))
-        .collect();
-    assert!(used.len() >= 5, "{used:?}");
-    for m in used {
-        let family = ["_bucket", "_sum", "_count"]
+    use quic_rdma_tools::listener::ListenerStats;
+    let dir = TempDir::new("deploy-exported");
+    let metrics = "127.0.95.2:19502";
+    let _serve = Guard::spawn(qr().args([
+        "serve",
+        "--ip",
+        "127.0.95.2",
+        "--service-port",
+        "19503",
+        "--metrics",
+        metrics,
+        "--cert-out",
+        dir.path("cert.der").to_str().unwrap(),
+    ]));
+    let serve = common::http::when_up(metrics, || common::http::get_ok(metrics, "/metrics"));
+    let kv = quic_rdma_tools::kv::Metrics::default();
+    // A replica session, so the per-session families carry their labels.
+    kv.set_replica(7, Default::default());
+    let cache = Cache::open(dir.path("cache").as_path(), 1 << 20).unwrap();
+    let mut text = serve + &NodeMetrics::default().render() + &RegistryMetrics::default().render();
+    cache.prometheus("qr_node", &mut text);
+    cache.prometheus("qr_registry", &mut text);
+    let text = text
+        + &quic_rdma_tools::gateway::GatewayStats::default().prometheus()
+        + &kv.prometheus("upstream")
+        + &ListenerStats::prometheus([&ListenerStats::new("http")]);
+    let mut families = BTreeSet::new();
+    let mut labels: BTreeSet<String> = ["instance", "job"].map(String::from).into();
+    for line in text.lines() {
+        if let Some(t) = line.strip_prefix("# TYPE ") {
+            families.insert(t.split(' ').next().unwrap().to_string());
+        } else if let Some((_, set)) = line.split_once('{') {
+            for pair in set.split(',') {
+                labels.insert(pair.split('=').next().unwrap().to_string());
+            }
+        }
+    }
+    (families, labels)
+}
+
+#[test]
+fn rules_and_dashboard_use_only_exported_metrics_and_labels() {
+    let (families, labels) = exported();
+    let mut used = BTreeSet::new();
+    for (what, text) in [
+        ("alert rules", alert_rules()),
+        ("dashboard", dashboard_exprs().join("\n")),
+    ] {
+        let words: Vec<&str> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .collect();
+        let metrics: Vec<&str> = words
             .iter()
-            .find_map(|s| m.strip_suffix(s))
-            .unwrap_or(m);
+            .copied()
+            .filter(|w| w.starts_with("qr_"))
+            .collect();
+        assert!(metrics.len() >= 5, "{what}: {metrics:?}");
+        for m in metrics {
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| m.strip_suffix(s))
+                .unwrap_or(m);
+            assert!(families.contains(family), "{what}: {m} is not exported");
+            used.insert(family.to_string());
+        }
+        // Labels in `by (...)` groupings and `{label="..."}` selectors.
+        for part in text.split("by (").skip(1) {
+            for l in part.split(')').next().unwrap().split(',') {
+                assert!(
+                    labels.contains(l.trim()),
+                    "{what}: label {l:?} is not exported"
+                );
+            }
+        }
+        for part in text.split('{').skip(1) {
+            let sel = part.split('}').next().unwrap();
+            if let Some((l, _)) = sel.split_once('=') {
+                if !l.contains(' ') && !l.is_empty() {
+                    assert!(labels.contains(l), "{what}: label {l:?} is not exported");
+                }
+            }
+        }
+    }
+    // The dashboard covers each service's page, not only one of them.
+    for prefix in [
+        "qr_socket_",
+        "qr_peers_",
+        "qr_quinn_",
+        "qr_node_",
+        "qr_registry_",
+        "qr_kv_",
+        "qr_gateway_",
+        "qr_tcp_",
+    ] {
         assert!(
-            exported.contains(&format!("# TYPE {family} ")),
-            "{m}: not a metric the agents export"
+            used.iter().any(|f| f.starts_with(prefix)),
+            "nothing of {prefix}* is shown"
         );
     }
 }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use common::{qr, wait_for_file, Guard, TempDir};
 use gateway_support::{client_trusting, send_and_verify, udp_transport};
-use quic_rdma::fabric::soft::bootstrap;
+use quic_rdma::discovery;
 use quic_rdma::fabric::soft::codec::{self, IcrcContext, IpPair, UdHeader};
 use quic_rdma::fabric::DEFAULT_QKEY;
 use quic_rdma::quic::cid;
@@ -462,7 +462,7 @@ fn to_udp_forged_qpns_get_no_sockets_and_at_most_three_times_back() {
         metrics,
     ]));
     common::http::when_up(metrics, || common::http::get_ok(metrics, "/metrics"));
-    let info = bootstrap::query("127.0.118.31:19911", Duration::from_secs(5)).unwrap();
+    let info = discovery::query("127.0.118.31:19911", Duration::from_secs(5)).unwrap();
     let (_, fds_before) = usage(gw.id());
     let mut forger = Forger::new(ip(32), ip(31), info.addr.qpn);
 

@@ -22,9 +22,7 @@ const UPSTREAM: &str = "127.0.111.50:19150";
 
 #[test]
 fn ctr_pulls_through_the_node_agent() {
-    for p in ["docker-registry", "skopeo", "umoci", "containerd", "ctr"] {
-        assert!(have(p), "{p} is not installed (.ci/run installs it)");
-    }
+    require(&["docker-registry", "skopeo", "umoci", "containerd", "ctr"]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let registry = Registry::start(d, UPSTREAM);
@@ -59,57 +57,11 @@ fn ctr_pulls_through_the_node_agent() {
         "64K".into(),
     ]);
     let _na = qr("node-agent", &na_args, &d.join("na.log"));
-    let hosts = d.join("hosts").join(UPSTREAM);
-    std::fs::create_dir_all(&hosts).unwrap();
-    std::fs::write(
-        hosts.join("hosts.toml"),
-        format!(
-            "server = \"http://{UPSTREAM}\"\n\n[host.\"http://127.0.111.52:19153\"]\n  \
-             capabilities = [\"pull\", \"resolve\"]\n"
-        ),
-    )
-    .unwrap();
-    let (_containerd, sock) = containerd(&d.join("containerd"));
+    let containerd = Containerd::start(d, "127.0.111.52:19153", &[(UPSTREAM, "http")]);
     let image = format!("{UPSTREAM}/{REPO}:{TAG}");
-    let ctr = |args: &[&str]| {
-        let mut c = Command::new("ctr");
-        c.args(["--address", &sock, "--namespace", "qrtest"])
-            .args(args);
-        c
-    };
-    let out = ctr(&[
-        "images",
-        "pull",
-        "--hosts-dir",
-        &d.join("hosts").display().to_string(),
-        "--snapshotter",
-        "native",
-        &image,
-    ])
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "ctr pull: {}{}\nnode agent: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(d.join("na.log")).unwrap_or_default()
-    );
-    let check = run(&mut ctr(&["images", "check"]));
-    let line = check
-        .lines()
-        .find(|l| l.contains(&image))
-        .unwrap_or_else(|| panic!("{check}"));
-    assert!(line.contains("complete"), "{check}");
+    containerd.pull(&image, &d.join("na.log"));
     // containerd's content store holds exactly the registry's blobs.
-    let content = run(&mut ctr(&["content", "ls", "--quiet"]));
-    let mut got: Vec<String> = content
-        .lines()
-        .map(|l| l.trim().to_string())
-        .filter(|l| !l.is_empty())
-        .collect();
-    got.sort();
-    assert_eq!(got, layout_digests(&layout));
+    assert_eq!(containerd.content(), layout_digests(&layout));
     // Everything came through the agents: containerd never asked the upstream.
     let log = std::fs::read_to_string(&registry.log).unwrap();
     assert!(

@@ -16,12 +16,7 @@ const TAG: &str = "v1";
 
 #[test]
 fn four_node_agents_one_upstream_read_per_blob() {
-    for p in ["docker-registry", "skopeo", "umoci"] {
-        assert!(
-            have(p),
-            "{p} is not installed (.ci/run installs it: apt-get install {p})"
-        );
-    }
+    require(&["docker-registry", "skopeo", "umoci"]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let registry = Registry::start(d, "127.0.111.40:19140");

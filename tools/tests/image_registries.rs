@@ -276,9 +276,7 @@ fn registry_agent(
 
 #[test]
 fn containerd_pulls_from_two_authenticated_registries_through_one_agent() {
-    for p in ["docker-registry", "skopeo", "umoci", "containerd", "ctr"] {
-        assert!(have(p), "{p} is not installed (.ci/run installs it)");
-    }
+    require(&["docker-registry", "skopeo", "umoci", "containerd", "ctr"]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
 
@@ -370,61 +368,16 @@ fn containerd_pulls_from_two_authenticated_registries_through_one_agent() {
     );
 
     // containerd, one mirror entry per registry, both the node agent.
-    let hosts = d.join("hosts");
-    for (host, scheme) in [(A, "https"), (B, "http")] {
-        std::fs::create_dir_all(hosts.join(host)).unwrap();
-        std::fs::write(
-            hosts.join(host).join("hosts.toml"),
-            format!(
-                "server = \"{scheme}://{host}\"\n\n[host.\"http://{NODE}\"]\n  \
-                 capabilities = [\"pull\", \"resolve\"]\n"
-            ),
-        )
-        .unwrap();
-    }
-    let (_containerd, sock) = containerd(&d.join("containerd"));
-    let ctr = |args: &[&str]| {
-        let mut c = Command::new("ctr");
-        c.args(["--address", &sock, "--namespace", "qrtest"])
-            .args(args);
-        c
-    };
+    let containerd = Containerd::start(d, NODE, &[(A, "https"), (B, "http")]);
     let want = layout_digests_of(&layout, "v1");
     for host in [A, B] {
-        let image = format!("{host}/qr/app:v1");
-        let out = ctr(&[
-            "images",
-            "pull",
-            "--hosts-dir",
-            &hosts.display().to_string(),
-            "--snapshotter",
-            "native",
-            &image,
-        ])
-        .output()
-        .unwrap();
-        assert!(
-            out.status.success(),
-            "ctr pull {image}: {}{}\nregistry agent: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(d.join("ra.log")).unwrap_or_default()
-        );
-        let check = run(&mut ctr(&["images", "check"]));
-        let line = check
-            .lines()
-            .find(|l| l.contains(&image))
-            .unwrap_or_else(|| panic!("{check}"));
-        assert!(line.contains("complete"), "{check}");
+        containerd.pull(&format!("{host}/qr/app:v1"), &d.join("ra.log"));
     }
-    let content = run(&mut ctr(&["content", "ls", "--quiet"]));
-    let mut got: Vec<String> = content
-        .lines()
-        .map(|l| l.trim().to_string())
-        .filter(|l| !l.is_empty())
-        .collect();
-    got.sort();
-    assert_eq!(got, want, "the same image from both registries");
+    assert_eq!(
+        containerd.content(),
+        want,
+        "the same image from both registries"
+    );
     for reg in [&reg_a, &reg_b] {
         let log = std::fs::read_to_string(&reg.log).unwrap();
         assert!(

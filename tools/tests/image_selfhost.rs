@@ -35,16 +35,14 @@ fn build(layout: &Path) -> String {
 
 #[test]
 fn the_qr_image_is_reproducible_and_runs_after_a_pull_through_the_agents() {
-    for p in [
+    require(&[
         "docker-registry",
         "skopeo",
         "umoci",
         "containerd",
         "ctr",
         "runc",
-    ] {
-        assert!(have(p), "{p} is not installed (.ci/run installs it)");
-    }
+    ]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let first = build(&d.join("image-a"));
@@ -77,34 +75,10 @@ fn the_qr_image_is_reproducible_and_runs_after_a_pull_through_the_agents() {
         ),
         &d.join("na.log"),
     );
-    let hosts = d.join("hosts").join(UPSTREAM);
-    std::fs::create_dir_all(&hosts).unwrap();
-    std::fs::write(
-        hosts.join("hosts.toml"),
-        format!(
-            "server = \"http://{UPSTREAM}\"\n\n[host.\"http://{NODE}\"]\n  \
-             capabilities = [\"pull\", \"resolve\"]\n"
-        ),
-    )
-    .unwrap();
-    let (_containerd, sock) = containerd(&d.join("containerd"));
-    let ctr = |args: &[&str]| {
-        let mut c = Command::new("ctr");
-        c.args(["--address", &sock, "--namespace", "qrtest"])
-            .args(args);
-        c
-    };
+    let containerd = Containerd::start(d, NODE, &[(UPSTREAM, "http")]);
     let image = format!("{UPSTREAM}/{REPO}:test");
-    run(&mut ctr(&[
-        "images",
-        "pull",
-        "--hosts-dir",
-        &d.join("hosts").display().to_string(),
-        "--snapshotter",
-        "native",
-        &image,
-    ]));
-    let listed = run(&mut ctr(&["images", "ls"]));
+    containerd.pull(&image, &d.join("na.log"));
+    let listed = run(&mut containerd.ctr(&["images", "ls"]));
     assert!(
         listed.contains(&first),
         "containerd holds the image by its digest:\n{listed}"
@@ -114,18 +88,19 @@ fn the_qr_image_is_reproducible_and_runs_after_a_pull_through_the_agents() {
         !log.contains("useragent=containerd"),
         "containerd reached docker-registry directly"
     );
-    let out = ctr(&[
-        "run",
-        "--rm",
-        "--snapshotter",
-        "native",
-        &image,
-        "qr-version",
-        "/usr/local/bin/qr",
-        "--version",
-    ])
-    .output()
-    .unwrap();
+    let out = containerd
+        .ctr(&[
+            "run",
+            "--rm",
+            "--snapshotter",
+            "native",
+            &image,
+            "qr-version",
+            "/usr/local/bin/qr",
+            "--version",
+        ])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -21,12 +21,7 @@ const REPO: &str = "qr/big";
 
 #[test]
 fn skopeo_pulls_through_the_agents() {
-    for p in ["docker-registry", "skopeo", "umoci"] {
-        assert!(
-            have(p),
-            "{p} is not installed (.ci/run installs it: apt-get install {p})"
-        );
-    }
+    require(&["docker-registry", "skopeo", "umoci"]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let registry = Registry::start(d, "127.0.111.20:19120");

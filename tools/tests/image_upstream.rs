@@ -14,7 +14,8 @@ use http_body_util::Full;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use quic_rdma_tools::image::digest::{Digest, Reference};
-use quic_rdma_tools::image::source::{Source, SourceError};
+use quic_rdma_tools::image::source::Source;
+use quic_rdma_tools::image::source_error::SourceError;
 use quic_rdma_tools::image::upstream::Upstream;
 
 const ADDR: &str = "127.0.111.60:19160";

@@ -149,6 +149,16 @@ fn redis_cli_sees_a_master_and_the_master_sees_the_announced_relay() {
     let ds = status("127.0.112.92:19324");
     assert_eq!(ds["commands_refused"], 2, "{ds}");
     assert_eq!(ds["malformed"], 0, "{ds}");
+    // The downstream's head is the offset it delivered (ROLE's, or later
+    // if the master's periodic PING came since), no longer 0.
+    let head = ds["head"].as_u64().unwrap();
+    assert!(head >= offset, "{ds}");
+    let m = metrics("127.0.112.92:19324");
+    let shown = m
+        .lines()
+        .find_map(|l| l.strip_prefix("qr_kv_log_head_bytes{role=\"downstream\"} "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(shown >= Some(offset), "{m}");
 
     // The replica never noticed any of it.
     master.client().ok(&["SET", "after-introspection", "yes"]);

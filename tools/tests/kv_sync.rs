@@ -86,10 +86,11 @@ fn full_sync_of_mixed_types_with_writes_during_the_sync() {
     assert_eq!(ds["snapshot_bytes"], src, "{ds}");
     let m = metrics("127.0.112.3:19204");
     for name in [
-        "qr_kv_sync_full",
+        "qr_kv_sync_full_total{",
         "qr_kv_backlog_bytes",
+        "qr_kv_log_head_bytes",
         "qr_kv_replica_lag_bytes",
-        "qr_kv_credit_turnaround_seconds_mean",
+        "qr_kv_credit_turnaround_seconds_bucket{",
     ] {
         assert!(m.contains(name), "{name} missing:\n{m}");
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use common::{qr, wait_for_file, Guard, TempDir};
-use quic_rdma::fabric::soft::bootstrap;
+use quic_rdma::discovery;
 use quic_rdma::fabric::soft::codec::{self, IcrcContext, IpPair, UdHeader, OPCODE_UD_SEND_ONLY};
 use quic_rdma::quic::config::{endpoint_config, transport};
 use quinn_proto::{DatagramEvent, Dir, Endpoint, Event};
@@ -47,7 +47,7 @@ fn a_peer_sending_plain_sends_completes_a_transfer_with_qr_serve() {
         .arg(&cert),
     );
     wait_for_file(&cert, Duration::from_secs(20));
-    let info = bootstrap::query(
+    let info = discovery::query(
         format!("127.0.95.1:{SERVICE_PORT}"),
         Duration::from_secs(10),
     )

@@ -38,6 +38,7 @@ fn serve_metrics_move_during_a_transfer_and_qr_stats_shows_rates() {
     ]));
     wait_for_file(&cert, Duration::from_secs(20));
     let idle = common::http::when_up(METRICS, scrape);
+    common::promtool_check("serve", &idle);
     let idle = prom_text::parse(&idle).unwrap();
     assert_eq!(idle.value("qr_quinn_connections_open"), Some(0.0));
     assert_eq!(idle.type_of("qr_socket_recv_wrs_total"), Some("counter"));

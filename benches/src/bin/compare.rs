@@ -9,19 +9,20 @@
 //! when named in `--only`: it needs docker-registry and curl installed and `qr`
 //! built next to `compare` (`cargo build --release -p quic-rdma-tools`).
 //! Writes `compare.json`, `compare.md` and `compare.svg` into DIR
-//! (default `benches/results/`). Exits non-zero if any cell failed or any bulk
+//! (default `benches/results/compare/`, where the full run of
+//! benches/RESULTS.md lives). Exits non-zero if any cell failed or any bulk
 //! transfer's sha256 did not match.
 
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use quic_rdma_benches::affinity::Placement;
+use quic_rdma_benches::cpu::load_avg;
 use quic_rdma_benches::image::{ImageBench, ImageRepeat, ImageReport};
 use quic_rdma_benches::peer::run_standalone;
 use quic_rdma_benches::procs;
 use quic_rdma_benches::report::{
-    load_avg, BulkReport, HandshakeReport, Machine, Params, Report, RowReport, RttReport, RttRun,
-    SCHEMA,
+    BulkReport, HandshakeReport, Machine, Params, Report, RowReport, RttReport, RttRun, SCHEMA,
 };
 use quic_rdma_benches::rows::{all_rows, BulkOutcome, BulkParams, Workload};
 use quic_rdma_benches::tls::Tls;
@@ -56,7 +57,7 @@ struct SideArgs {
 
 fn parse_args() -> anyhow::Result<Args> {
     let mut quick = false;
-    let mut out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results"));
+    let mut out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/results/compare"));
     let mut rows = None;
     let mut work: Vec<String> = ["bulk", "rtt", "handshakes"].map(String::from).to_vec();
     let (mut repeats, mut bulk, mut rtt, mut hs, mut image) = (None, None, None, None, None);

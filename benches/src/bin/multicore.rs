@@ -36,7 +36,7 @@ use anyhow::{bail, Context};
 use quic_rdma::engine::{Engine, EngineConfig, EngineGroup, Event};
 use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQpOptions};
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
-use quic_rdma::fabric::{UdQueuePair, DEFAULT_QKEY};
+use quic_rdma::fabric::{Provider, UdQueuePair, DEFAULT_QKEY};
 use quic_rdma_benches::cpu::thread_cpu;
 use quic_rdma_benches::tls::{Tls, SERVER_NAME};
 use quic_rdma_benches::tuning;
@@ -49,13 +49,6 @@ const HANG_GUARD: Duration = Duration::from_secs(120);
 const PARK_MAX: Duration = Duration::from_millis(1);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Provider {
-    Sim,
-    Soft,
-    SoftPorts,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Idle {
     Sleep,
     Yield,
@@ -63,6 +56,9 @@ enum Idle {
 
 struct Opts {
     provider: Provider,
+    /// `soft-ports`: each shard a `soft` port (GID) of its own rather than
+    /// all shards of a side on one port.
+    port_per_shard: bool,
     bytes: u64,
     rounds: usize,
     idle: Idle,
@@ -73,6 +69,7 @@ struct Opts {
 fn opts() -> anyhow::Result<Opts> {
     let mut o = Opts {
         provider: Provider::Sim,
+        port_per_shard: false,
         bytes: 1 << 30,
         rounds: 5,
         idle: Idle::Sleep,
@@ -84,10 +81,10 @@ fn opts() -> anyhow::Result<Opts> {
         let mut val = || args.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
             "--provider" => {
-                o.provider = match val()?.as_str() {
-                    "sim" => Provider::Sim,
-                    "soft" => Provider::Soft,
-                    "soft-ports" => Provider::SoftPorts,
+                (o.provider, o.port_per_shard) = match val()?.as_str() {
+                    "sim" => (Provider::Sim, false),
+                    "soft" => (Provider::Soft, false),
+                    "soft-ports" => (Provider::Soft, true),
                     p => bail!("unknown provider {p}: sim, soft or soft-ports"),
                 }
             }
@@ -105,7 +102,7 @@ fn opts() -> anyhow::Result<Opts> {
             _ => bail!("usage: multicore [--provider sim|soft|soft-ports] [--mib N] [--rounds R] [--idle sleep|yield] [--shards N]"),
         }
     }
-    if o.provider == Provider::Soft {
+    if o.provider == Provider::Soft && !o.port_per_shard {
         // A packet the other shard parked for this one wakes a waker, not the
         // socket this shard would sleep on.
         if idle_set && o.idle == Idle::Sleep {
@@ -215,7 +212,7 @@ fn run_sim(shards: usize, o: &Opts, tls: &Tls) -> anyhow::Result<Run> {
 
 fn run_soft(shards: usize, o: &Opts, tls: &Tls) -> anyhow::Result<Run> {
     let side_qps = |side: u8| -> anyhow::Result<Vec<_>> {
-        if o.provider == Provider::Soft {
+        if !o.port_per_shard {
             let port =
                 SoftPort::open(SoftConfig::new(Ipv4Addr::new(127, 0, 151, 1 + side).into()))?;
             (0..shards)
@@ -359,8 +356,12 @@ fn main() -> anyhow::Result<()> {
     let tls = Tls::new();
     let gib = o.bytes as f64 / f64::from(1u32 << 30);
     println!(
-        "# multicore: provider {:?}, {} MiB per run, idle {:?}, {} rounds, interleaved 1/2 shards",
-        o.provider,
+        "# multicore: provider {}, {} MiB per run, idle {:?}, {} rounds, interleaved 1/2 shards",
+        if o.port_per_shard {
+            "SoftPorts".to_string()
+        } else {
+            format!("{:?}", o.provider)
+        },
         o.bytes >> 20,
         o.idle,
         o.rounds
@@ -371,7 +372,8 @@ fn main() -> anyhow::Result<()> {
         for (k, &shards) in o.shards.iter().enumerate() {
             let run = match o.provider {
                 Provider::Sim => run_sim(shards, &o, &tls)?,
-                _ => run_soft(shards, &o, &tls)?,
+                Provider::Soft => run_soft(shards, &o, &tls)?,
+                Provider::Verbs => bail!("multicore has no verbs run"),
             };
             let gbps = o.bytes as f64 * 8.0 / run.wall.as_secs_f64() / 1e9;
             let (c, s) = (run.client_cpu / gib, run.server_cpu / gib);

@@ -139,7 +139,7 @@ async fn client(a: &PeerArgs) -> anyhow::Result<PeerOutcome> {
     // its data before it connects: hashing 1 GiB between the handshake and
     // the first write stalls this thread ~0.5 s with quinn's driver on it,
     // and the transfer then starts slowly (~70-100 ms lost at its start in
-    // alternating runs, `benches/results/issue13-peers.md`).
+    // alternating runs, `benches/results/peers.md`).
     let pattern = data::pattern();
     let expected = data::expected_digest(&pattern, a.bytes);
     let pattern = bytes::Bytes::from(pattern);

@@ -10,8 +10,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quic_rdma::fabric::grh::{ipv4_checksum, GrhError};
-use quic_rdma::fabric::{Grh, GrhLayout, GRH_LEN};
+use quic_rdma::fabric::{ipv4_checksum, Grh, GrhError, GrhLayout, GRH_LEN};
 
 fuzz_target!(|data: &[u8]| {
     for layout in [GrhLayout::Ipv6, GrhLayout::Ipv4] {

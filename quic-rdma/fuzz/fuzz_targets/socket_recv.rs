@@ -32,11 +32,10 @@ use std::task::Waker;
 
 use libfuzzer_sys::arbitrary::{Result as ArbResult, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use quic_rdma::fabric::addr::MAX_QPN;
 use quic_rdma::fabric::{
     AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, Grh, GrhLayout, Memory, Mtu,
     ProviderDrops, QpAttr, Qpn, RecvWr, Region, SendWr, Sge, UdQueuePair, WcOpcode, WcStatus,
-    DEFAULT_PKEY, DEFAULT_QKEY, GRH_LEN,
+    DEFAULT_PKEY, DEFAULT_QKEY, GRH_LEN, MAX_QPN,
 };
 use quic_rdma::quic::cid::{key_of_datagram, RoutingCidGenerator};
 use quic_rdma::socket::{SocketConfig, SocketStats, UdSocket};

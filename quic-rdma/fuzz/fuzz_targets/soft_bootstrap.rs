@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quic_rdma::fabric::soft::bootstrap::PeerInfo;
+use quic_rdma::discovery::PeerInfo;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(line) = std::str::from_utf8(data) else {

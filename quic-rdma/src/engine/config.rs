@@ -84,8 +84,9 @@ impl Default for EngineConfig {
             // receive buffers in cache: receives complete in the order they
             // were posted, and with all 2048 posted each packet lands in
             // memory last touched 8 MiB earlier (1 GiB transfers measured up
-            // to ~15 % faster with 512, benches/RESULTS.md). The window grows
-            // toward recv_depth if the engine falls behind.
+            // to ~15 % faster with 512, benches/RESULTS.md, "Bulk
+            // throughput"). The window grows toward recv_depth if the engine
+            // falls behind.
             socket: SocketConfig {
                 recv_start: 512,
                 ..SocketConfig::default()

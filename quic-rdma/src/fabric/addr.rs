@@ -8,7 +8,7 @@ use super::{FabricError, Gid};
 pub const ROCEV2_UDP_PORT: u16 = 4791;
 
 /// Q_Keys with the top bit set are privileged (IBA 10.2.4): only the kernel may use them.
-pub const QKEY_PRIVILEGED_BIT: u32 = 0x8000_0000;
+pub(crate) const QKEY_PRIVILEGED_BIT: u32 = 0x8000_0000;
 
 /// The Q_Key quic-rdma uses unless configured otherwise (non-privileged).
 pub const DEFAULT_QKEY: u32 = 0x1101_1101;

@@ -12,12 +12,6 @@ pub enum FabricError {
         /// What the probe saw.
         detail: String,
     },
-    /// The active MTU cannot carry QUIC's 1200-byte datagrams.
-    #[error("active MTU {active} is below QUIC's 1200-byte minimum datagram (RFC 9000 §14); enable jumbo frames on the netdev (e.g. `ip link set <if> mtu 9000`, giving RoCE MTU 4096)")]
-    MtuTooSmall {
-        /// The port's active MTU in bytes.
-        active: usize,
-    },
     /// A Q_Key with the privileged top bit was configured.
     #[error(
         "Q_Key {0:#010x} is privileged (top bit set, IBA 10.2.4); choose a Q_Key below 0x80000000"

@@ -12,7 +12,7 @@ use std::net::Ipv4Addr;
 use super::Gid;
 
 /// Bytes of the GRH area.
-pub const GRH_LEN: usize = super::port::GRH_LEN;
+pub(crate) const GRH_LEN: usize = super::port::GRH_LEN;
 
 /// IP protocol number of UDP, which carries RoCEv2.
 const IPPROTO_UDP: u8 = 17;

@@ -14,14 +14,14 @@ use super::{FabricError, ProviderDrops, Qpn};
 
 /// The membership bit of a P_Key: set for a full member, clear for a limited one
 /// (IBA 10.9.1).
-pub const PKEY_FULL_MEMBER: u16 = 0x8000;
+pub(crate) const PKEY_FULL_MEMBER: u16 = 0x8000;
 
 /// The partition number: the low 15 bits of a P_Key.
 const PKEY_BASE_MASK: u16 = 0x7FFF;
 
 /// The key fields of a received packet: BTH P_Key and DestQP, DETH Q_Key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PacketKeys {
+pub(crate) struct PacketKeys {
     /// BTH P_Key.
     pub pkey: u16,
     /// BTH destination QP (24 bits).
@@ -32,7 +32,7 @@ pub struct PacketKeys {
 
 /// What the destination QP accepts: its P_Key and Q_Key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpKeys {
+pub(crate) struct QpKeys {
     /// The P_Key of the QP's partition.
     pub pkey: u16,
     /// The QP's Q_Key.
@@ -42,7 +42,7 @@ pub struct QpKeys {
 /// Why the key checks dropped a packet: one [`ProviderDrops`] counter each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum KeyDrop {
+pub(crate) enum KeyDrop {
     /// No QP with the destination QPN exists on the port (`unknown_qpn`).
     UnknownQpn,
     /// The P_Keys are not in one partition, or either is invalid (`bad_pkey`).
@@ -54,7 +54,7 @@ pub enum KeyDrop {
 /// IBA 10.9.3: two P_Keys match when their partition numbers (low 15 bits) are
 /// equal and at least one of them is a full member; a limited member cannot talk
 /// to another limited member. 0x0000 and 0x8000 are invalid and match nothing.
-pub fn pkey_matches(pkt: u16, ours: u16) -> bool {
+pub(crate) fn pkey_matches(pkt: u16, ours: u16) -> bool {
     let base = pkt & PKEY_BASE_MASK;
     base != 0 && base == ours & PKEY_BASE_MASK && (pkt | ours) & PKEY_FULL_MEMBER != 0
 }
@@ -76,7 +76,7 @@ pub fn check_pkey(pkey: u16) -> Result<u16, FabricError> {
 /// (top bit set, IBA 10.2.4) in the DETH is refused outright: only the kernel's
 /// QPs may receive with one and ours are never privileged ([`super::check_qkey`]).
 /// Hardware counts both in one Q_Key violation counter, and so do we.
-pub fn check_keys(pkt: PacketKeys, qp: Option<QpKeys>) -> Result<(), KeyDrop> {
+pub(crate) fn check_keys(pkt: PacketKeys, qp: Option<QpKeys>) -> Result<(), KeyDrop> {
     let Some(qp) = qp else {
         return Err(KeyDrop::UnknownQpn);
     };
@@ -113,7 +113,7 @@ pub(crate) fn accept<B: AsRef<[u8]>>(
 /// The Q_Key a send puts in its DETH (IBA 10.2.4 / 11.4.1.1): the work
 /// request's, unless that has the top bit set, which means "use the sending
 /// QP's own Q_Key" (hardware does this; `sim` and `soft` call this).
-pub fn send_qkey(wr_qkey: u32, qp_qkey: u32) -> u32 {
+pub(crate) fn send_qkey(wr_qkey: u32, qp_qkey: u32) -> u32 {
     if wr_qkey & QKEY_PRIVILEGED_BIT != 0 {
         qp_qkey
     } else {
@@ -123,7 +123,7 @@ pub fn send_qkey(wr_qkey: u32, qp_qkey: u32) -> u32 {
 
 impl ProviderDrops {
     /// Count one packet dropped by the key checks.
-    pub fn count(&mut self, cause: KeyDrop) {
+    pub(crate) fn count(&mut self, cause: KeyDrop) {
         match cause {
             KeyDrop::UnknownQpn => self.unknown_qpn += 1,
             KeyDrop::BadPkey => self.bad_pkey += 1,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::FabricError;
 
 /// Cache-line alignment of every region's first usable byte.
-pub const REGION_ALIGN: usize = 64;
+pub(crate) const REGION_ALIGN: usize = 64;
 
 /// Takes over a registered region's storage when the [`Region`] is dropped,
 /// keeps it allocated for as long as a device may still read or write it, and

@@ -15,14 +15,18 @@
 //! - work requests reference registered [`memory`], checked by lkey; inline sends
 //!   are copied at post time.
 
-pub mod addr;
-pub mod ah;
-pub mod error;
-pub mod gid;
-pub mod grh;
-pub mod keys;
-pub mod memory;
-pub mod port;
+// The model's modules are private: each public item has one path, its
+// re-export below (the GRH parser's, fuzzed, included). `keys` is the
+// providers' receive rule, not API.
+pub(crate) mod addr;
+pub(crate) mod ah;
+pub(crate) mod error;
+pub(crate) mod gid;
+pub(crate) mod grh;
+pub(crate) mod keys;
+pub(crate) mod memory;
+pub(crate) mod port;
+mod provider;
 mod recv_queue;
 mod send_ledger;
 mod send_queue;
@@ -30,18 +34,20 @@ pub mod sim;
 pub mod soft;
 #[cfg(feature = "verbs")]
 pub mod verbs;
-pub mod wr;
+pub(crate) mod wr;
 
 use std::task::Waker;
 
-pub use addr::{check_qkey, Qpn, UdAddr, DEFAULT_QKEY, ROCEV2_UDP_PORT};
+pub use addr::{check_qkey, Qpn, UdAddr, DEFAULT_QKEY, MAX_QPN, ROCEV2_UDP_PORT};
 pub use ah::{AhAttr, AhId};
 pub use error::FabricError;
 pub use gid::Gid;
-pub use grh::{Grh, GrhLayout};
-pub use keys::{check_keys, check_pkey, pkey_matches, send_qkey, KeyDrop, PacketKeys, QpKeys};
+pub use grh::{ipv4_checksum, Grh, GrhError, GrhLayout};
+pub use keys::check_pkey;
+pub(crate) use keys::{send_qkey, KeyDrop, PacketKeys, QpKeys};
 pub use memory::{Memory, Region, RegionKeeper, RegionStorage, Sge};
 pub use port::{Mtu, QpAttr, GRH_LEN};
+pub use provider::{Provider, UnknownProvider};
 pub use wr::{Completion, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus};
 
 /// The P_Key of the default partition (full membership), IBA 10.9.
@@ -54,7 +60,7 @@ pub const DEFAULT_PKEY: u16 = 0xFFFF;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProviderDrops {
-    /// P_Key not in the QP's partition ([`keys::pkey_matches`], IBA 10.9.3).
+    /// P_Key not in the QP's partition (IBA 10.9.3 membership rules).
     pub bad_pkey: u64,
     /// Q_Key did not match the QP's Q_Key, or was privileged (IBA 10.2.4).
     pub bad_qkey: u64,
@@ -184,4 +190,23 @@ pub trait UdQueuePair: Send + 'static {
 
     /// Provider-level drop counters.
     fn drops(&self) -> ProviderDrops;
+}
+
+/// In the `drops` group, next to the socket's own drops (see
+/// [`SocketStats`](crate::socket::SocketStats)).
+impl crate::counters::Counters for ProviderDrops {
+    fn visit(&self, f: &mut dyn FnMut(crate::counters::Metric)) {
+        crate::visit_fields!(f, self, Some("drops");
+            bad_pkey: Counter, Count, "Provider drops: P_Key not in the partition";
+            bad_qkey: Counter, Count, "Provider drops: Q_Key mismatch";
+            unknown_qpn: Counter, Count, "Provider drops: unknown destination QPN";
+            no_recv_posted: Counter, Count, "Provider drops: no receive posted";
+            too_long: Counter, Count, "Provider drops: larger than the receive buffer";
+            malformed: Counter, Count, "Provider drops: malformed on the wire";
+            runt: Counter, Count, "Provider drops: shorter than a BTH";
+            kernel_rx_dropped: Counter, Count, "Provider drops: kernel receive buffer full";
+            bad_icrc: Counter, Count, "Provider drops: ICRC did not verify";
+            oversize_sent: Counter, Count, "Provider drops: sent above the path MTU";
+        );
+    }
 }

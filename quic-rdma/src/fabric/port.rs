@@ -1,12 +1,9 @@
 //! Port and queue-pair attributes: what the device actually granted.
 
-use super::{FabricError, Gid, Qpn};
+use super::{Gid, Qpn};
 
 /// Bytes at the start of every receive buffer reserved for the GRH (IBA 11.4.1.2).
 pub const GRH_LEN: usize = 40;
-
-/// The smallest UDP payload QUIC accepts (RFC 9000 §14.1).
-pub const QUIC_MIN_DATAGRAM: usize = 1200;
 
 /// The IB MTU enumeration (`ibv_mtu`): 256..4096 bytes of payload per packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -56,17 +53,6 @@ impl Mtu {
             .into_iter()
             .find(|m| m.bytes() + OVERHEAD <= netdev_mtu)
     }
-
-    /// Refuse an MTU QUIC cannot run on (RFC 9000 §14: 1200-byte datagrams).
-    pub fn check_quic(self) -> Result<Mtu, FabricError> {
-        if self.bytes() < QUIC_MIN_DATAGRAM {
-            Err(FabricError::MtuTooSmall {
-                active: self.bytes(),
-            })
-        } else {
-            Ok(self)
-        }
-    }
 }
 
 /// What a UD queue pair was granted, read back from the provider.
@@ -99,13 +85,5 @@ mod tests {
         assert_eq!(Mtu::for_netdev(1500), Some(Mtu::M1024));
         assert_eq!(Mtu::for_netdev(9000), Some(Mtu::M4096));
         assert_eq!(Mtu::for_netdev(65536), Some(Mtu::M4096));
-    }
-
-    #[test]
-    fn quic_needs_1200() {
-        assert!(Mtu::M1024.check_quic().is_err());
-        assert!(Mtu::M2048.check_quic().is_ok());
-        let msg = Mtu::M1024.check_quic().unwrap_err().to_string();
-        assert!(msg.contains("jumbo"), "{msg}");
     }
 }

@@ -95,6 +95,20 @@ pub struct RoutingStats {
     pub wrong_shard: u64,
 }
 
+/// The mismatches are drops (group `drops`, beside the socket's); datagrams
+/// without immediate data are accepted, so they are not.
+impl crate::counters::Counters for RoutingStats {
+    fn visit(&self, f: &mut dyn FnMut(crate::counters::Metric)) {
+        crate::visit_fields!(f, self, None;
+            without_imm: Counter, Count, "Datagrams that arrived without immediate data (accepted)";
+        );
+        crate::visit_fields!(f, self, Some("drops");
+            imm_mismatch: Counter, Count, "Datagrams whose immediate data did not match their CID";
+            wrong_shard: Counter, Count, "Datagrams carrying another shard's routing key";
+        );
+    }
+}
+
 impl RoutingCheck {
     /// Whether to hand `data` (which arrived with immediate `imm`) to QUIC;
     /// counts what it decides in `stats`.

@@ -81,6 +81,23 @@ impl fmt::Display for CipherPreference {
     }
 }
 
+/// The environment variable [`CipherPreference::from_env`] reads: `qr` and
+/// the benchmarks let an operator choose the suites without a flag per
+/// command.
+pub const CIPHERS_ENV: &str = "QR_TLS_CIPHERS";
+
+impl CipherPreference {
+    /// The preference named by [`CIPHERS_ENV`] (`aes128`, `aes256`,
+    /// `aes128-only`), or the default when it is unset. A value it does not
+    /// know is an error naming the choices, not a silent default.
+    pub fn from_env() -> Result<CipherPreference, UnknownCipherPreference> {
+        match std::env::var(CIPHERS_ENV) {
+            Ok(v) => v.parse(),
+            Err(_) => Ok(CipherPreference::default()),
+        }
+    }
+}
+
 /// A name [`CipherPreference`] does not know.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownCipherPreference(pub String);

@@ -1,9 +1,20 @@
 //! TLS material as it is deployed: certificates and chains in PEM or DER,
 //! private keys in any PEM form (or PKCS#8/PKCS#1/SEC1 DER), mutual TLS and
-//! ALPN — turned into quinn-proto's client and server configs, so the engine,
-//! the C API and every other driver build TLS one way.
+//! ALPN — turned into rustls and quinn-proto client and server configs, so
+//! the engine, the C API, the quinn adapter's users (`qr` and its channels)
+//! and TCP peers build TLS one way.
 //!
-//! QUIC always runs TLS 1.3 (RFC 9001 §4.2); certificate verification is
+//! The layers, each built from the one below: [`TlsSettings::rustls_server`]
+//! / [`TlsSettings::rustls_client`] (TLS 1.3, identity, trust, client
+//! authentication, ALPN: what a TCP + TLS peer uses as is),
+//! [`TlsSettings::server_crypto`] / [`TlsSettings::client_crypto`] (plus
+//! QUIC's 0-RTT rules, as quinn-proto's crypto configs), and
+//! [`TlsSettings::server_config`] / [`TlsSettings::client_config`] (plus a
+//! transport config). QUIC and TCP configs from the same settings therefore
+//! differ only where the protocols do.
+//!
+//! QUIC always runs TLS 1.3 (RFC 9001 §4.2), and so do the TCP configs here
+//! (every TCP + TLS peer in this tree is ours); certificate verification is
 //! always on, there is no "insecure" switch.
 
 use std::sync::Arc;
@@ -84,7 +95,7 @@ pub fn parse_private_key(bytes: &[u8]) -> Result<PrivateKeyDer<'static>, TlsErro
 }
 
 /// Everything TLS needs on one endpoint, client side and server side alike.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TlsSettings {
     /// This endpoint's certificate chain (leaf first) and key: a server's
     /// identity, and a client's certificate for mutual TLS.
@@ -102,8 +113,31 @@ pub struct TlsSettings {
     /// data can be replayed by an attacker (RFC 9001 §9.2, RFC 8446 §8): turn
     /// it on only for requests that are safe to run twice.
     pub accept_0rtt: bool,
+    /// Client side: when resuming a session whose ticket allows it, offer
+    /// 0-RTT early data (`true` by default; the application still decides
+    /// whether to send any). Off, a resuming client's handshake carries no
+    /// early-data offer at all.
+    pub offer_0rtt: bool,
     /// The cipher suites offered and their order (AES-128-GCM first by default).
     pub ciphers: CipherPreference,
+}
+
+impl Default for TlsSettings {
+    /// No identity, no roots, no ALPN, no client certificates required, 0-RTT
+    /// refused as a server and offered as a client, the default suites.
+    fn default() -> Self {
+        TlsSettings {
+            identity: None,
+            roots: Vec::new(),
+            require_client_cert: false,
+            alpn: Vec::new(),
+            accept_0rtt: false,
+            // What client configs did before the field existed: keeps every
+            // existing caller's handshakes as they were.
+            offer_0rtt: true,
+            ciphers: CipherPreference::default(),
+        }
+    }
 }
 
 impl Clone for TlsSettings {
@@ -117,6 +151,7 @@ impl Clone for TlsSettings {
             require_client_cert: self.require_client_cert,
             alpn: self.alpn.clone(),
             accept_0rtt: self.accept_0rtt,
+            offer_0rtt: self.offer_0rtt,
             ciphers: self.ciphers,
         }
     }
@@ -137,11 +172,10 @@ impl TlsSettings {
         Ok(Arc::new(store))
     }
 
-    /// A quinn-proto server config with `transport`.
-    pub fn server_config(
-        &self,
-        transport: Arc<TransportConfig>,
-    ) -> Result<Arc<ServerConfig>, TlsError> {
+    /// A rustls server config: TLS 1.3, the identity, client certificates
+    /// verified against `roots` when required, the ALPN list. What a TCP +
+    /// TLS server uses as is; [`TlsSettings::server_crypto`] builds on it.
+    pub fn rustls_server(&self) -> Result<rustls::ServerConfig, TlsError> {
         let (chain, key) = self.identity.as_ref().ok_or(TlsError::NoIdentity)?;
         let builder = rustls::ServerConfig::builder_with_provider(self.ciphers.provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
@@ -164,10 +198,26 @@ impl TlsSettings {
             .with_single_cert(chain.clone(), key.clone_key())
             .map_err(config_error)?;
         tls.alpn_protocols = self.alpn.clone();
+        Ok(tls)
+    }
+
+    /// quinn-proto's server crypto: [`TlsSettings::rustls_server`] with 0-RTT
+    /// accepted per `accept_0rtt`. For a caller that assembles its own
+    /// `ServerConfig` (quinn's defaults for everything but TLS);
+    /// [`TlsSettings::server_config`] is the complete one.
+    pub fn server_crypto(&self) -> Result<QuicServerConfig, TlsError> {
+        let mut tls = self.rustls_server()?;
         // QUIC allows only 0 or 2^32-1 here (RFC 9001 §4.6.1).
         tls.max_early_data_size = if self.accept_0rtt { u32::MAX } else { 0 };
-        let crypto = QuicServerConfig::try_from(tls).map_err(config_error)?;
-        let mut s = ServerConfig::with_crypto(Arc::new(crypto));
+        QuicServerConfig::try_from(tls).map_err(config_error)
+    }
+
+    /// A quinn-proto server config with `transport`.
+    pub fn server_config(
+        &self,
+        transport: Arc<TransportConfig>,
+    ) -> Result<Arc<ServerConfig>, TlsError> {
+        let mut s = ServerConfig::with_crypto(Arc::new(self.server_crypto()?));
         s.transport_config(transport);
         // Spelled out so the behaviour does not follow which quinn-proto
         // features a build happens to unify (its `bloom` feature turns on two
@@ -179,9 +229,11 @@ impl TlsSettings {
         Ok(Arc::new(s))
     }
 
-    /// A quinn-proto client config with `transport`; it presents the identity
-    /// (if any) when the server asks for a client certificate.
-    pub fn client_config(&self, transport: Arc<TransportConfig>) -> Result<ClientConfig, TlsError> {
+    /// A rustls client config: TLS 1.3, servers verified against `roots`,
+    /// the identity (if any) presented when a server asks for a client
+    /// certificate, the ALPN list. What a TCP + TLS client uses as is;
+    /// [`TlsSettings::client_crypto`] builds on it.
+    pub fn rustls_client(&self) -> Result<rustls::ClientConfig, TlsError> {
         if self.roots.is_empty() {
             return Err(TlsError::NoRoots);
         }
@@ -196,12 +248,26 @@ impl TlsSettings {
             None => builder.with_no_client_auth(),
         };
         tls.alpn_protocols = self.alpn.clone();
+        Ok(tls)
+    }
+
+    /// quinn-proto's client crypto: [`TlsSettings::rustls_client`] with 0-RTT
+    /// offered per `offer_0rtt`. For a caller that wraps it (e.g. in
+    /// [`crate::quic::suites::SuiteClientConfig`]) before building its
+    /// `ClientConfig`; [`TlsSettings::client_config`] is the plain one.
+    pub fn client_crypto(&self) -> Result<QuicClientConfig, TlsError> {
+        let mut tls = self.rustls_client()?;
         // Session tickets are kept in rustls's default in-memory cache; a
         // later connection to the same server name may then resume and send
         // 0-RTT data when the server allows it.
-        tls.enable_early_data = true;
-        let crypto = QuicClientConfig::try_from(tls).map_err(config_error)?;
-        let mut c = ClientConfig::new(Arc::new(crypto));
+        tls.enable_early_data = self.offer_0rtt;
+        QuicClientConfig::try_from(tls).map_err(config_error)
+    }
+
+    /// A quinn-proto client config with `transport`; it presents the identity
+    /// (if any) when the server asks for a client certificate.
+    pub fn client_config(&self, transport: Arc<TransportConfig>) -> Result<ClientConfig, TlsError> {
+        let mut c = ClientConfig::new(Arc::new(self.client_crypto()?));
         c.transport_config(transport);
         Ok(c)
     }
@@ -284,5 +350,42 @@ mod tests {
         ));
         let e = s.server_config(t).unwrap_err();
         assert!(e.to_string().contains("key belong"), "{e}");
+    }
+
+    /// The rustls configs a TCP peer uses come from the same settings as
+    /// QUIC's: TLS 1.3 only, the same ALPN; 0-RTT is the QUIC layer's.
+    #[test]
+    fn tcp_and_quic_configs_share_the_settings() {
+        let (ca, leaf, leaf_key) = ca_and_leaf();
+        let s = TlsSettings {
+            identity: Some((
+                vec![leaf.der().clone()],
+                parse_private_key(&leaf_key.serialize_der()).unwrap(),
+            )),
+            roots: vec![ca.cert.der().clone()],
+            alpn: vec![b"qr-test/1".to_vec()],
+            accept_0rtt: true,
+            ..TlsSettings::default()
+        };
+        let server = s.rustls_server().unwrap();
+        let client = s.rustls_client().unwrap();
+        assert_eq!(server.alpn_protocols, s.alpn);
+        assert_eq!(client.alpn_protocols, s.alpn);
+        assert_eq!(server.max_early_data_size, 0, "TCP early data stays off");
+        assert!(!client.enable_early_data);
+        for suite in client.crypto_provider().cipher_suites.iter() {
+            assert_eq!(suite.version(), &rustls::version::TLS13);
+        }
+        assert!(s.server_crypto().is_ok());
+        // offer_0rtt off still builds (the flag only changes the ClientHello).
+        let quiet = TlsSettings {
+            offer_0rtt: false,
+            ..s.clone()
+        };
+        assert!(quiet.client_crypto().is_ok());
+        assert!(
+            TlsSettings::default().offer_0rtt,
+            "the default keeps 0-RTT offers"
+        );
     }
 }

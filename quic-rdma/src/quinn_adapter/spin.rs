@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// should pay on an idle machine; but on a loaded one the yield hands the CPU
 /// to another process for a whole time slice, and in interleaved runs at load
 /// 8–10 a 50 µs window made `quinn-adapter/sim` slower in 4 of 5 rounds
-/// (benches/results/issue13-adapter.md). Opt in where cores are dedicated.
+/// (benches/results/quinn-adapter.md). Opt in where cores are dedicated.
 pub(super) const DEFAULT_IDLE_SPIN: Duration = Duration::ZERO;
 
 /// When the receive path last saw a packet, and how long to spin after it.

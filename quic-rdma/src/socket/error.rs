@@ -17,6 +17,14 @@ pub enum SocketError {
         /// The largest datagram the socket takes ([`UdSocket::mtu`](super::UdSocket::mtu)).
         mtu: usize,
     },
+    /// With segmentation off, the active MTU cannot carry QUIC's 1200-byte
+    /// datagrams ([`QUIC_MIN_DATAGRAM`](super::QUIC_MIN_DATAGRAM)); the
+    /// message names the fix, larger frames on the netdev.
+    #[error("active MTU {active} is below QUIC's 1200-byte minimum datagram (RFC 9000 §14); enable jumbo frames on the netdev (e.g. `ip link set <if> mtu 9000`, giving RoCE MTU 4096)")]
+    MtuTooSmall {
+        /// The port's active MTU in bytes.
+        active: usize,
+    },
     /// No send-queue room or free send slot right now; nothing was posted.
     /// Retry after completions.
     #[error("send queue full; retry after completions")]
@@ -67,7 +75,11 @@ impl From<SocketError> for std::io::Error {
             | SocketError::Config(_)
             | SocketError::ImmTooWide(_)
             | SocketError::TooManySegments { .. } => ErrorKind::InvalidInput,
-            SocketError::PartiallyPosted { .. } => ErrorKind::Other,
+            // MtuTooSmall: the kind it had as a fabric error before the
+            // socket owned the rule.
+            SocketError::PartiallyPosted { .. } | SocketError::MtuTooSmall { .. } => {
+                ErrorKind::Other
+            }
             SocketError::QpFailed(_) => ErrorKind::BrokenPipe,
             SocketError::Fabric(FabricError::Io(io)) => io.kind(),
             SocketError::Fabric(_) => ErrorKind::Other,

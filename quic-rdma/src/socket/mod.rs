@@ -61,6 +61,12 @@ pub const MAX_SEND_BATCH: usize = 64;
 /// Receive completions polled per `poll_cq` call.
 pub const RECV_POLL_BATCH: usize = 32;
 
+/// The smallest UDP payload QUIC accepts (RFC 9000 §14.1). The fabric only
+/// states its MTU; this socket, QUIC's datagram carrier, refuses an MTU below
+/// it when segmentation is off ([`SocketError::MtuTooSmall`]), since every
+/// QUIC Initial would be dropped as oversize.
+pub const QUIC_MIN_DATAGRAM: usize = 1200;
+
 /// Tuning of a [`UdSocket`].
 #[derive(Clone, Debug)]
 pub struct SocketConfig {
@@ -95,7 +101,7 @@ pub struct SocketConfig {
     /// datagrams"): on an active MTU below 2048, offer datagrams of up to
     /// [`segment::datagram_mtu`] bytes and send a larger one as parts; take
     /// parts apart on receive. Default on. Off: an active MTU below QUIC's
-    /// 1200 bytes is refused ([`FabricError::MtuTooSmall`](crate::fabric::FabricError::MtuTooSmall))
+    /// 1200 bytes is refused ([`SocketError::MtuTooSmall`])
     /// and parts are handed up as they came.
     pub segmentation: bool,
     /// Bounds and timeout of the reassembly of parts.
@@ -199,7 +205,7 @@ pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
 impl<Q: UdQueuePair> UdSocket<Q> {
     /// Build a socket over `qp`: register its memory and fill the receive queue.
     ///
-    /// Fails with [`FabricError::MtuTooSmall`](crate::fabric::FabricError::MtuTooSmall)
+    /// Fails with [`SocketError::MtuTooSmall`]
     /// (naming jumbo frames as the fix) if the active MTU cannot carry QUIC's
     /// 1200-byte datagrams (RFC 9000 §14) and segmentation is off, and with a
     /// configuration error for nonsense tuning.
@@ -209,7 +215,9 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         let mtu = if cfg.segmentation {
             segment::datagram_mtu(fabric_mtu)
         } else {
-            attr.active_mtu.check_quic()?;
+            if fabric_mtu < QUIC_MIN_DATAGRAM {
+                return Err(SocketError::MtuTooSmall { active: fabric_mtu });
+            }
             fabric_mtu
         };
         crate::fabric::check_qkey(attr.qkey)?;

@@ -241,8 +241,18 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                 flags: SendFlags { signaled, inline },
             });
         }
+        self.post_built()
+    }
+
+    /// Post the WRs built in `self.wrs` (with their slots and AH references
+    /// beside them): each one the provider took becomes an in-flight send
+    /// and is counted, and leaves the three lists. `Err((posted, why))` when
+    /// the provider took only `posted` of them; the rest are released.
+    /// `send_batch` and the segmented path (`send_parts`) both post here.
+    pub(super) fn post_built(&mut self) -> Result<usize, (usize, crate::fabric::FabricError)> {
+        let n = self.wrs.len();
         let (posted, failure) = match self.qp.post_send(&self.mem, &self.wrs) {
-            Ok(()) => (self.wrs.len(), None),
+            Ok(()) => (n, None),
             Err((k, e)) => {
                 tracing::warn!(posted = k, err = %e, "post_send failed");
                 (k, Some(e))
@@ -261,13 +271,13 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                 tx_buf: None,
             });
         }
-        self.next_wr_id += self.wrs.len() as u64;
+        self.next_wr_id += n as u64;
         self.stats.send_posts += 1;
+        self.wrs.drain(..posted);
+        self.wr_ahs.drain(..posted);
+        self.wr_slots.drain(..posted);
         if let Some(e) = failure {
             // Release what the provider did not take, then report.
-            self.wrs.drain(..posted);
-            self.wr_ahs.drain(..posted);
-            self.wr_slots.drain(..posted);
             self.unwind_batch();
             return Err((posted, e));
         }

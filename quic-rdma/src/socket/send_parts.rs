@@ -9,7 +9,7 @@
 
 use super::ah_cache::AhRef;
 use super::send::Payload;
-use super::{segment, InflightSend, SocketError, UdSocket, MAX_SEND_BATCH};
+use super::{segment, SocketError, UdSocket, MAX_SEND_BATCH};
 use crate::fabric::{AhAttr, AhId, Memory, SendFlags, SendWr, Sge, UdAddr, UdQueuePair};
 
 impl<Q: UdQueuePair> UdSocket<Q> {
@@ -160,35 +160,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             }
             self.wrs[i].flags.signaled = signaled;
         }
-        let (posted, failure) = match self.qp.post_send(&self.mem, &self.wrs) {
-            Ok(()) => (n, None),
-            Err((k, e)) => {
-                tracing::warn!(posted = k, err = %e, "post_send failed");
-                (k, Some(e))
-            }
-        };
-        for i in 0..posted {
-            let wr = &self.wrs[i];
-            self.stats.sent_wrs += 1;
-            self.stats.sent_bytes += u64::from(wr.sge.len);
-            self.stats.signaled_sends += u64::from(wr.flags.signaled);
-            self.inflight.push_back(InflightSend {
-                wr_id: wr.wr_id,
-                slot: self.wr_slots[i],
-                ah: self.wr_ahs[i],
-                tx_buf: None,
-            });
-        }
-        self.next_wr_id += n as u64;
-        self.stats.send_posts += 1;
-        self.wrs.drain(..posted);
-        self.wr_ahs.drain(..posted);
-        self.wr_slots.drain(..posted);
-        if let Some(e) = failure {
-            self.unwind_batch();
-            return Err((posted, e));
-        }
-        Ok(posted)
+        self.post_built()
     }
 
     /// The error for a send whose post failed after `posted` of its `wrs` WRs

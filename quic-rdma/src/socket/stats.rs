@@ -114,3 +114,57 @@ impl SocketStats {
         }
     }
 }
+
+/// The public names follow the JSON reports `qr` has always written
+/// (`recv_wrs`, `drops.bad_grh`); the socket's own drops and the provider's
+/// share the `drops` group so a reader finds every loss in one place.
+impl crate::counters::Counters for SocketStats {
+    fn visit(&self, f: &mut dyn FnMut(crate::counters::Metric)) {
+        crate::visit_fields!(f, self, None;
+            sent_wrs: Counter, Count, "Send work requests posted";
+            sent_bytes: Counter, Bytes, "Payload bytes posted for sending";
+            send_posts: Counter, Count, "post_send calls (doorbells)";
+            inline_sends: Counter, Count, "Sends posted inline";
+            signaled_sends: Counter, Count, "Sends posted signaled";
+            send_completions: Counter, Count, "Send completions polled";
+            send_errors: Counter, Count, "Send completions with an error status";
+            mtu_refusals: Counter, Count, "Sends refused for exceeding the active MTU";
+            would_block: Counter, Count, "Sends refused for lack of send-queue room (retried)";
+            partial_posts: Counter, Count, "Sends the provider took only part of";
+            unposted_segments: Counter, Count, "Segments of partial sends never posted";
+            recv_packets => recv_wrs: Counter, Count, "Packets received and handed up";
+            recv_bytes: Counter, Bytes, "Payload bytes received and handed up";
+            recv_posts: Counter, Count, "post_recv calls";
+            recv_wrs_posted: Counter, Count, "Receive work requests posted";
+            recv_window_grows: Counter, Count, "Times the posted receive window doubled";
+            recv_errors: Counter, Count, "Receive completions with an error status";
+            recv_bogus_completions: Counter, Count, "Receive completions no conforming provider produces, dropped";
+            ah_created: Counter, Count, "Address handles created";
+            ah_destroyed: Counter, Count, "Address handles destroyed";
+            ah_rebuilt: Counter, Count, "Address handles rebuilt because our GID changed";
+            ah_hits: Counter, Count, "Send batches that found their address handle cached";
+            gid_changes: Counter, Count, "Times our own GID changed";
+            async_events: Counter, Count, "Asynchronous events seen";
+            qp_recoveries: Counter, Count, "Times the queue pair left the error state again";
+            qp_recovery_failures: Counter, Count, "Queue pair recoveries that failed";
+            tx_buf_sends: Counter, Count, "Transmits posted zero-copy from a transmit buffer";
+            tx_bufs_created: Counter, Count, "Transmit buffers registered";
+            tx_bufs_exhausted: Counter, Count, "Times every transmit buffer was held or in flight";
+            tx_buf_reallocations: Counter, Count, "Transmit buffers that reallocated while lent";
+            tx_buf_failures: Counter, Count, "Transmit buffers that could not be registered";
+            seg_datagrams_sent: Counter, Count, "Datagrams above the active MTU sent as parts";
+            seg_parts_sent: Counter, Count, "Parts sent";
+            seg_parts_received: Counter, Count, "Parts received into a datagram in progress";
+            seg_reassembled: Counter, Count, "Datagrams reassembled from parts";
+        );
+        let drops = Some("drops");
+        crate::visit_fields!(f, self, drops;
+            drop_bad_grh => bad_grh: Counter, Count, "Packets dropped because the GRH area did not parse";
+            seg_expired: Counter, Count, "Segmented datagrams dropped with a part missing after the timeout";
+            seg_evicted: Counter, Count, "Segmented datagrams dropped incomplete to make room";
+            seg_malformed: Counter, Count, "Parts dropped as malformed";
+            seg_duplicates: Counter, Count, "Parts dropped as duplicates";
+        );
+        self.provider.visit(f);
+    }
+}

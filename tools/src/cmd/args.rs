@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use quic_rdma::fabric::Provider;
 use quic_rdma::quic::retry::RetryPolicy;
 use quic_rdma::quinn_adapter::{Liveness, RetryGate};
 
@@ -59,6 +61,42 @@ pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
         return Err(format!("`{s}` is not a byte count of at least 1"));
     }
     Ok(bytes)
+}
+
+/// `--provider`'s values: the names of [`Provider`] (quic-rdma's, shared with
+/// the C API and the benchmarks), each listed in `--help` with what it means
+/// for `qr`.
+pub(crate) fn provider_parser() -> impl TypedValueParser<Value = Provider> {
+    let values = Provider::ALL.map(|p| {
+        PossibleValue::new(p.name()).help(match p {
+            Provider::Sim => {
+                "In-process simulated fabric (MTU 4096, optional fault injection). No \
+                 hardware needed"
+            }
+            Provider::Soft => {
+                "Userspace RoCEv2 over UDP sockets (one process per endpoint: `qr serve` / \
+                 `qr connect`; `qr demo` runs the server as a child process)"
+            }
+            Provider::Verbs => {
+                "libibverbs: RoCE NICs and kernel rxe (`qr serve` / `qr connect`; built with \
+                 the `verbs` cargo feature)"
+            }
+        })
+    });
+    PossibleValuesParser::new(values).try_map(|s| s.parse::<Provider>())
+}
+
+/// `--provider` and `--udp-port`: which fabric an endpoint lives on, declared
+/// once for every command that opens one.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub(crate) struct FabricArgs {
+    /// Fabric provider.
+    #[arg(long, value_parser = provider_parser(), default_value_t = Provider::Soft)]
+    pub(crate) provider: Provider,
+    /// UDP port of the RoCEv2 socket (`soft`; kernel rxe and NICs use 4791
+    /// only): another endpoint on the same IP needs another port.
+    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
+    pub(crate) udp_port: u16,
 }
 
 /// `--idle-timeout` and `--keep-alive`: how fast a dead peer is noticed. The

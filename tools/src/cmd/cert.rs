@@ -37,6 +37,8 @@ pub(crate) fn main(args: &CertArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
+            // anyhow prints the source chain, as before the error was typed.
+            let e = anyhow::Error::from(e);
             eprintln!("qr cert: {e:#}");
             ExitCode::FAILURE
         }

@@ -17,14 +17,13 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use quic_rdma::fabric::soft::bootstrap::PeerInfo;
-use quic_rdma::quinn_adapter;
+use quic_rdma::discovery::PeerInfo;
 
-use super::args::{parse_bytes, LivenessArgs};
+use super::args::{parse_bytes, FabricArgs, LivenessArgs};
 use super::{print_report, RunError};
 use crate::channel_endpoint::{query_bootstrap, route_source};
-use crate::endpoint::endpoint;
-use crate::provider::{self, EndpointOptions, ProviderKind};
+use crate::endpoint::FabricEndpoint;
+use crate::provider::{self, EndpointOptions};
 use crate::report::{
     EndpointsReport, PingReport, QuicReport, Report, RttReport, SocketReport, SocketsReport,
     SoftPortReport, SoftPortsReport, TransferReport, UdEndpointReport,
@@ -50,20 +49,13 @@ pub(crate) struct ConnectArgs {
     #[arg(long)]
     pub(crate) server_name: Option<String>,
 
-    /// Fabric provider (`soft`: userspace RoCEv2 over UDP; `verbs`: libibverbs, when
-    /// built with the `verbs` feature — its GID is the local IP).
-    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
-    pub(crate) provider: ProviderKind,
+    #[command(flatten)]
+    pub(crate) fabric: FabricArgs,
 
     /// Local IP (our GID). Default: the source address the kernel routes from
     /// towards the server's GID.
     #[arg(long)]
     pub(crate) ip: Option<IpAddr>,
-
-    /// Local UDP port of the RoCEv2 socket. Keep 4791 (the server answers to
-    /// port 4791: a `soft` endpoint learns only the bootstrap server's port).
-    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
-    pub(crate) udp_port: u16,
 
     /// Bytes to transfer client -> server (suffixes K, M, G, T are binary).
     #[arg(long, default_value = "64M", value_parser = parse_bytes)]
@@ -124,12 +116,11 @@ fn host_of(server: &str) -> Result<&str> {
 /// The client-side run, shared by `qr connect` and `qr demo --provider soft`.
 #[derive(Clone, Debug)]
 pub(crate) struct ClientRun {
-    pub(crate) provider: ProviderKind,
+    pub(crate) fabric: FabricArgs,
     pub(crate) server: String,
     pub(crate) server_name: String,
     pub(crate) cert: PathBuf,
     pub(crate) ip: Option<IpAddr>,
-    pub(crate) udp_port: u16,
     pub(crate) bytes: u64,
     pub(crate) pings: u32,
     pub(crate) ping_size: u32,
@@ -147,12 +138,11 @@ impl ClientRun {
             None => host_of(&a.server)?.to_string(),
         };
         Ok(ClientRun {
-            provider: a.provider,
+            fabric: a.fabric,
             server: a.server.clone(),
             server_name,
             cert: a.cert.clone(),
             ip: a.ip,
-            udp_port: a.udp_port,
             bytes: a.bytes,
             pings: a.pings,
             ping_size: a.ping_size,
@@ -167,7 +157,7 @@ impl ClientRun {
 /// Find the server, connect, run the workload, report (server counters unknown).
 pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
     // Before the bootstrap query, which may wait --wait seconds for a server.
-    provider::ensure_built_in(c.provider).map_err(RunError::Provider)?;
+    provider::ensure_built_in(c.fabric.provider).map_err(RunError::Provider)?;
     let run = |e: anyhow::Error| RunError::Run(e);
     let peer = query_bootstrap(&c.server, c.wait).map_err(run)?;
     let peer_ip = peer.addr.gid.to_ip();
@@ -176,7 +166,7 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
         None => route_source(peer_ip).map_err(run)?,
     };
     let mut opts = EndpointOptions::new(ip);
-    opts.udp_port = c.udp_port;
+    opts.udp_port = c.fabric.udp_port;
     opts.peer = Some(peer);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -185,7 +175,7 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
         .map_err(run)?;
     let ep = {
         let _rt = rt.enter();
-        provider::open_endpoint(c.provider, &opts).map_err(RunError::Provider)?
+        provider::open_endpoint(c.fabric.provider, &opts).map_err(RunError::Provider)?
     };
     let trusted = tls::load_certs(&c.cert).map_err(run)?;
     let report = rt.block_on(async {
@@ -207,12 +197,9 @@ async fn client(
     peer: &PeerInfo,
     trusted: Vec<rustls::pki_types::CertificateDer<'static>>,
 ) -> Result<Report> {
-    let fabric_mtu = ep.socket.mtu();
-    let cfg = tls::client_config(
-        trusted,
-        quinn_adapter::transport_with(fabric_mtu, c.liveness),
-    )?;
-    let endpoint = endpoint(&ep.socket, None)?;
+    let fabric = FabricEndpoint::new(ep.socket.clone(), c.liveness);
+    let cfg = tls::client_config(trusted, fabric.transport())?;
+    let endpoint = fabric.client()?;
     let start = Instant::now();
     let conn = endpoint
         .connect_with(cfg, ep.socket.peer_addr(peer.addr), &c.server_name)
@@ -230,7 +217,7 @@ async fn client(
         })?;
     let handshake = start.elapsed();
     // A dead server is noticed by the receive path (docs/architecture.md §5).
-    quinn_adapter::spawn_watch_for(&ep.socket, &conn, &c.liveness);
+    fabric.watch(&conn);
     let transfer = workload::run_transfer(&conn, c.bytes, c.seed).await?;
     let rtts = if c.pings > 0 {
         workload::run_pings(&conn, c.pings, c.ping_size as usize).await?
@@ -256,7 +243,7 @@ async fn client(
         loss_percent: 0.0,
         seed: c.seed,
         mtu: stats.path.current_mtu,
-        fabric_mtu,
+        fabric_mtu: ep.socket.mtu(),
         handshake_ms: handshake.as_secs_f64() * 1e3,
         tls: tls_info.into(),
         transfer,
@@ -267,7 +254,7 @@ async fn client(
         },
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
-            client: SocketReport::of(&ep.socket),
+            client: SocketReport::socket(&ep.socket),
             server: None,
         },
         fabric: None,

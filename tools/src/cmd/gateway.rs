@@ -19,14 +19,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
 use quic_rdma::fabric::{Mtu, UdQueuePair};
+use quic_rdma::socket::QUIC_MIN_DATAGRAM;
 
-use super::args::{parse_bytes, MetricsArgs, DEFAULT_SERVICE_PORT};
+use super::args::{parse_bytes, FabricArgs, MetricsArgs, DEFAULT_SERVICE_PORT};
 use crate::channel_endpoint::query_bootstrap;
 use crate::gateway::{self, udp_socket, GatewayStats, Limits, QpFactory, ToFabric, ToUdp};
 use crate::http::Page;
-use crate::provider::{self, EndpointOptions, ProviderKind};
+use crate::provider::{self, EndpointOptions};
+use quic_rdma::fabric::Provider;
 
 /// Options of `qr gateway`.
 #[derive(Clone, Debug, clap::Args)]
@@ -51,15 +52,8 @@ struct Common {
     #[arg(long)]
     fabric_ip: IpAddr,
 
-    /// Fabric provider (`soft` only for now: the gateway opens one queue pair per
-    /// client on one port).
-    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
-    provider: ProviderKind,
-
-    /// UDP port of the gateway's RoCEv2 socket (`soft`): another endpoint
-    /// on the same IP needs another port.
-    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
-    udp_port: u16,
+    #[command(flatten)]
+    fabric: FabricArgs,
 
     /// Active MTU of the gateway's fabric port: 2048 or 4096 (QUIC needs
     /// 1200-byte datagrams, RFC 9000 §14; 1024 is too small). UDP datagrams
@@ -167,7 +161,7 @@ fn parse_nonzero_duration(s: &str) -> Result<Duration, String> {
 fn parse_mtu(s: &str) -> Result<usize, String> {
     let n: usize = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     match Mtu::from_bytes(n) {
-        Some(m) if m.check_quic().is_ok() => Ok(n),
+        Some(m) if m.bytes() >= QUIC_MIN_DATAGRAM => Ok(n),
         _ => Err(format!(
             "{n} is not a RoCE MTU QUIC fits in: use 2048 or 4096 (QUIC needs 1200 bytes)"
         )),
@@ -180,10 +174,10 @@ pub(crate) fn main(args: &GatewayArgs) -> ExitCode {
         Direction::ToFabric(a) => &a.common,
         Direction::ToUdp(a) => &a.common,
     };
-    if common.provider != ProviderKind::Soft {
+    if common.fabric.provider != Provider::Soft {
         eprintln!(
             "qr gateway: provider `{}` is not supported by the gateway yet: use `--provider soft`",
-            common.provider
+            common.fabric.provider
         );
         return ExitCode::from(2);
     }
@@ -227,7 +221,7 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
     let target = a.target.clone();
     let wait = Duration::from_secs(a.wait);
     let peer = tokio::task::spawn_blocking(move || query_bootstrap(&target, wait)).await??;
-    let mut cfg = provider::soft_config(a.common.fabric_ip, a.common.udp_port)?;
+    let mut cfg = provider::soft_config(a.common.fabric_ip, a.common.fabric.udp_port)?;
     cfg.mtu = Mtu::from_bytes(a.common.fabric_mtu).expect("checked by parse_mtu");
     let port = provider::open_soft_port(cfg)?;
     // Every client QP sends to the target's UDP port (set before any AH exists).
@@ -251,7 +245,7 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
         .udp_recv_buffer_bytes
         .set(i64::try_from(granted).unwrap_or(i64::MAX));
     if let Some(inode) = udp_socket::inode(&udp) {
-        let _ = stats.udp_listener_inode.set(inode);
+        stats.udp_kernel_drops.watch(inode);
     }
     let _metrics = metrics(&a.common, &stats).await?;
     eprintln!(
@@ -301,17 +295,14 @@ async fn to_udp(a: &ToUdpArgs) -> Result<()> {
             format!("--udp-bind {bind_ip}: cannot send from it to {target} (is it an address of this host?)")
         })?;
     let mut opts = EndpointOptions::new(a.common.fabric_ip);
-    opts.udp_port = a.common.udp_port;
+    opts.udp_port = a.common.fabric.udp_port;
     opts.mtu = Mtu::from_bytes(a.common.fabric_mtu).expect("checked by parse_mtu");
-    let ep = provider::open_endpoint(ProviderKind::Soft, &opts)?;
+    let ep = provider::open_endpoint(Provider::Soft, &opts)?;
     let publish = ep
         .publish
         .context("the soft endpoint has no bootstrap record")?;
     let bind = SocketAddr::new(a.common.fabric_ip, a.service_port);
-    let bootstrap = BootstrapServer::bind(bind, publish)
-        .with_context(|| format!("bootstrap service on TCP {bind}"))?;
-    let bound = bootstrap.local_addr()?;
-    let _bootstrap = bootstrap.spawn()?;
+    let (bound, _bootstrap) = crate::channel_endpoint::publish(bind, publish)?;
     let stats = Arc::new(GatewayStats::default());
     let _metrics = metrics(&a.common, &stats).await?;
     eprintln!(

@@ -23,7 +23,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use quic_rdma::quinn_adapter::{Liveness, RetryGate};
 
-use super::args::{parse_bytes, LivenessArgs, MetricsArgs, RetryArgs};
+use super::args::{parse_bytes, FabricArgs, LivenessArgs, MetricsArgs, RetryArgs};
 use crate::channel_endpoint::{self, ChannelClient, DialOptions, ListenOptions};
 use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
@@ -33,7 +33,7 @@ use crate::kv::redis::upstream::{self, UpstreamConfig};
 use crate::kv::{self, Master, MasterConfig, Metrics};
 use crate::listener::ListenerStats;
 use crate::pki::MtlsArgs;
-use crate::provider::{self, ProviderKind};
+use crate::provider::{self};
 
 /// Options of `qr kv-relay`.
 #[derive(Debug, clap::Args)]
@@ -56,12 +56,8 @@ struct Common {
     /// Local IP on the fabric: the endpoint's GID (IPv4-mapped for IPv4).
     #[arg(long)]
     ip: IpAddr,
-    /// Fabric provider.
-    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
-    provider: ProviderKind,
-    /// UDP port of the RoCEv2 socket.
-    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
-    udp_port: u16,
+    #[command(flatten)]
+    fabric: FabricArgs,
     /// Mutual TLS identity and CA.
     #[command(flatten)]
     mtls: MtlsArgs,
@@ -197,7 +193,7 @@ pub(crate) fn main(args: &KvRelayArgs) -> ExitCode {
         Side::Upstream(a) => &a.common,
         Side::Downstream(a) => &a.common,
     };
-    if let Err(e) = provider::ensure_built_in(common.provider) {
+    if let Err(e) = provider::ensure_built_in(common.fabric.provider) {
         eprintln!("qr kv-relay: {e}");
         return ExitCode::from(2);
     }
@@ -307,8 +303,8 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     cfg.window = a.window;
     let master = Master::new(cfg, metrics.clone());
     let mut lo = ListenOptions::new(c.ip);
-    lo.provider = c.provider;
-    lo.udp_port = c.udp_port;
+    lo.provider = c.fabric.provider;
+    lo.udp_port = c.fabric.udp_port;
     lo.service_port = a.service_port;
     lo.liveness = liveness;
     // The transport config is the fabric's (channel_endpoint replaces it).
@@ -382,9 +378,9 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
     // later ones reconnect on it (its RoCEv2 port stays ours).
     let client: Arc<tokio::sync::Mutex<Option<ChannelClient>>> = Arc::default();
     let mut opts = DialOptions::new();
-    opts.provider = c.provider;
+    opts.provider = c.fabric.provider;
     opts.ip = Some(c.ip);
-    opts.udp_port = c.udp_port;
+    opts.udp_port = c.fabric.udp_port;
     opts.liveness = liveness;
     let service = a.upstream.clone();
     let dial: Dialer = Arc::new(move || {

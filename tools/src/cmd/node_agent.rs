@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::args::{parse_bytes, LivenessArgs, RetryArgs, TcpLimitsArgs};
+use super::args::{parse_bytes, FabricArgs, LivenessArgs, RetryArgs, TcpLimitsArgs};
 use crate::access::Access;
 use crate::channel_endpoint::{listen, ChannelServer, DialOptions, ListenOptions};
 use crate::image::cache::Cache;
@@ -23,7 +23,6 @@ use crate::image::transfer::TransferOptions;
 use crate::image::upstream::Upstream;
 use crate::image::{http, wire};
 use crate::pki::MtlsArgs;
-use crate::provider::ProviderKind;
 
 /// Options of `qr node-agent`.
 #[derive(Clone, Debug, clap::Args)]
@@ -46,18 +45,13 @@ pub(crate) struct NodeAgentArgs {
     #[command(flatten)]
     tcp: TcpLimitsArgs,
 
-    /// Fabric provider.
-    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
-    provider: ProviderKind,
+    #[command(flatten)]
+    fabric: FabricArgs,
 
     /// Local IP on the fabric (our GID). Default: the address routed towards
     /// the registry agent.
     #[arg(long)]
     ip: Option<IpAddr>,
-
-    /// UDP port of the RoCEv2 socket.
-    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
-    udp_port: u16,
 
     /// Directory of the verified blob cache.
     #[arg(long)]
@@ -170,9 +164,8 @@ pub(crate) fn node(
     tls: &MtlsArgs,
     registry: &str,
     server_name: Option<&str>,
-    provider: ProviderKind,
+    fabric: FabricArgs,
     ip: Option<IpAddr>,
-    udp_port: u16,
     liveness: &LivenessArgs,
     cache: Arc<Cache>,
     transfer: TransferOptions,
@@ -182,9 +175,9 @@ pub(crate) fn node(
     let mtls = tls.load()?;
     let config = mtls.client_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
     let mut opts = DialOptions::new();
-    opts.provider = provider;
+    opts.provider = fabric.provider;
     opts.ip = ip;
-    opts.udp_port = udp_port;
+    opts.udp_port = fabric.udp_port;
     opts.liveness = liveness.liveness()?;
     let name = match server_name {
         Some(n) => n.to_string(),
@@ -224,14 +217,14 @@ fn serve_peers(
         .load()?
         .server_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
     let mut opts = ListenOptions::new(ip);
-    opts.provider = args.provider;
+    opts.provider = args.fabric.provider;
     opts.udp_port = args.peer_udp_port;
     opts.service_port = port;
     opts.liveness = args.liveness.liveness()?;
     let server = listen(&opts, config).context("--serve-peers")?;
     println!(
         "qr node-agent: serving peers on {} ({})",
-        args.provider,
+        args.fabric.provider,
         server.describe()
     );
     let gate = args.retry.gate();
@@ -251,7 +244,7 @@ fn serve_peers(
 }
 
 fn run(args: &NodeAgentArgs) -> Result<()> {
-    crate::provider::ensure_built_in(args.provider)?;
+    crate::provider::ensure_built_in(args.fabric.provider)?;
     let cache = Cache::open(&args.cache_dir, args.cache_size)?;
     let transfer = TransferOptions {
         parallel: args.parallel.max(1),
@@ -269,9 +262,8 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
             &args.tls,
             &args.registry,
             args.server_name.as_deref(),
-            args.provider,
+            args.fabric,
             args.ip,
-            args.udp_port,
             &args.liveness,
             cache.clone(),
             transfer,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use super::args::{parse_bytes, LivenessArgs};
+use super::args::{parse_bytes, FabricArgs, LivenessArgs};
 use super::node_agent::node;
 use crate::image::cache::Cache;
 use crate::image::digest::{check_name, check_namespace, scoped, Digest, Reference};
@@ -20,7 +20,6 @@ use crate::image::node::Node;
 use crate::image::platform::Platform;
 use crate::image::transfer::TransferOptions;
 use crate::pki::MtlsArgs;
-use crate::provider::ProviderKind;
 
 /// Options of `qr pull`.
 #[derive(Clone, Debug, clap::Args)]
@@ -36,17 +35,12 @@ pub(crate) struct PullArgs {
     #[arg(long)]
     server_name: Option<String>,
 
-    /// Fabric provider.
-    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
-    provider: ProviderKind,
+    #[command(flatten)]
+    fabric: FabricArgs,
 
     /// Local IP on the fabric (our GID). Default: the address routed towards the registry agent.
     #[arg(long)]
     ip: Option<IpAddr>,
-
-    /// UDP port of the RoCEv2 socket.
-    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
-    udp_port: u16,
 
     /// Blob cache directory (shared with a node agent's --cache-dir if you like).
     #[arg(long)]
@@ -149,7 +143,7 @@ struct Summary {
 
 fn run(args: &PullArgs) -> Result<()> {
     let (repo, reference) = parse_image(&args.image)?;
-    crate::provider::ensure_built_in(args.provider)?;
+    crate::provider::ensure_built_in(args.fabric.provider)?;
     let cache = Cache::open(&args.cache_dir, args.cache_size)?;
     let transfer = TransferOptions {
         parallel: args.parallel.max(1),
@@ -166,9 +160,8 @@ fn run(args: &PullArgs) -> Result<()> {
             &args.tls,
             &args.registry,
             args.server_name.as_deref(),
-            args.provider,
+            args.fabric,
             args.ip,
-            args.udp_port,
             &args.liveness,
             cache,
             transfer,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 
 use super::args::{
-    parse_age, parse_bytes, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT,
+    parse_age, parse_bytes, FabricArgs, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT,
 };
 use crate::access::Access;
 use crate::channel_endpoint::{listen, ListenOptions};
@@ -24,7 +24,6 @@ use crate::image::spool::Spool;
 use crate::image::upstream::{CredentialStore, Upstream, UpstreamOptions};
 use crate::image::{server, wire};
 use crate::pki::MtlsArgs;
-use crate::provider::ProviderKind;
 
 /// Options of `qr registry-agent`.
 #[derive(Clone, Debug, clap::Args)]
@@ -68,13 +67,8 @@ pub(crate) struct RegistryAgentArgs {
     #[arg(long)]
     ip: IpAddr,
 
-    /// Fabric provider.
-    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
-    provider: ProviderKind,
-
-    /// UDP port of the RoCEv2 socket.
-    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
-    udp_port: u16,
+    #[command(flatten)]
+    fabric: FabricArgs,
 
     /// TCP port of the bootstrap service node agents dial.
     #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
@@ -187,8 +181,8 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
     rt.block_on(async {
         let config = mtls.server_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
         let mut opts = ListenOptions::new(args.ip);
-        opts.provider = args.provider;
-        opts.udp_port = args.udp_port;
+        opts.provider = args.fabric.provider;
+        opts.udp_port = args.fabric.udp_port;
         opts.service_port = args.service_port;
         opts.liveness = args.liveness.liveness()?;
         let server = listen(&opts, config)?;
@@ -238,12 +232,12 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
         let spool = Arc::new(spool);
         println!(
             "qr registry-agent: ready on {} ({}), ALPN {}, {from}; {}",
-            args.provider,
+            args.fabric.provider,
             server.describe(),
             String::from_utf8_lossy(wire::ALPN),
             access.describe()
         );
-        crate::notify::ready(&format!("serving on {}, {from}", args.provider));
+        crate::notify::ready(&format!("serving on {}, {from}", args.fabric.provider));
         let serving = server::Serving {
             metrics,
             watcher: Some(server.watcher()),

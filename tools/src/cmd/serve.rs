@@ -21,14 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use quic_rdma::fabric::soft::bootstrap::BootstrapServer;
-use quic_rdma::quinn_adapter::{self, Attempt, Liveness};
+use quic_rdma::quinn_adapter::Attempt;
 
-use super::args::{LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT};
-use crate::endpoint::endpoint;
+use super::args::{FabricArgs, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT};
+use crate::endpoint::FabricEndpoint;
 use crate::endpoint_metrics::EndpointMetrics;
 use crate::http::Page;
-use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError, ProviderKind};
+use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError};
 use crate::report::{hex, ServeSummary, SocketReport, SoftPortReport, UdEndpointReport};
 use crate::tls::{self, ServerIdentity};
 use crate::workload;
@@ -47,14 +46,8 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) cert_out: PathBuf,
 
-    /// Fabric provider (`soft`: userspace RoCEv2 over UDP; `verbs`: libibverbs, when
-    /// built with the `verbs` feature — its GID is the local IP).
-    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
-    pub(crate) provider: ProviderKind,
-
-    /// UDP port of the RoCEv2 socket (4791 is what kernel rxe and NICs use).
-    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
-    pub(crate) udp_port: u16,
+    #[command(flatten)]
+    pub(crate) fabric: FabricArgs,
 
     /// TCP port of the bootstrap service (on --ip unless --bootstrap-bind).
     #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
@@ -185,12 +178,12 @@ fn watch_parent(cert: &Path) -> Result<()> {
 /// Serve; `Ok(ok)` of the single connection with `--once`, else runs until killed.
 fn serve(args: &ServeArgs) -> Result<bool> {
     let started = Instant::now();
-    provider::ensure_built_in(args.provider)?;
+    provider::ensure_built_in(args.fabric.provider)?;
     if args.exit_with_parent {
         watch_parent(&args.cert_out)?;
     }
     let mut opts = EndpointOptions::new(args.ip);
-    opts.udp_port = args.udp_port;
+    opts.udp_port = args.fabric.udp_port;
     opts.qpn = args.qpn;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -198,7 +191,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
         .context("starting the tokio runtime")?;
     let ep = {
         let _rt = rt.enter();
-        provider::open_endpoint(args.provider, &opts)?
+        provider::open_endpoint(args.fabric.provider, &opts)?
     };
     let mut names = vec![args.ip.to_string()];
     names.extend(args.names.iter().cloned());
@@ -207,24 +200,18 @@ fn serve(args: &ServeArgs) -> Result<bool> {
         let _files = CERT_FILES.lock().unwrap_or_else(|e| e.into_inner());
         id.write_cert(&args.cert_out)?;
     }
-    let liveness = args.liveness.liveness()?;
-    let server_cfg = tls::server_config(
-        &id,
-        quinn_adapter::transport_with(ep.socket.mtu(), liveness),
-    )?;
+    let fabric = FabricEndpoint::new(ep.socket.clone(), args.liveness.liveness()?);
+    let server_cfg = tls::server_config(&id, fabric.transport())?;
 
     let result = rt.block_on(async {
-        let endpoint = endpoint(&ep.socket, Some(server_cfg))?;
+        let endpoint = fabric.listen(server_cfg)?;
         let bind = args
             .bootstrap_bind
             .unwrap_or(SocketAddr::new(args.ip, args.service_port));
         let publish = ep
             .publish
             .ok_or_else(|| anyhow!("provider `{}` has no bootstrap record", ep.kind))?;
-        let bootstrap = BootstrapServer::bind(bind, publish)
-            .with_context(|| format!("bootstrap service on TCP {bind}"))?;
-        let bound = bootstrap.local_addr()?;
-        let _bootstrap = bootstrap.spawn()?;
+        let (bound, _bootstrap) = crate::channel_endpoint::publish(bind, publish)?;
         eprintln!(
             "qr serve: {} endpoint GID {} QPN {:#x} Q_Key {:#x} UDP port {} MTU {}; \
              bootstrap on TCP {bound}; certificate in {}",
@@ -270,7 +257,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
                 .ok_or_else(|| anyhow!("endpoint closed"))?;
             let s = tokio::time::timeout_at(
                 deadline,
-                connection(attempt, ep.clone(), metrics.clone(), liveness),
+                connection(attempt, ep.clone(), metrics.clone(), fabric.clone()),
             )
             .await
             .map_err(|_| {
@@ -285,9 +272,10 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             Ok(s.ok)
         } else {
             while let Some(attempt) = gate.accept(&endpoint).await {
-                let (ep, json, metrics) = (ep.clone(), args.json, metrics.clone());
+                let (ep, json, metrics, fabric) =
+                    (ep.clone(), args.json, metrics.clone(), fabric.clone());
                 tokio::spawn(async move {
-                    let s = connection(attempt, ep, metrics, liveness).await;
+                    let s = connection(attempt, ep, metrics, fabric).await;
                     print_summary(&s, json);
                 });
             }
@@ -312,7 +300,7 @@ async fn connection(
     attempt: Attempt,
     ep: Arc<EndpointSocket>,
     metrics: Arc<EndpointMetrics>,
-    liveness: Liveness,
+    fabric: FabricEndpoint,
 ) -> ServeSummary {
     let client = ep
         .socket
@@ -324,7 +312,7 @@ async fn connection(
     let outcome = async {
         let conn = attempt.await.context("server handshake")?;
         // A dead client is noticed by the receive path (docs/architecture.md §5).
-        quinn_adapter::spawn_watch_for(&ep.socket, &conn, &liveness);
+        fabric.watch(&conn);
         metrics.track(&conn);
         server_name = conn
             .handshake_data()
@@ -350,7 +338,7 @@ async fn connection(
         sha256_received: received.map_or_else(String::new, |r| hex(&r.sha256)),
         ping_bytes_echoed: echoed,
         server_name,
-        socket: SocketReport::of(&ep.socket),
+        socket: SocketReport::socket(&ep.socket),
         soft: ep.soft.as_ref().map(|p| SoftPortReport::from(&p.stats())),
     }
 }

@@ -30,11 +30,12 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use quic_rdma::fabric::soft::SoftPort;
 use quic_rdma::fabric::{
-    AhAttr, Completion, Gid, Memory, RecvWr, Region, SendFlags, SendWr, Sge, UdQueuePair, WcStatus,
-    GRH_LEN,
+    AhAttr, Completion, Gid, Memory, Provider, RecvWr, Region, SendFlags, SendWr, Sge, UdQueuePair,
+    WcStatus, GRH_LEN,
 };
 
-use crate::provider::{self, OpenError, ProviderKind};
+use super::args::FabricArgs;
+use crate::provider::{self, OpenError};
 
 /// Q_Key of `ibv_ud_pingpong` (both QPs, every send).
 pub(crate) const PP_QKEY: u32 = 0x1111_1111;
@@ -77,18 +78,13 @@ pub(crate) struct UdPingpongArgs {
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub(crate) ib_port: u8,
 
-    /// Fabric provider.
-    #[arg(long, value_enum, default_value_t = ProviderKind::Soft)]
-    pub(crate) provider: ProviderKind,
+    #[command(flatten)]
+    pub(crate) fabric: FabricArgs,
 
     /// soft: the local IP (the GID). Default: the address the kernel routes
     /// from towards the server (client), required for a server.
     #[arg(long)]
     pub(crate) ip: Option<IpAddr>,
-
-    /// soft: UDP port of the RoCEv2 socket (kernel rxe and NICs use 4791 only).
-    #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
-    pub(crate) udp_port: u16,
 
     /// Client: keep trying to reach the server this many seconds.
     #[arg(long, default_value_t = 30)]
@@ -193,17 +189,17 @@ fn check_usage(args: &UdPingpongArgs) -> Result<()> {
     if args.size == 0 || args.iters == 0 || args.rx_depth == 0 {
         return usage("-s, -n and -r must be at least 1");
     }
-    provider::ensure_built_in(args.provider)?;
-    match args.provider {
-        ProviderKind::Sim => usage(
+    provider::ensure_built_in(args.fabric.provider)?;
+    match args.fabric.provider {
+        Provider::Sim => usage(
             "provider `sim` is in-process: ud-pingpong needs `--provider soft` or `--provider verbs`",
         ),
-        ProviderKind::Soft => match (&args.ip, &args.gid, &args.host) {
+        Provider::Soft => match (&args.ip, &args.gid, &args.host) {
             (None, Some(g), _) => parse_gid(g).map(drop),
             (None, None, None) => usage("a soft server needs --ip (its GID)"),
             _ => Ok(()),
         },
-        ProviderKind::Verbs => Ok(()),
+        Provider::Verbs => Ok(()),
     }
 }
 
@@ -271,23 +267,23 @@ struct Opened {
 }
 
 fn open_qp(args: &UdPingpongArgs) -> Result<Opened> {
-    match args.provider {
-        ProviderKind::Soft => {
+    match args.fabric.provider {
+        Provider::Soft => {
             let ip = match (&args.ip, &args.gid, &args.host) {
                 (Some(ip), _, _) => *ip,
                 (None, Some(g), _) => parse_gid(g)?.to_ip(),
                 (None, None, Some(host)) => route_source(host, args.port)?,
                 (None, None, None) => return usage("a soft server needs --ip (its GID)"),
             };
-            let port = provider::open_soft_port(provider::soft_config(ip, args.udp_port)?)?;
+            let port = provider::open_soft_port(provider::soft_config(ip, args.fabric.udp_port)?)?;
             let qp = port.create_qp(PP_QKEY).context("soft QP")?;
             Ok(Opened {
                 qp: Box::new(qp),
                 _soft: Some(port),
             })
         }
-        ProviderKind::Verbs => open_verbs(args),
-        ProviderKind::Sim => usage(
+        Provider::Verbs => open_verbs(args),
+        Provider::Sim => usage(
             "provider `sim` is in-process: ud-pingpong needs `--provider soft` or `--provider verbs`",
         ),
     }
@@ -329,7 +325,7 @@ fn open_verbs(args: &UdPingpongArgs) -> Result<Opened> {
 
 #[cfg(not(feature = "verbs"))]
 fn open_verbs(_: &UdPingpongArgs) -> Result<Opened> {
-    Err(OpenError::NotBuiltIn(ProviderKind::Verbs).into())
+    Err(OpenError::NotBuiltIn(Provider::Verbs).into())
 }
 
 fn run(args: &UdPingpongArgs) -> Result<()> {

@@ -65,7 +65,7 @@ use quic_rdma::quinn_adapter::RdmaUdpSocket;
 use quinn::udp::{RecvMeta, Transmit};
 use quinn::AsyncUdpSocket;
 
-pub use stats::{GatewaySnapshot, GatewayStats};
+pub use stats::{GatewaySnapshot, GatewayStats, KernelDrops};
 pub use to_fabric::{client_socket_config, to_fabric, ToFabric};
 pub use to_udp::{to_udp, ToUdp};
 

@@ -486,7 +486,7 @@ impl TempWriter {
     /// As [`TempWriter::write_at`] for the concatenation of `pieces`, written
     /// with `pwritev` straight from them: a chunk arrives as the pieces quinn
     /// received it in (one per packet), and gathering them into one buffer
-    /// first would cost a copy of every byte (benches/results/issue11-image.md).
+    /// first would cost a copy of every byte (benches/results/image-agents.md).
     pub fn write_pieces_at(&self, offset: u64, pieces: &[Bytes]) -> Result<(), CacheError> {
         // Linux takes at most IOV_MAX (1024) buffers per call.
         const IOV_MAX: usize = 1024;

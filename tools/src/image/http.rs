@@ -352,6 +352,15 @@ pub const STALE: &str = "X-Qr-Stale";
 /// [`STALE`]'s value.
 const STALE_WHY: &str = "upstream unreachable; served from the registry agent's cache";
 
+/// The headers of every blob answer (distribution-spec "Pulling blobs"):
+/// its length, type, digest, and that ranges are served.
+fn blob_headers(h: &mut hyper::HeaderMap, len: u64, digest: &Digest) {
+    set(h, CONTENT_LENGTH, &len.to_string());
+    set(h, CONTENT_TYPE, "application/octet-stream");
+    set(h, "Docker-Content-Digest", &digest.to_string());
+    set(h, "Accept-Ranges", "bytes");
+}
+
 fn set(h: &mut hyper::HeaderMap, k: impl hyper::header::IntoHeaderName, v: &str) {
     if let Ok(v) = HeaderValue::from_str(v) {
         h.insert(k, v);
@@ -389,10 +398,7 @@ async fn blob(
             Ok(size) => {
                 let mut r = Response::new(full(Bytes::new()));
                 let h = r.headers_mut();
-                set(h, CONTENT_LENGTH, &size.to_string());
-                set(h, CONTENT_TYPE, "application/octet-stream");
-                set(h, "Docker-Content-Digest", &digest.to_string());
-                set(h, "Accept-Ranges", "bytes");
+                blob_headers(h, size, digest);
                 r
             }
             Err(e) => fetch_error(&e, "BLOB_UNKNOWN"),
@@ -441,10 +447,7 @@ async fn blob(
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(body)));
     *r.status_mut() = status;
     let h = r.headers_mut();
-    set(h, CONTENT_LENGTH, &len.to_string());
-    set(h, CONTENT_TYPE, "application/octet-stream");
-    set(h, "Docker-Content-Digest", &digest.to_string());
-    set(h, "Accept-Ranges", "bytes");
+    blob_headers(h, len, digest);
     set(h, "X-Qr-Path", path.name());
     if status == StatusCode::PARTIAL_CONTENT {
         set(

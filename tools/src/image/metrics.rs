@@ -4,6 +4,9 @@
 
 use std::fmt::Write as _;
 
+use quic_rdma::counters::{Counters, Metric};
+
+use crate::metric::visited;
 pub use crate::metric::{
     counter, gauge, histogram, sample, Counter, Gauge, Histogram, HistogramVec, Label,
 };
@@ -180,27 +183,11 @@ impl NodeMetrics {
         }
     }
 
-    /// The Prometheus text.
+    /// The Prometheus text: the visited values, then the families by path
+    /// and the histograms.
     pub fn render(&self) -> String {
         let mut o = String::new();
-        counter(
-            &mut o,
-            "qr_node_requests_total",
-            "HTTP requests answered",
-            self.requests.get(),
-        );
-        counter(
-            &mut o,
-            "qr_node_bad_requests_total",
-            "Malformed HTTP requests (400)",
-            self.bad_requests.get(),
-        );
-        counter(
-            &mut o,
-            "qr_node_errors_total",
-            "Error answers other than 400",
-            self.errors.get(),
-        );
+        visited(&mut o, "qr_node", self);
         let _ = writeln!(
             o,
             "# HELP qr_node_bytes_total Body bytes by path\n# TYPE qr_node_bytes_total counter"
@@ -231,103 +218,6 @@ impl NodeMetrics {
                 c.get()
             );
         }
-        counter(
-            &mut o,
-            "qr_node_peer_fallbacks_total",
-            "Peer fetches that failed and fell back",
-            self.peer_fallbacks.get(),
-        );
-        let ps = &self.peer_server;
-        for (name, help, v) in [
-            (
-                "qr_node_peer_served_requests_total",
-                "Requests served to peers",
-                ps.requests.get(),
-            ),
-            (
-                "qr_node_peer_served_bytes_total",
-                "Blob bytes served to peers",
-                ps.bytes_sent.get(),
-            ),
-            (
-                "qr_node_peer_served_errors_total",
-                "Error answers to peers (mostly: blob not cached here)",
-                ps.errors.get(),
-            ),
-            (
-                "qr_node_peer_handshake_failures_total",
-                "Peer handshakes refused",
-                ps.handshake_failures.get(),
-            ),
-        ] {
-            counter(&mut o, name, help, v);
-        }
-        counter(
-            &mut o,
-            "qr_node_manifests_stale_total",
-            "Manifests and tag lists served stale (the upstream registry unreachable)",
-            self.manifests_stale.get(),
-        );
-        counter(
-            &mut o,
-            "qr_node_cache_hits_total",
-            "Blob cache hits",
-            self.cache_hits.get(),
-        );
-        counter(
-            &mut o,
-            "qr_node_cache_misses_total",
-            "Blob cache misses",
-            self.cache_misses.get(),
-        );
-        counter(
-            &mut o,
-            "qr_node_single_flight_joins_total",
-            "Blob requests that joined a fetch under way",
-            self.flight_joins.get(),
-        );
-        counter(
-            &mut o,
-            "qr_node_verify_failures_total",
-            "Digest mismatches",
-            self.verify_failures.get(),
-        );
-        counter(
-            &mut o,
-            "qr_node_cache_corrupt_total",
-            "Cached copies found corrupt, quarantined and fetched again",
-            self.cache_corrupt.get(),
-        );
-        counter(
-            &mut o,
-            "qr_node_cache_scrubbed_bytes_total",
-            "Bytes the cache scrub read",
-            self.cache_scrubbed_bytes.get(),
-        );
-        counter(
-            &mut o,
-            "qr_node_resumes_total",
-            "Transfers resumed",
-            self.resumes.get(),
-        );
-        counter(
-            &mut o,
-            "qr_node_chunks_total",
-            "Chunks fetched",
-            self.chunks.get(),
-        );
-        gauge(
-            &mut o,
-            "qr_node_inflight_chunks",
-            "Chunk requests in flight",
-            self.inflight_chunks.get(),
-        );
-        gauge(
-            &mut o,
-            "qr_node_chunk_size_bytes",
-            "Current adaptive chunk size",
-            self.chunk_size.get(),
-        );
         self.request_duration.render(
             &mut o,
             "qr_node_request_duration_seconds",
@@ -337,6 +227,40 @@ impl NodeMetrics {
             crate::endpoint_metrics::retry_gate(&mut o, gate);
         }
         o
+    }
+}
+
+/// The plain counters and gauges (the families by path and the histograms
+/// are written by [`NodeMetrics::render`]); each name is `qr_node_` + this
+/// one, as the agent has always exported them.
+impl Counters for NodeMetrics {
+    fn visit(&self, f: &mut dyn FnMut(Metric)) {
+        quic_rdma::visit_fields!(f, self, None;
+            requests: Counter, Count, "HTTP requests answered";
+            bad_requests: Counter, Count, "Malformed HTTP requests (400)";
+            errors: Counter, Count, "Error answers other than 400";
+            peer_fallbacks: Counter, Count, "Peer fetches that failed and fell back";
+        );
+        // The peer server's own counters, named as what this node served.
+        quic_rdma::visit_fields!(f, self.peer_server, None;
+            requests => peer_served_requests: Counter, Count, "Requests served to peers";
+            bytes_sent => peer_served_bytes: Counter, Bytes, "Blob bytes served to peers";
+            errors => peer_served_errors: Counter, Count, "Error answers to peers (mostly: blob not cached here)";
+            handshake_failures => peer_handshake_failures: Counter, Count, "Peer handshakes refused";
+        );
+        quic_rdma::visit_fields!(f, self, None;
+            manifests_stale: Counter, Count, "Manifests and tag lists served stale (the upstream registry unreachable)";
+            cache_hits: Counter, Count, "Blob cache hits";
+            cache_misses: Counter, Count, "Blob cache misses";
+            flight_joins => single_flight_joins: Counter, Count, "Blob requests that joined a fetch under way";
+            verify_failures: Counter, Count, "Digest mismatches";
+            cache_corrupt: Counter, Count, "Cached copies found corrupt, quarantined and fetched again";
+            cache_scrubbed_bytes: Counter, Bytes, "Bytes the cache scrub read";
+            resumes: Counter, Count, "Transfers resumed";
+            chunks: Counter, Count, "Chunks fetched";
+            inflight_chunks: Gauge, Count, "Chunk requests in flight";
+            chunk_size => chunk_size_bytes: Gauge, Bytes, "Current adaptive chunk size";
+        );
     }
 }
 
@@ -386,111 +310,41 @@ pub struct RegistryMetrics {
 }
 
 impl RegistryMetrics {
-    /// The Prometheus text.
+    /// The Prometheus text: the visited counters, then the histogram.
     pub fn render(&self) -> String {
         let mut o = String::new();
-        counter(
-            &mut o,
-            "qr_registry_connections_total",
-            "Connections accepted",
-            self.connections.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_handshake_failures_total",
-            "Handshakes refused",
-            self.handshake_failures.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_requests_total",
-            "Requests served",
-            self.requests.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_bad_requests_total",
-            "Malformed requests",
-            self.bad_requests.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_denied_total",
-            "Connections and requests the access policy refused",
-            self.denied.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_errors_total",
-            "Error answers",
-            self.errors.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_sent_bytes_total",
-            "Blob bytes sent",
-            self.bytes_sent.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_upstream_manifests_total",
-            "Manifests and tag lists asked of the upstream",
-            self.upstream_manifests.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_manifest_cache_hits_total",
-            "Manifests and tag lists answered from the cache without the upstream",
-            self.manifest_cache_hits.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_manifests_stale_total",
-            "Manifests and tag lists served stale while the upstream was unreachable",
-            self.manifests_stale.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_upstream_blob_fetches_total",
-            "Blobs fetched upstream",
-            self.upstream_blob_fetches.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_upstream_bytes_total",
-            "Bytes read upstream",
-            self.upstream_bytes.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_upstream_verify_failures_total",
-            "Upstream digest mismatches",
-            self.upstream_verify_failures.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_cache_corrupt_total",
-            "Cached copies found corrupt, quarantined and fetched again",
-            self.cache_corrupt.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_cache_scrubbed_bytes_total",
-            "Bytes the cache scrub read",
-            self.cache_scrubbed_bytes.get(),
-        );
-        counter(
-            &mut o,
-            "qr_registry_single_flight_joins_total",
-            "Requests joining a fetch under way",
-            self.single_flight_joins.get(),
-        );
+        visited(&mut o, "qr_registry", self);
         self.request_duration.render(
             &mut o,
             "qr_registry_request_duration_seconds",
             "Request durations, from the request read to the answer finished, by request kind",
         );
         o
+    }
+}
+
+/// The plain counters (the histogram is written by
+/// [`RegistryMetrics::render`]); each name is `qr_registry_` + this one.
+impl Counters for RegistryMetrics {
+    fn visit(&self, f: &mut dyn FnMut(Metric)) {
+        quic_rdma::visit_fields!(f, self, None;
+            connections: Counter, Count, "Connections accepted";
+            handshake_failures: Counter, Count, "Handshakes refused";
+            requests: Counter, Count, "Requests served";
+            bad_requests: Counter, Count, "Malformed requests";
+            denied: Counter, Count, "Connections and requests the access policy refused";
+            errors: Counter, Count, "Error answers";
+            bytes_sent => sent_bytes: Counter, Bytes, "Blob bytes sent";
+            upstream_manifests: Counter, Count, "Manifests and tag lists asked of the upstream";
+            manifest_cache_hits: Counter, Count, "Manifests and tag lists answered from the cache without the upstream";
+            manifests_stale: Counter, Count, "Manifests and tag lists served stale while the upstream was unreachable";
+            upstream_blob_fetches: Counter, Count, "Blobs fetched upstream";
+            upstream_bytes: Counter, Bytes, "Bytes read upstream";
+            upstream_verify_failures: Counter, Count, "Upstream digest mismatches";
+            cache_corrupt: Counter, Count, "Cached copies found corrupt, quarantined and fetched again";
+            cache_scrubbed_bytes: Counter, Bytes, "Bytes the cache scrub read";
+            single_flight_joins: Counter, Count, "Requests joining a fetch under way";
+        );
     }
 }
 

@@ -32,6 +32,7 @@ pub mod references;
 pub mod server;
 pub mod sink;
 pub mod source;
+pub mod source_error;
 pub mod spool;
 pub mod transfer;
 pub mod upstream;

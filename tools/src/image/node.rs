@@ -12,7 +12,8 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::cache::{Cache, TempBlob};
 use super::client::{Answer, FabricClient, FetchError};
@@ -30,6 +31,38 @@ use super::upstream::Upstream;
 /// ([`inflight`](super::inflight)); the next request follows the refetch.
 pub const REFETCHES: u32 = 1;
 
+/// How long after a fetch of a blob failed, or gave up an attempt whose
+/// bytes may have streamed, its requests wait for the whole blob's verdict
+/// before their first byte: a client whose response was cut short gets the
+/// node's error (502 `DIGEST_INVALID` naming the bad copy) on its retry, or
+/// the blob whole, rather than another cut.
+pub const CUT_THROUGH_FAILED_FOR: Duration = Duration::from_secs(60);
+
+/// Blobs whose fetch failed, or restarted from another source, within
+/// [`CUT_THROUGH_FAILED_FOR`] (bounded: no new entries past 4096 live
+/// ones). Written by the node's fetch task, read by [`Node::open`].
+#[derive(Debug, Default)]
+pub struct CutThroughFailures(Mutex<HashMap<Digest, Instant>>);
+
+impl CutThroughFailures {
+    /// Note that a streamed fetch of `d` just failed.
+    pub(super) fn note(&self, d: Digest) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        m.retain(|_, at| now.duration_since(*at) < CUT_THROUGH_FAILED_FOR);
+        if m.len() < 4096 {
+            m.insert(d, now);
+        }
+    }
+
+    /// Whether a streamed fetch of `d` failed within [`CUT_THROUGH_FAILED_FOR`].
+    pub fn recent(&self, d: &Digest) -> bool {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(d)
+            .is_some_and(|at| at.elapsed() < CUT_THROUGH_FAILED_FOR)
+    }
+}
+
 /// A node agent's store.
 #[derive(Debug)]
 pub struct Node {
@@ -43,6 +76,9 @@ pub struct Node {
     pub transfer: TransferOptions,
     /// (repository, digest) pairs the registry agent confirmed for this node.
     pub references: References,
+    /// Blobs whose fetch failed or was restarted recently: their requests
+    /// wait for the verdict before their first byte.
+    pub cut_through_failures: CutThroughFailures,
     flights: Arc<Flights>,
     direct: std::sync::OnceLock<(Arc<Upstream>, u64)>,
     peers: std::sync::OnceLock<Vec<Peer>>,
@@ -107,7 +143,7 @@ pub struct Blob {
 /// the cache*, which holds as ever (the only way into `blobs/` is the rename
 /// after the fsync). Waiting for the fsync before the first byte put the
 /// disk's write rate in front of every pull: ~500 MB/s here, about half
-/// of what the transfer reaches (benches/results/issue11-image.md).
+/// of what the transfer reaches (benches/results/image-agents.md).
 #[derive(Debug, Default)]
 pub struct Stored(Option<Follower>);
 
@@ -137,6 +173,7 @@ impl Node {
             metrics,
             transfer,
             references: References::default(),
+            cut_through_failures: CutThroughFailures::default(),
             flights: Arc::new(std::sync::Mutex::new(HashMap::new())),
             direct: std::sync::OnceLock::new(),
             peers: std::sync::OnceLock::new(),

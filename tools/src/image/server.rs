@@ -15,9 +15,9 @@ use sha2::{Digest as _, Sha256};
 use super::digest::Digest;
 use super::metrics::{RegistryMetrics, RequestKind};
 use super::node::Node;
-use super::source::SourceError;
+use super::source_error::SourceError;
 use super::spool::{read_range, Piece, Spool};
-use super::wire::{self, read_frame, Request, Response, Status, UNHASHED};
+use super::wire::{self, read_frame, Request, Response, Status, MAX_CHUNK, UNHASHED};
 use crate::access::{Access, Identity};
 use crate::channel_endpoint::Watcher;
 use quic_rdma::quinn_adapter::RetryGate;
@@ -30,10 +30,6 @@ fn channel() -> &'static str {
 /// The application error code a connection is closed with when its
 /// certificate is not granted the channel.
 pub const CLOSE_DENIED: u32 = 0x403;
-
-/// Largest chunk a node may ask for in one request: the agent holds a chunk
-/// in memory to hash it before sending.
-pub const MAX_CHUNK: u64 = 16 << 20;
 
 /// What a server answers from.
 #[derive(Clone, Debug)]
@@ -190,6 +186,10 @@ async fn stream(
             repo, reference, ..
         }) => format!("manifest {repo}:{reference}"),
         Ok(Request::Stat { repo, digest }) => format!("stat {repo}@{digest}"),
+        // Many per blob, logged only at debug: no line built otherwise.
+        Ok(Request::Blob { .. }) if !tracing::enabled!(target: "qr::access", tracing::Level::DEBUG) => {
+            String::new()
+        }
         Ok(Request::Blob {
             repo,
             digest,
@@ -304,7 +304,7 @@ fn ok_stale(
 /// mismatch, and the node verifies every blob whole before serving or
 /// caching it and refetches it on a mismatch; a chunk hash would only change
 /// the node's message, at a second sha256 pass per byte here
-/// (benches/results/issue11-image.md).
+/// (benches/results/image-agents.md).
 fn ok_chunk(digest: Digest, piece: Piece) -> (Response, Vec<u8>) {
     let Piece {
         data: body,

@@ -10,39 +10,8 @@ use tokio::io::AsyncReadExt;
 
 use super::digest::{scoped, split_scope, Digest, Reference};
 use super::manifests::descriptors;
+use super::source_error::SourceError;
 use super::upstream::Upstream;
-
-/// Why the source could not give an object.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum SourceError {
-    /// The object does not exist there.
-    #[error("not found: {0}")]
-    NotFound(String),
-    /// The upstream could not be reached.
-    #[error("{0}")]
-    Unreachable(String),
-    /// The upstream answered with an error.
-    #[error("upstream error: {0}")]
-    Upstream(String),
-    /// The bytes do not hash to the digest asked for.
-    #[error("upstream content of {expected} hashes to {actual}: the upstream copy is corrupt")]
-    DigestMismatch {
-        /// Asked for.
-        expected: Digest,
-        /// Got.
-        actual: Digest,
-    },
-    /// The upstream refused this agent (credentials missing or wrong).
-    #[error("upstream refused: {0}")]
-    Denied(String),
-    /// The agent's configuration is wrong.
-    #[error("configuration: {0}")]
-    Config(String),
-    /// A local file operation failed (layout directory, spool).
-    #[error("local I/O: {0}")]
-    Io(String),
-}
 
 /// The upstream registries of one registry agent: requests for a scoped
 /// repository (`NS//NAME`, [`super::digest::scoped`]) go to the registry named

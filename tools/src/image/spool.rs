@@ -23,7 +23,8 @@ use super::digest::{Digest, Reference};
 use super::manifests::{descriptors, unix_now, Manifest, ManifestCache, Want};
 use super::metrics::RegistryMetrics;
 use super::references::References;
-use super::source::{Source, SourceError};
+use super::source::Source;
+use super::source_error::SourceError;
 
 #[derive(Clone, Debug)]
 enum State {

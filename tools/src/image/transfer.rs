@@ -98,7 +98,7 @@ pub async fn fetch_blob(
     let mut hashes: Vec<(u64, u64, [u8; 32])> = Vec::new();
     let mut retry: Vec<(u64, u64)> = Vec::new();
     let mut next = 0u64;
-    let mut chunk = opts.chunk.clamp(1, super::server::MAX_CHUNK);
+    let mut chunk = opts.chunk.clamp(1, super::wire::MAX_CHUNK);
     let mut tasks = JoinSet::new();
     let mut last_progress = Instant::now();
     let mut backoff = Duration::from_millis(50);

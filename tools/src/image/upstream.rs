@@ -25,7 +25,7 @@ use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHEN
 use reqwest::{Method, StatusCode};
 
 use super::digest::{Digest, Reference};
-use super::source::SourceError;
+use super::source_error::SourceError;
 
 /// The media types asked for when the client gave no `Accept`: every manifest
 /// and index type (distribution-spec "Pulling manifests": the client SHOULD

@@ -28,6 +28,11 @@ const FLAG_STALE: u8 = 1;
 /// manifest body travels after the header, not inside it).
 pub const MAX_FRAME: usize = 16 * 1024;
 
+/// Largest chunk a node may ask for in one `Blob` request: the registry
+/// agent holds a chunk in memory to hash it before sending, and refuses a
+/// larger one (`BadRequest`); the node's transfer never asks for more.
+pub const MAX_CHUNK: u64 = 16 << 20;
+
 /// Why bytes are not a valid frame of this protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

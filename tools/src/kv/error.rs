@@ -46,6 +46,10 @@ pub enum ChannelError {
     /// The master's data started anew (new replication id or epoch).
     #[error("the master's data started anew; resync")]
     Reset,
+    /// The history goes on under a new replication id (PSYNC2): the replica
+    /// reconnects and continues under it.
+    #[error("the master's history goes on under a new replication id; reconnect to continue")]
+    Switched,
     /// No answer within the deadline.
     #[error("timed out: {0}")]
     Timeout(&'static str),

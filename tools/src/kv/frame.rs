@@ -15,7 +15,9 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 /// Version byte of every frame; a peer speaking another version is refused.
-pub const VERSION: u8 = 1;
+/// Version 2 added [`Previous`] to [`Frame::FullSync`] and [`Frame::Continue`]
+/// and [`ErrorCode::Switched`].
+pub const VERSION: u8 = 2;
 
 /// The largest chunk of snapshot or log data one frame carries (the upper end
 /// of the adaptive chunk size).
@@ -39,6 +41,18 @@ pub enum StreamKind {
     Log,
 }
 
+/// The history before the current replication id (PSYNC2's `replid2` and
+/// the offset where it ended, Redis replication docs, "Replication ID
+/// explained"): a replica holding this id at or before `position` holds a
+/// prefix of the current history and may continue under the current id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Previous {
+    /// The previous replication id.
+    pub replid: String,
+    /// The last position valid under it (the head when the id changed).
+    pub position: u64,
+}
+
 /// One frame of the channel protocol.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
@@ -57,15 +71,20 @@ pub enum Frame {
         replid: String,
         /// Log position the snapshot corresponds to.
         position: u64,
+        /// The id before `replid`, if the history changed ids.
+        previous: Option<Previous>,
     },
     /// Master → replica: partial resync, the log continues from `position`.
     Continue {
         /// Session id tagging this session's uni streams.
         session: u64,
-        /// The replication id (the one the replica named).
+        /// The current replication id (the replica's, or the one that
+        /// succeeded it: see `previous`).
         replid: String,
         /// Where the log resumes (the replica's own position).
         position: u64,
+        /// The id before `replid`, if the history changed ids.
+        previous: Option<Previous>,
     },
     /// Replica → master: credit. Everything up to these marks is delivered.
     Ack {
@@ -118,6 +137,9 @@ pub enum ErrorCode {
     Protocol,
     /// The master has no data to serve yet, or cannot get a snapshot.
     Unavailable,
+    /// The history goes on under a new replication id (the source master
+    /// restarted, or a failover): reconnect, and resume under the new id.
+    Switched,
     /// A code this version does not know.
     Other(u8),
 }
@@ -129,6 +151,7 @@ impl ErrorCode {
             ErrorCode::Reset => 2,
             ErrorCode::Protocol => 3,
             ErrorCode::Unavailable => 4,
+            ErrorCode::Switched => 5,
             ErrorCode::Other(c) => c,
         }
     }
@@ -139,6 +162,7 @@ impl ErrorCode {
             2 => ErrorCode::Reset,
             3 => ErrorCode::Protocol,
             4 => ErrorCode::Unavailable,
+            5 => ErrorCode::Switched,
             c => ErrorCode::Other(c),
         }
     }
@@ -202,11 +226,13 @@ impl Frame {
                 session,
                 replid,
                 position,
+                previous,
             }
             | Frame::Continue {
                 session,
                 replid,
                 position,
+                previous,
             } => {
                 out.put_u8(if matches!(self, Frame::FullSync { .. }) {
                     T_FULLSYNC
@@ -216,6 +242,12 @@ impl Frame {
                 out.put_u64(*session);
                 put_str(out, replid, MAX_REPLID);
                 out.put_u64(*position);
+                // No previous id: an empty string and 0.
+                let (r, p) = previous
+                    .as_ref()
+                    .map_or(("", 0), |p| (p.replid.as_str(), p.position));
+                put_str(out, r, MAX_REPLID);
+                out.put_u64(p);
             }
             Frame::Ack {
                 log,
@@ -328,17 +360,32 @@ impl Frame {
                 let replid = string(b, MAX_REPLID)?;
                 need(b, 8)?;
                 let position = b.get_u64();
+                let previous_id = string(b, MAX_REPLID)?;
+                need(b, 8)?;
+                let previous_position = b.get_u64();
+                let previous = match (previous_id.is_empty(), previous_position) {
+                    (false, position) => Some(Previous {
+                        replid: previous_id,
+                        position,
+                    }),
+                    (true, 0) => None,
+                    // A position without an id encodes nothing: refused, so
+                    // every accepted frame encodes back to the same bytes.
+                    (true, _) => return Err(FrameError::Body(ty)),
+                };
                 if ty == T_FULLSYNC {
                     Frame::FullSync {
                         session,
                         replid,
                         position,
+                        previous,
                     }
                 } else {
                     Frame::Continue {
                         session,
                         replid,
                         position,
+                        previous,
                     }
                 }
             }
@@ -404,25 +451,34 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn previous() -> impl Strategy<Value = Option<Previous>> {
+        proptest::option::of(
+            ("[0-9a-f]{1,40}", any::<u64>())
+                .prop_map(|(replid, position)| Previous { replid, position }),
+        )
+    }
+
     fn frames() -> impl Strategy<Value = Frame> {
         let replid = "[0-9a-f]{0,40}";
         prop_oneof![
             (proptest::option::of("[0-9a-f]{1,40}"), any::<u64>())
                 .prop_map(|(replid, position)| Frame::Hello { replid, position }),
-            (any::<u64>(), replid, any::<u64>()).prop_map(|(session, replid, position)| {
-                Frame::FullSync {
+            (any::<u64>(), replid, any::<u64>(), previous()).prop_map(
+                |(session, replid, position, previous)| Frame::FullSync {
                     session,
                     replid,
                     position,
+                    previous,
                 }
-            }),
-            (any::<u64>(), replid, any::<u64>()).prop_map(|(session, replid, position)| {
-                Frame::Continue {
+            ),
+            (any::<u64>(), replid, any::<u64>(), previous()).prop_map(
+                |(session, replid, position, previous)| Frame::Continue {
                     session,
                     replid,
                     position,
+                    previous,
                 }
-            }),
+            ),
             (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(log, snapshot, applied)| {
                 Frame::Ack {
                     log,
@@ -445,7 +501,7 @@ mod tests {
             proptest::collection::vec(any::<u8>(), 0..4096)
                 .prop_map(|v| Frame::Data(Bytes::from(v))),
             any::<u64>().prop_map(|length| Frame::SnapshotEnd { length }),
-            (1u8..=4, ".{0,60}").prop_map(|(c, message)| Frame::Error {
+            (1u8..=5, ".{0,60}").prop_map(|(c, message)| Frame::Error {
                 code: ErrorCode::from_u8(c),
                 message,
             }),
@@ -497,14 +553,29 @@ mod tests {
     }
 
     #[test]
+    fn the_fuzz_seed_is_this_version_s_frames() {
+        // tools/fuzz/corpus/kv_frame/session: one frame of each kind, so the
+        // fuzzer starts from inputs the decoder accepts.
+        let mut buf = BytesMut::from(&include_bytes!("../../fuzz/corpus/kv_frame/session")[..]);
+        let mut n = 0;
+        while let Some(f) = Frame::decode(&mut buf).unwrap() {
+            if let Frame::FullSync { previous, .. } = &f {
+                assert_eq!(previous.as_ref().map(|p| p.position), Some(5));
+            }
+            n += 1;
+        }
+        assert_eq!((n, buf.len()), (8, 0));
+    }
+
+    #[test]
     fn refusals_name_the_fault() {
         let mut over = BytesMut::from(&((MAX_FRAME as u32) + 1).to_be_bytes()[..]);
         assert_eq!(
             Frame::decode(&mut over),
             Err(FrameError::Length(MAX_FRAME + 1))
         );
-        let mut v2 = BytesMut::from(&[0, 0, 0, 2, 2, T_HEARTBEAT][..]);
-        assert_eq!(Frame::decode(&mut v2), Err(FrameError::Version(2)));
+        let mut v1 = BytesMut::from(&[0, 0, 0, 2, 1, T_HEARTBEAT][..]);
+        assert_eq!(Frame::decode(&mut v1), Err(FrameError::Version(1)));
         let mut unknown = BytesMut::from(&[0, 0, 0, 2, VERSION, 99][..]);
         assert_eq!(Frame::decode(&mut unknown), Err(FrameError::Type(99)));
         let mut short = BytesMut::from(&[0, 0, 0, 3, VERSION, T_HEARTBEAT, 1][..]);

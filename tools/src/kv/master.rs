@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use super::backlog::Backlog;
 use super::error::ChannelError;
 use super::flow::{ChunkSizer, Credit};
-use super::frame::{ErrorCode, Frame, StreamKind};
+use super::frame::{ErrorCode, Frame, Previous, StreamKind};
 use super::metrics::{Metrics, ReplicaStatus};
 use super::snapshot::{Snapshot, SnapshotWriter};
 use super::stream::{write_data, write_frame, FrameReader};
@@ -84,6 +84,8 @@ pub enum Decision {
 pub struct View<'a> {
     /// Current replication id, `None` before any data.
     pub replid: Option<&'a str>,
+    /// The id before it and the last position valid under that id (PSYNC2).
+    pub previous: Option<(&'a str, u64)>,
     /// Backlog range `[start, head]`.
     pub backlog: (u64, u64),
     /// The stored snapshot: its replid, position, and whether it failed.
@@ -92,15 +94,25 @@ pub struct View<'a> {
     pub snapshot_only: bool,
 }
 
-/// The resync decision: partial when the replica's replid is ours and the
-/// backlog holds its position; else full from a snapshot the backlog can
-/// continue (its position within the backlog).
+/// The resync decision: partial when the backlog holds the replica's
+/// position and that position belongs to our history — under our current
+/// id, or under the previous one no later than where it ended (Redis
+/// replication.c `masterTryPartialResynchronization`: the replica's id is
+/// `replid`, or `replid2` with an offset up to `second_replid_offset`); else
+/// full from a snapshot the backlog can continue (its position within the
+/// backlog, taken under either id by the same rule).
 pub fn decide(view: View<'_>, hello_replid: Option<&str>, hello_position: u64) -> Decision {
     let Some(replid) = view.replid else {
         return Decision::NoData;
     };
     let held = |p: u64| (view.backlog.0..=view.backlog.1).contains(&p);
-    if hello_replid == Some(replid) {
+    let ours = |id: &str, p: u64| {
+        id == replid
+            || view
+                .previous
+                .is_some_and(|(prev, end)| id == prev && p <= end)
+    };
+    if hello_replid.is_some_and(|id| ours(id, hello_position)) {
         if held(hello_position) {
             return Decision::Continue {
                 position: hello_position,
@@ -111,7 +123,7 @@ pub fn decide(view: View<'_>, hello_replid: Option<&str>, hello_position: u64) -
         }
     }
     match view.snapshot {
-        Some((r, p, false)) if r == replid && held(p) => Decision::Full { position: p },
+        Some((r, p, false)) if ours(r, p) && held(p) => Decision::Full { position: p },
         _ => Decision::NeedSnapshot,
     }
 }
@@ -134,6 +146,8 @@ struct Shared {
 #[derive(Debug)]
 struct State {
     replid: Option<String>,
+    /// The id before `replid` and the last position valid under it.
+    previous: Option<Previous>,
     epoch: u64,
     backlog: Backlog,
     /// (position, when appended), sampled, for lag in seconds; bounded.
@@ -141,6 +155,19 @@ struct State {
     snapshot: Option<Arc<Snapshot>>,
     want_snapshot: bool,
     next_session: u64,
+}
+
+/// A session's start, as [`Master::negotiate`] settled it.
+struct Negotiated {
+    decision: Decision,
+    /// The data's epoch then (a reset ends the session).
+    epoch: u64,
+    session: u64,
+    /// The current id then (a switch ends the session).
+    replid: String,
+    previous: Option<Previous>,
+    /// The snapshot a full sync sends.
+    snapshot: Option<Arc<Snapshot>>,
 }
 
 /// How long a replica ahead of the head waits for it (see [`Decision::Ahead`]).
@@ -154,6 +181,10 @@ impl State {
         View {
             snapshot_only,
             replid: self.replid.as_deref(),
+            previous: self
+                .previous
+                .as_ref()
+                .map(|p| (p.replid.as_str(), p.position)),
             backlog: (self.backlog.start(), self.backlog.head()),
             snapshot: self
                 .snapshot
@@ -183,6 +214,7 @@ impl Master {
                 cfg,
                 state: Mutex::new(State {
                     replid: None,
+                    previous: None,
                     epoch: 0,
                     backlog,
                     times: VecDeque::new(),
@@ -211,9 +243,12 @@ impl Master {
 
     /// The data starts anew as `replid` at `position` (a new epoch): the
     /// backlog and snapshot are dropped and every session ends with `Reset`.
-    pub fn reset(&self, replid: &str, position: u64) {
+    /// `previous`: the id this history continues, if known (a relay resuming
+    /// from its saved state).
+    pub fn reset(&self, replid: &str, position: u64, previous: Option<Previous>) {
         let mut st = self.lock();
         st.replid = Some(replid.to_string());
+        st.previous = previous;
         st.epoch += 1;
         st.backlog = Backlog::new(position, self.shared.cfg.backlog);
         st.times.clear();
@@ -222,6 +257,32 @@ impl Master {
         self.shared.metrics.backlog_bytes.store(0, Relaxed);
         drop(st);
         self.bump();
+    }
+
+    /// The history goes on under `replid` from the head (PSYNC2: the source
+    /// restarted or failed over and answered `+CONTINUE <new id>`): the
+    /// current id becomes the previous one, valid up to the head; backlog
+    /// and snapshot stay. Every session ends with `Switched`, so each
+    /// replica reconnects and learns the new id by a partial resync.
+    pub fn switch_id(&self, replid: &str) {
+        let mut st = self.lock();
+        if st.replid.as_deref() == Some(replid) {
+            return;
+        }
+        let head = st.backlog.head();
+        st.previous = st.replid.take().map(|r| Previous {
+            replid: r,
+            position: head,
+        });
+        st.replid = Some(replid.to_string());
+        drop(st);
+        self.bump();
+    }
+
+    /// The current id, the head, and the previous id if any.
+    pub fn history(&self) -> (Option<String>, u64, Option<Previous>) {
+        let st = self.lock();
+        (st.replid.clone(), st.backlog.head(), st.previous.clone())
     }
 
     /// Start a new snapshot of `replid` at `position` (which the backlog must
@@ -365,22 +426,28 @@ impl Master {
                 "expected Hello first, got {hello:?}"
             )));
         };
-        let (decision, epoch, session, my_replid, snapshot) =
-            match self.negotiate(replid.as_deref(), position).await {
-                Ok(d) => d,
-                Err(e) => {
-                    let _ = write_frame(
-                        &mut ctl_send,
-                        &Frame::Error {
-                            code: ErrorCode::Unavailable,
-                            message: e.to_string(),
-                        },
-                    )
-                    .await;
-                    let _ = ctl_send.finish();
-                    return Err(e);
-                }
-            };
+        let Negotiated {
+            decision,
+            epoch,
+            session,
+            replid: my_replid,
+            previous,
+            snapshot,
+        } = match self.negotiate(replid.as_deref(), position).await {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = write_frame(
+                    &mut ctl_send,
+                    &Frame::Error {
+                        code: ErrorCode::Unavailable,
+                        message: e.to_string(),
+                    },
+                )
+                .await;
+                let _ = ctl_send.finish();
+                return Err(e);
+            }
+        };
         let m = &self.shared.metrics;
         let (start, full) = match decision {
             Decision::Continue { position } => {
@@ -389,8 +456,9 @@ impl Master {
                     &mut ctl_send,
                     &Frame::Continue {
                         session,
-                        replid: my_replid,
+                        replid: my_replid.clone(),
                         position,
+                        previous,
                     },
                 )
                 .await?;
@@ -405,8 +473,9 @@ impl Master {
                     &mut ctl_send,
                     &Frame::FullSync {
                         session,
-                        replid: my_replid,
+                        replid: my_replid.clone(),
                         position,
+                        previous,
                     },
                 )
                 .await?;
@@ -434,7 +503,7 @@ impl Master {
             None => None,
         };
         let result = tokio::select! {
-            r = self.send_log(&mut log_uni, session, epoch, start, acks_rx.clone()) => r,
+            r = self.send_log(&mut log_uni, session, (epoch, &my_replid), start, acks_rx.clone()) => r,
             r = async {
                 // A finished snapshot ends nothing: the log goes on.
                 match (snapshot, snap_uni.as_mut()) {
@@ -455,6 +524,7 @@ impl Master {
                 ChannelError::Protocol(_) | ChannelError::Frame(_) => Some(ErrorCode::Protocol),
                 ChannelError::BeyondBacklog { .. } => Some(ErrorCode::BeyondBacklog),
                 ChannelError::Reset => Some(ErrorCode::Reset),
+                ChannelError::Switched => Some(ErrorCode::Switched),
                 _ => Some(ErrorCode::Unavailable),
             };
             if let Some(code) = code {
@@ -475,12 +545,11 @@ impl Master {
     }
 
     /// Decide, waiting (bounded) for data or a snapshot when needed.
-    #[allow(clippy::type_complexity)]
     async fn negotiate(
         &self,
         replid: Option<&str>,
         position: u64,
-    ) -> Result<(Decision, u64, u64, String, Option<Arc<Snapshot>>), ChannelError> {
+    ) -> Result<Negotiated, ChannelError> {
         let mut rx = self.shared.version.subscribe();
         let now = tokio::time::Instant::now();
         let deadline = now + self.shared.cfg.snapshot_wait;
@@ -498,8 +567,14 @@ impl Master {
                         let snap = matches!(d, Decision::Full { .. })
                             .then(|| st.snapshot.clone())
                             .flatten();
-                        let r = st.replid.clone().unwrap_or_default();
-                        return Ok((d, st.epoch, session, r, snap));
+                        return Ok(Negotiated {
+                            decision: d,
+                            epoch: st.epoch,
+                            session,
+                            replid: st.replid.clone().unwrap_or_default(),
+                            previous: st.previous.clone(),
+                            snapshot: snap,
+                        });
                     }
                     Decision::NeedSnapshot => {
                         if !st.want_snapshot {
@@ -544,7 +619,7 @@ impl Master {
         &self,
         uni: &mut quinn::SendStream,
         session: u64,
-        epoch: u64,
+        (epoch, replid): (u64, &str),
         start: u64,
         mut acks: watch::Receiver<(u64, u64)>,
     ) -> Result<(), ChannelError> {
@@ -570,6 +645,9 @@ impl Master {
                 let st = self.lock();
                 if st.epoch != epoch {
                     return Err(ChannelError::Reset);
+                }
+                if st.replid.as_deref() != Some(replid) {
+                    return Err(ChannelError::Switched);
                 }
                 match st
                     .backlog
@@ -714,6 +792,7 @@ mod tests {
     fn view<'a>(snapshot: Option<(&'a str, u64, bool)>) -> View<'a> {
         View {
             replid: Some("A"),
+            previous: None,
             backlog: (100, 200),
             snapshot,
             snapshot_only: false,
@@ -730,6 +809,37 @@ mod tests {
             decide(view(None), Some("A"), 200),
             Decision::Continue { position: 200 }
         );
+    }
+
+    #[test]
+    fn the_previous_id_continues_up_to_where_it_ended() {
+        // The history switched from "OLD" to "A" at 150 (a restart, a failover).
+        let v = View {
+            previous: Some(("OLD", 150)),
+            ..view(Some(("OLD", 120, false)))
+        };
+        assert_eq!(
+            decide(v, Some("OLD"), 150),
+            Decision::Continue { position: 150 }
+        );
+        assert_eq!(
+            decide(v, Some("OLD"), 120),
+            Decision::Continue { position: 120 }
+        );
+        // Past the switch, the old id's history diverged: full sync, from
+        // the snapshot taken under the old id before the switch.
+        assert_eq!(
+            decide(v, Some("OLD"), 151),
+            Decision::Full { position: 120 }
+        );
+        // Out of the backlog under either id: full.
+        assert_eq!(decide(v, Some("OLD"), 99), Decision::Full { position: 120 });
+        // A snapshot of the old id after its end is not ours.
+        let late = View {
+            previous: Some(("OLD", 150)),
+            ..view(Some(("OLD", 160, false)))
+        };
+        assert_eq!(decide(late, None, 0), Decision::NeedSnapshot);
     }
 
     #[test]
@@ -773,6 +883,7 @@ mod tests {
         assert_eq!(decide(view(None), None, 0), Decision::NeedSnapshot);
         let empty = View {
             replid: None,
+            previous: None,
             backlog: (0, 0),
             snapshot: None,
             snapshot_only: false,

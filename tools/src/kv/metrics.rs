@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use quic_rdma::counters::{Counters, Metric};
 use serde::Serialize;
 
 /// What one replica session looks like from the master.
@@ -26,6 +27,12 @@ pub struct ReplicaStatus {
     /// Whether this session began with a full sync.
     pub full: bool,
 }
+
+/// Upper bounds (seconds) of the credit turnaround histogram's buckets:
+/// loopback (sub-millisecond) to a congested WAN (seconds).
+pub const TURNAROUND_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
 
 /// Counters of one channel end (master or replica side; the other side's
 /// fields stay zero).
@@ -56,11 +63,13 @@ pub struct Metrics {
     pub commands_refused: AtomicU64,
     /// Bytes in the backlog now (master).
     pub backlog_bytes: AtomicU64,
-    /// Head of the log now.
+    /// Head of the log now (a replication offset, in bytes; on the replica
+    /// side, the furthest position delivered).
     pub head: AtomicU64,
     turnaround_ns_sum: AtomicU64,
     turnaround_count: AtomicU64,
-    turnaround_ns_last: AtomicU64,
+    /// Turnarounds at or under each of [`TURNAROUND_BUCKETS`] (not cumulative).
+    turnaround_buckets: [AtomicU64; TURNAROUND_BUCKETS.len()],
     replicas: Mutex<BTreeMap<u64, ReplicaStatus>>,
 }
 
@@ -70,7 +79,10 @@ impl Metrics {
         let ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
         self.turnaround_ns_sum.fetch_add(ns, Relaxed);
         self.turnaround_count.fetch_add(1, Relaxed);
-        self.turnaround_ns_last.store(ns, Relaxed);
+        let secs = d.as_secs_f64();
+        if let Some(i) = TURNAROUND_BUCKETS.iter().position(|&le| secs <= le) {
+            self.turnaround_buckets[i].fetch_add(1, Relaxed);
+        }
     }
 
     /// Set (or add) a replica's row.
@@ -107,90 +119,28 @@ impl Metrics {
         }
     }
 
-    /// Prometheus text exposition (format 0.0.4), every name prefixed `qr_kv_`.
+    /// Prometheus text exposition (format 0.0.4), every name prefixed
+    /// `qr_kv_`, counters suffixed `_total` and units in the names
+    /// (Prometheus naming conventions), every series labelled `role`.
     pub fn prometheus(&self, role: &str) -> String {
         let mut s = String::new();
-        let mut counter = |name: &str, help: &str, v: u64| {
-            let _ = writeln!(s, "# HELP qr_kv_{name} {help}");
-            let _ = writeln!(s, "# TYPE qr_kv_{name} counter");
-            let _ = writeln!(s, "qr_kv_{name}{{role=\"{role}\"}} {v}");
-        };
-        counter(
-            "sync_full",
-            "Sessions begun by full sync.",
-            self.sync_full.load(Relaxed),
+        crate::metric::visited_labelled(&mut s, "qr_kv", &format!("role=\"{role}\""), self);
+        let h = "qr_kv_credit_turnaround_seconds";
+        let _ = writeln!(
+            s,
+            "# HELP {h} Time from sending a chunk to the ack covering it."
         );
-        counter(
-            "sync_partial_ok",
-            "Sessions resumed by partial resync.",
-            self.sync_partial_ok.load(Relaxed),
-        );
-        counter(
-            "sync_partial_err",
-            "Partial resyncs refused (a full sync followed).",
-            self.sync_partial_err.load(Relaxed),
-        );
-        counter(
-            "reconnects",
-            "Connections re-established.",
-            self.reconnects.load(Relaxed),
-        );
-        counter(
-            "snapshot_bytes",
-            "Snapshot bytes moved.",
-            self.snapshot_bytes.load(Relaxed),
-        );
-        counter(
-            "log_bytes",
-            "Log bytes moved.",
-            self.log_bytes.load(Relaxed),
-        );
-        counter(
-            "malformed",
-            "Malformed inputs that closed a link.",
-            self.malformed.load(Relaxed),
-        );
-        counter(
-            "link_errors",
-            "Links closed by an error.",
-            self.link_errors.load(Relaxed),
-        );
-        counter(
-            "auth_failures",
-            "Replica connections refused for a missing or wrong password.",
-            self.auth_failures.load(Relaxed),
-        );
-        counter(
-            "commands_refused",
-            "Commands on the Redis port answered with an error (unknown, inline, bad arguments).",
-            self.commands_refused.load(Relaxed),
-        );
-        counter(
-            "credit_turnaround_count",
-            "Credit turnarounds measured.",
-            self.turnaround_count.load(Relaxed),
-        );
-        let mut gauge = |name: &str, help: &str, v: f64| {
-            let _ = writeln!(s, "# HELP qr_kv_{name} {help}");
-            let _ = writeln!(s, "# TYPE qr_kv_{name} gauge");
-            let _ = writeln!(s, "qr_kv_{name}{{role=\"{role}\"}} {v}");
-        };
-        gauge(
-            "backlog_bytes",
-            "Bytes in the backlog.",
-            self.backlog_bytes.load(Relaxed) as f64,
-        );
-        gauge("head", "Log head position.", self.head.load(Relaxed) as f64);
-        gauge(
-            "credit_turnaround_seconds_mean",
-            "Mean time from sending a chunk to the ack covering it.",
-            self.turnaround_mean(),
-        );
-        gauge(
-            "credit_turnaround_seconds_last",
-            "Last credit turnaround.",
-            self.turnaround_ns_last.load(Relaxed) as f64 / 1e9,
-        );
+        let _ = writeln!(s, "# TYPE {h} histogram");
+        let mut cumulative = 0;
+        for (le, n) in TURNAROUND_BUCKETS.iter().zip(&self.turnaround_buckets) {
+            cumulative += n.load(Relaxed);
+            let _ = writeln!(s, "{h}_bucket{{role=\"{role}\",le=\"{le}\"}} {cumulative}");
+        }
+        let count = self.turnaround_count.load(Relaxed);
+        let _ = writeln!(s, "{h}_bucket{{role=\"{role}\",le=\"+Inf\"}} {count}");
+        let sum = self.turnaround_ns_sum.load(Relaxed) as f64 / 1e9;
+        let _ = writeln!(s, "{h}_sum{{role=\"{role}\"}} {sum}");
+        let _ = writeln!(s, "{h}_count{{role=\"{role}\"}} {count}");
         let reps = self.replicas();
         let _ = writeln!(
             s,
@@ -219,26 +169,57 @@ impl Metrics {
         s
     }
 
-    /// The same as a JSON object.
+    /// The same as a JSON object: the visited values under their metric
+    /// names, plus what the status has always carried beside them — the log
+    /// head as `head`, `snapshot_source_bytes` (not exported as a metric),
+    /// the mean turnaround and the replica table. Keys kept as they were:
+    /// scripts and tests read them.
     pub fn status(&self, role: &str) -> serde_json::Value {
-        serde_json::json!({
-            "role": role,
-            "sync_full": self.sync_full.load(Relaxed),
-            "sync_partial_ok": self.sync_partial_ok.load(Relaxed),
-            "sync_partial_err": self.sync_partial_err.load(Relaxed),
-            "reconnects": self.reconnects.load(Relaxed),
-            "snapshot_bytes": self.snapshot_bytes.load(Relaxed),
-            "snapshot_source_bytes": self.snapshot_source_bytes.load(Relaxed),
-            "log_bytes": self.log_bytes.load(Relaxed),
-            "malformed": self.malformed.load(Relaxed),
-            "link_errors": self.link_errors.load(Relaxed),
-            "auth_failures": self.auth_failures.load(Relaxed),
-            "commands_refused": self.commands_refused.load(Relaxed),
-            "backlog_bytes": self.backlog_bytes.load(Relaxed),
-            "head": self.head.load(Relaxed),
-            "credit_turnaround_seconds_mean": self.turnaround_mean(),
-            "replicas": self.replicas(),
-        })
+        let mut o = serde_json::Map::new();
+        self.visit(&mut |m| {
+            // `log_head_bytes` has always been `head` in the status.
+            let key = if m.name == "log_head_bytes" {
+                "head"
+            } else {
+                m.name
+            };
+            o.insert(key.into(), m.value.into());
+        });
+        o.insert(
+            "snapshot_source_bytes".into(),
+            self.snapshot_source_bytes.load(Relaxed).into(),
+        );
+        o.insert("role".into(), role.into());
+        o.insert(
+            "credit_turnaround_seconds_mean".into(),
+            self.turnaround_mean().into(),
+        );
+        o.insert(
+            "replicas".into(),
+            serde_json::to_value(self.replicas()).unwrap_or_default(),
+        );
+        serde_json::Value::Object(o)
+    }
+}
+
+/// The plain counters and gauges (the histogram and the per-replica gauges
+/// are written by [`Metrics::prometheus`]); each name is `qr_kv_` + this one.
+impl Counters for Metrics {
+    fn visit(&self, f: &mut dyn FnMut(Metric)) {
+        quic_rdma::visit_fields!(f, self, None;
+            sync_full: Counter, Count, "Sessions begun by full sync.";
+            sync_partial_ok: Counter, Count, "Sessions resumed by partial resync.";
+            sync_partial_err: Counter, Count, "Partial resyncs refused (a full sync followed).";
+            reconnects: Counter, Count, "Connections re-established.";
+            snapshot_bytes: Counter, Bytes, "Snapshot bytes moved.";
+            log_bytes: Counter, Bytes, "Log bytes moved.";
+            malformed: Counter, Count, "Malformed inputs that closed a link.";
+            link_errors: Counter, Count, "Links closed by an error.";
+            auth_failures: Counter, Count, "Replica connections refused for a missing or wrong password.";
+            commands_refused: Counter, Count, "Commands on the Redis port answered with an error (unknown, inline, bad arguments).";
+            backlog_bytes: Gauge, Bytes, "Bytes in the backlog.";
+            head => log_head_bytes: Gauge, Bytes, "Log head: the replication offset, in bytes.";
+        );
     }
 }
 
@@ -259,14 +240,28 @@ mod tests {
             },
         );
         let t = m.prometheus("upstream");
-        assert!(t.contains("qr_kv_sync_full{role=\"upstream\"} 2\n"), "{t}");
+        assert!(
+            t.contains("qr_kv_sync_full_total{role=\"upstream\"} 2\n"),
+            "{t}"
+        );
         assert!(t.contains("qr_kv_replica_lag_bytes{role=\"upstream\",session=\"7\"} 12\n"));
-        assert!(t.contains("qr_kv_credit_turnaround_seconds_mean{role=\"upstream\"} 0.004\n"));
+        // 4 ms: above the 2.5 ms bucket, within 5 ms and every one after.
+        let h = "qr_kv_credit_turnaround_seconds";
+        assert!(t.contains(&format!("# TYPE {h} histogram\n")), "{t}");
+        assert!(t.contains(&format!(
+            "{h}_bucket{{role=\"upstream\",le=\"0.0025\"}} 0\n"
+        )));
+        assert!(t.contains(&format!("{h}_bucket{{role=\"upstream\",le=\"0.005\"}} 1\n")));
+        assert!(t.contains(&format!("{h}_bucket{{role=\"upstream\",le=\"+Inf\"}} 1\n")));
+        assert!(t.contains(&format!("{h}_sum{{role=\"upstream\"}} 0.004\n")));
+        assert!(t.contains(&format!("{h}_count{{role=\"upstream\"}} 1\n")));
+        assert!(!t.contains("_mean") && !t.contains("_last"));
         for name in [
-            "sync_partial_ok",
-            "sync_partial_err",
+            "sync_partial_ok_total",
+            "sync_partial_err_total",
             "backlog_bytes",
-            "reconnects",
+            "log_head_bytes",
+            "reconnects_total",
         ] {
             assert!(t.contains(&format!("# TYPE qr_kv_{name} ")), "{name}");
         }

@@ -28,7 +28,10 @@ pub mod stream;
 #[cfg(test)]
 mod tests;
 
-/// ALPN of the channel: protocol `qr-kv`, version 1 (the frames' version byte).
+/// ALPN of the channel: protocol `qr-kv`, generation 1. It stays `qr-kv/1`
+/// across frame versions because access policies name channels by it; the
+/// frames' own version byte ([`frame::VERSION`], now 2) refuses a relay of
+/// another version, naming both versions in the error.
 pub const ALPN: &[u8] = b"qr-kv/1";
 
 pub use error::ChannelError;

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::error::ChannelError;
-use super::frame::{ErrorCode, Frame, StreamKind};
+use super::frame::{ErrorCode, Frame, Previous, StreamKind};
 use super::metrics::Metrics;
 use super::stream::{write_frame, FrameReader};
 
@@ -69,13 +69,18 @@ pub enum SyncStart {
         replid: String,
         /// Position of the snapshot.
         position: u64,
+        /// The id before `replid`, if the history changed ids.
+        previous: Option<Previous>,
     },
     /// The log continues from the replica's own position.
     Continue {
-        /// Replication id.
+        /// The current replication id (the replica's own, or the one that
+        /// succeeded it).
         replid: String,
         /// Where the log resumes.
         position: u64,
+        /// The id before `replid`, if the history changed ids.
+        previous: Option<Previous>,
     },
 }
 
@@ -133,12 +138,28 @@ impl ReplicaConn {
                 session,
                 replid,
                 position,
-            } => (session, SyncStart::Full { replid, position }),
+                previous,
+            } => (
+                session,
+                SyncStart::Full {
+                    replid,
+                    position,
+                    previous,
+                },
+            ),
             Frame::Continue {
                 session,
                 replid,
                 position,
-            } => (session, SyncStart::Continue { replid, position }),
+                previous,
+            } => (
+                session,
+                SyncStart::Continue {
+                    replid,
+                    position,
+                    previous,
+                },
+            ),
             Frame::Error { code, message } => return Err(ChannelError::Remote { code, message }),
             other => {
                 return Err(ChannelError::Protocol(format!(

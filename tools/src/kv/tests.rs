@@ -11,10 +11,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use quic_rdma::quinn_adapter;
 
-use super::{Master, MasterConfig, Metrics, ReplicaConn, Session, SyncStart};
+use super::frame::{ErrorCode, Previous};
+use super::{ChannelError, Master, MasterConfig, Metrics, ReplicaConn, Session, SyncStart};
 use crate::endpoint::endpoint;
-use crate::provider::{self, FabricOptions, ProviderKind};
+use crate::provider::{self, FabricOptions};
 use crate::tls;
+use quic_rdma::fabric::Provider;
 
 /// The log byte at position `p` (any position: the test checks by formula).
 fn log_byte(p: u64) -> u8 {
@@ -57,7 +59,7 @@ fn channel_over_sim() {
         .build()
         .unwrap();
     let pair = provider::open_pair(
-        ProviderKind::Sim,
+        Provider::Sim,
         &FabricOptions {
             loss_percent: 0.0,
             seed: 12,
@@ -76,7 +78,7 @@ fn channel_over_sim() {
         cfg.backlog = 4 << 20;
         cfg.window = 1 << 20;
         let master = Master::new(cfg, Arc::new(Metrics::default()));
-        master.reset("r1", 1000);
+        master.reset("r1", 1000, None);
         let snapshot: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
         let mut w = master.begin_snapshot("r1", 1000).unwrap();
         w.write(&snapshot).unwrap();
@@ -127,7 +129,8 @@ fn channel_over_sim() {
             a.start,
             SyncStart::Full {
                 replid: "r1".into(),
-                position: 1000
+                position: 1000,
+                previous: None,
             }
         );
         let h = append(200_000);
@@ -194,6 +197,53 @@ fn channel_over_sim() {
         };
         assert!(at <= h + (1 << 20), "{at}");
         assert!(Session::needs_full_resync(&err), "{err}");
+
+        // PSYNC2: the history goes on under "r2" from the head (the source
+        // restarted). Live sessions end with Switched; a replica holding r1
+        // at or before the switch resumes under r2, told r1's end; past the
+        // switch (r1's history diverged there) it needs a full sync.
+        let mut live = rc.open_session(Some(("r1".into(), h3))).await.unwrap();
+        master.switch_id("r2");
+        let err = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Err(e) = live.next_log().await {
+                    break e;
+                }
+            }
+        })
+        .await
+        .expect("the live session did not end");
+        assert!(
+            matches!(
+                err,
+                ChannelError::Remote {
+                    code: ErrorCode::Switched,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(!Session::needs_full_resync(&err));
+        let mut d = rc.open_session(Some(("r1".into(), h3 - 10))).await.unwrap();
+        assert_eq!(
+            d.start,
+            SyncStart::Continue {
+                replid: "r2".into(),
+                position: h3 - 10,
+                previous: Some(Previous {
+                    replid: "r1".into(),
+                    position: h3
+                }),
+            }
+        );
+        let h4 = append(1000);
+        read_log(&mut d, h3 - 10, h4).await;
+        let past = rc.open_session(Some(("r1".into(), h3 + 1))).await.unwrap();
+        assert!(
+            matches!(past.start, SyncStart::Full { .. }),
+            "{:?}",
+            past.start
+        );
     });
     rt.shutdown_timeout(Duration::from_secs(1));
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,7 +1,9 @@
 //! What a listener counts, described once: every output (Prometheus text
-//! today) is generated from [`ListenerStats::visit`].
+//! today) is generated from its [`Counters`] visitor.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use quic_rdma::counters::{Counters, Kind, Metric};
 
 /// Counters of one TCP listener.
 #[derive(Debug)]
@@ -23,15 +25,6 @@ pub struct ListenerStats {
     pub(crate) open: AtomicU64,
 }
 
-/// Prometheus metric type of a value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Only goes up.
-    Counter,
-    /// Goes up and down.
-    Gauge,
-}
-
 impl ListenerStats {
     /// Zeroed counters for the listener labelled `label`.
     pub fn new(label: &'static str) -> Self {
@@ -46,59 +39,20 @@ impl ListenerStats {
         }
     }
 
-    /// Call `f(name, kind, help, value)` for every value, in a fixed order.
-    pub fn visit(&self, f: &mut dyn FnMut(&'static str, Kind, &'static str, u64)) {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        f(
-            "connections_accepted_total",
-            Kind::Counter,
-            "TCP connections accepted and given a slot.",
-            get(&self.accepted),
-        );
-        f(
-            "connections_evicted_total",
-            Kind::Counter,
-            "Idle TCP connections closed to make room for a new one.",
-            get(&self.evicted),
-        );
-        f(
-            "connections_refused_total",
-            Kind::Counter,
-            "TCP connections closed at once because every slot was in a request.",
-            get(&self.refused),
-        );
-        f(
-            "connections_timed_out_total",
-            Kind::Counter,
-            "TCP connections dropped by the request or stall timeout.",
-            get(&self.timed_out),
-        );
-        f(
-            "accept_errors_total",
-            Kind::Counter,
-            "accept() failures (the listener goes on).",
-            get(&self.accept_errors),
-        );
-        f(
-            "connections_open",
-            Kind::Gauge,
-            "TCP connections holding a slot now.",
-            get(&self.open),
-        );
-    }
-
     /// Prometheus text (format 0.0.4) of `listeners`: one family per value,
     /// `qr_tcp_<name>{listener="<label>"}`, a series per listener.
     pub fn prometheus<'a>(listeners: impl IntoIterator<Item = &'a ListenerStats>) -> String {
         let mut families: Vec<(String, Vec<String>)> = Vec::new();
         for (i, l) in listeners.into_iter().enumerate() {
             let mut at = 0;
-            l.visit(&mut |name, kind, help, v| {
+            l.visit(&mut |m| {
+                let (name, help, v) = (m.name, m.help, m.value);
+                // Counters carry `_total`, gauges not (Prometheus naming).
+                let (name, ty) = match m.kind {
+                    Kind::Counter => (format!("{name}_total"), "counter"),
+                    Kind::Gauge => (name.to_string(), "gauge"),
+                };
                 if i == 0 {
-                    let ty = match kind {
-                        Kind::Counter => "counter",
-                        Kind::Gauge => "gauge",
-                    };
                     let head = format!("# HELP qr_tcp_{name} {help}\n# TYPE qr_tcp_{name} {ty}\n");
                     families.push((head, Vec::new()));
                 }
@@ -117,6 +71,38 @@ impl ListenerStats {
     }
 }
 
+/// Read through a plain copy so [`visit_fields!`](quic_rdma::visit_fields)
+/// names each value after its field.
+impl Counters for ListenerStats {
+    fn visit(&self, f: &mut dyn FnMut(Metric)) {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        struct Now {
+            connections_accepted: u64,
+            connections_evicted: u64,
+            connections_refused: u64,
+            connections_timed_out: u64,
+            accept_errors: u64,
+            connections_open: u64,
+        }
+        let now = Now {
+            connections_accepted: get(&self.accepted),
+            connections_evicted: get(&self.evicted),
+            connections_refused: get(&self.refused),
+            connections_timed_out: get(&self.timed_out),
+            accept_errors: get(&self.accept_errors),
+            connections_open: get(&self.open),
+        };
+        quic_rdma::visit_fields!(f, now, None;
+            connections_accepted: Counter, Count, "TCP connections accepted and given a slot.";
+            connections_evicted: Counter, Count, "Idle TCP connections closed to make room for a new one.";
+            connections_refused: Counter, Count, "TCP connections closed at once because every slot was in a request.";
+            connections_timed_out: Counter, Count, "TCP connections dropped by the request or stall timeout.";
+            accept_errors: Counter, Count, "accept() failures (the listener goes on).";
+            connections_open: Gauge, Count, "TCP connections holding a slot now.";
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,18 +115,14 @@ mod tests {
         let text = ListenerStats::prometheus([&s, &resp]);
         let e = crate::prom_text::parse(&text).unwrap();
         let mut n = 0;
-        s.visit(&mut |name, kind, _, _| {
+        s.visit(&mut |m| {
             n += 1;
-            let full = format!("qr_tcp_{name}");
-            let want = if kind == Kind::Counter {
-                "counter"
-            } else {
-                "gauge"
-            };
+            let counter = m.kind == Kind::Counter;
+            let full = format!("qr_tcp_{}{}", m.name, if counter { "_total" } else { "" });
+            let want = if counter { "counter" } else { "gauge" };
             assert_eq!(e.type_of(&full), Some(want), "{full}");
             assert!(e.value(&format!("{full}{{listener=\"http\"}}")).is_some());
             assert!(e.value(&format!("{full}{{listener=\"resp\"}}")).is_some());
-            assert_eq!(name.ends_with("_total"), kind == Kind::Counter, "{name}");
         });
         assert_eq!(2 * n, e.samples.len());
         assert_eq!(

@@ -4,7 +4,74 @@
 
 use std::fmt;
 
-use super::schema::{DropsReport, Report, ServeSummary, SocketReport, SoftPortReport};
+use quic_rdma::counters::Counters;
+use quic_rdma::fabric::soft::SoftStats;
+use quic_rdma::quic::routing::RoutingStats;
+use quic_rdma::socket::SocketStats;
+
+use super::schema::{CounterReport, Report, ServeSummary};
+
+/// A counter's name as a row label: words apart, acronyms in capitals as
+/// the RDMA and IP specifications write them (`rx_bad_icrc`: "rx bad ICRC").
+fn label(name: &str) -> String {
+    name.split('_')
+        .map(|w| match w {
+            "ipv4" => "IPv4".to_string(),
+            "ah" | "bth" | "gid" | "grh" | "gso" | "icrc" | "id" | "mtu" | "qp" | "qpn" => {
+                w.to_uppercase()
+            }
+            _ => w.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// One row per value `shape` visits (zero-valued structs: only the names
+/// matter), client `c` beside server `s`: the rows follow the visitor, so a
+/// counter added there is shown with no row to add here. Ungrouped values
+/// first, then each group under its total; fractional values (ratios) with
+/// two decimals.
+fn counter_rows(
+    f: &mut fmt::Formatter<'_>,
+    shape: &[&dyn Counters],
+    c: &CounterReport,
+    s: Option<&CounterReport>,
+) -> fmt::Result {
+    let mut names: Vec<(Option<&str>, &str)> = Vec::new();
+    for v in shape {
+        v.visit(&mut |m| names.push((m.group, m.name)));
+    }
+    // Stable: visiting order within a group is kept.
+    names.sort_by_key(|(g, _)| *g);
+    let cell = |v: Option<f64>| match v {
+        None => format!("{:>12}", "-"),
+        Some(v) if v.fract() != 0.0 => format!("{v:>12.2}"),
+        Some(v) => format!("{v:>12}"),
+    };
+    let mut group = None;
+    for (g, name) in names {
+        if let Some(gn) = g.filter(|_| g != group) {
+            let label = format!("{gn} (total)");
+            let total = |r: &CounterReport| r.group_total(gn) as f64;
+            writeln!(
+                f,
+                "    {label:<28} {}    {}",
+                cell(Some(total(c))),
+                cell(s.map(total))
+            )?;
+            group = g;
+        }
+        let label = format!("{}{}", if g.is_some() { "  " } else { "" }, label(name));
+        let get = |r: &CounterReport| r.get(g, name);
+        writeln!(
+            f,
+            "    {label:<28} {}    {}",
+            cell(Some(get(c))),
+            cell(s.map(get))
+        )?;
+    }
+    Ok(())
+}
 
 /// `n` bytes in the largest binary unit that keeps it readable.
 fn size(n: u64) -> String {
@@ -110,158 +177,28 @@ impl fmt::Display for Report {
             q.datagrams_sent, q.datagrams_received, q.lost_packets, q.congestion_events, q.smoothed_rtt_us
         )?;
         writeln!(f)?;
-        writeln!(f, "  socket counters          client          server")?;
-        let c = &self.sockets.client;
-        let sv = self.sockets.server.as_ref();
-        let row = |f: &mut fmt::Formatter<'_>, name: &str, a: u64, b: Option<u64>| match b {
-            Some(b) => writeln!(f, "    {name:<20} {a:>12}    {b:>12}"),
-            None => writeln!(f, "    {name:<20} {a:>12}    {:>12}", "-"),
-        };
-        let sf = |g: fn(&SocketReport) -> u64| sv.map(g);
-        row(f, "sent WRs", c.sent_wrs, sf(|s| s.sent_wrs))?;
-        row(f, "sent bytes", c.sent_bytes, sf(|s| s.sent_bytes))?;
-        row(f, "doorbells", c.send_posts, sf(|s| s.send_posts))?;
-        match sv {
-            Some(s) => writeln!(
-                f,
-                "    {:<20} {:>12.2}    {:>12.2}",
-                "WRs per post", c.wrs_per_post, s.wrs_per_post
-            )?,
-            None => writeln!(
-                f,
-                "    {:<20} {:>12.2}    {:>12}",
-                "WRs per post", c.wrs_per_post, "-"
-            )?,
-        }
-        row(f, "inline sends", c.inline_sends, sf(|s| s.inline_sends))?;
-        row(
+        let (stats, routing) = (SocketStats::default(), RoutingStats::default());
+        writeln!(
             f,
-            "signaled sends",
-            c.signaled_sends,
-            sf(|s| s.signaled_sends),
+            "  socket counters                  client          server"
         )?;
-        row(f, "send errors", c.send_errors, sf(|s| s.send_errors))?;
-        row(f, "MTU refusals", c.mtu_refusals, sf(|s| s.mtu_refusals))?;
-        row(f, "would block", c.would_block, sf(|s| s.would_block))?;
-        row(f, "recv WRs", c.recv_wrs, sf(|s| s.recv_wrs))?;
-        row(f, "recv bytes", c.recv_bytes, sf(|s| s.recv_bytes))?;
-        row(
-            f,
-            "recv WRs posted",
-            c.recv_wrs_posted,
-            sf(|s| s.recv_wrs_posted),
-        )?;
-        row(f, "recv errors", c.recv_errors, sf(|s| s.recv_errors))?;
-        row(f, "AHs created", c.ah_created, sf(|s| s.ah_created))?;
-        row(f, "AHs rebuilt", c.ah_rebuilt, sf(|s| s.ah_rebuilt))?;
-        row(f, "AHs destroyed", c.ah_destroyed, sf(|s| s.ah_destroyed))?;
-        row(f, "AH cache hits", c.ah_hits, sf(|s| s.ah_hits))?;
-        if c.seg_parts_sent + c.seg_reassembled > 0
-            || sv.is_some_and(|s| s.seg_parts_sent + s.seg_reassembled > 0)
-        {
-            row(
-                f,
-                "segmented sent",
-                c.seg_datagrams_sent,
-                sf(|s| s.seg_datagrams_sent),
-            )?;
-            row(
-                f,
-                "  parts sent",
-                c.seg_parts_sent,
-                sf(|s| s.seg_parts_sent),
-            )?;
-            row(
-                f,
-                "reassembled",
-                c.seg_reassembled,
-                sf(|s| s.seg_reassembled),
-            )?;
-        }
-        let cd = &c.drops;
-        let sd = |g: fn(&DropsReport) -> u64| sv.map(|s| g(&s.drops));
-        row(f, "drops (total)", cd.total(), sd(DropsReport::total))?;
-        row(f, "  bad GRH", cd.bad_grh, sd(|d| d.bad_grh))?;
-        row(f, "  imm mismatch", cd.imm_mismatch, sd(|d| d.imm_mismatch))?;
-        row(f, "  provider P_Key", cd.bad_pkey, sd(|d| d.bad_pkey))?;
-        row(f, "  provider Q_Key", cd.bad_qkey, sd(|d| d.bad_qkey))?;
-        row(f, "  provider QPN", cd.unknown_qpn, sd(|d| d.unknown_qpn))?;
-        row(
-            f,
-            "  provider no recv",
-            cd.no_recv_posted,
-            sd(|d| d.no_recv_posted),
-        )?;
-        row(f, "  provider too long", cd.too_long, sd(|d| d.too_long))?;
-        row(f, "  provider malformed", cd.malformed, sd(|d| d.malformed))?;
-        row(f, "  provider runt", cd.runt, sd(|d| d.runt))?;
-        row(
-            f,
-            "  kernel rcvbuf full",
-            cd.kernel_rx_dropped,
-            sd(|d| d.kernel_rx_dropped),
-        )?;
-        row(f, "  provider bad ICRC", cd.bad_icrc, sd(|d| d.bad_icrc))?;
-        row(
-            f,
-            "  provider oversize",
-            cd.oversize_sent,
-            sd(|d| d.oversize_sent),
-        )?;
-        row(
-            f,
-            "  seg incomplete",
-            cd.seg_incomplete,
-            sd(|d| d.seg_incomplete),
-        )?;
-        row(
-            f,
-            "  seg malformed",
-            cd.seg_malformed,
-            sd(|d| d.seg_malformed),
-        )?;
-        row(
-            f,
-            "  seg duplicates",
-            cd.seg_duplicates,
-            sd(|d| d.seg_duplicates),
-        )?;
+        let (c, sv) = (&self.sockets.client, self.sockets.server.as_ref());
+        counter_rows(f, &[&stats, &routing], c, sv)?;
+        // Derived, so not visited: shown once here.
+        let wpp = |r: &CounterReport| format!("{:>12.2}", r.get(None, "wrs_per_post"));
+        let s_wpp = sv.map_or(format!("{:>12}", "-"), wpp);
+        writeln!(f, "    {:<28} {}    {s_wpp}", "WRs per post", wpp(c))?;
         if let Some(soft) = &self.soft {
             writeln!(f)?;
-            writeln!(f, "  soft port (RoCEv2/UDP)   client          server")?;
-            let c = &soft.client;
-            let sv = soft.server.as_ref();
-            let sp = |g: fn(&SoftPortReport) -> u64| sv.map(g);
-            row(f, "tx packets", c.tx_packets, sp(|s| s.tx_packets))?;
-            row(f, "tx bytes", c.tx_bytes, sp(|s| s.tx_bytes))?;
-            row(
+            writeln!(
                 f,
-                "tx GSO batches",
-                c.tx_gso_batches,
-                sp(|s| s.tx_gso_batches),
+                "  soft port (RoCEv2/UDP)           client          server"
             )?;
-            row(
+            counter_rows(
                 f,
-                "tx would block",
-                c.tx_would_block,
-                sp(|s| s.tx_would_block),
-            )?;
-            row(f, "tx errors", c.tx_errors, sp(|s| s.tx_errors))?;
-            row(f, "rx datagrams", c.rx_datagrams, sp(|s| s.rx_datagrams))?;
-            row(f, "rx delivered", c.rx_delivered, sp(|s| s.rx_delivered))?;
-            row(
-                f,
-                "rx decode errors",
-                c.rx_decode_errors,
-                sp(|s| s.rx_decode_errors),
-            )?;
-            row(f, "rx bad ICRC", c.rx_bad_icrc, sp(|s| s.rx_bad_icrc))?;
-            row(f, "rx oversize", c.rx_oversize, sp(|s| s.rx_oversize))?;
-            row(
-                f,
-                "rx IPv4 ID solved",
-                c.rx_ipv4_id_solved,
-                sp(|s| s.rx_ipv4_id_solved),
+                &[&SoftStats::default()],
+                &soft.client,
+                soft.server.as_ref(),
             )?;
         }
         writeln!(f)?;
@@ -296,6 +233,63 @@ impl fmt::Display for ServeSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every counter a visitor lists appears in every output: the JSON
+    /// record, the human table and the `/metrics` text, typed as it says.
+    /// (The C API's coverage is checked in `quic-rdma-ffi`.)
+    #[test]
+    fn every_visited_counter_appears_in_every_output() {
+        let (stats, routing, soft) = (
+            SocketStats::default(),
+            RoutingStats::default(),
+            SoftStats::default(),
+        );
+        let shapes: [(&str, &[&dyn Counters]); 2] =
+            [("qr_socket", &[&stats, &routing]), ("qr_soft", &[&soft])];
+        for (prefix, shape) in shapes {
+            let json = serde_json::to_value(CounterReport::of(shape)).unwrap();
+            struct Table<'a>(&'a [&'a dyn Counters], CounterReport);
+            impl fmt::Display for Table<'_> {
+                fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    counter_rows(f, self.0, &self.1, None)
+                }
+            }
+            let human = Table(shape, CounterReport::of(shape)).to_string();
+            let mut text = String::new();
+            for c in shape {
+                crate::metric::visited(&mut text, prefix, *c);
+            }
+            let mut n = 0;
+            for c in shape {
+                c.visit(&mut |m| {
+                    n += 1;
+                    let at = m.group.map_or(&json, |g| &json[g]);
+                    assert!(
+                        at[m.name].is_u64(),
+                        "{:?} {} not in the JSON",
+                        m.group,
+                        m.name
+                    );
+                    let label = label(m.name);
+                    assert!(human.contains(&label), "{label} not in the human table");
+                    let (name, ty) = crate::metric::exposed(prefix, &m);
+                    let line = format!("# TYPE {name} {ty}\n");
+                    assert!(text.contains(&line), "{line} not in /metrics");
+                });
+            }
+            assert!(n >= 12, "{prefix}: {n} values visited");
+        }
+        // The counters `qr demo --json` and `qr serve --metrics` once lacked.
+        let json = serde_json::to_value(CounterReport::of(&[&stats])).unwrap();
+        for name in [
+            "qp_recoveries",
+            "recv_window_grows",
+            "tx_buf_sends",
+            "gid_changes",
+        ] {
+            assert!(json[name].is_u64(), "{name}");
+        }
+    }
 
     #[test]
     fn sizes() {

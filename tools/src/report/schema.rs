@@ -9,11 +9,12 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use quic_rdma::counters::Counters;
 use quic_rdma::fabric::sim::FabricStats;
 use quic_rdma::fabric::soft::SoftStats;
 use quic_rdma::fabric::UdAddr;
-use quic_rdma::socket::SocketStats;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use crate::tls::TlsInfo;
 use crate::workload::TransferOutcome;
@@ -97,50 +98,12 @@ pub(crate) struct SoftPortsReport {
     pub(crate) server: Option<SoftPortReport>,
 }
 
-/// One `soft` port's counters (names follow `quic_rdma::fabric::soft::SoftStats`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct SoftPortReport {
-    /// RoCE packets handed to the UDP socket.
-    pub(crate) tx_packets: u64,
-    /// UDP payload bytes handed to the socket.
-    pub(crate) tx_bytes: u64,
-    /// `sendmsg` calls carrying a UDP GSO batch of several packets.
-    #[serde(default)]
-    pub(crate) tx_gso_batches: u64,
-    /// Sends lost because the socket buffer stayed full.
-    pub(crate) tx_would_block: u64,
-    /// Sends the kernel refused.
-    pub(crate) tx_errors: u64,
-    /// UDP datagrams read.
-    pub(crate) rx_datagrams: u64,
-    /// Packets that did not decode as RoCEv2 UD.
-    pub(crate) rx_decode_errors: u64,
-    /// Packets whose ICRC did not verify.
-    pub(crate) rx_bad_icrc: u64,
-    /// Packets above the active MTU.
-    pub(crate) rx_oversize: u64,
-    /// Packets whose ICRC matched only with a non-zero IPv4 ID (kernel rxe
-    /// peers; packets of a soft peer's GSO batch after its first).
-    pub(crate) rx_ipv4_id_solved: u64,
-    /// Packets placed in a receive buffer.
-    pub(crate) rx_delivered: u64,
-}
+/// One `soft` port's counters: generated from `SoftStats`' visitor.
+pub(crate) type SoftPortReport = CounterReport;
 
-impl From<&SoftStats> for SoftPortReport {
+impl From<&SoftStats> for CounterReport {
     fn from(s: &SoftStats) -> Self {
-        SoftPortReport {
-            tx_packets: s.tx_packets,
-            tx_bytes: s.tx_bytes,
-            tx_gso_batches: s.tx_gso_batches,
-            tx_would_block: s.tx_would_block,
-            tx_errors: s.tx_errors,
-            rx_datagrams: s.rx_datagrams,
-            rx_decode_errors: s.rx_decode_errors,
-            rx_bad_icrc: s.rx_bad_icrc,
-            rx_oversize: s.rx_oversize,
-            rx_ipv4_id_solved: s.rx_ipv4_id_solved,
-            rx_delivered: s.rx_delivered,
-        }
+        CounterReport::of(&[s])
     }
 }
 
@@ -297,166 +260,66 @@ pub(crate) struct SocketsReport {
     pub(crate) server: Option<SocketReport>,
 }
 
-/// One socket's counters (names follow `quic_rdma::socket::SocketStats`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct SocketReport {
-    /// Send WRs posted.
-    pub(crate) sent_wrs: u64,
-    /// Payload bytes posted for sending.
-    pub(crate) sent_bytes: u64,
-    /// `post_send` calls (doorbells).
-    pub(crate) send_posts: u64,
-    /// Mean send WRs per doorbell.
-    pub(crate) wrs_per_post: f64,
-    /// Sends posted inline.
-    pub(crate) inline_sends: u64,
-    /// Sends posted signaled.
-    pub(crate) signaled_sends: u64,
-    /// Send completions with an error.
-    pub(crate) send_errors: u64,
-    /// Sends refused for exceeding the MTU.
-    pub(crate) mtu_refusals: u64,
-    /// Sends refused for lack of room (retried).
-    pub(crate) would_block: u64,
-    /// Packets received and handed to quinn.
-    pub(crate) recv_wrs: u64,
-    /// Payload bytes received.
-    pub(crate) recv_bytes: u64,
-    /// Receive WRs posted.
-    pub(crate) recv_wrs_posted: u64,
-    /// Receive completions with an error.
-    pub(crate) recv_errors: u64,
-    /// Address handles created.
-    pub(crate) ah_created: u64,
-    /// Address handles rebuilt (peer or own GID moved).
-    pub(crate) ah_rebuilt: u64,
-    /// Address handles destroyed.
-    pub(crate) ah_destroyed: u64,
-    /// Sends that found their AH cached.
-    pub(crate) ah_hits: u64,
-    /// Datagrams above the active MTU sent as parts (docs/architecture.md §6).
-    #[serde(default)]
-    pub(crate) seg_datagrams_sent: u64,
-    /// Parts sent (each one send WR).
-    #[serde(default)]
-    pub(crate) seg_parts_sent: u64,
-    /// Datagrams reassembled from parts (counted in `recv_wrs` too).
-    #[serde(default)]
-    pub(crate) seg_reassembled: u64,
-    /// Drops by cause.
-    pub(crate) drops: DropsReport,
-}
+/// One socket's counters: generated from the visitors of `SocketStats` and
+/// the routing check (`quic_rdma::counters`), plus the derived
+/// `wrs_per_post`.
+pub(crate) type SocketReport = CounterReport;
 
-/// Drops by cause: the socket's own and the provider's.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct DropsReport {
-    /// GRH area did not parse.
-    pub(crate) bad_grh: u64,
-    /// Immediate data did not match the CID's routing key.
-    pub(crate) imm_mismatch: u64,
-    /// Provider: wrong P_Key.
-    pub(crate) bad_pkey: u64,
-    /// Provider: wrong Q_Key.
-    pub(crate) bad_qkey: u64,
-    /// Provider: unknown destination QPN.
-    pub(crate) unknown_qpn: u64,
-    /// Provider: no receive posted (starvation).
-    pub(crate) no_recv_posted: u64,
-    /// Provider: larger than the receive buffer.
-    pub(crate) too_long: u64,
-    /// Provider: malformed on the wire.
-    pub(crate) malformed: u64,
-    /// Provider: datagrams shorter than a BTH, zero-length included (`soft`).
-    #[serde(default)]
-    pub(crate) runt: u64,
-    /// Provider: dropped by the kernel, receive buffer full (`soft`).
-    #[serde(default)]
-    pub(crate) kernel_rx_dropped: u64,
-    /// Provider: ICRC did not verify (`soft`).
-    pub(crate) bad_icrc: u64,
-    /// Provider: sent above the path MTU (silently dropped by "hardware").
-    pub(crate) oversize_sent: u64,
-    /// Segmented datagrams dropped with a part missing (timed out, or evicted
-    /// for a newer one).
-    #[serde(default)]
-    pub(crate) seg_incomplete: u64,
-    /// Parts dropped as malformed.
-    #[serde(default)]
-    pub(crate) seg_malformed: u64,
-    /// Parts dropped as duplicates.
-    #[serde(default)]
-    pub(crate) seg_duplicates: u64,
-}
+/// The visited values of one or more stats structs as a JSON object:
+/// `{name: value, group: {name: value}}`. Kept as JSON rather than as a struct
+/// so that a counter added to a visitor needs no field here: the JSON report,
+/// the human table and the server summary `qr demo` reads back all follow.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct CounterReport(Map<String, Value>);
 
-impl DropsReport {
-    /// Sum of every cause.
-    pub(crate) fn total(&self) -> u64 {
-        self.bad_grh
-            + self.imm_mismatch
-            + self.bad_pkey
-            + self.bad_qkey
-            + self.unknown_qpn
-            + self.no_recv_posted
-            + self.too_long
-            + self.malformed
-            + self.runt
-            + self.kernel_rx_dropped
-            + self.bad_icrc
-            + self.oversize_sent
-            + self.seg_incomplete
-            + self.seg_malformed
-            + self.seg_duplicates
+impl CounterReport {
+    /// The values `sources` visit, in visiting order within each group.
+    pub(crate) fn of(sources: &[&dyn Counters]) -> Self {
+        let mut m = Map::new();
+        for c in sources {
+            c.visit(&mut |x| {
+                let into = match x.group {
+                    None => &mut m,
+                    Some(g) => match m.entry(g).or_insert_with(|| Value::Object(Map::new())) {
+                        Value::Object(o) => o,
+                        _ => unreachable!("a group key holds an object"),
+                    },
+                };
+                into.insert(x.name.to_string(), Value::from(x.value));
+            });
+        }
+        CounterReport(m)
     }
-}
 
-impl SocketReport {
     /// The counters of an adapter socket: the UD socket's and the routing check's.
-    pub(crate) fn of<Q: quic_rdma::fabric::UdQueuePair>(
+    pub(crate) fn socket<Q: quic_rdma::fabric::UdQueuePair>(
         sock: &quic_rdma::quinn_adapter::RdmaUdpSocket<Q>,
     ) -> Self {
-        Self::new(&sock.stats(), &sock.routing_stats())
+        let s = sock.stats();
+        let mut r = CounterReport::of(&[&s, &sock.routing_stats()]);
+        r.0.insert("wrs_per_post".into(), Value::from(s.wrs_per_post()));
+        r
     }
 
-    fn new(s: &SocketStats, routing: &quic_rdma::quic::routing::RoutingStats) -> Self {
-        SocketReport {
-            sent_wrs: s.sent_wrs,
-            sent_bytes: s.sent_bytes,
-            send_posts: s.send_posts,
-            wrs_per_post: s.wrs_per_post(),
-            inline_sends: s.inline_sends,
-            signaled_sends: s.signaled_sends,
-            send_errors: s.send_errors,
-            mtu_refusals: s.mtu_refusals,
-            would_block: s.would_block,
-            recv_wrs: s.recv_packets,
-            recv_bytes: s.recv_bytes,
-            recv_wrs_posted: s.recv_wrs_posted,
-            recv_errors: s.recv_errors,
-            ah_created: s.ah_created,
-            ah_rebuilt: s.ah_rebuilt,
-            ah_destroyed: s.ah_destroyed,
-            ah_hits: s.ah_hits,
-            seg_datagrams_sent: s.seg_datagrams_sent,
-            seg_parts_sent: s.seg_parts_sent,
-            seg_reassembled: s.seg_reassembled,
-            drops: DropsReport {
-                bad_grh: s.drop_bad_grh,
-                imm_mismatch: routing.imm_mismatch,
-                bad_pkey: s.provider.bad_pkey,
-                bad_qkey: s.provider.bad_qkey,
-                unknown_qpn: s.provider.unknown_qpn,
-                no_recv_posted: s.provider.no_recv_posted,
-                too_long: s.provider.too_long,
-                malformed: s.provider.malformed,
-                runt: s.provider.runt,
-                kernel_rx_dropped: s.provider.kernel_rx_dropped,
-                bad_icrc: s.provider.bad_icrc,
-                oversize_sent: s.provider.oversize_sent,
-                seg_incomplete: s.seg_expired + s.seg_evicted,
-                seg_malformed: s.seg_malformed,
-                seg_duplicates: s.seg_duplicates,
-            },
-        }
+    /// The value of `name` in `group` (0 when absent: a report from an older
+    /// `qr` that did not have the counter yet).
+    pub(crate) fn get(&self, group: Option<&str>, name: &str) -> f64 {
+        let m = match group {
+            None => Some(&self.0),
+            Some(g) => self.0.get(g).and_then(Value::as_object),
+        };
+        m.and_then(|m| m.get(name))
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0)
+    }
+
+    /// Sum of group `group`'s values (`drops`: every drop by any cause).
+    pub(crate) fn group_total(&self, group: &str) -> u64 {
+        self.0
+            .get(group)
+            .and_then(Value::as_object)
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
     }
 }
 

@@ -270,3 +270,28 @@ pub fn wait_for_file(path: &Path, limit: Duration) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Run `promtool check metrics` on `text` and fail with its complaints.
+pub fn promtool_check(what: &str, text: &str) {
+    use std::io::Write as _;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (apt-get install prometheus)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: promtool check metrics:\n{}{}\n--- text ---\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -42,6 +42,21 @@ pub(crate) fn have(prog: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Every program of `progs` must be on PATH: `.ci/run` installs them (a
+/// skipped test is not a passed one).
+pub(crate) fn require(progs: &[&str]) {
+    for p in progs {
+        let package = match *p {
+            "ctr" => "containerd",
+            other => other,
+        };
+        assert!(
+            have(p),
+            "{p} is not installed (.ci/run installs it: apt-get install {package})"
+        );
+    }
+}
+
 /// Run a command to completion, panicking with its output if it fails.
 pub(crate) fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -383,27 +398,41 @@ fn tls_args(pki: &Path, name: &str) -> Vec<String> {
     ]
 }
 
-/// GET http://ADDR/PATH with extra headers; status, headers, body (a body
-/// cut short is a test failure: see [`http_get_cut`]).
+/// Status, headers and body of an HTTP answer.
+pub(crate) type Got = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// GET http://ADDR/PATH as a client that retries a response cut short
+/// (as every OCI client does): status, headers, body, and how many
+/// responses were cut short first.
+pub(crate) fn http_get_retrying(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, Vec<u8>, usize) {
+    for cut in 0..3 {
+        match http_get_result(addr, path, headers) {
+            Ok((st, hs, body)) => return (st, hs, body, cut),
+            Err(e) => eprintln!("GET {path}: {e}; retrying"),
+        }
+    }
+    panic!("GET {addr}{path}: cut short three times");
+}
+
+/// GET http://ADDR/PATH with extra headers; status, headers, body.
 pub(crate) fn http_get(
     addr: &str,
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let (status, hs, body, cut) = http_get_cut(addr, path, headers);
-    if let Some(e) = cut {
-        panic!("GET {path}: body cut short after {} bytes: {e}", body.len());
-    }
-    (status, hs, body)
+    http_get_result(addr, path, headers).unwrap()
 }
 
-/// Status, headers, the body as far as it came, and the error it ended in.
-pub(crate) type CutAnswer = (u16, Vec<(String, String)>, Vec<u8>, Option<String>);
-
-/// As [`http_get`], but a body that ends in an error (the node agent cuts a
-/// streaming response short when the blob fails its digest) is returned as
-/// far as it came, with the error.
-pub(crate) fn http_get_cut(addr: &str, path: &str, headers: &[(&str, &str)]) -> CutAnswer {
+/// [`http_get`], a body cut short an error.
+pub(crate) fn http_get_result(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Got, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -414,7 +443,7 @@ pub(crate) fn http_get_cut(addr: &str, path: &str, headers: &[(&str, &str)]) -> 
         for (k, v) in headers {
             r = r.header(*k, *v);
         }
-        let mut r = tokio::time::timeout(Duration::from_secs(120), r.send())
+        let r = tokio::time::timeout(Duration::from_secs(120), r.send())
             .await
             .unwrap()
             .unwrap();
@@ -424,17 +453,8 @@ pub(crate) fn http_get_cut(addr: &str, path: &str, headers: &[(&str, &str)]) -> 
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
             .collect();
-        let mut body = Vec::new();
-        loop {
-            let piece = tokio::time::timeout(Duration::from_secs(120), r.chunk())
-                .await
-                .unwrap();
-            match piece {
-                Ok(Some(p)) => body.extend_from_slice(&p),
-                Ok(None) => return (status, hs, body, None),
-                Err(e) => return (status, hs, body, Some(format!("{e:?}"))),
-            }
-        }
+        let body = r.bytes().await.map_err(|e| format!("{e:?}"))?;
+        Ok((status, hs, body.to_vec()))
     })
 }
 
@@ -491,4 +511,88 @@ pub(crate) fn containerd(d: &Path) -> (Proc, String) {
         std::thread::sleep(Duration::from_millis(100));
     }
     (proc, sock)
+}
+
+/// A containerd of the test's own whose registries are mirrored by a node
+/// agent (one `hosts.toml` each, as an operator writes them), so its
+/// requests carry `?ns=HOST`.
+pub(crate) struct Containerd {
+    _proc: Proc,
+    sock: String,
+    hosts: PathBuf,
+}
+
+impl Containerd {
+    /// Start it under `d`, mirroring each `(registry host, its scheme)` of
+    /// `registries` with the node agent at `node` (HOST:PORT, plain HTTP).
+    pub(crate) fn start(d: &Path, node: &str, registries: &[(&str, &str)]) -> Containerd {
+        let hosts = d.join("hosts");
+        for (host, scheme) in registries {
+            std::fs::create_dir_all(hosts.join(host)).unwrap();
+            std::fs::write(
+                hosts.join(host).join("hosts.toml"),
+                format!(
+                    "server = \"{scheme}://{host}\"\n\n[host.\"http://{node}\"]\n  \
+                     capabilities = [\"pull\", \"resolve\"]\n"
+                ),
+            )
+            .unwrap();
+        }
+        let (proc, sock) = containerd(&d.join("containerd"));
+        Containerd {
+            _proc: proc,
+            sock,
+            hosts,
+        }
+    }
+
+    /// `ctr ARGS` against it (namespace `qrtest`).
+    pub(crate) fn ctr(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ctr");
+        c.args(["--address", &self.sock, "--namespace", "qrtest"])
+            .args(args);
+        c
+    }
+
+    /// `ctr images pull` of `image` through the mirrors (`log`, the agent log
+    /// to show if it fails), then `ctr images check` must call it complete.
+    pub(crate) fn pull(&self, image: &str, log: &Path) {
+        let hosts = self.hosts.display().to_string();
+        let args = [
+            "images",
+            "pull",
+            "--hosts-dir",
+            &hosts,
+            "--snapshotter",
+            "native",
+            image,
+        ];
+        let out = self.ctr(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "ctr pull {image}: {}{}\n{}: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            log.display(),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        let check = run(&mut self.ctr(&["images", "check"]));
+        let line = check
+            .lines()
+            .find(|l| l.contains(image))
+            .unwrap_or_else(|| panic!("{check}"));
+        assert!(line.contains("complete"), "{check}");
+    }
+
+    /// The digests in its content store, sorted.
+    pub(crate) fn content(&self) -> Vec<String> {
+        let content = run(&mut self.ctr(&["content", "ls", "--quiet"]));
+        let mut got: Vec<String> = content
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect();
+        got.sort();
+        got
+    }
 }

@@ -212,7 +212,7 @@ static int test_error_paths(void) {
     fc.provider = "sim";
     fc.mtu = 1000;
     EXPECT(qr_fabric_new(&fc, &f) == QR_EINVAL);
-    fc.mtu = 1024; /* below QUIC's 1200: the engine refuses it with a fabric error */
+    fc.mtu = 1024; /* below QUIC's 1200: the engine segments (QUIC sees more) */
     EXPECT(qr_fabric_new(&fc, &f) == QR_OK);
     qr_engine_config ec;
     memset(&ec, 0, sizeof ec);
@@ -221,9 +221,21 @@ static int test_error_paths(void) {
     EXPECT(qr_engine_new(f, &ec, &e) == QR_ENULL); /* no GID */
     ec.gid = "not a gid";
     EXPECT(qr_engine_new(f, &ec, &e) == QR_EINVAL);
+    EXPECT(e == NULL);
     ec.gid = "fd00::9";
+    EXPECT(qr_engine_new(f, &ec, &e) == QR_OK);
+    EXPECT(qr_engine_mtu(e) >= 1200);
+    qr_engine_free(e);
+    qr_fabric_free(f);
+    /* A soft port on an address this host does not own: a fabric error. */
+    fc.provider = "soft";
+    fc.mtu = 0;
+    EXPECT(qr_fabric_new(&fc, &f) == QR_OK);
+    e = NULL;
+    ec.gid = "192.0.2.1"; /* TEST-NET-1 (RFC 5737): never local */
     EXPECT(qr_engine_new(f, &ec, &e) == QR_EFABRIC);
     EXPECT(e == NULL);
+    EXPECT(strstr(qr_last_error(), "192.0.2.1") != NULL);
     qr_fabric_free(f);
     /* A live pair: unknown connection, wrong stream direction, small buffers, closed. */
     qr_pair p;

@@ -15,8 +15,8 @@
 //! # let _ = ah;
 //! # Ok::<(), quic_rdma::fabric::FabricError>(())
 //! ```
-//! Peers are found with [`bootstrap`] (GID, QPN, Q_Key, UDP port over a TCP
-//! service port). [`SoftConfig`] sets the bind port (4791 by default; another port,
+//! Peers are found with [`crate::discovery`] (GID, QPN, Q_Key, UDP port over a
+//! TCP service port). [`SoftConfig`] sets the bind port (4791 by default; another port,
 //! or 0, for several processes per IP — then tell senders with
 //! [`SoftPort::set_peer_port`]), the active MTU (default 4096), the ICRC policy,
 //! P_Key and queue depths.
@@ -77,7 +77,10 @@
 
 #![forbid(unsafe_code)]
 
-pub mod bootstrap;
+// Public only so the attack tests, the fuzz targets and the codec bench can
+// forge and parse RoCEv2 packets; hidden from the docs: not API, it may
+// change with the provider.
+#[doc(hidden)]
 pub mod codec;
 mod config;
 mod demux;

@@ -52,6 +52,25 @@ pub struct SoftStats {
     pub rx_delivered: u64,
 }
 
+impl crate::counters::Counters for SoftStats {
+    fn visit(&self, f: &mut dyn FnMut(crate::counters::Metric)) {
+        crate::visit_fields!(f, self, None;
+            tx_packets: Counter, Count, "RoCE packets handed to the UDP socket";
+            tx_bytes: Counter, Bytes, "UDP payload bytes handed to the socket";
+            tx_gso_batches: Counter, Count, "sendmsg calls carrying a GSO batch";
+            tx_would_block: Counter, Count, "Sends lost because the socket buffer stayed full";
+            tx_errors: Counter, Count, "Sends the kernel refused";
+            rx_datagrams: Counter, Count, "UDP datagrams read";
+            rx_decode_errors: Counter, Count, "Packets that did not decode as RoCEv2 UD";
+            rx_bad_icrc: Counter, Count, "Packets whose ICRC did not verify";
+            rx_oversize: Counter, Count, "Packets above the active MTU";
+            rx_ipv4_id_solved: Counter, Count, "Packets whose ICRC matched only with a non-zero IPv4 ID";
+            rx_ipv4_id_at_position: Counter, Count, "Of those, packets whose IPv4 ID was their batch position";
+            rx_delivered: Counter, Count, "Packets placed in a receive buffer";
+        );
+    }
+}
+
 /// State shared by a port and its QPs.
 pub(crate) struct Shared {
     pub(crate) socket: UdpSocket,

@@ -355,7 +355,7 @@ impl Drop for Device {
     fn drop(&mut self) {
         let report = |what: &str, rc: i32| {
             if rc != 0 {
-                let error = super::qp::errno_of(rc);
+                let error = errno_of(rc);
                 tracing::warn!(device = %self.name, %error, "{what} failed");
             }
         };
@@ -392,6 +392,17 @@ pub(crate) fn mtu_from_ibv(m: ibv_mtu::Type) -> Option<Mtu> {
         ibv_mtu::IBV_MTU_4096 => Mtu::M4096,
         _ => return None,
     })
+}
+
+/// The error of a failed libibverbs call: `rc` is the errno when positive (as
+/// `ibv_modify_qp` and the `ibv_destroy_*` calls return it), else `errno` is read.
+/// Here, beside the device, because every verbs object's calls fail this way.
+pub(super) fn errno_of(rc: i32) -> io::Error {
+    if rc > 0 {
+        io::Error::from_raw_os_error(rc)
+    } else {
+        io::Error::last_os_error()
+    }
 }
 
 #[cfg(test)]

@@ -43,9 +43,10 @@ mod device;
 mod events;
 mod gid;
 mod mr;
-pub mod notify;
+pub(crate) mod notify;
 mod post;
 mod qp;
+mod register;
 
 use std::task::Waker;
 

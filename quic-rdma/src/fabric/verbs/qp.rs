@@ -6,13 +6,12 @@
 //! completions in `cq.rs`, async events in `events.rs`.
 
 use std::collections::VecDeque;
-use std::io;
 use std::sync::Arc;
 
 use rdma_sys::*;
 
 use super::cq::CqPoller;
-use super::device::{mtu_from_ibv, Device, GidEntry};
+use super::device::{errno_of, mtu_from_ibv, Device, GidEntry};
 use super::events;
 use super::gid::select_gid;
 use super::mr::KeptRegions;
@@ -105,16 +104,6 @@ impl std::fmt::Debug for VerbsQp {
             .field("gid_index", &self.gid_index)
             .field("attr", &self.attr)
             .finish()
-    }
-}
-
-/// The error of a failed libibverbs call: `rc` is the errno when positive (as
-/// `ibv_modify_qp` and the `ibv_destroy_*` calls return it), else `errno` is read.
-pub(super) fn errno_of(rc: i32) -> io::Error {
-    if rc > 0 {
-        io::Error::from_raw_os_error(rc)
-    } else {
-        io::Error::last_os_error()
     }
 }
 

@@ -12,18 +12,19 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use quic_rdma::quinn_adapter::{self, RetryGate};
+use quic_rdma::quinn_adapter::RetryGate;
 
 use super::args::{parse_bytes, LivenessArgs, DEFAULT_SERVICE_PORT};
 use super::{print_report, RunError};
-use crate::endpoint::endpoint;
-use crate::provider::{self, FabricOptions, ProviderKind};
+use crate::endpoint::FabricEndpoint;
+use crate::provider::{self, FabricOptions};
 use crate::report::{
     EndpointsReport, FabricReport, PingReport, QuicReport, Report, RttReport, SocketReport,
     SocketsReport, TransferReport, UdEndpointReport,
 };
 use crate::tls::{self, TlsInfo};
 use crate::workload;
+use quic_rdma::fabric::Provider;
 
 /// Options of `qr demo`.
 #[derive(Clone, Debug, clap::Args)]
@@ -34,8 +35,8 @@ pub(crate) struct DemoArgs {
     /// client itself on --client-ip (real RoCEv2 packets on UDP port 4791).
     /// `verbs` (libibverbs, with the `verbs` feature) runs one endpoint per process:
     /// use `qr serve` / `qr connect` for it.
-    #[arg(long, value_enum, default_value_t = ProviderKind::Sim)]
-    pub(crate) provider: ProviderKind,
+    #[arg(long, value_parser = super::args::provider_parser(), default_value_t = Provider::Sim)]
+    pub(crate) provider: Provider,
 
     /// `soft`: the server process's IP (its GID). Any 127.0.0.0/8 address works
     /// on Linux loopback without setup.
@@ -107,7 +108,7 @@ pub(crate) fn main(args: &DemoArgs) -> ExitCode {
 
 /// Run the demo on a fresh tokio multi-thread runtime.
 pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
-    if args.provider == ProviderKind::Soft {
+    if args.provider == Provider::Soft {
         return soft::run(args);
     }
     let opts = FabricOptions {
@@ -138,15 +139,19 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
 async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
     let fabric_mtu = pair.server.mtu();
     let liveness = args.liveness.liveness()?;
-    let tls = tls::configs(quinn_adapter::transport_with(fabric_mtu, liveness))?;
-    let server = endpoint(&pair.server, Some(tls.server))?;
-    let client = endpoint(&pair.client, None)?;
+    let (server_fabric, client_fabric) = (
+        FabricEndpoint::new(pair.server.clone(), liveness),
+        FabricEndpoint::new(pair.client.clone(), liveness),
+    );
+    let tls = tls::configs(server_fabric.transport())?;
+    let server = server_fabric.listen(tls.server)?;
+    let client = client_fabric.client()?;
     let server_addr = pair.client.peer_addr(pair.server.ud_addr());
     let ping_size = args.ping_size as usize;
     let pings = args.pings;
 
     let accept = {
-        let (server, sock) = (server.clone(), pair.server.clone());
+        let server = server.clone();
         tokio::spawn(async move {
             // The serving commands' accept path, with `--retry`'s default.
             let attempt = RetryGate::default()
@@ -155,7 +160,7 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
                 .context("server endpoint closed")?;
             let conn = attempt.await.context("server handshake")?;
             // Dead peers noticed by the receive path (docs/architecture.md §5).
-            quinn_adapter::spawn_watch_for(&sock, &conn, &liveness);
+            server_fabric.watch(&conn);
             workload::serve_transfer(conn.clone()).await?;
             if pings > 0 {
                 workload::serve_pings(conn.clone()).await?;
@@ -171,7 +176,7 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
         .await
         .context("client handshake (certificate verification included)")?;
     let handshake = start.elapsed();
-    quinn_adapter::spawn_watch_for(&pair.client, &conn, &liveness);
+    client_fabric.watch(&conn);
 
     let transfer = workload::run_transfer(&conn, args.bytes, args.seed).await?;
     let rtts = if args.pings > 0 {
@@ -205,8 +210,8 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
         },
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
-            client: SocketReport::of(&pair.client),
-            server: Some(SocketReport::of(&pair.server)),
+            client: SocketReport::socket(&pair.client),
+            server: Some(SocketReport::socket(&pair.server)),
         },
         fabric: pair.wire_stats().as_ref().map(FabricReport::from),
         endpoints: EndpointsReport {

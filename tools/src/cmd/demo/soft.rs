@@ -22,10 +22,12 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::DemoArgs;
+use crate::cmd::args::FabricArgs;
 use crate::cmd::connect::{self, ClientRun};
 use crate::cmd::RunError;
-use crate::provider::{OpenError, ProviderKind};
+use crate::provider::OpenError;
 use crate::report::{Report, ServeSummary};
+use quic_rdma::fabric::Provider;
 
 /// How long the server process may take to start answering.
 const READY_WITHIN: Duration = Duration::from_secs(20);
@@ -164,12 +166,14 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
     wait_ready(&mut server, &service).map_err(RunError::Run)?;
 
     let client = ClientRun {
-        provider: ProviderKind::Soft,
+        fabric: FabricArgs {
+            provider: Provider::Soft,
+            udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
+        },
         server: service,
         server_name: args.server_ip.to_string(),
         cert: cert.clone(),
         ip: Some(args.client_ip),
-        udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
         bytes: args.bytes,
         pings: args.pings,
         ping_size: args.ping_size,

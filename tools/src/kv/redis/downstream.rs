@@ -383,8 +383,12 @@ async fn replica_link(
         full,
     };
     match session.start.clone() {
-        SyncStart::Continue { replid, position } => {
-            link.port.history.observe(&replid, position);
+        SyncStart::Continue {
+            replid,
+            position,
+            previous,
+        } => {
+            link.port.history.observe(&replid, position, previous);
             link.me.replica(ReplicaState::Online, position);
             metrics.sync_partial_ok.fetch_add(1, Relaxed);
             eprintln!("qr kv-relay downstream: replica link {id}: +CONTINUE at {position}");
@@ -395,8 +399,12 @@ async fn replica_link(
             }
             metrics.set_replica(id, status(position, position, false));
         }
-        SyncStart::Full { replid, position } => {
-            link.port.history.observe(&replid, position);
+        SyncStart::Full {
+            replid,
+            position,
+            previous,
+        } => {
+            link.port.history.observe(&replid, position, previous);
             link.me.replica(ReplicaState::SendBulk, position);
             metrics.sync_full.fetch_add(1, Relaxed);
             if have.is_some() {
@@ -459,7 +467,9 @@ async fn replica_link(
         tokio::select! {
             chunk = session.next_log() => {
                 wr.write_all(&chunk?).await?;
-                link.port.history.observe(&replid, session.position());
+                // The downstream's head: the furthest offset it delivered.
+                let head = link.port.history.advance(&replid, session.position());
+                metrics.head.store(head, Relaxed);
             }
             r = rd.read_buf(&mut buf) => {
                 if r? == 0 {

@@ -6,6 +6,8 @@
 
 use std::sync::Mutex;
 
+use crate::kv::frame::Previous;
+
 /// Redis's id for "no such history" (`master_replid2` before any switch).
 pub const NO_REPLID: &str = "0000000000000000000000000000000000000000";
 
@@ -16,10 +18,9 @@ pub struct Ids {
     pub replid: Option<String>,
     /// Highest offset of the current id seen so far.
     pub offset: u64,
-    /// The previous id, if the history switched ids.
-    pub replid2: Option<String>,
-    /// The last offset valid under `replid2`.
-    pub second_offset: Option<u64>,
+    /// The previous id and the last offset valid under it, if the history
+    /// switched ids.
+    pub previous: Option<Previous>,
 }
 
 /// The shared, updated view.
@@ -33,25 +34,26 @@ impl History {
         self.ids.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A session saw `replid` at `offset`: move the offset forward, or start
-    /// over with a new id.
-    pub fn observe(&self, replid: &str, offset: u64) {
+    /// A session began under `replid` at `offset`, the upstream relay naming
+    /// the id before it (`previous`).
+    pub fn observe(&self, replid: &str, offset: u64, previous: Option<Previous>) {
+        let mut ids = self.lock();
+        if ids.replid.as_deref() != Some(replid) {
+            ids.offset = 0;
+        }
+        ids.replid = Some(replid.to_string());
+        ids.offset = ids.offset.max(offset);
+        ids.previous = previous;
+    }
+
+    /// A session under `replid` delivered the log up to `offset`; the
+    /// furthest offset now.
+    pub fn advance(&self, replid: &str, offset: u64) -> u64 {
         let mut ids = self.lock();
         if ids.replid.as_deref() == Some(replid) {
             ids.offset = ids.offset.max(offset);
-        } else {
-            ids.replid = Some(replid.to_string());
-            ids.offset = offset;
         }
-    }
-
-    /// The previous id and the offset where it ended, as the upstream says.
-    pub fn set_previous(&self, replid2: Option<(String, u64)>) {
-        let mut ids = self.lock();
-        (ids.replid2, ids.second_offset) = match replid2 {
-            Some((r, o)) => (Some(r), Some(o)),
-            None => (None, None),
-        };
+        ids.offset
     }
 
     /// The view now.

@@ -147,13 +147,17 @@ fn replication(v: &View<'_>, field: &mut dyn FnMut(&str, &dyn std::fmt::Display)
         "master_replid",
         &v.ids.replid.as_deref().unwrap_or(NO_REPLID),
     );
+    let previous = v.ids.previous.as_ref();
     field(
         "master_replid2",
-        &v.ids.replid2.as_deref().unwrap_or(NO_REPLID),
+        &previous.map_or(NO_REPLID, |p| p.replid.as_str()),
     );
     field("master_repl_offset", &v.ids.offset);
-    match v.ids.second_offset {
-        Some(o) => field("second_repl_offset", &o),
+    // Redis shows the first offset *not* valid under replid2 (its
+    // `second_replid_offset` is the PSYNC argument's bound, one past the
+    // last byte): our last valid position plus one.
+    match previous {
+        Some(p) => field("second_repl_offset", &(p.position + 1)),
         None => field("second_repl_offset", &-1),
     }
     // The backlog lives on the upstream relay; this one keeps none.
@@ -228,8 +232,7 @@ mod tests {
             ids: Ids {
                 replid: Some("a".repeat(40)),
                 offset: 99,
-                replid2: None,
-                second_offset: None,
+                previous: None,
             },
             metrics: &metrics,
         };

@@ -8,9 +8,12 @@
 //! `replicationSendNewlineToMaster`), which we accept as an empty command.
 //!
 //! The parser frames commands without holding them: it walks bulk payloads by
-//! length, keeping only the first few short arguments ([`MAX_CAPTURE`] of up
-//! to [`MAX_CAPTURED_ARG`] bytes), which is all a relay needs to recognise
-//! `REPLCONF GETACK` or `PSYNC`. Memory stays bounded whatever the sizes.
+//! length, keeping only the first few short arguments (up to [`MAX_CAPTURE`]
+//! of up to [`MAX_CAPTURED_ARG`] bytes), which is all a relay needs to
+//! recognise `REPLCONF GETACK` in a master's stream (four kept there, every
+//! command of the stream passing through) or a replica's `REPLCONF capa eof
+//! capa psync2` (five; eight kept on a client port). Memory stays bounded
+//! whatever the sizes.
 //!
 //! A client of the relay's Redis port (redis-cli, a monitoring tool, someone
 //! in telnet) may also send the *inline* form, a line of words ending in LF
@@ -22,7 +25,9 @@
 use bytes::Bytes;
 
 /// Arguments of a command kept for inspection.
-pub const MAX_CAPTURE: usize = 4;
+pub const MAX_CAPTURE: usize = 8;
+/// Arguments kept per command of a master's stream ([`Parser::new`]).
+const STREAM_CAPTURE: usize = 4;
 /// Longest argument kept for inspection (longer ones appear as `None`).
 pub const MAX_CAPTURED_ARG: usize = 256;
 /// Longest header line (`*<n>\r\n`, `$<n>\r\n`).
@@ -146,6 +151,8 @@ pub struct Parser {
     /// Whether inline commands are framed (a client port) or refused (a
     /// master's stream).
     inline: bool,
+    /// Arguments kept per command (at most [`MAX_CAPTURE`]).
+    capture: usize,
 }
 
 impl Default for Parser {
@@ -168,6 +175,7 @@ impl Parser {
             arg: Vec::new(),
             capturing: false,
             inline: false,
+            capture: STREAM_CAPTURE,
         }
     }
 
@@ -175,6 +183,7 @@ impl Parser {
     pub fn for_clients() -> Parser {
         Parser {
             inline: true,
+            capture: MAX_CAPTURE,
             ..Parser::new()
         }
     }
@@ -252,7 +261,7 @@ impl Parser {
                             });
                         }
                         // Keep what naming the command needs; skip the rest.
-                        if self.arg.len() < MAX_CAPTURED_ARG * MAX_CAPTURE {
+                        if self.arg.len() < MAX_CAPTURED_ARG * self.capture {
                             self.arg.push(b);
                         }
                         self.state = State::Inline(len + 1);
@@ -279,7 +288,7 @@ impl Parser {
                                 });
                             }
                             self.capturing =
-                                self.args.len() < MAX_CAPTURE && n as usize <= MAX_CAPTURED_ARG;
+                                self.args.len() < self.capture && n as usize <= MAX_CAPTURED_ARG;
                             self.arg.clear();
                             self.state = if n == 0 {
                                 State::Crlf(0)
@@ -331,7 +340,7 @@ impl Parser {
                     if k == 0 {
                         self.state = State::Crlf(1);
                     } else {
-                        if self.args.len() < MAX_CAPTURE {
+                        if self.args.len() < self.capture {
                             let a = self.capturing.then(|| Bytes::copy_from_slice(&self.arg));
                             self.args.push(a);
                         }
@@ -369,7 +378,7 @@ impl Parser {
             argc: words.len() as u64,
             args: words
                 .iter()
-                .take(MAX_CAPTURE)
+                .take(self.capture)
                 .map(|w| (w.len() <= MAX_CAPTURED_ARG).then(|| Bytes::copy_from_slice(w)))
                 .collect(),
             inline: true,
@@ -498,6 +507,13 @@ mod tests {
         assert_eq!(got[1].argc, 3);
         assert_eq!(got[1].arg(2).as_deref(), Some("x"));
         assert_eq!(got[2].arg(1).as_deref(), Some("hi"));
+        // A replica's capabilities come in one five-argument command; all
+        // are kept on a client port (so `+CONTINUE <replid>` goes to a
+        // replica that announced psync2).
+        let mut out = Vec::new();
+        let capa = encode_command(&[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"]);
+        Parser::for_clients().feed(&capa, &mut out).unwrap();
+        assert_eq!(out[0].arg(4).as_deref(), Some("psync2"));
         // A line past Redis's inline limit is an error, not unbounded memory.
         let mut p = Parser::for_clients();
         let long = vec![b'a'; MAX_INLINE as usize + 1];

@@ -21,6 +21,7 @@ use super::conn::RedisConn;
 use super::error::RelayError;
 use super::rdb::Framing;
 use super::resp::{encode_command, Parser};
+use crate::kv::frame::Previous;
 use crate::kv::master::Master;
 use crate::kv::snapshot::SnapshotWriter;
 
@@ -49,15 +50,35 @@ pub struct UpstreamConfig {
     pub state: Option<PathBuf>,
 }
 
-/// Read a state file: `<replid> <position>`.
-fn load_state(path: &Path) -> Option<(String, u64)> {
+/// What the state file keeps: the replication id, the position every live
+/// replica can resume from, and the previous id with its end, if any.
+type State = (String, u64, Option<Previous>);
+
+/// Read a state file: `<replid> <position> [<replid2> <end of replid2>]`.
+fn load_state(path: &Path) -> Option<State> {
     let text = std::fs::read_to_string(path).ok()?;
     let mut w = text.split_whitespace();
-    let replid = w.next()?.to_string();
+    let id = |s: &str| {
+        (s.len() <= crate::kv::frame::MAX_REPLID && s.bytes().all(|b| b.is_ascii_alphanumeric()))
+            .then(|| s.to_string())
+    };
+    let replid = id(w.next()?)?;
     let pos = w.next()?.parse().ok()?;
-    let ok = replid.len() <= crate::kv::frame::MAX_REPLID
-        && replid.bytes().all(|b| b.is_ascii_alphanumeric());
-    ok.then_some((replid, pos))
+    let previous = match (w.next(), w.next()) {
+        (Some(r), Some(p)) => Some(Previous {
+            replid: id(r)?,
+            position: p.parse().ok()?,
+        }),
+        _ => None,
+    };
+    Some((replid, pos, previous))
+}
+
+fn state_text((replid, pos, previous): &State) -> String {
+    match previous {
+        Some(p) => format!("{replid} {pos} {} {}\n", p.replid, p.position),
+        None => format!("{replid} {pos}\n"),
+    }
 }
 
 /// Every second, record where all live replicas could resume (written to a
@@ -67,17 +88,19 @@ async fn save_state(path: PathBuf, master: Master) {
     let mut last = None;
     loop {
         tick.tick().await;
-        let (Some(replid), Some(pos)) = (master.position().0, master.resume_point()) else {
+        let (replid, _, previous) = master.history();
+        let (Some(replid), Some(pos)) = (replid, master.resume_point()) else {
             continue;
         };
-        if last.as_ref() == Some(&(replid.clone(), pos)) {
+        let state = (replid, pos, previous);
+        if last.as_ref() == Some(&state) {
             continue;
         }
         let tmp = path.with_extension("tmp");
-        let r = std::fs::write(&tmp, format!("{replid} {pos}\n"))
-            .and_then(|()| std::fs::rename(&tmp, &path));
+        let r =
+            std::fs::write(&tmp, state_text(&state)).and_then(|()| std::fs::rename(&tmp, &path));
         match r {
-            Ok(()) => last = Some((replid, pos)),
+            Ok(()) => last = Some(state),
             Err(e) => tracing::warn!("kv upstream: saving {}: {e}", path.display()),
         }
     }
@@ -88,14 +111,14 @@ async fn save_state(path: PathBuf, master: Master) {
 pub async fn run(cfg: UpstreamConfig, master: Master) {
     let _fetcher = AbortOnDrop(tokio::spawn(fetch_snapshots(cfg.clone(), master.clone())));
     let _saver = cfg.state.as_ref().map(|p| {
-        if let Some((replid, pos)) = load_state(p) {
+        if let Some((replid, pos, previous)) = load_state(p) {
             // Resume where the replicas were: the backlog starts there, and
             // PSYNC asks the master for exactly what follows.
             eprintln!(
                 "qr kv-relay upstream: resuming replication id {replid} at offset {pos} ({})",
                 p.display()
             );
-            master.reset(&replid, pos);
+            master.reset(&replid, pos, previous);
         }
         AbortOnDrop(tokio::spawn(save_state(p.clone(), master.clone())))
     });
@@ -223,7 +246,7 @@ async fn link(cfg: &UpstreamConfig, master: &Master) -> Result<(), RelayError> {
             eprintln!(
                 "qr kv-relay upstream: full resync from the master: replid {id} offset {off}"
             );
-            master.reset(id, off);
+            master.reset(id, off, None);
             let writer = master.begin_snapshot(id, off)?;
             let marked = receive_rdb(&mut c, writer, master).await?;
             if marked {
@@ -235,9 +258,15 @@ async fn link(cfg: &UpstreamConfig, master: &Master) -> Result<(), RelayError> {
         Some("+CONTINUE") => {
             if let (Some(new), Some(old)) = (words.next(), &replid) {
                 if new != old {
-                    // psync2: the master's history continues under a new id
-                    // (a failover). Our replicas know the old one: start anew.
-                    master.reset(new, head);
+                    // PSYNC2: the master's history goes on under a new id (it
+                    // restarted from its RDB, or a failover promoted it), ours
+                    // being its previous one. Replicas holding ours resume
+                    // under the new id (Master::switch_id).
+                    eprintln!(
+                        "qr kv-relay upstream: the master's replication id is now {new} \
+                         (was {old}, up to offset {head})"
+                    );
+                    master.switch_id(new);
                 }
             }
             eprintln!("qr kv-relay upstream: partial resync from the master at offset {head}");

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Interleaved A/B of bulk transfers run as two processes: a harness row's
 side processes (`compare --side`) against standalone peer pairs, or two
-builds of a peer against each other (issue 13, item 1; see issue13-peers.md).
+builds of a peer against each other (issue 13, item 1; see peers.md).
 
-usage: issue13-peers-ab.py RELEASE_DIR REPEATS BYTES ARM [ARM ...]
+usage: peers-ab.py RELEASE_DIR REPEATS BYTES ARM [ARM ...]
   ARM = row:ROW_NAME                 e.g. row:quinn/udp-4096 (RELEASE_DIR/compare)
       | peer:BIN[:ENV=V,ENV=V][@IP]  e.g. peer:peer-quinn-udp, peer:/tmp/old/peer-quinn-udp
 Every repeat runs every arm once; the order rotates each repeat and reverses
