@@ -385,6 +385,15 @@ fn fetch_error(e: &FetchError, unknown_code: &str) -> Response<Body> {
     }
 }
 
+/// A blob request's error answer; a digest failure is counted
+/// (`qr_node_digest_refusals_total`).
+fn blob_error(node: &Node, e: &FetchError) -> Response<Body> {
+    if matches!(e, FetchError::DigestMismatch(_)) {
+        node.metrics.digest_refusals.inc();
+    }
+    fetch_error(e, "BLOB_UNKNOWN")
+}
+
 async fn blob(
     req: &Request<Incoming>,
     node: &Arc<Node>,
@@ -409,7 +418,7 @@ async fn blob(
     // failed fetch cuts the body short (inflight.rs).
     let follower = match node.open(name, digest).await {
         Ok(f) => f,
-        Err(e) => return fetch_error(&e, "BLOB_UNKNOWN"),
+        Err(e) => return blob_error(node, &e),
     };
     let size = follower.size();
     let (start, end, status) = match parse_range(range_h, size) {
@@ -432,7 +441,7 @@ async fn blob(
     // like the whole blob: its last byte, too, waits for the verdict.
     let reading = match follower.bind(start, end).await {
         Ok(r) => r,
-        Err(e) => return fetch_error(&e, "BLOB_UNKNOWN"),
+        Err(e) => return blob_error(node, &e),
     };
     let len = end - start;
     let path = reading.path();
@@ -443,7 +452,13 @@ async fn blob(
     }
     // An error item makes hyper cut the connection: the client holds fewer
     // than Content-Length bytes (RFC 9110 §8.6), never a complete wrong blob.
-    let body = reading.into_stream().map(|piece| piece.map(Frame::data));
+    let cuts = node.metrics.clone();
+    let body = reading.into_stream().map(move |piece| {
+        if piece.is_err() {
+            cuts.responses_cut.inc();
+        }
+        piece.map(Frame::data)
+    });
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(body)));
     *r.status_mut() = status;
     let h = r.headers_mut();

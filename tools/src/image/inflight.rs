@@ -20,6 +20,12 @@
 //! the body ends in an error and hyper cuts the connection: the client holds
 //! fewer bytes than `Content-Length`, an incomplete message (RFC 9110 §8.6),
 //! and retries; its next request follows the refetch or finds the cache.
+//!
+//! A follower may be told to wait for the verdict before its first byte
+//! ([`Follower::after_verdict`]): the node does so for a blob whose fetch
+//! failed or restarted lately, so a client cut short once gets the blob
+//! whole or an error answer on its retry, not another cut
+//! (`node::CUT_THROUGH_FAILED_FOR`).
 
 use std::fs::File;
 use std::io;
@@ -92,12 +98,18 @@ impl Flight {
         self.size
     }
 
+    /// How many attempts have started.
+    pub fn attempts(&self) -> u32 {
+        self.seq.load(Ordering::Relaxed)
+    }
+
     /// A reader of this flight from now on.
     pub fn follow(&self) -> Follower {
         Follower {
             digest: self.digest,
             size: self.size,
             rx: self.tx.subscribe(),
+            after_verdict: false,
         }
     }
 
@@ -181,6 +193,8 @@ pub struct Follower {
     digest: Digest,
     size: u64,
     rx: watch::Receiver<State>,
+    /// No byte before the whole blob matched its digest.
+    after_verdict: bool,
 }
 
 /// How many bytes of the response `start..end` may go out in `s`, and
@@ -214,7 +228,19 @@ impl Follower {
             prefix: size,
         };
         let (_, rx) = watch::channel(State::Stored(a, Ok(())));
-        Follower { digest, size, rx }
+        Follower {
+            digest,
+            size,
+            rx,
+            after_verdict: false,
+        }
+    }
+
+    /// This follower's response sends no byte before the whole blob matched
+    /// its digest: a failure is its answer, never a cut.
+    pub fn after_verdict(mut self) -> Follower {
+        self.after_verdict = true;
+        self
     }
 
     /// The blob's size.
@@ -246,9 +272,11 @@ impl Follower {
     /// the whole, empty, response is complete), then read it from the
     /// attempt that has it. An error before that is the request's answer.
     pub async fn bind(mut self, start: u64, end: u64) -> Result<Reading, FetchError> {
+        let after_verdict = self.after_verdict;
         let a = self
             .wait_for(|s| match s {
                 State::Failed(e) => Some(Err(e.clone())),
+                State::Starting | State::Arriving(_) if after_verdict => None,
                 s => match servable(s, 0, start, end) {
                     Some((upto, done)) if upto > start || done => Some(Ok(attempt(s).cloned())),
                     _ => None,
@@ -516,6 +544,42 @@ mod tests {
             drain(follower.bind(0, 0).await.unwrap()).await,
             (vec![], None)
         );
+    }
+
+    #[tokio::test]
+    async fn after_the_verdict_a_failure_is_the_answer_and_a_match_is_served_whole() {
+        let data = vec![9u8; 4000];
+        // A corrupt attempt: its bytes all in, then the mismatch.
+        let (_t, f) = file(&data);
+        let flight = Flight::new(Digest::of(b"something else"), 4000);
+        let waiting = flight.follow().after_verdict();
+        let streaming = flight.follow();
+        let feed = flight.attempt(Path::Fabric, f);
+        feed.prefix(4000);
+        let bind = tokio::spawn(waiting.bind(0, 4000));
+        // The other follower has its bytes; this one has not even bound.
+        let mut r = streaming.bind(0, 4000).await.unwrap();
+        assert_eq!(r.next().await.unwrap().unwrap().len(), 3999);
+        tokio::task::yield_now().await;
+        assert!(!bind.is_finished(), "bound before the verdict");
+        flight.fail(FetchError::DigestMismatch("source corrupt".into()));
+        assert!(matches!(
+            bind.await.unwrap(),
+            Err(FetchError::DigestMismatch(m)) if m == "source corrupt"
+        ));
+        // A good attempt: bound at the verdict, every byte served.
+        let (_t, f) = file(&data);
+        let flight = Flight::new(Digest::of(&data), 4000);
+        let waiting = flight.follow().after_verdict();
+        let feed = flight.attempt(Path::Fabric, f);
+        assert_eq!(flight.attempts(), 1);
+        feed.prefix(4000);
+        let bind = tokio::spawn(waiting.bind(0, 4000));
+        tokio::task::yield_now().await;
+        assert!(!bind.is_finished(), "bound before the verdict");
+        flight.verified();
+        flight.stored(Ok(()));
+        assert_eq!(drain(bind.await.unwrap().unwrap()).await, (data, None));
     }
 
     #[tokio::test]

@@ -45,8 +45,8 @@ pub const CUT_THROUGH_FAILED_FOR: Duration = Duration::from_secs(60);
 pub struct CutThroughFailures(Mutex<HashMap<Digest, Instant>>);
 
 impl CutThroughFailures {
-    /// Note that a streamed fetch of `d` just failed.
-    pub(super) fn note(&self, d: Digest) {
+    /// Note that a fetch of `d` just failed or gave up an attempt.
+    fn note(&self, d: Digest) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         m.retain(|_, at| now.duration_since(*at) < CUT_THROUGH_FAILED_FOR);
@@ -268,8 +268,19 @@ impl Node {
     /// else the flight fetching it (joined, or started here). Errors known
     /// before any byte (the repository does not reference the blob, no such
     /// blob, the registry agent unreachable) are returned here; a follower
-    /// reports the fetch's own failure.
+    /// reports the fetch's own failure. A follower of a blob whose fetch
+    /// failed or restarted within [`CUT_THROUGH_FAILED_FOR`] waits for the
+    /// verdict before its first byte ([`Follower::after_verdict`]).
     pub async fn open(self: &Arc<Self>, repo: &str, d: &Digest) -> Result<Follower, FetchError> {
+        let f = self.open_any(repo, d).await?;
+        Ok(if self.cut_through_failures.recent(d) {
+            f.after_verdict()
+        } else {
+            f
+        })
+    }
+
+    async fn open_any(self: &Arc<Self>, repo: &str, d: &Digest) -> Result<Follower, FetchError> {
         // A blob committed between the cache lookup and the flights' lock
         // is looked up again (at most this often: each time, someone else's
         // flight ended, and a copy that fails its check is quarantined).
@@ -359,6 +370,8 @@ impl Node {
                     flight.stored(r);
                 }
                 Err(e) => {
+                    // Before anyone hears of it: a retry must find it noted.
+                    node.cut_through_failures.note(d);
                     ending.leave();
                     flight.fail(e);
                 }
@@ -390,7 +403,9 @@ impl Node {
         })
     }
 
-    /// A new temp file for `d` and an attempt of `flight` reading it.
+    /// A new temp file for `d` and an attempt of `flight` reading it. A
+    /// second attempt cuts the responses reading the first: noted, so that
+    /// their retries wait for the verdict.
     fn attempt(
         &self,
         d: &Digest,
@@ -405,6 +420,9 @@ impl Node {
         let reader = temp
             .reader()
             .map_err(|e| FetchError::Local(e.to_string()))?;
+        if flight.attempts() > 0 {
+            self.cut_through_failures.note(*d);
+        }
         let feed = flight.attempt(path, reader);
         Ok((temp, feed))
     }
