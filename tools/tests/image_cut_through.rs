@@ -8,13 +8,17 @@
 //! - A cold 256 MiB blob: the client holds body bytes while the node's
 //!   metrics still show the blob in flight (fewer bytes fetched than its
 //!   size, no object finished); TTFB and total time are printed.
-//! - A corrupt source copy: the streaming GET is cut short (status 200, a
-//!   body error, fewer bytes than Content-Length), nothing is cached, the
-//!   verify-failure counter rises; once repaired, the blob is served whole.
+//! - A source copy that stays corrupt: the streaming GET is cut short
+//!   (status 200, a body error, fewer bytes than Content-Length); every
+//!   retry is answered `502 DIGEST_INVALID` naming the corrupt copy, never
+//!   another cut; both counted; nothing is cached.
+//! - A source copy corrupt once (repaired after the cut): the retry waits
+//!   for the verdict and gets the blob whole; cached.
 //! - Two concurrent GETs of one cold blob: both stream, both bodies hash to
 //!   the digest, one fabric fetch (one join).
 //!
-//! Addresses: 127.0.111.80–88, TCP 19180–19188 (three per test).
+//! Addresses: 127.0.111.80–88 and .120–121, TCP 19180–19188 and
+//! 19340–19342 (three per test).
 
 mod image_support;
 
@@ -247,49 +251,50 @@ fn first_bytes_arrive_while_a_cold_blob_is_still_in_flight() {
     assert!(a.node_cache.join("blobs/sha256").join(d.hex()).exists());
 }
 
-#[test]
-fn a_corrupt_source_cuts_the_streaming_response_short_and_nothing_is_cached() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+/// A layout whose one 64 MiB layer is stored with a byte flipped near its
+/// end (the node learns of it only with the whole blob, long after its first
+/// bytes went out): the layout, the digest, the good and the bad bytes.
+fn corrupt_layout(dir: &Path) -> (PathBuf, Digest, Vec<u8>, Vec<u8>) {
     let size = 64usize << 20;
-    let (layout, blobs) = write_layout(&dir.path().join("layout"), &[size]);
-    let (d, good) = &blobs[0];
-    // Damage near the end: the node learns of it only with the whole blob,
-    // long after its first bytes went out.
-    let file = layout.join("blobs/sha256").join(d.hex());
+    let (layout, mut blobs) = write_layout(&dir.join("layout"), &[size]);
+    let (d, good) = blobs.remove(0);
     let mut bad = good.clone();
     bad[size - 1000] ^= 0x01;
-    std::fs::write(&file, &bad).unwrap();
-    let a = agents(dir.path(), &layout, 83, 19183);
-    let path = format!("/v2/{REPO}/blobs/{d}");
-    let rt = rt();
-    let got = rt.block_on(stream_get(&a.node, &path));
-    // Streamed, then cut: never a complete body, never the wrong blob whole.
+    std::fs::write(layout.join("blobs/sha256").join(d.hex()), &bad).unwrap();
+    (layout, d, good, bad)
+}
+
+/// The first GET of a blob whose source is corrupt: it streams, then is cut
+/// short; what went out is the source's bytes, in order, never all of them.
+fn assert_cut(got: &Got, bad: &[u8]) {
     assert_eq!(got.status, 200, "headers went out with the first bytes");
-    assert_eq!(got.content_length, Some(size as u64));
+    assert_eq!(got.content_length, Some(bad.len() as u64));
     assert!(got.ttfb.is_some(), "no body byte streamed");
     assert!(
         got.error.is_some(),
         "the body ended cleanly ({} bytes)",
         got.body.len()
     );
-    assert!(got.body.len() < size, "a complete body of a corrupt blob");
+    assert!(
+        got.body.len() < bad.len(),
+        "a complete body of a corrupt blob"
+    );
     assert_eq!(
         &got.body[..],
         &bad[..got.body.len()],
         "what went out is the source's bytes, in order"
     );
     eprintln!(
-        "corrupt source: cut after {} of {size} bytes: {}",
+        "corrupt source: cut after {} of {} bytes: {}",
         got.body.len(),
+        bad.len(),
         got.error.as_deref().unwrap_or("")
     );
-    rt.block_on(async {
-        assert!(metric(&a.node, "qr_node_verify_failures_total").await >= 1.0);
-        assert!(metric(&a.ra_metrics, "qr_registry_upstream_verify_failures_total").await >= 1.0);
-        assert_eq!(metric(&a.node, FABRIC_OBJECTS).await, 0.0);
-    });
-    for cache in [&a.node_cache, &dir.path().join("rc")] {
+}
+
+/// Neither cache holds `d`, and no temp file is left.
+fn assert_nothing_cached(caches: &[&Path], d: &Digest) {
+    for cache in caches {
         assert!(
             !cache.join("blobs/sha256").join(d.hex()).exists(),
             "{} cached the corrupt blob",
@@ -302,12 +307,78 @@ fn a_corrupt_source_cuts_the_streaming_response_short_and_nothing_is_cached() {
             std::fs::read_dir(cache.join("tmp")).unwrap().count() == 0
         });
     }
-    // Repaired at the source: the next request fetches it afresh, whole.
-    std::fs::write(&file, good).unwrap();
+}
+
+#[test]
+fn a_source_that_stays_corrupt_is_cut_once_then_refused_with_502() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (layout, d, _good, bad) = corrupt_layout(dir.path());
+    let a = agents(dir.path(), &layout, 83, 19183);
+    let path = format!("/v2/{REPO}/blobs/{d}");
+    let rt = rt();
+    assert_cut(&rt.block_on(stream_get(&a.node, &path)), &bad);
+    // Every retry, as an OCI client makes them: the node fetches afresh but
+    // sends no byte before the verdict, so the failure is the answer.
+    for retry in 1..=2 {
+        let got = rt.block_on(stream_get(&a.node, &path));
+        assert_eq!(got.error, None, "retry {retry} cut short again");
+        assert_eq!(
+            got.status,
+            502,
+            "retry {retry}: {}",
+            String::from_utf8_lossy(&got.body)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+        assert_eq!(v["errors"][0]["code"], "DIGEST_INVALID", "{v}");
+        let why = v["errors"][0]["message"].as_str().unwrap();
+        assert!(
+            why.contains(&d.to_string()) && why.contains("corrupt"),
+            "the reason names the blob and its corrupt copy: {why}"
+        );
+        eprintln!("retry {retry}: 502 {why}");
+    }
+    rt.block_on(async {
+        assert_eq!(metric(&a.node, "qr_node_responses_cut_total").await, 1.0);
+        assert_eq!(metric(&a.node, "qr_node_digest_refusals_total").await, 2.0);
+        assert!(metric(&a.node, "qr_node_verify_failures_total").await >= 1.0);
+        assert!(metric(&a.ra_metrics, "qr_registry_upstream_verify_failures_total").await >= 1.0);
+        assert_eq!(metric(&a.node, FABRIC_OBJECTS).await, 0.0);
+    });
+    assert_nothing_cached(&[&a.node_cache, &dir.path().join("rc")], &d);
+}
+
+#[test]
+fn a_source_corrupt_once_is_served_whole_on_the_retry() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (layout, d, good, bad) = corrupt_layout(dir.path());
+    let a = agents(dir.path(), &layout, 120, 19340);
+    let path = format!("/v2/{REPO}/blobs/{d}");
+    let rt = rt();
+    assert_cut(&rt.block_on(stream_get(&a.node, &path)), &bad);
+    assert_nothing_cached(&[&a.node_cache, &dir.path().join("rc")], &d);
+    // Repaired at the source: the retry fetches it afresh and, after the
+    // cut, is answered only once the whole blob matched.
+    std::fs::write(layout.join("blobs/sha256").join(d.hex()), &good).unwrap();
     let got = rt.block_on(stream_get(&a.node, &path));
-    assert_eq!((got.status, got.error), (200, None));
-    assert_eq!(&Digest::of(&got.body), d);
+    assert_eq!((got.status, &got.error), (200, &None));
+    assert_eq!(got.body.len(), good.len());
+    assert_eq!(&Digest::of(&got.body), &d);
+    let (_, finished) = got.at_first_byte.unwrap();
+    assert_eq!(finished, 1.0, "the retry streamed before the verdict");
     assert!(a.node_cache.join("blobs/sha256").join(d.hex()).exists());
+    rt.block_on(async {
+        assert_eq!(metric(&a.node, "qr_node_responses_cut_total").await, 1.0);
+        assert_eq!(metric(&a.node, "qr_node_digest_refusals_total").await, 0.0);
+    });
+    // And from the cache from then on.
+    let got = rt.block_on(stream_get(&a.node, &path));
+    assert_eq!((got.status, &got.error), (200, &None));
+    assert_eq!(&Digest::of(&got.body), &d);
+    rt.block_on(async {
+        assert_eq!(metric(&a.node, "qr_node_cache_hits_total").await, 1.0);
+    });
 }
 
 #[test]
