@@ -14,11 +14,15 @@
 //!   another cut; both counted; nothing is cached.
 //! - A source copy corrupt once (repaired after the cut): the retry waits
 //!   for the verdict and gets the blob whole; cached.
+//! - A cached copy that rots after the node wrote and verified it: the next
+//!   whole GET is cut short before its last byte (never complete), the copy
+//!   quarantined and counted; the retry fetches it afresh, whole, and the
+//!   cache holds the right bytes again.
 //! - Two concurrent GETs of one cold blob: both stream, both bodies hash to
 //!   the digest, one fabric fetch (one join).
 //!
-//! Addresses: 127.0.111.80–88 and .120–121, TCP 19180–19188 and
-//! 19340–19342 (three per test).
+//! Addresses: 127.0.111.80–88 and .120–123, TCP 19180–19188 and
+//! 19340–19345 (three per test).
 
 mod image_support;
 
@@ -378,6 +382,56 @@ fn a_source_corrupt_once_is_served_whole_on_the_retry() {
     assert_eq!(&Digest::of(&got.body), &d);
     rt.block_on(async {
         assert_eq!(metric(&a.node, "qr_node_cache_hits_total").await, 1.0);
+    });
+}
+
+#[test]
+fn a_cached_copy_that_rots_is_cut_once_then_fetched_again() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let size = 16usize << 20;
+    let (layout, blobs) = write_layout(&dir.path().join("layout"), &[size]);
+    let (d, good) = &blobs[0];
+    let a = agents(dir.path(), &layout, 122, 19343);
+    let path = format!("/v2/{REPO}/blobs/{d}");
+    let rt = rt();
+    let got = rt.block_on(stream_get(&a.node, &path));
+    assert_eq!((got.status, &got.error), (200, &None));
+    assert_eq!(&Digest::of(&got.body), d);
+    // Rot behind the node's back in a copy it wrote and verified itself
+    // (so no lookup hashes it again).
+    let cached = a.node_cache.join("blobs/sha256").join(d.hex());
+    let mut bad = good.clone();
+    bad[size / 2] ^= 0x10;
+    std::fs::write(&cached, &bad).unwrap();
+    let got = rt.block_on(stream_get(&a.node, &path));
+    assert_eq!(got.status, 200);
+    assert!(
+        got.error.is_some(),
+        "a rotten copy served complete ({} bytes)",
+        got.body.len()
+    );
+    assert!(got.body.len() < size);
+    assert_eq!(&got.body[..], &bad[..got.body.len()]);
+    eprintln!(
+        "rotten cache copy: cut after {} of {size} bytes: {}",
+        got.body.len(),
+        got.error.as_deref().unwrap_or("")
+    );
+    rt.block_on(async {
+        assert_eq!(metric(&a.node, "qr_node_cache_corrupt_total").await, 1.0);
+        assert_eq!(metric(&a.node, "qr_node_responses_cut_total").await, 1.0);
+    });
+    let kept = std::fs::read(a.node_cache.join("quarantine").join(d.hex())).unwrap();
+    assert!(kept == bad, "the rotten copy kept aside");
+    // The client's retry: fetched afresh, whole and right; cache repaired.
+    let got = rt.block_on(stream_get(&a.node, &path));
+    assert_eq!((got.status, &got.error), (200, &None));
+    assert_eq!(&Digest::of(&got.body), d);
+    assert!(&std::fs::read(&cached).unwrap() == good, "cache repaired");
+    rt.block_on(async {
+        assert_eq!(metric(&a.node, "qr_node_cache_corrupt_total").await, 1.0);
+        assert_eq!(metric(&a.node, FABRIC_OBJECTS).await, 2.0);
     });
 }
 

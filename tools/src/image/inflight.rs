@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
 
 use super::client::FetchError;
@@ -110,6 +111,7 @@ impl Flight {
             size: self.size,
             rx: self.tx.subscribe(),
             after_verdict: false,
+            check: None,
         }
     }
 
@@ -195,6 +197,31 @@ pub struct Follower {
     rx: watch::Receiver<State>,
     /// No byte before the whole blob matched its digest.
     after_verdict: bool,
+    /// A whole response of a cache hit hashes what it serves.
+    check: Option<Reporter>,
+}
+
+/// An [`OnCorrupt`] (with a `Debug` for the structs that hold it).
+#[derive(Clone)]
+struct Reporter(OnCorrupt);
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnCorrupt")
+    }
+}
+
+/// What a cache hit's whole response calls, with the file it read and the
+/// bytes' actual digest,
+/// when what it served does not hash to the blob's: the copy rotted since
+/// it was last checked (quarantine it, count it).
+pub type OnCorrupt = Arc<dyn Fn(&File, Digest) + Send + Sync>;
+
+/// A whole response's running hash and what to do on a mismatch.
+#[derive(Debug)]
+struct Check {
+    hash: Sha256,
+    on_corrupt: Reporter,
 }
 
 /// How many bytes of the response `start..end` may go out in `s`, and
@@ -218,8 +245,11 @@ fn servable(s: &State, seq: u32, start: u64, end: u64) -> Option<(u64, bool)> {
 
 impl Follower {
     /// A follower of a flight over before it began: the cache's copy
-    /// (verified) of blob `digest`.
-    pub fn cached(digest: Digest, file: File, size: u64) -> Follower {
+    /// (verified once) of blob `digest`. A whole response of it hashes what
+    /// it serves and holds back its last byte until that matched: on a
+    /// mismatch the response is cut short and `on_corrupt` hears the actual
+    /// digest, so a copy that rotted is never served complete.
+    pub fn cached(digest: Digest, file: File, size: u64, on_corrupt: OnCorrupt) -> Follower {
         let a = Attempt {
             seq: 1,
             path: Path::Cache,
@@ -233,6 +263,7 @@ impl Follower {
             size,
             rx,
             after_verdict: false,
+            check: Some(Reporter(on_corrupt)),
         }
     }
 
@@ -284,7 +315,16 @@ impl Follower {
             })
             .await??;
         let a = a.ok_or_else(|| FetchError::Local("no attempt to read".into()))?;
+        // Only a whole response can be checked against the digest.
+        let check = self
+            .check
+            .filter(|_| start == 0 && end == self.size)
+            .map(|on_corrupt| Check {
+                hash: Sha256::new(),
+                on_corrupt,
+            });
         Ok(Reading {
+            check,
             digest: self.digest,
             rx: self.rx,
             seq: a.seq,
@@ -339,6 +379,7 @@ fn attempt(s: &State) -> Option<&Attempt> {
 /// A response's bytes `at..end`, read from one attempt as its prefix grows.
 #[derive(Debug)]
 pub struct Reading {
+    check: Option<Check>,
     digest: Digest,
     rx: watch::Receiver<State>,
     seq: u32,
@@ -385,18 +426,39 @@ impl Reading {
         };
         let n = (upto - at).min(SERVE_PIECE);
         let f = self.file.clone();
-        // Read at its offset on a blocking thread: one copy out of the page
-        // cache (tokio::fs::File reads into its own buffer, then copies).
+        let mut hash = self.check.as_ref().map(|c| c.hash.clone());
+        // Read (and hash) at its offset on a blocking thread: one copy out of
+        // the page cache (tokio::fs::File reads into its own buffer, then
+        // copies).
         let read = tokio::task::spawn_blocking(move || {
             use std::os::unix::fs::FileExt;
             let mut buf = vec![0u8; n as usize];
-            f.read_exact_at(&mut buf, at).map(|()| buf)
+            f.read_exact_at(&mut buf, at)?;
+            if let Some(h) = &mut hash {
+                h.update(&buf);
+            }
+            Ok::<_, io::Error>((buf, hash))
         })
         .await
         .unwrap_or_else(|e| Err(io::Error::other(e)));
         match read {
-            Ok(buf) => {
+            Ok((buf, hash)) => {
                 self.at += n;
+                if let (Some(c), Some(h)) = (&mut self.check, hash) {
+                    c.hash = h;
+                    if self.at == self.end {
+                        let actual = Digest::from_bytes(c.hash.clone().finalize().into());
+                        if actual != self.digest {
+                            // The last piece is not sent: the response is cut.
+                            (c.on_corrupt.0)(&self.file, actual);
+                            return Some(Err(io::Error::other(format!(
+                                "the cached copy of blob {} hashes to {actual}: quarantined; \
+                                 fetched again on the next request",
+                                self.digest
+                            ))));
+                        }
+                    }
+                }
                 Some(Ok(Bytes::from(buf)))
             }
             Err(e) => {
@@ -532,7 +594,13 @@ mod tests {
     #[tokio::test]
     async fn a_cache_hit_and_an_empty_blob_are_served_whole() {
         let (_t, f) = file(b"hello world");
-        let c = Follower::cached(Digest::of(b"hello world"), f, 11);
+        // A range is not checked (only a whole response can be).
+        let c = Follower::cached(
+            Digest::of(b"hello world"),
+            f,
+            11,
+            Arc::new(|_, _| panic!("a range reported corrupt")),
+        );
         assert_eq!(drain(c.bind(6, 11).await.unwrap()).await.0, b"world");
         let (_t, f) = file(b"");
         let flight = Flight::new(Digest::of(b""), 0);
@@ -580,6 +648,44 @@ mod tests {
         flight.verified();
         flight.stored(Ok(()));
         assert_eq!(drain(bind.await.unwrap().unwrap()).await, (data, None));
+    }
+
+    #[tokio::test]
+    async fn a_cache_hit_that_rotted_is_cut_before_its_last_piece() {
+        let n = 3 * SERVE_PIECE as usize + 10;
+        let data: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+        let d = Digest::of(&data);
+        let mut rotten = data.clone();
+        rotten[5] ^= 1;
+        let (_t, f) = file(&rotten);
+        let heard = Arc::new(std::sync::Mutex::new(None));
+        let h = heard.clone();
+        let c = Follower::cached(
+            d,
+            f,
+            n as u64,
+            Arc::new(move |_, actual| *h.lock().unwrap() = Some(actual)),
+        );
+        let (got, err) = drain(c.bind(0, n as u64).await.unwrap()).await;
+        assert_eq!(
+            got.len(),
+            3 * SERVE_PIECE as usize,
+            "all but the last piece"
+        );
+        assert!(err.unwrap().contains("quarantined"));
+        assert_eq!(*heard.lock().unwrap(), Some(Digest::of(&rotten)));
+        // An intact copy is served whole, nothing reported.
+        let (_t, f) = file(&data);
+        let c = Follower::cached(
+            d,
+            f,
+            n as u64,
+            Arc::new(|_, _| panic!("an intact copy reported corrupt")),
+        );
+        assert_eq!(
+            drain(c.bind(0, n as u64).await.unwrap()).await,
+            (data, None)
+        );
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::cache::{Cache, TempBlob};
 use super::client::{Answer, FabricClient, FetchError};
 use super::digest::{split_scope, Digest, Reference};
-use super::inflight::{Flight, Follower};
+use super::inflight::{Flight, Follower, OnCorrupt};
 use super::metrics::{NodeMetrics, Path};
 use super::peer::Peer;
 use super::references::References;
@@ -264,6 +264,21 @@ impl Node {
             .await
     }
 
+    /// What a cache hit's whole response does with a copy found corrupt
+    /// while serving it: quarantined, counted like one found on lookup.
+    fn on_corrupt(&self, d: &Digest) -> OnCorrupt {
+        let (cache, m, d) = (self.cache.clone(), self.metrics.clone(), *d);
+        Arc::new(move |file, actual| {
+            cache.reject(
+                &d,
+                file,
+                &actual.to_string(),
+                &[&m.cache_corrupt, &m.verify_failures],
+                "found while serving",
+            )
+        })
+    }
+
     /// Blob `d` under `repo` to read as it arrives: the verified cache copy,
     /// else the flight fetching it (joined, or started here). Errors known
     /// before any byte (the repository does not reference the blob, no such
@@ -290,7 +305,7 @@ impl Node {
             if let Some((file, size)) = self.cached(d).await {
                 self.confirm(repo, d).await?;
                 self.metrics.cache_hits.inc();
-                return Ok(Follower::cached(*d, file, size));
+                return Ok(Follower::cached(*d, file, size, self.on_corrupt(d)));
             }
             if let Some(f) = self.joinable(d) {
                 self.metrics.cache_misses.inc();
