@@ -14,10 +14,11 @@
 //! Every GET's body is sha256-hashed as it arrives (curl → pipe → this
 //! process, nothing written to disk) and compared with the blob's digest.
 //! The agents are separate processes; their user+sys CPU over each GET is read
-//! from `/proc/PID/stat`. The node agent answers only once it has the whole
-//! blob verified and cached, so curl's time to first byte is the fabric
-//! transfer with verification and cache write, and its total adds serving the
-//! blob over HTTP from the node's cache.
+//! from `/proc/PID/stat`. The node agent streams the blob as it arrives
+//! (cut-through, `tools/src/image/inflight.rs`), so curl's time to first
+//! byte is the first chunk's trip (not the whole transfer, as before), and
+//! its total is the transfer whose last byte waited for the whole blob's
+//! verification and cache commit.
 //!
 //! Addresses: 127.0.140.x, ports 19900–19949 (this workload's block).
 

@@ -272,13 +272,28 @@ impl Cache {
                 // Gone meanwhile, or unreadable: the next lookup checks it.
                 Err(_) => continue,
             };
-            if actual == d || !self.still_holds(&d, &file) {
-                continue;
+            if actual != d {
+                self.reject(
+                    &d,
+                    &file,
+                    &actual.to_string(),
+                    corrupt,
+                    "found by the scrub",
+                );
             }
-            // Verified once, rotted since: take it out whatever its flag says.
-            self.set_unverified(&d);
-            self.move_aside(&d, &actual.to_string(), corrupt, "found by the scrub");
         }
+    }
+
+    /// The copy of `d` read from `file` hashed to `actual`: if `file` is
+    /// still the cache's copy, quarantine, log and count it in each of
+    /// `corrupt` as [`Self::get_verified`] does (`how`: who found it).
+    pub fn reject(&self, d: &Digest, file: &File, actual: &str, corrupt: &[&Counter], how: &str) {
+        if !self.still_holds(d, file) {
+            return;
+        }
+        // Verified once, rotted since: take it out whatever its flag says.
+        self.set_unverified(d);
+        self.move_aside(d, actual, corrupt, how);
     }
 
     /// Whether `file` is still the cache's copy of `d` (not replaced by a

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, RANGE};
@@ -14,7 +15,6 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
 use super::client::FetchError;
-use super::cut_through;
 use super::digest::{check_name, check_namespace, scoped, split_scope, Digest, Reference};
 use super::metrics::{Path, RouteKind};
 use super::node::Node;
@@ -385,6 +385,15 @@ fn fetch_error(e: &FetchError, unknown_code: &str) -> Response<Body> {
     }
 }
 
+/// A blob request's error answer; a digest failure is counted
+/// (`qr_node_digest_refusals_total`).
+fn blob_error(node: &Node, e: &FetchError) -> Response<Body> {
+    if matches!(e, FetchError::DigestMismatch(_)) {
+        node.metrics.digest_refusals.inc();
+    }
+    fetch_error(e, "BLOB_UNKNOWN")
+}
+
 async fn blob(
     req: &Request<Incoming>,
     node: &Arc<Node>,
@@ -404,117 +413,66 @@ async fn blob(
             Err(e) => fetch_error(&e, "BLOB_UNKNOWN"),
         };
     }
-    // A whole GET of a blob not held here streams as it arrives
-    // (cut-through); a range, or a blob in the cache, is served whole.
-    let streamable = range_h.is_none()
-        && !node.cache.contains(digest)
-        && !node.cut_through_failures.recent(digest);
-    let got = if streamable {
-        match cut_through::start(node.clone(), name.to_string(), *digest).await {
-            cut_through::Answer::Whole(r) => r,
-            cut_through::Answer::Streaming(s) => return streaming(s, digest),
-        }
-    } else {
-        node.blob(name, digest, &|_, _| {}).await
+    // Cut-through: the cache's copy, or the fetch as it arrives, in order.
+    // Errors known before the first byte are an error answer; after it, a
+    // failed fetch cuts the body short (inflight.rs).
+    let follower = match node.open(name, digest).await {
+        Ok(f) => f,
+        Err(e) => return blob_error(node, &e),
     };
-    let mut b = match got {
-        Ok(b) => b,
-        Err(e) => return fetch_error(&e, "BLOB_UNKNOWN"),
-    };
-    let (start, end, status) = match parse_range(range_h, b.size) {
-        Ok(None) => (0, b.size, StatusCode::OK),
+    let size = follower.size();
+    let (start, end, status) = match parse_range(range_h, size) {
+        Ok(None) => (0, size, StatusCode::OK),
         Ok(Some((s, e))) => (s, e + 1, StatusCode::PARTIAL_CONTENT),
         Err(()) => {
             let mut r = oci_error(
                 StatusCode::RANGE_NOT_SATISFIABLE,
                 "SIZE_INVALID",
                 &format!(
-                    "range {} outside the blob's {} bytes",
-                    range_h.unwrap_or(""),
-                    b.size
+                    "range {} outside the blob's {size} bytes",
+                    range_h.unwrap_or("")
                 ),
             );
-            set(
-                r.headers_mut(),
-                CONTENT_RANGE,
-                &format!("bytes */{}", b.size),
-            );
+            set(r.headers_mut(), CONTENT_RANGE, &format!("bytes */{size}"));
             return r;
         }
     };
+    // A range of a blob still arriving streams once the prefix reaches it,
+    // like the whole blob: its last byte, too, waits for the verdict.
+    let reading = match follower.bind(start, end).await {
+        Ok(r) => r,
+        Err(e) => return blob_error(node, &e),
+    };
     let len = end - start;
+    let path = reading.path();
     // Bytes fetched for this request were counted under their path as they
     // arrived; only a cache hit's are counted here.
-    if b.path == Path::Cache {
+    if path == Path::Cache {
         node.metrics.bytes(Path::Cache, len);
     }
-    // Pieces read at their offsets on a blocking thread: one copy out of the
-    // page cache (tokio::fs::File reads into its own buffer, then copies).
-    let file = Arc::new(b.file);
-    // A blob fetched just now is served from its verified temp file while it
-    // is committed to the cache; the last piece waits for the commit, so a
-    // client whose GET completed finds the blob cached (a peer of this node
-    // can then fetch it here).
-    let stored = std::mem::take(&mut b.stored);
-    let d = *digest;
-    let stream = futures_util::stream::unfold(
-        (file, start, len, stored),
-        move |(f, at, left, mut stored)| async move {
-            if left == 0 {
-                return None;
-            }
-            let n = left.min(SERVE_PIECE);
-            if n == left {
-                if let Err(e) = std::mem::take(&mut stored).wait().await {
-                    // Verified all the same: served, just not cached.
-                    tracing::warn!("blob {d}: not cached: {e}");
-                }
-            }
-            let reader = f.clone();
-            let read = tokio::task::spawn_blocking(move || {
-                use std::os::unix::fs::FileExt;
-                let mut buf = vec![0u8; n as usize];
-                reader.read_exact_at(&mut buf, at).map(|()| buf)
-            })
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-            match read {
-                Ok(buf) => Some((
-                    Ok(Frame::data(Bytes::from(buf))),
-                    (f, at + n, left - n, stored),
-                )),
-                Err(e) => Some((Err(e), (f, at, 0, stored))),
-            }
-        },
-    );
-    let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    // An error item makes hyper cut the connection: the client holds fewer
+    // than Content-Length bytes (RFC 9110 §8.6), never a complete wrong blob.
+    let cuts = node.metrics.clone();
+    let body = reading.into_stream().map(move |piece| {
+        if piece.is_err() {
+            cuts.responses_cut.inc();
+        }
+        piece.map(Frame::data)
+    });
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(body)));
     *r.status_mut() = status;
     let h = r.headers_mut();
     blob_headers(h, len, digest);
-    set(h, "X-Qr-Path", b.path.name());
+    set(h, "X-Qr-Path", path.name());
     if status == StatusCode::PARTIAL_CONTENT {
         set(
             h,
             CONTENT_RANGE,
-            &format!("bytes {start}-{}/{}", end - 1, b.size),
+            &format!("bytes {start}-{}/{size}", end - 1),
         );
     }
     r
 }
-
-/// A 200 whose body is the verified prefix of a fetch under way
-/// ([`cut_through`]).
-fn streaming(s: cut_through::Streaming, digest: &Digest) -> Response<Body> {
-    let size = s.size;
-    let mut r = Response::new(BodyExt::boxed(StreamBody::new(s.body())));
-    let h = r.headers_mut();
-    blob_headers(h, size, digest);
-    set(h, "X-Qr-Path", "cut-through");
-    r
-}
-
-/// Bytes of a blob read and handed to hyper at a time.
-const SERVE_PIECE: u64 = 1 << 20;
 
 #[cfg(test)]
 mod tests {

@@ -144,9 +144,18 @@ pub struct NodeMetrics {
     pub cache_hits: Counter,
     /// Blob lookups not found in the cache.
     pub cache_misses: Counter,
+    /// Blob requests that joined a fetch under way (and streamed it as it
+    /// arrived) instead of starting one.
+    pub flight_joins: Counter,
     /// Whole-blob or chunk digests that did not match (cached copies found
     /// corrupt included).
     pub verify_failures: Counter,
+    /// Blob responses cut short after their first byte: the fetch they
+    /// streamed failed, or gave up their source for another.
+    pub responses_cut: Counter,
+    /// Blob requests answered `502 DIGEST_INVALID`: no source gave the blob
+    /// intact (before the response's first byte).
+    pub digest_refusals: Counter,
     /// Cached copies found corrupt when read again or by the scrub,
     /// quarantined and fetched afresh (`cache::Cache::get_verified`).
     pub cache_corrupt: Counter,
@@ -248,7 +257,10 @@ impl Counters for NodeMetrics {
             manifests_stale: Counter, Count, "Manifests and tag lists served stale (the upstream registry unreachable)";
             cache_hits: Counter, Count, "Blob cache hits";
             cache_misses: Counter, Count, "Blob cache misses";
+            flight_joins => single_flight_joins: Counter, Count, "Blob requests that joined a fetch under way";
             verify_failures: Counter, Count, "Digest mismatches";
+            responses_cut: Counter, Count, "Blob responses cut short after their first byte (the fetch failed or changed source)";
+            digest_refusals: Counter, Count, "Blob requests answered 502 DIGEST_INVALID (no source gave the blob intact)";
             cache_corrupt: Counter, Count, "Cached copies found corrupt, quarantined and fetched again";
             cache_scrubbed_bytes: Counter, Bytes, "Bytes the cache scrub read";
             resumes: Counter, Count, "Transfers resumed";

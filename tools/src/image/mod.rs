@@ -10,19 +10,19 @@
 //! agents use), [`spool`] (the registry agent's single-flight pull-through),
 //! [`server`] (its QUIC side), [`client`] and [`transfer`] (the node agent's
 //! QUIC side: parallel, adaptive, resumable chunk streams, written and hashed
-//! by a [`sink`]), [`node`] (the node
-//! agent's store; [`cut_through`] streams a blob to HTTP as it arrives),
-//! [`peer`] (other node agents it may fetch from, whose
-//! caches the [`server`] also serves), [`http`] (its HTTP side) and [`metrics`];
+//! by a [`sink`]), [`node`] (the node agent's store; requests follow its
+//! fetches as they arrive, [`inflight`]), [`peer`] (other node agents it may
+//! fetch from, whose caches the [`server`] also serves), [`http`] (its HTTP
+//! side) and [`metrics`];
 //! [`references`] remembers which repositories reference which blobs;
 //! [`platform`] picks an index's entry for a platform.
 
 pub mod cache;
 pub mod client;
-pub mod cut_through;
 pub mod digest;
 pub mod fabric;
 pub mod http;
+pub mod inflight;
 pub mod manifests;
 pub mod metrics;
 pub mod node;

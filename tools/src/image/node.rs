@@ -1,7 +1,9 @@
 //! The node agent's object store: blobs from the cache, else from a peer node
 //! agent that has them, else from the registry agent over the fabric
 //! (single-flight per blob, so concurrent requests for one blob share one
-//! transfer), verified whole before they are cached or served.
+//! transfer), verified whole before they are cached. Requests follow a fetch
+//! as it arrives ([`inflight`](super::inflight)): bytes stream out in order,
+//! and a response's last byte waits for the verdict.
 //!
 //! The cache is keyed by digest; a blob is served under repository R only
 //! once the registry agent confirmed that this node may read R and that R
@@ -13,11 +15,10 @@ use std::fs::File;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, OwnedMutexGuard};
-
 use super::cache::{Cache, TempBlob};
 use super::client::{Answer, FabricClient, FetchError};
 use super::digest::{split_scope, Digest, Reference};
+use super::inflight::{Flight, Follower, OnCorrupt};
 use super::metrics::{NodeMetrics, Path};
 use super::peer::Peer;
 use super::references::References;
@@ -25,24 +26,27 @@ use super::transfer::{fetch_blob, TransferOptions};
 use super::upstream::Upstream;
 
 /// How many times a blob whose whole digest did not match is fetched again
-/// before the request fails (a corrupt upstream copy stays corrupt).
+/// before the request fails (a corrupt upstream copy stays corrupt). A
+/// response that already streamed bytes of the failed attempt is cut short
+/// ([`inflight`](super::inflight)); the next request follows the refetch.
 pub const REFETCHES: u32 = 1;
 
-/// How long after a streamed fetch of a blob failed (cut-through,
-/// [`super::cut_through`]) its requests are answered whole (with the
-/// error, if it fails again).
+/// How long after a fetch of a blob failed, or gave up an attempt whose
+/// bytes may have streamed, its requests wait for the whole blob's verdict
+/// before their first byte: a client whose response was cut short gets the
+/// node's error (502 `DIGEST_INVALID` naming the bad copy) on its retry, or
+/// the blob whole, rather than another cut.
 pub const CUT_THROUGH_FAILED_FOR: Duration = Duration::from_secs(60);
 
-/// Blobs whose streamed fetch failed recently (bounded: the oldest go first).
-/// Node state that [`super::cut_through`] writes and the HTTP front reads;
-/// kept here, with the node, so that `cut_through` uses `node` and not both
-/// ways.
+/// Blobs whose fetch failed, or restarted from another source, within
+/// [`CUT_THROUGH_FAILED_FOR`] (bounded: no new entries past 4096 live
+/// ones). Written by the node's fetch task, read by [`Node::open`].
 #[derive(Debug, Default)]
 pub struct CutThroughFailures(Mutex<HashMap<Digest, Instant>>);
 
 impl CutThroughFailures {
-    /// Note that a streamed fetch of `d` just failed.
-    pub(super) fn note(&self, d: Digest) {
+    /// Note that a fetch of `d` just failed or gave up an attempt.
+    fn note(&self, d: Digest) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         m.retain(|_, at| now.duration_since(*at) < CUT_THROUGH_FAILED_FOR);
@@ -72,44 +76,47 @@ pub struct Node {
     pub transfer: TransferOptions,
     /// (repository, digest) pairs the registry agent confirmed for this node.
     pub references: References,
-    /// Blobs whose streamed fetch failed recently ([`super::cut_through`]).
+    /// Blobs whose fetch failed or was restarted recently: their requests
+    /// wait for the verdict before their first byte.
     pub cut_through_failures: CutThroughFailures,
     flights: Arc<Flights>,
     direct: std::sync::OnceLock<(Arc<Upstream>, u64)>,
     peers: std::sync::OnceLock<Vec<Peer>>,
 }
 
-type Flights = std::sync::Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>;
+/// The blobs being fetched: one flight each, however many ask.
+type Flights = std::sync::Mutex<HashMap<Digest, Arc<Flight>>>;
 
-/// The single flight of one blob, held by whoever fetches it and then by
-/// its commit to the cache: a request for the same blob waits for both, then
-/// finds it in the cache.
-struct Flight {
+/// A flight's place in [`Flights`], held by its fetch task: however the task
+/// ends (a panic included), the flight leaves the map before its followers
+/// hear the end, so a request after a failure starts afresh and one after
+/// the commit finds the cache.
+struct Ending {
     flights: Arc<Flights>,
     digest: Digest,
-    _guard: OwnedMutexGuard<()>,
+    flight: Arc<Flight>,
 }
 
-impl Drop for Flight {
-    fn drop(&mut self) {
-        // Before the guard is released (fields drop after this), as before:
-        // a request from now on starts its own flight and finds the cache.
-        self.flights
-            .lock()
-            .expect("flights lock")
-            .remove(&self.digest);
+impl Ending {
+    fn leave(&self) {
+        let mut map = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        if map
+            .get(&self.digest)
+            .is_some_and(|f| Arc::ptr_eq(f, &self.flight))
+        {
+            map.remove(&self.digest);
+        }
     }
 }
 
-/// Who hears a blob being fetched: the verified prefix as it grows (bytes
-/// written to the temp file and hashed in order, and the size), and each
-/// attempt's temp file as it is made (a refetch after a mismatch is a new
-/// attempt in a new file).
-pub struct Watch<'a> {
-    /// Verified prefix, size.
-    pub prefix: &'a (dyn Fn(u64, u64) + Send + Sync),
-    /// A new attempt's temp file.
-    pub started: &'a (dyn Fn(&TempBlob) + Send + Sync),
+impl Drop for Ending {
+    fn drop(&mut self) {
+        self.leave();
+        self.flight.fail(FetchError::Local(format!(
+            "the fetch of blob {} stopped",
+            self.digest
+        )));
+    }
 }
 
 /// A verified blob, opened for reading.
@@ -129,26 +136,26 @@ pub struct Blob {
 }
 
 /// A fetched blob's commit to the cache (fsync, rename, directory fsync),
-/// running behind the first requester's answer.
+/// running behind the verdict.
 ///
-/// The verification is what makes a blob servable; the cache's crash safety
-/// only needs the commit to be done before the blob is *taken from the
-/// cache*, which holds as ever (the only way into `blobs/` is the rename
+/// The verification is what makes a blob servable whole; the cache's crash
+/// safety only needs the commit to be done before the blob is *taken from
+/// the cache*, which holds as ever (the only way into `blobs/` is the rename
 /// after the fsync). Waiting for the fsync before the first byte put the
 /// disk's write rate in front of every pull: ~500 MB/s here, about half
 /// of what the transfer reaches (benches/results/image-agents.md).
 #[derive(Debug, Default)]
-pub struct Stored(Option<oneshot::Receiver<Result<(), String>>>);
+pub struct Stored(Option<Follower>);
 
 impl Stored {
     /// Wait for the commit: Ok once the blob is in the cache (at once for a
     /// blob that came from the cache). An error means it could not be cached;
     /// its bytes were verified all the same.
     pub async fn wait(self) -> Result<(), FetchError> {
-        let Some(rx) = self.0 else { return Ok(()) };
-        rx.await
-            .unwrap_or_else(|_| Err("the commit task stopped".into()))
-            .map_err(FetchError::Local)
+        match self.0 {
+            Some(f) => f.stored().await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -166,7 +173,7 @@ impl Node {
             metrics,
             transfer,
             references: References::default(),
-            cut_through_failures: Default::default(),
+            cut_through_failures: CutThroughFailures::default(),
             flights: Arc::new(std::sync::Mutex::new(HashMap::new())),
             direct: std::sync::OnceLock::new(),
             peers: std::sync::OnceLock::new(),
@@ -257,100 +264,182 @@ impl Node {
             .await
     }
 
-    /// A whole verified blob; `progress` hears the verified prefix grow.
+    /// What a cache hit's whole response does with a copy found corrupt
+    /// while serving it: quarantined, counted like one found on lookup.
+    fn on_corrupt(&self, d: &Digest) -> OnCorrupt {
+        let (cache, m, d) = (self.cache.clone(), self.metrics.clone(), *d);
+        Arc::new(move |file, actual| {
+            cache.reject(
+                &d,
+                file,
+                &actual.to_string(),
+                &[&m.cache_corrupt, &m.verify_failures],
+                "found while serving",
+            )
+        })
+    }
+
+    /// Blob `d` under `repo` to read as it arrives: the verified cache copy,
+    /// else the flight fetching it (joined, or started here). Errors known
+    /// before any byte (the repository does not reference the blob, no such
+    /// blob, the registry agent unreachable) are returned here; a follower
+    /// reports the fetch's own failure. A follower of a blob whose fetch
+    /// failed or restarted within [`CUT_THROUGH_FAILED_FOR`] waits for the
+    /// verdict before its first byte ([`Follower::after_verdict`]).
+    pub async fn open(self: &Arc<Self>, repo: &str, d: &Digest) -> Result<Follower, FetchError> {
+        let f = self.open_any(repo, d).await?;
+        Ok(if self.cut_through_failures.recent(d) {
+            f.after_verdict()
+        } else {
+            f
+        })
+    }
+
+    async fn open_any(self: &Arc<Self>, repo: &str, d: &Digest) -> Result<Follower, FetchError> {
+        // A blob committed between the cache lookup and the flights' lock
+        // is looked up again (at most this often: each time, someone else's
+        // flight ended, and a copy that fails its check is quarantined).
+        let mut lookups = 0;
+        loop {
+            lookups += 1;
+            if let Some((file, size)) = self.cached(d).await {
+                self.confirm(repo, d).await?;
+                self.metrics.cache_hits.inc();
+                return Ok(Follower::cached(*d, file, size, self.on_corrupt(d)));
+            }
+            if let Some(f) = self.joinable(d) {
+                self.metrics.cache_misses.inc();
+                // Confirmed for this repository before it reads a byte:
+                // the flight may have been started under another.
+                self.confirm(repo, d).await?;
+                self.metrics.flight_joins.inc();
+                return Ok(f.follow());
+            }
+            // The size, and the registry agent's word that `repo` references
+            // the blob, before a flight exists: a flight's failures are the
+            // blob's, never one requester's (denied, not referenced).
+            let size = match self.stat(repo, d).await {
+                Ok(size) => size,
+                Err(e) => {
+                    self.metrics.cache_misses.inc();
+                    return Err(e);
+                }
+            };
+            let flight = {
+                let mut map = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(f) = map.get(d) {
+                    Err(f.clone())
+                } else if lookups < 4 && self.cache.contains(d) {
+                    continue;
+                } else {
+                    let f = Flight::new(*d, size);
+                    map.insert(*d, f.clone());
+                    Ok(f)
+                }
+            };
+            self.metrics.cache_misses.inc();
+            return Ok(match flight {
+                Err(theirs) => {
+                    self.metrics.flight_joins.inc();
+                    theirs.follow()
+                }
+                Ok(ours) => {
+                    let follower = ours.follow();
+                    self.start(repo, d, ours);
+                    follower
+                }
+            });
+        }
+    }
+
+    /// The flight fetching `d`, if one is.
+    fn joinable(&self, d: &Digest) -> Option<Arc<Flight>> {
+        let map = self.flights.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(d).cloned()
+    }
+
+    /// Run `flight`'s fetch in a task of its own: it goes on (and caches the
+    /// blob) whatever becomes of the requests that follow it.
+    fn start(self: &Arc<Self>, repo: &str, d: &Digest, flight: Arc<Flight>) {
+        let ending = Ending {
+            flights: self.flights.clone(),
+            digest: *d,
+            flight,
+        };
+        let (node, repo, d) = (self.clone(), repo.to_string(), *d);
+        tokio::spawn(async move {
+            let flight = &ending.flight;
+            match node.fetch(&repo, &d, flight).await {
+                Ok((temp, actual)) => {
+                    flight.verified();
+                    let r = match tokio::task::spawn_blocking(move || temp.commit(actual)).await {
+                        Ok(Ok(_)) => Ok(()),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(e) => Err(format!("committing blob {d}: {e}")),
+                    };
+                    if let Err(e) = &r {
+                        tracing::warn!("{e} (it was served from its verified temp file)");
+                    }
+                    // In the cache (or not) before the flight leaves the map.
+                    ending.leave();
+                    flight.stored(r);
+                }
+                Err(e) => {
+                    // Before anyone hears of it: a retry must find it noted.
+                    node.cut_through_failures.note(d);
+                    ending.leave();
+                    flight.fail(e);
+                }
+            }
+        });
+    }
+
+    /// A whole verified blob; `progress` hears the prefix grow.
     pub async fn blob(
-        &self,
+        self: &Arc<Self>,
         repo: &str,
         d: &Digest,
         progress: &(dyn Fn(u64, u64) + Send + Sync),
     ) -> Result<Blob, FetchError> {
-        let watch = Watch {
-            prefix: progress,
-            started: &|_| {},
-        };
-        self.blob_watched(repo, d, &watch).await
-    }
-
-    /// [`Node::blob`], and `watch.started` hears each fetch attempt's temp
-    /// file as it is made, so an answer can stream the verified prefix
-    /// before the whole blob is (cut-through, `super::http`).
-    pub async fn blob_watched(
-        &self,
-        repo: &str,
-        d: &Digest,
-        watch: &Watch<'_>,
-    ) -> Result<Blob, FetchError> {
-        let progress = watch;
-        if let Some((file, size)) = self.cached(d).await {
-            self.confirm(repo, d).await?;
-            self.metrics.cache_hits.inc();
-            (progress.prefix)(size, size);
-            return Ok(Blob {
-                file,
-                size,
-                path: Path::Cache,
-                stored: Stored::default(),
-            });
-        }
-        let flight = self
-            .flights
-            .lock()
-            .expect("flights lock")
-            .entry(*d)
-            .or_default()
-            .clone();
-        let flight = Flight {
-            flights: self.flights.clone(),
-            digest: *d,
-            _guard: flight.lock_owned().await,
-        };
-        // Whoever held the flight before us may have cached it (for another
-        // repository, maybe).
-        if let Some((file, size)) = self.cached(d).await {
-            self.confirm(repo, d).await?;
-            self.metrics.cache_hits.inc();
-            (progress.prefix)(size, size);
-            return Ok(Blob {
-                file,
-                size,
-                path: Path::Cache,
-                stored: Stored::default(),
-            });
-        }
-        self.metrics.cache_misses.inc();
-        self.fetch(repo, d, progress, flight).await
-    }
-
-    /// A blob verified whole into `temp`: returned at once, served from the
-    /// temp file, while a blocking thread commits it to the cache holding
-    /// `flight` (see [`Stored`]).
-    fn verified(
-        &self,
-        temp: TempBlob,
-        actual: Digest,
-        path: Path,
-        flight: &mut Option<Flight>,
-    ) -> Result<Blob, FetchError> {
-        let file = temp
-            .reader()
-            .map_err(|e| FetchError::Local(e.to_string()))?;
-        let size = temp.size();
-        let flight = flight.take();
-        let (tx, rx) = oneshot::channel();
-        tokio::task::spawn_blocking(move || {
-            let r = temp.commit(actual).map(drop).map_err(|e| e.to_string());
-            if let Err(e) = &r {
-                tracing::warn!("{e} (it was served from its verified temp file)");
-            }
-            drop(flight);
-            let _ = tx.send(r);
-        });
+        let (a, commit) = self.open(repo, d).await?.verified(progress).await?;
+        let file = a
+            .file
+            .try_clone()
+            .map_err(|e| FetchError::Local(format!("blob {d}: {e}")))?;
         Ok(Blob {
             file,
-            size,
-            path,
-            stored: Stored(Some(rx)),
+            size: a.size,
+            path: a.path,
+            stored: if a.path == Path::Cache {
+                Stored::default()
+            } else {
+                Stored(Some(commit))
+            },
         })
+    }
+
+    /// A new temp file for `d` and an attempt of `flight` reading it. A
+    /// second attempt cuts the responses reading the first: noted, so that
+    /// their retries wait for the verdict.
+    fn attempt(
+        &self,
+        d: &Digest,
+        size: u64,
+        path: Path,
+        flight: &Arc<Flight>,
+    ) -> Result<(TempBlob, super::inflight::Feed), FetchError> {
+        let temp = self
+            .cache
+            .temp(d, size)
+            .map_err(|e| FetchError::Local(e.to_string()))?;
+        let reader = temp
+            .reader()
+            .map_err(|e| FetchError::Local(e.to_string()))?;
+        if flight.attempts() > 0 {
+            self.cut_through_failures.note(*d);
+        }
+        let feed = flight.attempt(path, reader);
+        Ok((temp, feed))
     }
 
     /// A small blob straight from the upstream: hashed as it streams into a
@@ -361,17 +450,12 @@ impl Node {
         repo: &str,
         d: &Digest,
         size: u64,
-        progress: &Watch<'_>,
-        flight: &mut Option<Flight>,
-    ) -> Result<Blob, FetchError> {
+        flight: &Arc<Flight>,
+    ) -> Result<(TempBlob, Digest), FetchError> {
         use sha2::{Digest as _, Sha256};
         let upstream_err = |e: &dyn std::fmt::Display| FetchError::Upstream(format!("direct: {e}"));
         let mut resp = up.blob(repo, d).await.map_err(|e| upstream_err(&e))?;
-        let temp = self
-            .cache
-            .temp(d, size)
-            .map_err(|e| FetchError::Local(e.to_string()))?;
-        (progress.started)(&temp);
+        let (temp, feed) = self.attempt(d, size, Path::Direct, flight)?;
         let (mut at, mut h) = (0u64, Sha256::new());
         while let Some(piece) = resp.chunk().await.map_err(|e| upstream_err(&e))? {
             if at + piece.len() as u64 > size {
@@ -381,7 +465,7 @@ impl Node {
                 .map_err(|e| FetchError::Local(e.to_string()))?;
             h.update(&piece);
             at += piece.len() as u64;
-            (progress.prefix)(at, size);
+            feed.prefix(at);
         }
         let actual = Digest::from_bytes(h.finalize().into());
         if at != size || actual != *d {
@@ -392,21 +476,21 @@ impl Node {
         }
         self.metrics.objects_direct.inc();
         self.metrics.bytes(Path::Direct, size);
-        self.verified(temp, actual, Path::Direct, flight)
+        Ok((temp, actual))
     }
 
     /// The blob from the first peer that has it whole and sends it intact;
     /// `None` (after counting why) sends the caller to the registry agent.
     /// A peer's bytes pass the same checks as the registry agent's: each
     /// chunk against its header's hash, the whole blob against its digest
-    /// before it is committed — a bad copy is dropped, never served or cached.
+    /// before it is committed — a bad copy is dropped, never cached, and a
+    /// response streaming it is cut short.
     async fn fetch_from_peers(
         &self,
         repo: &str,
         d: &Digest,
-        progress: &Watch<'_>,
-        flight: &mut Option<Flight>,
-    ) -> Option<Blob> {
+        flight: &Arc<Flight>,
+    ) -> Option<(TempBlob, Digest)> {
         let peers = self.peers.get()?;
         let opts = TransferOptions {
             resume: false,
@@ -414,7 +498,16 @@ impl Node {
         };
         for peer in peers.iter().filter(|p| p.usable()) {
             let size = match peer.client.stat(repo, d).await {
-                Ok(size) => size,
+                Ok(size) if size == flight.size() => size,
+                Ok(size) => {
+                    tracing::warn!(
+                        "peer {} has blob {d} as {size} bytes, the registry agent {}: skipped",
+                        peer.name,
+                        flight.size()
+                    );
+                    self.metrics.peer_fallbacks.inc();
+                    continue;
+                }
                 // It does not have the blob (complete and verified): next.
                 Err(FetchError::NotFound(_)) => continue,
                 Err(e) => {
@@ -424,14 +517,13 @@ impl Node {
                     continue;
                 }
             };
-            let temp = match self.cache.temp(d, size) {
+            let (temp, feed) = match self.attempt(d, size, Path::Peer, flight) {
                 Ok(t) => t,
                 Err(e) => {
                     tracing::warn!("cache temp for {d}: {e}");
                     return None;
                 }
             };
-            (progress.started)(&temp);
             let got = fetch_blob(
                 &peer.client,
                 Path::Peer,
@@ -440,21 +532,13 @@ impl Node {
                 &temp,
                 &opts,
                 &self.metrics,
-                &|n| (progress.prefix)(n, size),
+                feed,
             )
             .await;
             match got {
                 Ok(actual) if actual == *d => {
-                    match self.verified(temp, actual, Path::Peer, flight) {
-                        Ok(b) => {
-                            self.metrics.objects_peer.inc();
-                            return Some(b);
-                        }
-                        Err(e) => {
-                            tracing::warn!("blob {d} from peer {}: {e}", peer.name);
-                            return None;
-                        }
-                    }
+                    self.metrics.objects_peer.inc();
+                    return Some((temp, actual));
                 }
                 Ok(actual) => {
                     // Dropping `temp` deletes it: nothing corrupt is cached.
@@ -488,17 +572,20 @@ impl Node {
         None
     }
 
+    /// Fetch `flight`'s blob: from a peer, straight from the upstream if it
+    /// is small, else from the registry agent (again after a mismatch, up to
+    /// [`REFETCHES`] times). Each try is an attempt of `flight`, streamed to
+    /// its followers as it arrives; what is returned hashed to `d` and is
+    /// the caller's to commit.
     async fn fetch(
         &self,
         repo: &str,
         d: &Digest,
-        progress: &Watch<'_>,
-        flight: Flight,
-    ) -> Result<Blob, FetchError> {
-        let flight = &mut Some(flight);
-        // Confirmed by the registry agent before any peer is asked.
-        let size = self.stat(repo, d).await?;
-        if let Some(b) = self.fetch_from_peers(repo, d, progress, flight).await {
+        flight: &Arc<Flight>,
+    ) -> Result<(TempBlob, Digest), FetchError> {
+        let size = flight.size();
+        // Confirmed by the registry agent (in `open`) before any peer is asked.
+        if let Some(b) = self.fetch_from_peers(repo, d, flight).await {
             return Ok(b);
         }
         if let Some((up, threshold)) = self.direct.get() {
@@ -506,16 +593,12 @@ impl Node {
             // naming another registry (`ns=`) gets it from the registry agent.
             let (ns, name) = split_scope(repo);
             if size < *threshold && ns.is_none_or(|ns| ns == up.host()) {
-                return self.fetch_direct(up, name, d, size, progress, flight).await;
+                return self.fetch_direct(up, name, d, size, flight).await;
             }
         }
         let mut attempt = 0;
         loop {
-            let temp = self
-                .cache
-                .temp(d, size)
-                .map_err(|e| FetchError::Local(e.to_string()))?;
-            (progress.started)(&temp);
+            let (temp, feed) = self.attempt(d, size, Path::Fabric, flight)?;
             let got = fetch_blob(
                 &self.client,
                 Path::Fabric,
@@ -524,7 +607,7 @@ impl Node {
                 &temp,
                 &self.transfer,
                 &self.metrics,
-                &|n| (progress.prefix)(n, size),
+                feed,
             )
             .await;
             // Dropping `temp` on any path but commit deletes it: nothing
@@ -532,7 +615,7 @@ impl Node {
             let why = match got {
                 Ok(actual) if actual == *d => {
                     self.metrics.objects_fabric.inc();
-                    return self.verified(temp, actual, Path::Fabric, flight);
+                    return Ok((temp, actual));
                 }
                 Ok(actual) => format!(
                     "blob {d} arrived as {actual}: the upstream copy is corrupt (re-push the \

@@ -1,13 +1,13 @@
 //! Where a transfer's chunks go: one blocking thread per blob writes each
-//! chunk at its offset, feeds the whole-blob sha256 in order (the verified
-//! prefix), while the transfer loop goes on receiving and asking for chunks.
+//! chunk at its offset, feeds the whole-blob sha256 in order and reports that
+//! contiguous prefix to the blob's flight as it grows (so requests stream it:
+//! [`super::inflight`]), while the transfer loop goes on receiving and asking
+//! for chunks.
 //! Before, the loop itself waited for each write, hash and `fdatasync`, and
 //! every such wait left a chunk slot of the window empty (benches/RESULTS.md,
 //! "Image layers").
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
@@ -17,13 +17,13 @@ use tokio::task::JoinHandle;
 use super::cache::{CacheError, TempBlob};
 use super::client::FetchError;
 use super::digest::Digest;
+use super::inflight::Feed;
 
 /// The writer and hasher of one blob's chunks.
 #[derive(Debug)]
 pub struct Sink {
     tx: mpsc::Sender<(u64, Vec<Bytes>)>,
     task: JoinHandle<Result<Digest, CacheError>>,
-    hashed: Arc<AtomicU64>,
 }
 
 fn local(e: impl std::fmt::Display) -> FetchError {
@@ -32,12 +32,11 @@ fn local(e: impl std::fmt::Display) -> FetchError {
 
 impl Sink {
     /// A sink into `temp` that queues at most `depth` chunks (the transfer
-    /// waits when it is full: memory stays bounded by the window).
-    pub fn start(temp: &TempBlob, depth: usize) -> Result<Sink, FetchError> {
+    /// waits when it is full: memory stays bounded by the window) and tells
+    /// `feed` the prefix written and hashed so far.
+    pub fn start(temp: &TempBlob, depth: usize, feed: Feed) -> Result<Sink, FetchError> {
         let w = temp.writer().map_err(local)?;
         let (tx, mut rx) = mpsc::channel::<(u64, Vec<Bytes>)>(depth.max(1));
-        let hashed = Arc::new(AtomicU64::new(0));
-        let prefix = hashed.clone();
         let task = tokio::task::spawn_blocking(move || {
             let mut hasher = Sha256::new();
             let mut at = 0u64;
@@ -58,11 +57,13 @@ impl Sink {
                         at += p.len() as u64;
                     }
                 }
-                prefix.store(at, Ordering::Relaxed);
+                // After the write returned: a reader of the file told of
+                // this prefix finds its bytes (the watch's lock orders the two).
+                feed.prefix(at);
             }
             Ok(Digest::from_bytes(hasher.finalize().into()))
         });
-        Ok(Sink { tx, task, hashed })
+        Ok(Sink { tx, task })
     }
 
     /// Queue chunk `body` (its pieces in order) at `off` (each offset once).
@@ -72,11 +73,6 @@ impl Sink {
             .send((off, body))
             .await
             .map_err(|_| local("the blob writer stopped (see the error that follows)"))
-    }
-
-    /// Bytes hashed in order so far.
-    pub fn hashed(&self) -> u64 {
-        self.hashed.load(Ordering::Relaxed)
     }
 
     /// Wait for every queued chunk; what the blob hashed to.

@@ -3,7 +3,8 @@
 //! Up to `parallel` chunk requests are in flight, each its own QUIC stream.
 //! Each chunk is handed to the blob's [`Sink`], which writes it at its offset
 //! and, once every chunk before it is in, feeds it to the whole-blob sha256 in
-//! order (the "verified prefix"); the hash in a chunk's answer header is
+//! order (the contiguous prefix, which HTTP clients are streamed as it grows:
+//! [`super::inflight`]); the hash in a chunk's answer header is
 //! checked only if the whole blob does not match (`diagnose`). A lost connection
 //! or failed chunk is requested again after a redial: the transfer resumes
 //! with every chunk already in, never from zero. Only when the whole blob
@@ -23,6 +24,7 @@ use tokio::task::JoinSet;
 use super::cache::TempBlob;
 use super::client::{FabricClient, FetchError};
 use super::digest::Digest;
+use super::inflight::Feed;
 use super::metrics::{NodeMetrics, Path};
 use super::sink::Sink;
 use super::wire::{Request, UNHASHED};
@@ -74,8 +76,9 @@ pub fn adapt(current: u64, bytes: u64, took: Duration, rtt: Duration) -> u64 {
 }
 
 /// Fetch blob `digest` of `size` bytes into `temp` from `client`, counting
-/// its bytes under `path`; returns what it hashed to. `progress` is told the
-/// verified prefix as it grows.
+/// its bytes under `path`; returns what it hashed to. `feed` is told the
+/// contiguous prefix, written and hashed, as it grows (up to the whole blob,
+/// before the verdict: it is the caller who holds the last byte back).
 #[allow(clippy::too_many_arguments)]
 pub async fn fetch_blob(
     client: &Arc<FabricClient>,
@@ -85,10 +88,10 @@ pub async fn fetch_blob(
     temp: &TempBlob,
     opts: &TransferOptions,
     metrics: &Arc<NodeMetrics>,
-    progress: &(dyn Fn(u64) + Send + Sync),
+    feed: Feed,
 ) -> Result<Digest, FetchError> {
     let size = temp.size();
-    let sink = Sink::start(temp, opts.parallel.max(1) * 2)?;
+    let sink = Sink::start(temp, opts.parallel.max(1) * 2, feed)?;
     let mut received = 0u64; // bytes of chunks handed to the sink
                              // Each chunk's hash as its server sent it, checked only if the whole
                              // blob does not match (see `diagnose`).
@@ -167,7 +170,6 @@ pub async fn fetch_blob(
                 if let Err(e) = sink.put(off, a.pieces).await {
                     return Err(sink.finish().await.err().unwrap_or(e));
                 }
-                progress(sink.hashed());
                 last_progress = Instant::now();
                 backoff = Duration::from_millis(50);
                 resuming = false;
@@ -209,7 +211,6 @@ pub async fn fetch_blob(
     if actual != *digest {
         diagnose(temp, hashes, digest, actual).await?;
     }
-    progress(size);
     Ok(actual)
 }
 
