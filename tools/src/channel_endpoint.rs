@@ -3,9 +3,11 @@
 //! (docs/architecture.md §4) — the server side publishes its GID, QPN, Q_Key
 //! and UDP port there, the client side asks for them before the handshake.
 //!
-//! Both sides take the fabric's transport config (MTU-sized datagrams, wide
-//! windows, [`Liveness`] timers): a channel's own config only brings TLS and
-//! ALPN. A dead peer is noticed by the receive path's clock: every connection
+//! Both sides run on the endpoint builder ([`FabricEndpoint`]), which adds
+//! the fabric's transport config (MTU-sized datagrams, wide windows,
+//! [`Liveness`] timers): a channel brings only TLS and ALPN, as
+//! [`TlsSettings`] (server) or a `quinn::ClientConfig` built without a
+//! transport (client). A dead peer is noticed by the receive path's clock: every connection
 //! a client makes, and every one a server hands to [`Watcher::watch`], is
 //! watched (`quinn_adapter::watch`) for [`Liveness::dead_after`]. `qr serve`
 //! and `qr connect` use the same bootstrap helpers.
@@ -14,16 +16,17 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use quic_rdma::discovery::{self, BootstrapHandle, PeerInfo};
-use quic_rdma::fabric::soft::SoftPort;
-use quic_rdma::fabric::UdAddr;
+use quic_rdma::fabric::{Provider, UdAddr};
+use quic_rdma::quic::tls::TlsSettings;
 use quic_rdma::quinn_adapter::Liveness;
 use quic_rdma::socket::SocketStats;
 
+pub use crate::endpoint::EndpointError;
 use crate::endpoint::FabricEndpoint;
-use crate::provider::{self, EndpointOptions};
-use quic_rdma::fabric::Provider;
+use crate::provider::EndpointOptions;
+pub use crate::provider::OpenError;
 
 /// TCP port of the bootstrap service when none is given (rdma-core's
 /// `ibv_*_pingpong` examples exchange QP details on the same port).
@@ -140,39 +143,22 @@ fn describe_record(r: &PeerInfo, bootstrap: SocketAddr) -> String {
     )
 }
 
-/// Open a server endpoint and its bootstrap service. Call inside a tokio
-/// runtime. `config`'s transport config is replaced by the fabric's (the
-/// socket's MTU, `opts.liveness`).
-pub fn listen(opts: &ListenOptions, config: quinn::ServerConfig) -> Result<ChannelServer> {
+/// Open a server endpoint accepting with `tls` and its bootstrap service.
+/// Call inside a tokio runtime.
+pub fn listen(opts: &ListenOptions, tls: &TlsSettings) -> Result<ChannelServer, EndpointError> {
     let mut eo = EndpointOptions::new(opts.ip);
     eo.udp_port = opts.udp_port;
     eo.qpn = opts.qpn;
-    let ep = provider::open_endpoint(opts.provider, &eo)?;
-    let fabric = FabricEndpoint::new(ep.socket, opts.liveness);
-    let record = ep
-        .publish
-        .ok_or_else(|| anyhow!("provider `{}` has no bootstrap record", ep.kind))?;
-    let endpoint = fabric.listen(config)?;
-    let (bound, handle) = publish(SocketAddr::new(opts.ip, opts.service_port), record)?;
+    let fabric = FabricEndpoint::open(opts.provider, &eo, opts.liveness)?;
+    let endpoint = fabric.listen(tls)?;
+    let (bound, handle) = fabric.publish(SocketAddr::new(opts.ip, opts.service_port))?;
     Ok(ChannelServer {
         endpoint,
         bootstrap: bound,
-        record,
+        record: fabric.record()?,
         fabric,
         _bootstrap: handle,
     })
-}
-
-/// Publish `record` on the discovery service at `bind` (TCP): the bound
-/// address, and the handle that keeps the service running until dropped.
-pub(crate) fn publish(bind: SocketAddr, record: PeerInfo) -> Result<(SocketAddr, BootstrapHandle)> {
-    let service = discovery::BootstrapServer::bind(bind, record)
-        .with_context(|| format!("bootstrap service on TCP {bind} (is the port taken?)"))?;
-    let bound = service.local_addr()?;
-    Ok((
-        bound,
-        service.spawn().context("starting the bootstrap service")?,
-    ))
 }
 
 /// How a channel client reaches servers.
@@ -217,7 +203,6 @@ impl Default for DialOptions {
 pub struct ChannelClient {
     endpoint: quinn::Endpoint,
     fabric: FabricEndpoint,
-    soft: Option<SoftPort>,
     opts: DialOptions,
 }
 
@@ -231,19 +216,17 @@ impl ChannelClient {
         let mut eo = EndpointOptions::new(ip);
         eo.udp_port = opts.udp_port;
         eo.peer = peer;
-        let ep = provider::open_endpoint(opts.provider, &eo)?;
-        let fabric = FabricEndpoint::new(ep.socket, opts.liveness);
+        let fabric = FabricEndpoint::open(opts.provider, &eo, opts.liveness)?;
         Ok(ChannelClient {
             endpoint: fabric.client()?,
             fabric,
-            soft: ep.soft,
             opts: opts.clone(),
         })
     }
 
     /// Ask the bootstrap service `service` (HOST:PORT) for the server's record
-    /// and run the handshake with `config` (its transport config is replaced
-    /// by the fabric's), verifying the certificate for `server_name`. Can be
+    /// and run the handshake with `config` (TLS, built without a transport:
+    /// the fabric's is added), verifying the certificate for `server_name`. Can be
     /// called again after a connection is lost (a restarted server).
     pub async fn connect(
         &self,
@@ -275,7 +258,7 @@ impl ChannelClient {
         config: quinn::ClientConfig,
         server_name: &str,
     ) -> Result<quinn::Connection> {
-        if let Some(port) = &self.soft {
+        if let Some(port) = self.fabric.soft() {
             // The peer's UDP port, before its address handle is made.
             peer.apply(port);
         }
@@ -397,7 +380,6 @@ mod tests {
             )
             .unwrap()
         };
-        let transport = quic_rdma::quinn_adapter::transport(4096);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -411,13 +393,7 @@ mod tests {
         let want = Sha256::digest(&payload);
         let serve = |lo: &ListenOptions| {
             let _g = rt.enter();
-            let server = listen(
-                lo,
-                load("srv")
-                    .server_config(b"t/1", transport.clone())
-                    .unwrap(),
-            )
-            .unwrap();
+            let server = listen(lo, &load("srv").server_settings(b"t/1")).unwrap();
             let ep = server.endpoint.clone();
             rt.spawn(async move {
                 while let Some(inc) = ep.accept().await {
@@ -445,11 +421,11 @@ mod tests {
         let (c1, c2) = rt.block_on(async {
             let mut d1 = DialOptions::new();
             d1.ip = Some("127.0.113.2".parse().unwrap());
-            let cfg1 = load("c1").client_config(b"t/1", transport.clone()).unwrap();
+            let cfg1 = load("c1").client_config(b"t/1").unwrap();
             let (c1, conn1) = dial(&service, &d1, cfg1, "127.0.113.1").await.unwrap();
             let mut d2 = d1.clone();
             d2.ip = Some("127.0.113.3".parse().unwrap());
-            let cfg2 = load("c2").client_config(b"t/1", transport.clone()).unwrap();
+            let cfg2 = load("c2").client_config(b"t/1").unwrap();
             let (c2, conn2) = dial(&service, &d2, cfg2, "127.0.113.1").await.unwrap();
             let (a, b) = tokio::join!(ask(conn1, payload.clone()), ask(conn2, payload.clone()));
             assert_eq!(a, want.as_slice());
@@ -462,11 +438,11 @@ mod tests {
         let server = serve(&lo);
         let service = server.bootstrap.to_string();
         rt.block_on(async {
-            let cfg = load("c1").client_config(b"t/1", transport.clone()).unwrap();
+            let cfg = load("c1").client_config(b"t/1").unwrap();
             let conn = c1.connect(&service, cfg, "127.0.113.1").await.unwrap();
             assert_eq!(ask(conn, payload.clone()).await, want.as_slice());
             // The wrong name is refused by the client's verification.
-            let cfg = load("c1").client_config(b"t/1", transport.clone()).unwrap();
+            let cfg = load("c1").client_config(b"t/1").unwrap();
             let err = c1.connect(&service, cfg, "elsewhere").await.unwrap_err();
             assert!(format!("{err:#}").contains("certificate"), "{err:#}");
         });

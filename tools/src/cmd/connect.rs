@@ -173,13 +173,13 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
         .build()
         .context("starting the tokio runtime")
         .map_err(run)?;
-    let ep = {
+    let fabric = {
         let _rt = rt.enter();
-        provider::open_endpoint(c.fabric.provider, &opts).map_err(RunError::Provider)?
+        FabricEndpoint::open(c.fabric.provider, &opts, c.liveness).map_err(RunError::Provider)?
     };
     let trusted = tls::load_certs(&c.cert).map_err(run)?;
     let report = rt.block_on(async {
-        match tokio::time::timeout(c.timeout, client(c, &ep, &peer, trusted)).await {
+        match tokio::time::timeout(c.timeout, client(c, &fabric, &peer, trusted)).await {
             Ok(r) => r,
             Err(_) => Err(anyhow!(
                 "the run did not finish within {} s (--timeout)",
@@ -193,16 +193,16 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
 
 async fn client(
     c: &ClientRun,
-    ep: &provider::EndpointSocket,
+    fabric: &FabricEndpoint,
     peer: &PeerInfo,
     trusted: Vec<rustls::pki_types::CertificateDer<'static>>,
 ) -> Result<Report> {
-    let fabric = FabricEndpoint::new(ep.socket.clone(), c.liveness);
-    let cfg = tls::client_config(trusted, fabric.transport())?;
+    let cfg = fabric.client_config(tls::client_config(trusted)?);
     let endpoint = fabric.client()?;
+    let (socket, soft) = (fabric.socket(), fabric.soft());
     let start = Instant::now();
     let conn = endpoint
-        .connect_with(cfg, ep.socket.peer_addr(peer.addr), &c.server_name)
+        .connect_with(cfg, socket.peer_addr(peer.addr), &c.server_name)
         .context("starting the handshake")?
         .await
         .map_err(|e| {
@@ -239,11 +239,11 @@ async fn client(
     }
     Ok(Report {
         ok: transfer.sha256_match,
-        provider: ep.kind.name().into(),
+        provider: fabric.kind().name().into(),
         loss_percent: 0.0,
         seed: c.seed,
         mtu: stats.path.current_mtu,
-        fabric_mtu: ep.socket.mtu(),
+        fabric_mtu: socket.mtu(),
         handshake_ms: handshake.as_secs_f64() * 1e3,
         tls: tls_info.into(),
         transfer,
@@ -254,18 +254,15 @@ async fn client(
         },
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
-            client: SocketReport::socket(&ep.socket),
+            client: SocketReport::socket(socket),
             server: None,
         },
         fabric: None,
         endpoints: EndpointsReport {
             server: UdEndpointReport::new(peer.addr, Some(peer.udp_port)),
-            client: UdEndpointReport::new(
-                ep.socket.ud_addr(),
-                ep.soft.as_ref().map(|p| p.local_addr().port()),
-            ),
+            client: UdEndpointReport::new(socket.ud_addr(), soft.map(|p| p.local_addr().port())),
         },
-        soft: ep.soft.as_ref().map(|p| SoftPortsReport {
+        soft: soft.map(|p| SoftPortsReport {
             client: SoftPortReport::from(&p.stats()),
             server: None,
         }),

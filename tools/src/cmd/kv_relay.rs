@@ -307,9 +307,7 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     lo.udp_port = c.fabric.udp_port;
     lo.service_port = a.service_port;
     lo.liveness = liveness;
-    // The transport config is the fabric's (channel_endpoint replaces it).
-    let transport = Arc::new(quinn::TransportConfig::default());
-    let listening = channel_endpoint::listen(&lo, mtls.server_config(kv::ALPN, transport)?)?;
+    let listening = channel_endpoint::listen(&lo, &mtls.server_settings(kv::ALPN))?;
     let gate = a.retry.gate();
     observe(c, metrics.clone(), "upstream", None, Some(gate.clone())).await?;
     eprintln!(
@@ -392,9 +390,7 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
             opts.clone(),
         );
         Box::pin(async move {
-            let cfg = mtls
-                .client_config(kv::ALPN, Arc::new(quinn::TransportConfig::default()))
-                .map_err(|e| format!("{e:#}"))?;
+            let cfg = mtls.client_config(kv::ALPN).map_err(|e| format!("{e:#}"))?;
             let mut cur = client.lock().await;
             let r = match cur.as_ref() {
                 Some(cl) => cl.connect(&service, cfg, &server_name).await,

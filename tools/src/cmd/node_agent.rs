@@ -173,7 +173,7 @@ pub(crate) fn node(
     peer_server_name: Option<&str>,
 ) -> Result<Arc<Node>> {
     let mtls = tls.load()?;
-    let config = mtls.client_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
+    let config = mtls.client_config(wire::ALPN)?;
     let mut opts = DialOptions::new();
     opts.provider = fabric.provider;
     opts.ip = ip;
@@ -212,16 +212,13 @@ fn serve_peers(
     port: u16,
     node: &Arc<Node>,
 ) -> Result<ChannelServer> {
-    let config = args
-        .tls
-        .load()?
-        .server_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
+    let tls = args.tls.load()?.server_settings(wire::ALPN);
     let mut opts = ListenOptions::new(ip);
     opts.provider = args.fabric.provider;
     opts.udp_port = args.peer_udp_port;
     opts.service_port = port;
     opts.liveness = args.liveness.liveness()?;
-    let server = listen(&opts, config).context("--serve-peers")?;
+    let server = listen(&opts, &tls).context("--serve-peers")?;
     println!(
         "qr node-agent: serving peers on {} ({})",
         args.fabric.provider,
