@@ -11,13 +11,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use quic_rdma::discovery::{self, BootstrapHandle, PeerInfo};
-use quic_rdma::fabric::sim::FabricStats;
+use quic_rdma::fabric::sim::{FabricStats, SimFabric};
 use quic_rdma::fabric::soft::SoftPort;
 use quic_rdma::fabric::Provider;
 use quic_rdma::quic::tls::{TlsError, TlsSettings};
 use quic_rdma::quinn_adapter::{self, FabricConfig, Liveness};
 
-use crate::provider::{self, EndpointOptions, FabricOptions, OpenError, Socket, SocketPair};
+use crate::provider::{self, EndpointOptions, FabricOptions, OpenError, Socket};
 
 /// Why an endpoint could not be opened, listen or publish.
 #[derive(Debug, thiserror::Error)]
@@ -60,22 +60,7 @@ pub(crate) struct FabricEndpoint {
     kind: Provider,
     soft: Option<SoftPort>,
     record: Option<PeerInfo>,
-}
-
-/// Two endpoints of a one-process fabric that can reach each other (`qr demo`).
-pub(crate) struct EndpointPair {
-    /// The server's endpoint.
-    pub(crate) server: FabricEndpoint,
-    /// The client's endpoint.
-    pub(crate) client: FabricEndpoint,
-    sockets: SocketPair,
-}
-
-impl EndpointPair {
-    /// What the fabric itself did to packets, if the provider can tell.
-    pub(crate) fn wire_stats(&self) -> Option<FabricStats> {
-        self.sockets.wire_stats()
-    }
+    sim: Option<SimFabric>,
 }
 
 impl FabricEndpoint {
@@ -93,28 +78,32 @@ impl FabricEndpoint {
             kind: ep.kind,
             soft: ep.soft,
             record: ep.publish,
+            sim: None,
         })
     }
 
-    /// Open a server and a client endpoint of a one-process provider (`sim`).
+    /// Open a server and a client endpoint of a one-process provider (`sim`)
+    /// that can reach each other (`qr demo`).
     pub(crate) fn pair(
         kind: Provider,
         opts: &FabricOptions,
         liveness: Liveness,
-    ) -> Result<EndpointPair, OpenError> {
-        let sockets = provider::open_pair(kind, opts)?;
-        let one = |socket: &Socket| FabricEndpoint {
-            config: FabricConfig::of(socket).liveness(liveness),
-            socket: socket.clone(),
-            kind: sockets.kind,
+    ) -> Result<(Self, Self), OpenError> {
+        let p = provider::open_pair(kind, opts)?;
+        let one = |socket: Socket| FabricEndpoint {
+            config: FabricConfig::of(&socket).liveness(liveness),
+            socket,
+            kind: p.kind,
             soft: None,
             record: None,
+            sim: p.sim.clone(),
         };
-        Ok(EndpointPair {
-            server: one(&sockets.server),
-            client: one(&sockets.client),
-            sockets,
-        })
+        Ok((one(p.server.clone()), one(p.client.clone())))
+    }
+
+    /// What the fabric itself did to packets, if the provider can tell (`sim`).
+    pub(crate) fn wire_stats(&self) -> Option<FabricStats> {
+        self.sim.as_ref().map(SimFabric::stats)
     }
 
     /// The socket underneath.

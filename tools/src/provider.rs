@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use quic_rdma::discovery::PeerInfo;
-use quic_rdma::fabric::sim::{FabricStats, Faults, SimConfig, SimFabric, SimQpOptions};
+use quic_rdma::fabric::sim::{Faults, SimConfig, SimFabric, SimQpOptions};
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
 use quic_rdma::fabric::{FabricError, Mtu, Provider, UdQueuePair, DEFAULT_QKEY};
 use quic_rdma::quinn_adapter::RdmaUdpSocket;
@@ -50,14 +50,7 @@ pub(crate) struct SocketPair {
     /// The client's socket.
     pub(crate) client: Socket,
     /// The simulated fabric, when there is one (for its wire counters).
-    sim: Option<SimFabric>,
-}
-
-impl SocketPair {
-    /// What the fabric itself did to packets, if the provider can tell.
-    pub(crate) fn wire_stats(&self) -> Option<FabricStats> {
-        self.sim.as_ref().map(SimFabric::stats)
-    }
+    pub(crate) sim: Option<SimFabric>,
 }
 
 /// Why a provider could not open a socket.

@@ -114,11 +114,6 @@ pub(crate) struct ListenArgs {
 }
 
 impl ListenArgs {
-    /// The bootstrap service's address: --ip:--service-port.
-    pub(crate) fn bootstrap(&self) -> SocketAddr {
-        SocketAddr::new(self.ip, self.service_port)
-    }
-
     /// A channel server's options: these, `fabric`'s, and `liveness`.
     pub(crate) fn options(&self, fabric: FabricArgs, liveness: Liveness) -> ListenOptions {
         ListenOptions {

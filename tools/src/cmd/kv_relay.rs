@@ -23,8 +23,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use quic_rdma::quinn_adapter::{Liveness, RetryGate};
 
-use super::args::{parse_bytes, FabricArgs, LivenessArgs, MetricsArgs, RetryArgs};
-use crate::channel_endpoint::{self, ChannelClient, DialOptions, ListenOptions};
+use super::args::{parse_bytes, FabricArgs, ListenArgs, LivenessArgs, MetricsArgs, RetryArgs};
+use crate::channel_endpoint::{self, ChannelClient, DialOptions};
 use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
 use crate::kv::redis::auth::ReplicaAuth;
@@ -302,11 +302,8 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     cfg.backlog = a.backlog;
     cfg.window = a.window;
     let master = Master::new(cfg, metrics.clone());
-    let mut lo = ListenOptions::new(c.ip);
-    lo.provider = c.fabric.provider;
-    lo.udp_port = c.fabric.udp_port;
-    lo.service_port = a.service_port;
-    lo.liveness = liveness;
+    let (ip, service_port) = (c.ip, a.service_port);
+    let lo = ListenArgs { ip, service_port }.options(c.fabric, liveness);
     let listening = channel_endpoint::listen(&lo, &mtls.server_settings(kv::ALPN))?;
     let gate = a.retry.gate();
     observe(c, metrics.clone(), "upstream", None, Some(gate.clone())).await?;

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::args::{parse_bytes, FabricArgs, LivenessArgs, RetryArgs, TcpLimitsArgs};
+use super::args::{parse_bytes, FabricArgs, ListenArgs, LivenessArgs, RetryArgs, TcpLimitsArgs};
 use crate::access::Access;
-use crate::channel_endpoint::{listen, ChannelServer, DialOptions, ListenOptions};
+use crate::channel_endpoint::{listen, ChannelServer, DialOptions};
 use crate::image::cache::Cache;
 use crate::image::client::FabricClient;
 use crate::image::fabric::FabricDialer;
@@ -213,11 +213,15 @@ fn serve_peers(
     node: &Arc<Node>,
 ) -> Result<ChannelServer> {
     let tls = args.tls.load()?.server_settings(wire::ALPN);
-    let mut opts = ListenOptions::new(ip);
-    opts.provider = args.fabric.provider;
-    opts.udp_port = args.peer_udp_port;
-    opts.service_port = port;
-    opts.liveness = args.liveness.liveness()?;
+    let fabric = FabricArgs {
+        udp_port: args.peer_udp_port,
+        ..args.fabric
+    };
+    let listen_at = ListenArgs {
+        ip,
+        service_port: port,
+    };
+    let opts = listen_at.options(fabric, args.liveness.liveness()?);
     let server = listen(&opts, &tls).context("--serve-peers")?;
     println!(
         "qr node-agent: serving peers on {} ({})",

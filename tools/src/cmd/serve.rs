@@ -24,7 +24,6 @@ use anyhow::{anyhow, Context, Result};
 use quic_rdma::quinn_adapter::Attempt;
 
 use super::args::{FabricArgs, ListenArgs, LivenessArgs, MetricsArgs, RetryArgs};
-use crate::endpoint::EndpointError;
 use crate::endpoint::FabricEndpoint;
 use crate::endpoint_metrics::EndpointMetrics;
 use crate::http::Page;
@@ -116,13 +115,7 @@ pub(crate) fn main(args: &ServeArgs) -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            let open =
-                e.downcast_ref::<OpenError>()
-                    .or_else(|| match e.downcast_ref::<EndpointError>() {
-                        Some(EndpointError::Open(o)) => Some(o),
-                        _ => None,
-                    });
-            match open {
+            match e.downcast_ref::<OpenError>() {
                 Some(OpenError::NotBuiltIn(_) | OpenError::Unsupported(_)) => {
                     eprintln!("qr serve: {e}");
                     return ExitCode::from(2);
@@ -206,7 +199,9 @@ fn serve(args: &ServeArgs) -> Result<bool> {
 
     let result = rt.block_on(async {
         let endpoint = fabric.listen(&tls)?;
-        let bind = args.bootstrap_bind.unwrap_or(args.listen.bootstrap());
+        let bind = args
+            .bootstrap_bind
+            .unwrap_or(SocketAddr::new(args.listen.ip, args.listen.service_port));
         let publish = fabric.record()?;
         let (bound, _bootstrap) = fabric.publish(bind)?;
         eprintln!(

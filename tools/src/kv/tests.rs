@@ -58,7 +58,7 @@ fn channel_over_sim() {
         .enable_all()
         .build()
         .unwrap();
-    let pair = FabricEndpoint::pair(
+    let (server_fabric, client_fabric) = FabricEndpoint::pair(
         Provider::Sim,
         &FabricOptions {
             loss_percent: 0.0,
@@ -71,13 +71,12 @@ fn channel_over_sim() {
     std::fs::create_dir_all(&dir).unwrap();
     rt.block_on(async {
         let t = tls::configs().unwrap();
-        let server = pair.server.listen(&t.server).unwrap();
-        let client = pair.client.client().unwrap();
-        let client_cfg = pair.client.client_config(t.client);
-        let server_addr = pair
-            .client
+        let server = server_fabric.listen(&t.server).unwrap();
+        let client = client_fabric.client().unwrap();
+        let client_cfg = client_fabric.client_config(t.client);
+        let server_addr = client_fabric
             .socket()
-            .peer_addr(pair.server.socket().ud_addr());
+            .peer_addr(server_fabric.socket().ud_addr());
 
         let mut cfg = MasterConfig::new(dir.clone());
         cfg.backlog = 4 << 20;

@@ -16,7 +16,7 @@ use quic_rdma::quinn_adapter::RetryGate;
 
 use super::args::{parse_bytes, LivenessArgs, DEFAULT_SERVICE_PORT};
 use super::{print_report, RunError};
-use crate::endpoint::{EndpointPair, FabricEndpoint};
+use crate::endpoint::FabricEndpoint;
 use crate::provider::FabricOptions;
 use crate::report::{
     EndpointsReport, FabricReport, PingReport, QuicReport, Report, RttReport, SocketReport,
@@ -137,9 +137,9 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
     report.map_err(RunError::Run)
 }
 
-async fn demo(args: &DemoArgs, pair: &EndpointPair) -> Result<Report> {
-    let (server_fabric, client_fabric) = (pair.server.clone(), pair.client.clone());
-    let (server_socket, client_socket) = (pair.server.socket(), pair.client.socket());
+async fn demo(args: &DemoArgs, pair: &(FabricEndpoint, FabricEndpoint)) -> Result<Report> {
+    let (server_fabric, client_fabric) = pair.clone();
+    let (server_socket, client_socket) = (pair.0.socket(), pair.1.socket());
     let fabric_mtu = server_socket.mtu();
     let tls = tls::configs()?;
     let server = server_fabric.listen(&tls.server)?;
@@ -212,7 +212,7 @@ async fn demo(args: &DemoArgs, pair: &EndpointPair) -> Result<Report> {
             client: SocketReport::socket(client_socket),
             server: Some(SocketReport::socket(server_socket)),
         },
-        fabric: pair.wire_stats().as_ref().map(FabricReport::from),
+        fabric: client_fabric.wire_stats().as_ref().map(FabricReport::from),
         endpoints: EndpointsReport {
             server: UdEndpointReport::new(server_socket.ud_addr(), None),
             client: UdEndpointReport::new(client_socket.ud_addr(), None),
