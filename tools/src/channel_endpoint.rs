@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use quic_rdma::discovery::{self, BootstrapHandle, PeerInfo};
-use quic_rdma::fabric::{Provider, UdAddr};
+use quic_rdma::fabric::Provider;
 use quic_rdma::quic::tls::TlsSettings;
 use quic_rdma::quinn_adapter::Liveness;
 use quic_rdma::socket::SocketStats;
@@ -103,15 +103,18 @@ impl ChannelServer {
         }
     }
 
-    /// The UD socket's counters.
-    pub fn socket_stats(&self) -> SocketStats {
-        self.fabric.socket().stats()
-    }
-
     /// One line for the operator: provider, GID, QPN, Q_Key, UDP port, MTU and
     /// the bootstrap address.
     pub fn describe(&self) -> String {
-        describe_record(&self.record, self.bootstrap)
+        let (r, bootstrap) = (&self.record, self.bootstrap);
+        format!(
+            "GID {} QPN {:#x} Q_Key {:#x} UDP port {} MTU {}; bootstrap on TCP {bootstrap}",
+            r.addr.gid,
+            r.addr.qpn,
+            r.addr.qkey,
+            r.udp_port,
+            r.mtu.bytes()
+        )
     }
 
     /// Close every connection, wait for them to drain, and return once the
@@ -130,17 +133,6 @@ impl ChannelServer {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
-}
-
-fn describe_record(r: &PeerInfo, bootstrap: SocketAddr) -> String {
-    format!(
-        "GID {} QPN {:#x} Q_Key {:#x} UDP port {} MTU {}; bootstrap on TCP {bootstrap}",
-        r.addr.gid,
-        r.addr.qpn,
-        r.addr.qkey,
-        r.udp_port,
-        r.mtu.bytes()
-    )
 }
 
 /// Open a server endpoint accepting with `tls` and its bootstrap service.
@@ -207,15 +199,11 @@ pub struct ChannelClient {
 }
 
 impl ChannelClient {
-    /// Open a client endpoint on `ip`. Call inside a tokio runtime.
-    pub fn open(opts: &DialOptions, ip: IpAddr) -> Result<ChannelClient> {
-        Self::open_with(opts, ip, None)
-    }
-
-    fn open_with(opts: &DialOptions, ip: IpAddr, peer: Option<PeerInfo>) -> Result<ChannelClient> {
+    /// Open a client endpoint on `ip` towards `peer`. Call inside a tokio runtime.
+    fn open(opts: &DialOptions, ip: IpAddr, peer: PeerInfo) -> Result<ChannelClient> {
         let mut eo = EndpointOptions::new(ip);
         eo.udp_port = opts.udp_port;
-        eo.peer = peer;
+        eo.peer = Some(peer);
         let fabric = FabricEndpoint::open(opts.provider, &eo, opts.liveness)?;
         Ok(ChannelClient {
             endpoint: fabric.client()?,
@@ -297,11 +285,6 @@ impl ChannelClient {
         &self.endpoint
     }
 
-    /// This endpoint's UD address (GID, QPN, Q_Key).
-    pub fn local(&self) -> UdAddr {
-        self.fabric.socket().ud_addr()
-    }
-
     /// The UD socket's counters.
     pub fn socket_stats(&self) -> SocketStats {
         self.fabric.socket().stats()
@@ -322,7 +305,7 @@ pub async fn dial(
         Some(ip) => ip,
         None => route_source(peer.addr.gid.to_ip())?,
     };
-    let client = ChannelClient::open_with(opts, ip, Some(peer))?;
+    let client = ChannelClient::open(opts, ip, peer)?;
     let conn = client.connect_to(peer, config, server_name).await?;
     Ok((client, conn))
 }

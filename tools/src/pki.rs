@@ -62,14 +62,9 @@ pub enum PkiError {
     /// `QR_TLS_CIPHERS` names no cipher-suite preference.
     #[error("environment variable {CIPHERS_ENV}")]
     Ciphers(#[source] UnknownCipherPreference),
-    /// rustls refused to build a server or client config.
-    #[error("TLS {side} config")]
-    Config {
-        /// "server" or "client".
-        side: &'static str,
-        /// Why.
-        source: TlsError,
-    },
+    /// rustls refused to build a client config.
+    #[error("TLS client config")]
+    Config(#[source] TlsError),
     /// Generating or signing a key or certificate failed.
     #[error("{what}")]
     Issue {
@@ -211,12 +206,7 @@ impl Mtls {
             offer_0rtt: false,
             ..self.with_alpn(alpn)
         };
-        let crypto = settings
-            .client_crypto()
-            .map_err(|source| PkiError::Config {
-                side: "client",
-                source,
-            })?;
+        let crypto = settings.client_crypto().map_err(PkiError::Config)?;
         Ok(quinn::ClientConfig::new(Arc::new(crypto)))
     }
 }
