@@ -10,8 +10,8 @@
 //! [`TlsSettings::server_crypto`] / [`TlsSettings::client_crypto`] (plus
 //! QUIC's 0-RTT rules, as quinn-proto's crypto configs), and
 //! [`TlsSettings::server_config`] / [`TlsSettings::client_config`] (plus a
-//! transport config and, server side, the NEW_TOKEN policy). QUIC and TCP configs from the same settings therefore
-//! differ only where the protocols do.
+//! transport config and, server side, the NEW_TOKEN policy). QUIC and TCP
+//! configs from the same settings therefore differ only where the protocols do.
 //!
 //! QUIC always runs TLS 1.3 (RFC 9001 §4.2), and so do the TCP configs here
 //! (every TCP + TLS peer in this tree is ours); certificate verification is
