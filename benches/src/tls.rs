@@ -10,7 +10,8 @@
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use rustls::crypto::CryptoProvider;
+use quic_rdma::quic::suites::CipherPreference;
+use quic_rdma::quic::tls::TlsSettings;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// The server name the certificate is issued for.
@@ -20,12 +21,11 @@ pub const SERVER_NAME: &str = "localhost";
 /// and key from (see [`Tls::export`]).
 pub const TLS_ENV: &str = "QUIC_RDMA_BENCH_TLS";
 
-/// A certificate, its key, and the provider all configs use.
+/// A certificate and its key, which all configs use.
 #[derive(Clone)]
 pub struct Tls {
     cert: CertificateDer<'static>,
     key_der: Vec<u8>,
-    provider: Arc<CryptoProvider>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -62,7 +62,6 @@ impl Tls {
         Tls {
             cert: CertificateDer::from(cert),
             key_der,
-            provider: quic_rdma::quic::suites::CipherPreference::Aes128Only.provider(),
         }
     }
 
@@ -88,13 +87,21 @@ impl Tls {
         PrivateKeyDer::Pkcs8(self.key_der.clone().into())
     }
 
+    /// The server's settings ([`TlsSettings`], as every endpoint's): this
+    /// certificate, AES-128-GCM only.
+    fn server_settings(&self) -> TlsSettings {
+        TlsSettings {
+            identity: Some((vec![self.cert.clone()], self.key())),
+            ciphers: CipherPreference::Aes128Only,
+            ..TlsSettings::default()
+        }
+    }
+
     /// rustls server config: TLS 1.3, AES-128-GCM, no session tickets.
     pub fn rustls_server(&self) -> rustls::ServerConfig {
-        let mut c = rustls::ServerConfig::builder_with_provider(self.provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .expect("TLS 1.3 with AES-128-GCM")
-            .with_no_client_auth()
-            .with_single_cert(vec![self.cert.clone()], self.key())
+        let mut c = self
+            .server_settings()
+            .rustls_server()
             .expect("certificate and key match");
         c.send_tls13_tickets = 0;
         c
@@ -102,13 +109,12 @@ impl Tls {
 
     /// rustls client config trusting the certificate; resumption disabled.
     pub fn rustls_client(&self) -> rustls::ClientConfig {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.cert.clone()).expect("valid certificate");
-        let mut c = rustls::ClientConfig::builder_with_provider(self.provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .expect("TLS 1.3 with AES-128-GCM")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let settings = TlsSettings {
+            roots: vec![self.cert.clone()],
+            ciphers: CipherPreference::Aes128Only,
+            ..TlsSettings::default()
+        };
+        let mut c = settings.rustls_client().expect("valid certificate");
         c.resumption = rustls::client::Resumption::disabled();
         c
     }

@@ -51,9 +51,9 @@ pub fn adapter_socket<Q: quic_rdma::fabric::UdQueuePair>(
     }
 }
 
-/// `quic_rdma::quinn_adapter::transport_config(mtu)` plus [`TUNE_ENV`]'s changes.
+/// `quic_rdma::quinn_adapter::FabricConfig::new(mtu).transport_config()` plus [`TUNE_ENV`]'s changes.
 pub fn transport(mtu: usize) -> Arc<TransportConfig> {
-    let mut t = quic_rdma::quinn_adapter::transport_config(mtu);
+    let mut t = quic_rdma::quinn_adapter::FabricConfig::new(mtu).transport_config();
     if let Ok(spec) = std::env::var(TUNE_ENV) {
         apply(&mut t, &spec).unwrap_or_else(|e| panic!("{TUNE_ENV}={spec}: {e}"));
     }

@@ -26,7 +26,9 @@ fn rdma_endpoint(
     )?));
     let mtu = socket.mtu();
     let endpoint = quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(mtu, rand_key()),
+        quinn_adapter::FabricConfig::new(mtu)
+            .routing_key(rand_key())
+            .endpoint_config(),
         server,
         socket.clone(),
         Arc::new(quinn::TokioRuntime),
@@ -69,8 +71,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (server, server_sock) = rdma_endpoint(Box::new(server_qp), None)?;
     let mtu = server_sock.mtu();
-    server_cfg.transport_config(quinn_adapter::transport(mtu));
-    client_cfg.transport_config(quinn_adapter::transport(mtu));
+    server_cfg.transport_config(quinn_adapter::FabricConfig::new(mtu).transport());
+    client_cfg.transport_config(quinn_adapter::FabricConfig::new(mtu).transport());
     server.set_server_config(Some(server_cfg));
     let (client, client_sock) = rdma_endpoint(Box::new(client_qp), None)?;
     // The address quinn knows the server by.

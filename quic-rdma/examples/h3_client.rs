@@ -45,12 +45,14 @@ async fn main() -> Result<(), Error> {
     let mtu = sock.mtu();
     let server_addr = sock.peer_addr(server);
     let endpoint = quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(mtu, 0xc43),
+        quinn_adapter::FabricConfig::new(mtu)
+            .routing_key(0xc43)
+            .endpoint_config(),
         None,
         sock,
         Arc::new(quinn::TokioRuntime),
     )?;
-    let cfg = h3_common::client_config(cert, quinn_adapter::transport(mtu))?;
+    let cfg = h3_common::client_config(cert, quinn_adapter::FabricConfig::new(mtu).transport())?;
     let t = Instant::now();
     let got = h3_common::fetch(&endpoint, cfg, server_addr, path).await?;
     println!(

@@ -11,7 +11,7 @@
 //!
 //! Compared with the same server on UDP, two lines differ: the endpoint is made
 //! with `new_with_abstract_socket` over an `RdmaUdpSocket`, and the transport
-//! config is `quinn_adapter::transport(mtu)` (see the README).
+//! config is `quinn_adapter::FabricConfig::new(mtu).transport()` (see the README).
 
 mod h3_common;
 
@@ -37,19 +37,15 @@ async fn main() -> Result<(), Error> {
     // What a UDP server has: a server config (TLS, ALPN h3) with default transport.
     let (cert, mut server_config) = h3_common::server_config(Default::default())?;
     std::fs::write(&cert_path, &cert)?;
-    // The fabric: these three lines replace
+    // The fabric: these four lines replace
     // `let endpoint = quinn::Endpoint::server(server_config, addr)?;` (README, "Moving a quinn or h3 application").
     let sock = Arc::new(RdmaUdpSocket::new(UdSocket::new(
         SoftPort::open(SoftConfig::new(ip))?.create_qp(DEFAULT_QKEY)?,
         SocketConfig::default(),
     )?));
-    server_config.transport_config(qa::transport(sock.mtu()));
-    let endpoint = quinn::Endpoint::new_with_abstract_socket(
-        qa::endpoint_config(sock.mtu(), 1),
-        Some(server_config),
-        sock.clone(),
-        Arc::new(quinn::TokioRuntime),
-    )?;
+    let fabric = qa::FabricConfig::of(&sock);
+    server_config.transport_config(fabric.transport());
+    let endpoint = fabric.endpoint(sock.clone(), Some(server_config))?;
     let UdAddr { qpn, qkey, .. } = sock.ud_addr();
     tokio::spawn(h3_common::serve(endpoint.clone()));
     println!("READY ip={ip} qpn={qpn} qkey={qkey}");

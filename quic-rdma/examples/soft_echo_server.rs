@@ -213,9 +213,11 @@ async fn main() -> Result<(), Error> {
     std::fs::write(&cert_path, ck.cert.der())?;
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.key_pair.serialize_der().into());
     let mut server_cfg = quinn::ServerConfig::with_single_cert(vec![ck.cert.der().clone()], key)?;
-    server_cfg.transport_config(quinn_adapter::transport(mtu));
+    server_cfg.transport_config(quinn_adapter::FabricConfig::new(mtu).transport());
     let endpoint = quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(mtu, 0x930),
+        quinn_adapter::FabricConfig::new(mtu)
+            .routing_key(0x930)
+            .endpoint_config(),
         Some(server_cfg),
         sock.clone(),
         Arc::new(quinn::TokioRuntime),

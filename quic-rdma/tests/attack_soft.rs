@@ -163,7 +163,11 @@ async fn serve_and_connect(
 /// transport parameter, which caps the server's datagrams).
 fn initials(n: usize, mtu: usize, cfg: &quinn::ClientConfig) -> Vec<Vec<u8>> {
     let mut ep = quinn_proto::Endpoint::new(
-        Arc::new(quinn_adapter::endpoint_config(mtu, 0x99)),
+        Arc::new(
+            quinn_adapter::FabricConfig::new(mtu)
+                .routing_key(0x99)
+                .endpoint_config(),
+        ),
         None,
         false,
         None,

@@ -491,7 +491,9 @@ fn quinn_setup(rt: &tokio::runtime::Runtime, fault: Fault, idle_timeout: Duratio
     let certs = common::certs_with(server_sock.mtu(), idle(idle_timeout));
     // One config for the server and its restart: the same stateless reset key,
     // as a server that keeps it across restarts (RFC 9000 §10.3).
-    let ep_cfg = quinn_adapter::endpoint_config(server_sock.mtu(), SERVER_KEY);
+    let ep_cfg = quinn_adapter::FabricConfig::new(server_sock.mtu())
+        .routing_key(SERVER_KEY)
+        .endpoint_config();
     let client = {
         let _g = rt.enter();
         common::endpoint(&client_sock, None, 0xc1)

@@ -28,11 +28,13 @@ async fn h3_64mib_over_sim() {
     let (ssock, _) = socket_on(&fabric, gid(1, false), SocketConfig::default());
     let (csock, _) = socket_on(&fabric, gid(2, false), SocketConfig::default());
     let mtu = ssock.mtu();
-    let (cert, server_cfg) = h3_common::server_config(quinn_adapter::transport(mtu)).unwrap();
+    let (cert, server_cfg) =
+        h3_common::server_config(quinn_adapter::FabricConfig::new(mtu).transport()).unwrap();
     let server = endpoint(&ssock, Some(server_cfg), 0x4e3);
     let client = endpoint(&csock, None, 0xc43);
     tokio::spawn(h3_common::serve(server.clone()));
-    let cfg = h3_common::client_config(cert, quinn_adapter::transport(mtu)).unwrap();
+    let cfg =
+        h3_common::client_config(cert, quinn_adapter::FabricConfig::new(mtu).transport()).unwrap();
     let addr = csock.peer_addr(ssock.ud_addr());
     let t = Instant::now();
     let got = tokio::time::timeout(

@@ -196,7 +196,9 @@ fn endpoint_on(
     runtime: Arc<dyn quinn::Runtime>,
 ) -> quinn::Endpoint {
     quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(sock.mtu(), key),
+        quinn_adapter::FabricConfig::new(sock.mtu())
+            .routing_key(key)
+            .endpoint_config(),
         server,
         sock.clone(),
         runtime,

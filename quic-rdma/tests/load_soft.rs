@@ -203,7 +203,9 @@ impl Client {
         let qp = port.create_qp(DEFAULT_QKEY).unwrap();
         let sock = Arc::new(RdmaUdpSocket::new(UdSocket::new(qp, scfg).unwrap()));
         let endpoint = quinn::Endpoint::new_with_abstract_socket(
-            quinn_adapter::endpoint_config(sock.mtu(), key),
+            quinn_adapter::FabricConfig::new(sock.mtu())
+                .routing_key(key)
+                .endpoint_config(),
             None,
             sock.clone(),
             Arc::new(quinn::TokioRuntime),
@@ -232,7 +234,7 @@ fn client_config(cert_der: Vec<u8>, mtu: usize) -> quinn::ClientConfig {
         .add(rustls::pki_types::CertificateDer::from(cert_der))
         .unwrap();
     let mut c = quinn::ClientConfig::with_root_certificates(Arc::new(roots)).unwrap();
-    c.transport_config(quinn_adapter::transport(mtu));
+    c.transport_config(quinn_adapter::FabricConfig::new(mtu).transport());
     c
 }
 

@@ -29,7 +29,8 @@ async fn webtransport_64mib_over_sim() {
     let (ssock, _) = socket_on(&fabric, gid(1, true), SocketConfig::default());
     let (csock, _) = socket_on(&fabric, gid(2, true), SocketConfig::default());
     let mtu = ssock.mtu();
-    let (cert, server_cfg) = h3_common::server_config(quinn_adapter::transport(mtu)).unwrap();
+    let (cert, server_cfg) =
+        h3_common::server_config(quinn_adapter::FabricConfig::new(mtu).transport()).unwrap();
     let server = endpoint(&ssock, Some(server_cfg), 0x3e1);
     let client = endpoint(&csock, None, 0xc17);
 
@@ -54,7 +55,8 @@ async fn webtransport_64mib_over_sim() {
         (n, digest)
     });
 
-    let cfg = h3_common::client_config(cert, quinn_adapter::transport(mtu)).unwrap();
+    let cfg =
+        h3_common::client_config(cert, quinn_adapter::FabricConfig::new(mtu).transport()).unwrap();
     let conn = client
         .connect_with(cfg, csock.peer_addr(ssock.ud_addr()), "localhost")
         .unwrap()

@@ -27,7 +27,7 @@ fn certs(accept_0rtt: bool) -> impl FnOnce(usize) -> Certs {
             accept_0rtt,
             ..TlsSettings::default()
         };
-        let transport = Arc::new(quinn_adapter::transport_config(mtu));
+        let transport = Arc::new(quinn_adapter::FabricConfig::new(mtu).transport_config());
         Certs {
             server: Arc::unwrap_or_clone(tls.server_config(transport.clone()).unwrap()),
             client: tls.client_config(transport).unwrap(),

@@ -3,9 +3,11 @@
 //! (docs/architecture.md §4) — the server side publishes its GID, QPN, Q_Key
 //! and UDP port there, the client side asks for them before the handshake.
 //!
-//! Both sides take the fabric's transport config (MTU-sized datagrams, wide
-//! windows, [`Liveness`] timers): a channel's own config only brings TLS and
-//! ALPN. A dead peer is noticed by the receive path's clock: every connection
+//! Both sides run on the endpoint builder ([`FabricEndpoint`]), which adds
+//! the fabric's transport config (MTU-sized datagrams, wide windows,
+//! [`Liveness`] timers): a channel brings only TLS and ALPN, as
+//! [`TlsSettings`] (server) or a `quinn::ClientConfig` built without a
+//! transport (client). A dead peer is noticed by the receive path's clock: every connection
 //! a client makes, and every one a server hands to [`Watcher::watch`], is
 //! watched (`quinn_adapter::watch`) for [`Liveness::dead_after`]. `qr serve`
 //! and `qr connect` use the same bootstrap helpers.
@@ -14,16 +16,17 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use quic_rdma::discovery::{self, BootstrapHandle, PeerInfo};
-use quic_rdma::fabric::soft::SoftPort;
-use quic_rdma::fabric::UdAddr;
+use quic_rdma::fabric::Provider;
+use quic_rdma::quic::tls::TlsSettings;
 use quic_rdma::quinn_adapter::Liveness;
 use quic_rdma::socket::SocketStats;
 
+pub use crate::endpoint::EndpointError;
 use crate::endpoint::FabricEndpoint;
-use crate::provider::{self, EndpointOptions};
-use quic_rdma::fabric::Provider;
+use crate::provider::EndpointOptions;
+pub use crate::provider::OpenError;
 
 /// TCP port of the bootstrap service when none is given (rdma-core's
 /// `ibv_*_pingpong` examples exchange QP details on the same port).
@@ -100,15 +103,18 @@ impl ChannelServer {
         }
     }
 
-    /// The UD socket's counters.
-    pub fn socket_stats(&self) -> SocketStats {
-        self.fabric.socket().stats()
-    }
-
     /// One line for the operator: provider, GID, QPN, Q_Key, UDP port, MTU and
     /// the bootstrap address.
     pub fn describe(&self) -> String {
-        describe_record(&self.record, self.bootstrap)
+        let (r, bootstrap) = (&self.record, self.bootstrap);
+        format!(
+            "GID {} QPN {:#x} Q_Key {:#x} UDP port {} MTU {}; bootstrap on TCP {bootstrap}",
+            r.addr.gid,
+            r.addr.qpn,
+            r.addr.qkey,
+            r.udp_port,
+            r.mtu.bytes()
+        )
     }
 
     /// Close every connection, wait for them to drain, and return once the
@@ -129,50 +135,22 @@ impl ChannelServer {
     }
 }
 
-fn describe_record(r: &PeerInfo, bootstrap: SocketAddr) -> String {
-    format!(
-        "GID {} QPN {:#x} Q_Key {:#x} UDP port {} MTU {}; bootstrap on TCP {bootstrap}",
-        r.addr.gid,
-        r.addr.qpn,
-        r.addr.qkey,
-        r.udp_port,
-        r.mtu.bytes()
-    )
-}
-
-/// Open a server endpoint and its bootstrap service. Call inside a tokio
-/// runtime. `config`'s transport config is replaced by the fabric's (the
-/// socket's MTU, `opts.liveness`).
-pub fn listen(opts: &ListenOptions, config: quinn::ServerConfig) -> Result<ChannelServer> {
+/// Open a server endpoint accepting with `tls` and its bootstrap service.
+/// Call inside a tokio runtime.
+pub fn listen(opts: &ListenOptions, tls: &TlsSettings) -> Result<ChannelServer, EndpointError> {
     let mut eo = EndpointOptions::new(opts.ip);
     eo.udp_port = opts.udp_port;
     eo.qpn = opts.qpn;
-    let ep = provider::open_endpoint(opts.provider, &eo)?;
-    let fabric = FabricEndpoint::new(ep.socket, opts.liveness);
-    let record = ep
-        .publish
-        .ok_or_else(|| anyhow!("provider `{}` has no bootstrap record", ep.kind))?;
-    let endpoint = fabric.listen(config)?;
-    let (bound, handle) = publish(SocketAddr::new(opts.ip, opts.service_port), record)?;
+    let fabric = FabricEndpoint::open(opts.provider, &eo, opts.liveness)?;
+    let endpoint = fabric.listen(tls)?;
+    let (bound, handle) = fabric.publish(SocketAddr::new(opts.ip, opts.service_port))?;
     Ok(ChannelServer {
         endpoint,
         bootstrap: bound,
-        record,
+        record: fabric.record()?,
         fabric,
         _bootstrap: handle,
     })
-}
-
-/// Publish `record` on the discovery service at `bind` (TCP): the bound
-/// address, and the handle that keeps the service running until dropped.
-pub(crate) fn publish(bind: SocketAddr, record: PeerInfo) -> Result<(SocketAddr, BootstrapHandle)> {
-    let service = discovery::BootstrapServer::bind(bind, record)
-        .with_context(|| format!("bootstrap service on TCP {bind} (is the port taken?)"))?;
-    let bound = service.local_addr()?;
-    Ok((
-        bound,
-        service.spawn().context("starting the bootstrap service")?,
-    ))
 }
 
 /// How a channel client reaches servers.
@@ -217,33 +195,26 @@ impl Default for DialOptions {
 pub struct ChannelClient {
     endpoint: quinn::Endpoint,
     fabric: FabricEndpoint,
-    soft: Option<SoftPort>,
     opts: DialOptions,
 }
 
 impl ChannelClient {
-    /// Open a client endpoint on `ip`. Call inside a tokio runtime.
-    pub fn open(opts: &DialOptions, ip: IpAddr) -> Result<ChannelClient> {
-        Self::open_with(opts, ip, None)
-    }
-
-    fn open_with(opts: &DialOptions, ip: IpAddr, peer: Option<PeerInfo>) -> Result<ChannelClient> {
+    /// Open a client endpoint on `ip` towards `peer`. Call inside a tokio runtime.
+    fn open(opts: &DialOptions, ip: IpAddr, peer: PeerInfo) -> Result<ChannelClient> {
         let mut eo = EndpointOptions::new(ip);
         eo.udp_port = opts.udp_port;
-        eo.peer = peer;
-        let ep = provider::open_endpoint(opts.provider, &eo)?;
-        let fabric = FabricEndpoint::new(ep.socket, opts.liveness);
+        eo.peer = Some(peer);
+        let fabric = FabricEndpoint::open(opts.provider, &eo, opts.liveness)?;
         Ok(ChannelClient {
             endpoint: fabric.client()?,
             fabric,
-            soft: ep.soft,
             opts: opts.clone(),
         })
     }
 
     /// Ask the bootstrap service `service` (HOST:PORT) for the server's record
-    /// and run the handshake with `config` (its transport config is replaced
-    /// by the fabric's), verifying the certificate for `server_name`. Can be
+    /// and run the handshake with `config` (TLS, built without a transport:
+    /// the fabric's is added), verifying the certificate for `server_name`. Can be
     /// called again after a connection is lost (a restarted server).
     pub async fn connect(
         &self,
@@ -275,7 +246,7 @@ impl ChannelClient {
         config: quinn::ClientConfig,
         server_name: &str,
     ) -> Result<quinn::Connection> {
-        if let Some(port) = &self.soft {
+        if let Some(port) = self.fabric.soft() {
             // The peer's UDP port, before its address handle is made.
             peer.apply(port);
         }
@@ -314,11 +285,6 @@ impl ChannelClient {
         &self.endpoint
     }
 
-    /// This endpoint's UD address (GID, QPN, Q_Key).
-    pub fn local(&self) -> UdAddr {
-        self.fabric.socket().ud_addr()
-    }
-
     /// The UD socket's counters.
     pub fn socket_stats(&self) -> SocketStats {
         self.fabric.socket().stats()
@@ -339,7 +305,7 @@ pub async fn dial(
         Some(ip) => ip,
         None => route_source(peer.addr.gid.to_ip())?,
     };
-    let client = ChannelClient::open_with(opts, ip, Some(peer))?;
+    let client = ChannelClient::open(opts, ip, peer)?;
     let conn = client.connect_to(peer, config, server_name).await?;
     Ok((client, conn))
 }
@@ -397,7 +363,6 @@ mod tests {
             )
             .unwrap()
         };
-        let transport = quic_rdma::quinn_adapter::transport(4096);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -411,13 +376,7 @@ mod tests {
         let want = Sha256::digest(&payload);
         let serve = |lo: &ListenOptions| {
             let _g = rt.enter();
-            let server = listen(
-                lo,
-                load("srv")
-                    .server_config(b"t/1", transport.clone())
-                    .unwrap(),
-            )
-            .unwrap();
+            let server = listen(lo, &load("srv").server_settings(b"t/1")).unwrap();
             let ep = server.endpoint.clone();
             rt.spawn(async move {
                 while let Some(inc) = ep.accept().await {
@@ -445,11 +404,11 @@ mod tests {
         let (c1, c2) = rt.block_on(async {
             let mut d1 = DialOptions::new();
             d1.ip = Some("127.0.113.2".parse().unwrap());
-            let cfg1 = load("c1").client_config(b"t/1", transport.clone()).unwrap();
+            let cfg1 = load("c1").client_config(b"t/1").unwrap();
             let (c1, conn1) = dial(&service, &d1, cfg1, "127.0.113.1").await.unwrap();
             let mut d2 = d1.clone();
             d2.ip = Some("127.0.113.3".parse().unwrap());
-            let cfg2 = load("c2").client_config(b"t/1", transport.clone()).unwrap();
+            let cfg2 = load("c2").client_config(b"t/1").unwrap();
             let (c2, conn2) = dial(&service, &d2, cfg2, "127.0.113.1").await.unwrap();
             let (a, b) = tokio::join!(ask(conn1, payload.clone()), ask(conn2, payload.clone()));
             assert_eq!(a, want.as_slice());
@@ -462,11 +421,11 @@ mod tests {
         let server = serve(&lo);
         let service = server.bootstrap.to_string();
         rt.block_on(async {
-            let cfg = load("c1").client_config(b"t/1", transport.clone()).unwrap();
+            let cfg = load("c1").client_config(b"t/1").unwrap();
             let conn = c1.connect(&service, cfg, "127.0.113.1").await.unwrap();
             assert_eq!(ask(conn, payload.clone()).await, want.as_slice());
             // The wrong name is refused by the client's verification.
-            let cfg = load("c1").client_config(b"t/1", transport.clone()).unwrap();
+            let cfg = load("c1").client_config(b"t/1").unwrap();
             let err = c1.connect(&service, cfg, "elsewhere").await.unwrap_err();
             assert!(format!("{err:#}").contains("certificate"), "{err:#}");
         });

@@ -1,30 +1,109 @@
-//! The quinn endpoint every `qr` command runs on: quinn over a provider's socket
-//! ([`crate::provider::Socket`]), with the fabric MTU and the routing key that
-//! the connection IDs it issues carry (docs/architecture.md §3, "Routing key").
-//! [`FabricEndpoint`] derives the endpoint config and the transport config
-//! ([`Liveness`] timers included) from the one socket's MTU: no caller passes it.
+//! The endpoint builder every `qr` command and channel runs on: it opens the
+//! provider's socket ([`crate::provider`]) and builds quinn over it, deriving
+//! the endpoint config and the transport config ([`Liveness`] timers
+//! included) together from the socket's MTU ([`FabricConfig`]), with a
+//! routing key of its own for the connection IDs it issues
+//! (docs/architecture.md §3 "Routing key", §7). TLS comes in without a
+//! transport: a server's [`TlsSettings`], a client's `quinn::ClientConfig`;
+//! the builder adds the one transport config.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
-use quic_rdma::quic::cid::random_routing_key;
-use quic_rdma::quinn_adapter::{self, Liveness};
+use quic_rdma::discovery::{self, BootstrapHandle, PeerInfo};
+use quic_rdma::fabric::sim::{FabricStats, SimFabric};
+use quic_rdma::fabric::soft::SoftPort;
+use quic_rdma::fabric::Provider;
+use quic_rdma::quic::tls::{TlsError, TlsSettings};
+use quic_rdma::quinn_adapter::{self, FabricConfig, Liveness};
 
-use crate::provider::Socket;
+use crate::provider::{self, EndpointOptions, FabricOptions, OpenError, Socket};
 
-/// One fabric socket and the liveness of its connections: the quinn endpoint
-/// over it and the transport config its connections take.
+/// Why an endpoint could not be opened, listen or publish.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EndpointError {
+    /// The provider could not open a socket (not built in, unsupported, failed).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The provider has no record for other processes to find it by.
+    #[error(
+        "provider `{0}` publishes no bootstrap record: serve other processes with \
+         `--provider soft` (or `verbs`)"
+    )]
+    NoRecord(Provider),
+    /// The TLS settings could not be made into a server config.
+    #[error("TLS server config")]
+    Tls(#[source] TlsError),
+    /// quinn refused to create the endpoint.
+    #[error("creating a quinn endpoint (call it inside a tokio runtime)")]
+    Quinn(#[source] std::io::Error),
+    /// The bootstrap service could not bind or start.
+    #[error("bootstrap service on TCP {bind}: is the port taken? choose another --service-port")]
+    Publish {
+        /// The address it was to listen on.
+        bind: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+type Result<T, E = EndpointError> = std::result::Result<T, E>;
+
+/// One fabric socket, the provider that opened it and the quinn configs of
+/// its connections.
 #[derive(Clone)]
 pub(crate) struct FabricEndpoint {
     socket: Socket,
-    liveness: Liveness,
+    config: FabricConfig,
+    kind: Provider,
+    soft: Option<SoftPort>,
+    record: Option<PeerInfo>,
+    sim: Option<SimFabric>,
 }
 
 impl FabricEndpoint {
-    /// The endpoint over `socket`, its connections kept alive and judged dead
-    /// by `liveness`.
-    pub(crate) fn new(socket: Socket, liveness: Liveness) -> Self {
-        FabricEndpoint { socket, liveness }
+    /// Open one endpoint of a multi-process provider (`soft`, `verbs`) as
+    /// `opts` says; its connections kept alive and judged dead by `liveness`.
+    pub(crate) fn open(
+        kind: Provider,
+        opts: &EndpointOptions,
+        liveness: Liveness,
+    ) -> Result<Self, OpenError> {
+        let ep = provider::open_endpoint(kind, opts)?;
+        Ok(FabricEndpoint {
+            config: FabricConfig::of(&ep.socket).liveness(liveness),
+            socket: ep.socket,
+            kind: ep.kind,
+            soft: ep.soft,
+            record: ep.publish,
+            sim: None,
+        })
+    }
+
+    /// Open a server and a client endpoint of a one-process provider (`sim`)
+    /// that can reach each other (`qr demo`).
+    pub(crate) fn pair(
+        kind: Provider,
+        opts: &FabricOptions,
+        liveness: Liveness,
+    ) -> Result<(Self, Self), OpenError> {
+        let p = provider::open_pair(kind, opts)?;
+        let one = |socket: Socket| FabricEndpoint {
+            config: FabricConfig::of(&socket).liveness(liveness),
+            socket,
+            kind: p.kind,
+            soft: None,
+            record: None,
+            sim: p.sim.clone(),
+        };
+        Ok((one(p.server.clone()), one(p.client.clone())))
+    }
+
+    /// What the fabric itself did to packets, if the provider can tell (`sim`).
+    pub(crate) fn wire_stats(&self) -> Option<FabricStats> {
+        self.sim.as_ref().map(SimFabric::stats)
     }
 
     /// The socket underneath.
@@ -32,52 +111,63 @@ impl FabricEndpoint {
         &self.socket
     }
 
-    /// The transport config of every connection: datagrams of the socket's
-    /// MTU from the first packet, the fabric's windows, the liveness timers.
-    pub(crate) fn transport(&self) -> Arc<quinn::TransportConfig> {
-        quinn_adapter::transport_with(self.socket.mtu(), self.liveness)
+    /// The provider that opened it.
+    pub(crate) fn kind(&self) -> Provider {
+        self.kind
     }
 
-    /// A server endpoint accepting with `config`, whose transport config is
-    /// replaced by [`transport`](Self::transport). Call inside a tokio runtime.
-    pub(crate) fn listen(&self, mut config: quinn::ServerConfig) -> Result<quinn::Endpoint> {
-        config.transport_config(self.transport());
-        endpoint(&self.socket, Some(config))
+    /// The `soft` port under it (its counters, its UDP port).
+    pub(crate) fn soft(&self) -> Option<&SoftPort> {
+        self.soft.as_ref()
+    }
+
+    /// What a bootstrap service publishes for it: GID, QPN, Q_Key, UDP port, MTU.
+    pub(crate) fn record(&self) -> Result<PeerInfo> {
+        self.record.ok_or(EndpointError::NoRecord(self.kind))
+    }
+
+    /// A server endpoint accepting with `tls` and the fabric's transport
+    /// config. Call inside a tokio runtime.
+    pub(crate) fn listen(&self, tls: &TlsSettings) -> Result<quinn::Endpoint> {
+        let server = tls
+            .server_config(self.config.transport())
+            .map_err(EndpointError::Tls)?;
+        self.endpoint(Some(Arc::unwrap_or_clone(server)))
     }
 
     /// A client endpoint. Call inside a tokio runtime.
     pub(crate) fn client(&self) -> Result<quinn::Endpoint> {
-        endpoint(&self.socket, None)
+        self.endpoint(None)
     }
 
-    /// `config` with its transport config replaced by
-    /// [`transport`](Self::transport), for a connection from this endpoint.
+    fn endpoint(&self, server: Option<quinn::ServerConfig>) -> Result<quinn::Endpoint> {
+        self.config
+            .endpoint(self.socket.clone(), server)
+            .map_err(EndpointError::Quinn)
+    }
+
+    /// `config` (TLS, built without a transport) with the fabric's
+    /// transport config, for a connection from this endpoint.
     pub(crate) fn client_config(&self, mut config: quinn::ClientConfig) -> quinn::ClientConfig {
-        config.transport_config(self.transport());
+        config.transport_config(self.config.transport());
         config
+    }
+
+    /// Publish [`record`](Self::record) on a discovery service at `bind`
+    /// (TCP): the bound address, and the handle that keeps the service
+    /// running until dropped.
+    pub(crate) fn publish(&self, bind: SocketAddr) -> Result<(SocketAddr, BootstrapHandle)> {
+        let record = self.record()?;
+        let failed = |source| EndpointError::Publish { bind, source };
+        let service = discovery::BootstrapServer::bind(bind, record).map_err(failed)?;
+        let bound = service.local_addr().map_err(failed)?;
+        Ok((bound, service.spawn().map_err(failed)?))
     }
 
     /// Watch `conn` for a silent peer by the receive path's clock
     /// (docs/architecture.md §5): quinn's idle timer runs in a task a busy
     /// host delays.
     pub(crate) fn watch(&self, conn: &quinn::Connection) {
-        quinn_adapter::spawn_watch_for(&self.socket, conn, &self.liveness);
+        quinn_adapter::spawn_watch_for(&self.socket, conn, &self.config.timers());
     }
-}
-
-/// A quinn endpoint over `sock` issuing connection IDs with a routing key of
-/// its own (random: no two endpoints share one by construction); a server when
-/// `server` is given (tests with configs of their own; commands use
-/// [`FabricEndpoint`], which sets the transport config too).
-pub(crate) fn endpoint(
-    sock: &Socket,
-    server: Option<quinn::ServerConfig>,
-) -> Result<quinn::Endpoint> {
-    quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(sock.mtu(), random_routing_key()),
-        server,
-        sock.clone(),
-        Arc::new(quinn::TokioRuntime),
-    )
-    .context("creating a quinn endpoint")
 }

@@ -62,14 +62,9 @@ pub enum PkiError {
     /// `QR_TLS_CIPHERS` names no cipher-suite preference.
     #[error("environment variable {CIPHERS_ENV}")]
     Ciphers(#[source] UnknownCipherPreference),
-    /// rustls refused to build a server or client config.
-    #[error("TLS {side} config")]
-    Config {
-        /// "server" or "client".
-        side: &'static str,
-        /// Why.
-        source: TlsError,
-    },
+    /// rustls refused to build a client config.
+    #[error("TLS client config")]
+    Config(#[source] TlsError),
     /// Generating or signing a key or certificate failed.
     #[error("{what}")]
     Issue {
@@ -191,49 +186,28 @@ impl Mtls {
         }
     }
 
-    /// A quinn server config speaking `alpn` that accepts only clients with a
-    /// certificate chaining to the CA.
-    pub fn server_config(
-        &self,
-        alpn: &[u8],
-        transport: Arc<quinn::TransportConfig>,
-    ) -> Result<quinn::ServerConfig> {
-        // quinn's own server defaults but for TLS (not
-        // `TlsSettings::server_config`, which also turns NEW_TOKEN frames
-        // off): what the channels' servers always sent.
-        let crypto = self
-            .with_alpn(alpn)
-            .server_crypto()
-            .map_err(|source| PkiError::Config {
-                side: "server",
-                source,
-            })?;
-        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        server.transport_config(transport);
-        Ok(server)
+    /// The TLS settings of a server speaking `alpn` that accepts only clients
+    /// with a certificate chaining to the CA; NEW_TOKEN frames on, as the
+    /// channels' servers always sent them. The endpoint builder makes them a
+    /// server config with the fabric's transport.
+    pub fn server_settings(&self, alpn: &[u8]) -> TlsSettings {
+        TlsSettings {
+            new_tokens: true,
+            ..self.with_alpn(alpn)
+        }
     }
 
     /// A quinn client config speaking `alpn` that presents this identity and
     /// accepts only servers with a certificate chaining to the CA and valid
     /// for the name dialled. It offers no 0-RTT: channel servers accept none.
-    pub fn client_config(
-        &self,
-        alpn: &[u8],
-        transport: Arc<quinn::TransportConfig>,
-    ) -> Result<quinn::ClientConfig> {
+    /// Built without a transport: the endpoint builder adds the fabric's.
+    pub fn client_config(&self, alpn: &[u8]) -> Result<quinn::ClientConfig> {
         let settings = TlsSettings {
             offer_0rtt: false,
             ..self.with_alpn(alpn)
         };
-        let crypto = settings
-            .client_crypto()
-            .map_err(|source| PkiError::Config {
-                side: "client",
-                source,
-            })?;
-        let mut client = quinn::ClientConfig::new(Arc::new(crypto));
-        client.transport_config(transport);
-        Ok(client)
+        let crypto = settings.client_crypto().map_err(PkiError::Config)?;
+        Ok(quinn::ClientConfig::new(Arc::new(crypto)))
     }
 }
 
@@ -424,8 +398,13 @@ mod tests {
             .unwrap();
         rt.block_on(async {
             let transport = Arc::new(quinn::TransportConfig::default());
-            let sc = server.server_config(b"t/1", transport.clone()).unwrap();
-            let ep = quinn::Endpoint::server(sc, "127.0.0.1:0".parse().unwrap()).unwrap();
+            let sc = server
+                .server_settings(b"t/1")
+                .server_config(transport)
+                .unwrap();
+            let ep =
+                quinn::Endpoint::server(Arc::unwrap_or_clone(sc), "127.0.0.1:0".parse().unwrap())
+                    .unwrap();
             let addr = ep.local_addr().unwrap();
             tokio::spawn(async move {
                 while let Some(inc) = ep.accept().await {
@@ -437,10 +416,9 @@ mod tests {
                 }
             });
             let try_with = |m: Mtls| {
-                let transport = transport.clone();
                 async move {
                     let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-                    ep.set_default_client_config(m.client_config(b"t/1", transport).unwrap());
+                    ep.set_default_client_config(m.client_config(b"t/1").unwrap());
                     let conn = ep.connect(addr, "127.0.0.1").unwrap().await?;
                     // A refused client certificate shows up after the handshake
                     // from the client's view: wait for the server's verdict.

@@ -4,14 +4,13 @@
 //! `qr serve` / `qr connect`) — plus the `soft` port helpers `qr ud-pingpong`
 //! opens its bare QP with. New providers plug in here.
 
-use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 use anyhow::Context;
 use quic_rdma::discovery::PeerInfo;
-use quic_rdma::fabric::sim::{FabricStats, Faults, SimConfig, SimFabric, SimQpOptions};
+use quic_rdma::fabric::sim::{Faults, SimConfig, SimFabric, SimQpOptions};
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
 use quic_rdma::fabric::{FabricError, Mtu, Provider, UdQueuePair, DEFAULT_QKEY};
 use quic_rdma::quinn_adapter::RdmaUdpSocket;
@@ -51,47 +50,38 @@ pub(crate) struct SocketPair {
     /// The client's socket.
     pub(crate) client: Socket,
     /// The simulated fabric, when there is one (for its wire counters).
-    sim: Option<SimFabric>,
+    pub(crate) sim: Option<SimFabric>,
 }
 
-impl SocketPair {
-    /// What the fabric itself did to packets, if the provider can tell.
-    pub(crate) fn wire_stats(&self) -> Option<FabricStats> {
-        self.sim.as_ref().map(SimFabric::stats)
-    }
-}
-
-/// Why a pair could not be opened.
-#[derive(Debug)]
-pub(crate) enum OpenError {
+/// Why a provider could not open a socket.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
     /// The provider exists in the design but is not compiled into this binary.
+    #[error("{}", not_built_in(*.0))]
     NotBuiltIn(Provider),
-    /// The provider cannot do what was asked (e.g. `sim` between processes).
+    /// The provider cannot do what was asked (e.g. `sim` between processes);
+    /// the text says what to use instead.
+    #[error("{0}")]
     Unsupported(String),
-    /// The provider is there but failed.
+    /// The provider is there but failed; the text names the address and,
+    /// where it can tell, the fix.
+    #[error("{0:#}")]
     Failed(anyhow::Error),
 }
 
-impl fmt::Display for OpenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OpenError::NotBuiltIn(Provider::Verbs) => f.write_str(
-                "provider `verbs` is not built into this version of qr: rebuild with \
-                 `cargo build -p quic-rdma-tools --features verbs` (needs libibverbs-dev, \
-                 librdmacm-dev, libclang-dev), or use `--provider soft` / `--provider sim`",
-            ),
-            OpenError::NotBuiltIn(kind) => write!(
-                f,
-                "provider `{kind}` is not built into this version of qr yet; \
-                 use `--provider sim` (the in-process fabric, no hardware needed)"
-            ),
-            OpenError::Unsupported(why) => f.write_str(why),
-            OpenError::Failed(e) => write!(f, "{e:#}"),
-        }
+fn not_built_in(kind: Provider) -> String {
+    match kind {
+        Provider::Verbs => "provider `verbs` is not built into this version of qr: rebuild with \
+             `cargo build -p quic-rdma-tools --features verbs` (needs libibverbs-dev, \
+             librdmacm-dev, libclang-dev), or use `--provider soft` / `--provider sim`"
+            .into(),
+        kind => format!(
+            "provider `{kind}` is not built into this version of qr yet; \
+             use `--provider sim` (the in-process fabric, no hardware needed)"
+        ),
     }
 }
-
-impl std::error::Error for OpenError {}
 
 /// Open a server socket and a client socket on provider `kind`.
 ///

@@ -21,19 +21,20 @@ pub(crate) const SERVER_NAME: &str = "localhost";
 /// The ALPN protocol both sides speak.
 pub(crate) const ALPN: &[u8] = b"qr-demo/1";
 
-/// A matched pair of quinn configs.
+/// A matched pair of TLS configs, without a transport (the endpoint builder,
+/// `crate::endpoint::FabricEndpoint`, adds the fabric's).
 pub(crate) struct TlsPair {
-    /// Server config: the self-signed certificate and its key.
-    pub(crate) server: quinn::ServerConfig,
+    /// Server settings: the self-signed certificate and its key.
+    pub(crate) server: TlsSettings,
     /// Client config: trusts exactly that certificate.
     pub(crate) client: quinn::ClientConfig,
 }
 
-/// Build the configs. `transport` goes on both sides.
-pub(crate) fn configs(transport: Arc<quinn::TransportConfig>) -> Result<TlsPair> {
+/// Build the configs around a fresh self-signed certificate.
+pub(crate) fn configs() -> Result<TlsPair> {
     let id = ServerIdentity::generate(&[])?;
-    let server = server_config(&id, transport.clone())?;
-    let client = client_config(vec![id.cert.clone()], transport)?;
+    let server = server_settings(&id)?;
+    let client = client_config(vec![id.cert.clone()])?;
     Ok(TlsPair { server, client })
 }
 
@@ -103,12 +104,9 @@ pub(crate) fn ciphers() -> Result<CipherPreference> {
 }
 
 /// Server side: TLS 1.3, ALPN [`ALPN`], the identity's certificate and key,
-/// 0-RTT accepted.
-pub(crate) fn server_config(
-    id: &ServerIdentity,
-    transport: Arc<quinn::TransportConfig>,
-) -> Result<quinn::ServerConfig> {
-    let settings = TlsSettings {
+/// 0-RTT accepted, NEW_TOKEN frames sent (what `qr` servers always sent).
+pub(crate) fn server_settings(id: &ServerIdentity) -> Result<TlsSettings> {
+    Ok(TlsSettings {
         identity: Some((
             vec![id.cert.clone()],
             PrivateKeyDer::Pkcs8(id.key.clone_key()),
@@ -116,25 +114,16 @@ pub(crate) fn server_config(
         alpn: vec![ALPN.to_vec()],
         accept_0rtt: true,
         ciphers: ciphers()?,
+        new_tokens: true,
         ..TlsSettings::default()
-    };
-    // quinn's own server defaults but for TLS (not `TlsSettings::server_config`,
-    // which also turns NEW_TOKEN frames off): what `qr` servers always sent.
-    let crypto = settings
-        .server_crypto()
-        .context("TLS server config (the generated certificate)")?;
-    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    server.transport_config(transport);
-    Ok(server)
+    })
 }
 
 /// Client side: TLS 1.3, ALPN [`ALPN`], trusting exactly `trusted` (verification
-/// always on), no 0-RTT offer. Its connections tell the cipher suite they
-/// negotiated ([`SuiteClientConfig`], read by [`TlsInfo`]).
-pub(crate) fn client_config(
-    trusted: Vec<CertificateDer<'static>>,
-    transport: Arc<quinn::TransportConfig>,
-) -> Result<quinn::ClientConfig> {
+/// always on), no 0-RTT offer, no transport (the endpoint builder adds it).
+/// Its connections tell the cipher suite they negotiated
+/// ([`SuiteClientConfig`], read by [`TlsInfo`]).
+pub(crate) fn client_config(trusted: Vec<CertificateDer<'static>>) -> Result<quinn::ClientConfig> {
     let settings = TlsSettings {
         roots: trusted,
         alpn: vec![ALPN.to_vec()],
@@ -145,9 +134,9 @@ pub(crate) fn client_config(
     let crypto = settings
         .client_crypto()
         .context("TLS client config (trusting the server's certificate)")?;
-    let mut client = quinn::ClientConfig::new(Arc::new(SuiteClientConfig::new(crypto)));
-    client.transport_config(transport);
-    Ok(client)
+    Ok(quinn::ClientConfig::new(Arc::new(SuiteClientConfig::new(
+        crypto,
+    ))))
 }
 
 /// What the TLS handshake agreed on.
@@ -224,17 +213,16 @@ fn version_name(v: rustls::ProtocolVersion) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::endpoint;
     use crate::provider::{self, FabricOptions};
     use quic_rdma::fabric::Provider;
-    use quic_rdma::quinn_adapter;
+    use quic_rdma::quinn_adapter::FabricConfig;
     use quinn::crypto::rustls::QuicServerConfig;
     use rustls::crypto::ring::cipher_suite::{
         TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384, TLS13_CHACHA20_POLY1305_SHA256,
     };
     use rustls::SupportedCipherSuite;
 
-    /// A server config like [`server_config`]'s that offers `suite` alone (QUIC's
+    /// A server config like [`server_settings`]' that offers `suite` alone (QUIC's
     /// Initial packets keep AES-128-GCM, RFC 9001 §5.2). Built by hand: a
     /// single AES-256 or ChaCha20 suite is no [`CipherPreference`] (every
     /// real endpoint offers AES-128-GCM), and this test needs the server to
@@ -290,13 +278,16 @@ mod tests {
                 },
             )
             .unwrap();
-            let transport = quinn_adapter::transport(pair.server.mtu());
+            let fabric = FabricConfig::of(&pair.server);
             let id = ServerIdentity::generate(&[]).unwrap();
-            let server_cfg = server_offering(&id, suite, transport.clone());
-            let client_cfg = client_config(vec![id.cert.clone()], transport).unwrap();
+            let server_cfg = server_offering(&id, suite, fabric.transport());
+            let mut client_cfg = client_config(vec![id.cert.clone()]).unwrap();
+            client_cfg.transport_config(fabric.transport());
             let info = rt.block_on(async {
-                let server = endpoint(&pair.server, Some(server_cfg)).unwrap();
-                let client = endpoint(&pair.client, None).unwrap();
+                let server = fabric
+                    .endpoint(pair.server.clone(), Some(server_cfg))
+                    .unwrap();
+                let client = fabric.endpoint(pair.client.clone(), None).unwrap();
                 let accept = {
                     let server = server.clone();
                     tokio::spawn(async move { server.accept().await.unwrap().await.unwrap() })

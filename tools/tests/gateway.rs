@@ -45,7 +45,9 @@ fn adapter_endpoint(
     key: u32,
 ) -> quinn::Endpoint {
     quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(sock.mtu(), key),
+        quinn_adapter::FabricConfig::new(sock.mtu())
+            .routing_key(key)
+            .endpoint_config(),
         server,
         sock,
         Arc::new(quinn::TokioRuntime),
@@ -87,7 +89,7 @@ async fn sim_udp_client_to_fabric_server_and_fabric_client_to_udp_server() {
 
     // UDP client -> gateway -> fabric server.
     let ssock = sim_socket(&fabric, v6(1));
-    let (cert, scfg) = server_cert(quinn_adapter::transport(ssock.mtu()));
+    let (cert, scfg) = server_cert(quinn_adapter::FabricConfig::new(ssock.mtu()).transport());
     let server = adapter_endpoint(ssock.clone(), Some(scfg), 0x5e1);
     let udp = tokio::net::UdpSocket::bind((ip(1), 0)).await.unwrap();
     let gw_addr = udp.local_addr().unwrap();
@@ -173,7 +175,10 @@ async fn sim_udp_client_to_fabric_server_and_fabric_client_to_udp_server() {
     let client = adapter_endpoint(csock.clone(), None, 0xc16);
     let conn = client
         .connect_with(
-            client_trusting(cert, quinn_adapter::transport(csock.mtu())),
+            client_trusting(
+                cert,
+                quinn_adapter::FabricConfig::new(csock.mtu()).transport(),
+            ),
             csock.peer_addr(listener.ud_addr()),
             "localhost",
         )

@@ -98,6 +98,19 @@ fn transport() -> Arc<quinn::TransportConfig> {
     Arc::new(t)
 }
 
+/// A UDP server's config: the channel's TLS with [`transport`].
+fn server_config(m: &Mtls) -> quinn::ServerConfig {
+    let settings = m.server_settings(wire::ALPN);
+    Arc::unwrap_or_clone(settings.server_config(transport()).unwrap())
+}
+
+/// A UDP client's config: the channel's TLS with [`transport`].
+fn client_config(m: &Mtls) -> quinn::ClientConfig {
+    let mut c = m.client_config(wire::ALPN).unwrap();
+    c.transport_config(transport());
+    c
+}
+
 struct Registry {
     endpoint: quinn::Endpoint,
     metrics: Arc<RegistryMetrics>,
@@ -115,7 +128,7 @@ fn start_registry_with(
     cache: &Path,
     access: Access,
 ) -> Registry {
-    let cfg = mtls.server_config(wire::ALPN, transport()).unwrap();
+    let cfg = server_config(mtls);
     let endpoint = quinn::Endpoint::server(cfg, addr).unwrap();
     let metrics = Arc::new(RegistryMetrics::default());
     let spool = Arc::new(Spool::new(
@@ -152,7 +165,7 @@ impl Dialer for UdpDialer {
 }
 
 fn node(server: SocketAddr, mtls: &Mtls, cache: &Path, opts: TransferOptions) -> Arc<Node> {
-    let cfg = mtls.client_config(wire::ALPN, transport()).unwrap();
+    let cfg = client_config(mtls);
     Node::new(
         FabricClient::new(Box::new(UdpDialer { server, cfg })),
         Cache::open(cache, 1 << 40).unwrap(),
@@ -201,7 +214,7 @@ async fn blob_in_parallel_chunks_verified_and_cached() {
     // unhashed (the node verifies every blob whole, as above).
     let c = FabricClient::new(Box::new(UdpDialer {
         server,
-        cfg: node_tls.client_config(wire::ALPN, transport()).unwrap(),
+        cfg: client_config(&node_tls),
     }));
     let a = c
         .request(&wire::Request::Blob {
@@ -514,7 +527,7 @@ async fn blobs_are_served_only_under_repositories_that_reference_them() {
     // Nor over the wire, by asking the registry agent directly.
     let c = FabricClient::new(Box::new(UdpDialer {
         server: reg.endpoint.local_addr().unwrap(),
-        cfg: node_tls.client_config(wire::ALPN, transport()).unwrap(),
+        cfg: client_config(&node_tls),
     }));
     for req in [
         wire::Request::Blob {
@@ -536,7 +549,7 @@ async fn blobs_are_served_only_under_repositories_that_reference_them() {
     }
     // The node serving its cache to peers: the blob under the repository it
     // was confirmed for, not under another name.
-    let peer_cfg = reg_tls.server_config(wire::ALPN, transport()).unwrap();
+    let peer_cfg = server_config(&reg_tls);
     let peer_ep =
         quinn::Endpoint::server(peer_cfg, format!("{REG_IP}:0").parse().unwrap()).unwrap();
     tokio::spawn(server::serve_store(
@@ -546,7 +559,7 @@ async fn blobs_are_served_only_under_repositories_that_reference_them() {
     ));
     let p = FabricClient::new(Box::new(UdpDialer {
         server: peer_ep.local_addr().unwrap(),
-        cfg: node_tls.client_config(wire::ALPN, transport()).unwrap(),
+        cfg: client_config(&node_tls),
     }));
     let ask = |repo: &str| wire::Request::Blob {
         repo: repo.into(),

@@ -43,12 +43,9 @@ impl QuinnSim {
         let sock = crate::tuning::adapter_socket(UdSocket::new(qp, SocketConfig::default())?);
         let mtu = sock.mtu();
         let server = server.then(|| self.tls.quinn_server(crate::tuning::transport(mtu)));
-        let ep = quinn::Endpoint::new_with_abstract_socket(
-            quinn_adapter::endpoint_config(mtu, u32::from(n)),
-            server,
-            Arc::new(sock),
-            Arc::new(quinn::TokioRuntime),
-        )?;
+        let ep = quinn_adapter::FabricConfig::of(&sock)
+            .routing_key(u32::from(n))
+            .endpoint(Arc::new(sock), server)?;
         Ok((ep, mtu))
     }
 }

@@ -105,12 +105,10 @@ impl QuinnSoft {
         )?);
         let mtu = sock.mtu();
         let server = server.then(|| self.tls.quinn_server(crate::tuning::transport(mtu)));
-        let ep = quinn::Endpoint::new_with_abstract_socket(
-            quinn_adapter::endpoint_config(mtu, if server.is_some() { 0x50f } else { 0xc11 }),
-            server,
-            Arc::new(sock),
-            Arc::new(quinn::TokioRuntime),
-        )?;
+        let key = if server.is_some() { 0x50f } else { 0xc11 };
+        let ep = quinn_adapter::FabricConfig::of(&sock)
+            .routing_key(key)
+            .endpoint(Arc::new(sock), server)?;
         Ok((ep, mtu))
     }
 }

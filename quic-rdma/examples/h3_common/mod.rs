@@ -5,7 +5,7 @@
 //! Nothing here knows about RDMA: it takes a `quinn::Endpoint` and runs h3 on it
 //! exactly as on UDP. The only fabric-specific lines are where the endpoint is
 //! made (`quinn::Endpoint::new_with_abstract_socket` over an `RdmaUdpSocket`)
-//! and the transport config (`quinn_adapter::transport(mtu)`), in the callers.
+//! and the transport config (`quinn_adapter::FabricConfig::new(mtu).transport()`), in the callers.
 //!
 //! Resource: `GET /bytes/<n>` answers `n` bytes of deterministic data
 //! ([`body_chunk`]), so a client can check the sha256 of what it fetched

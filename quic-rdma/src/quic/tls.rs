@@ -10,8 +10,8 @@
 //! [`TlsSettings::server_crypto`] / [`TlsSettings::client_crypto`] (plus
 //! QUIC's 0-RTT rules, as quinn-proto's crypto configs), and
 //! [`TlsSettings::server_config`] / [`TlsSettings::client_config`] (plus a
-//! transport config). QUIC and TCP configs from the same settings therefore
-//! differ only where the protocols do.
+//! transport config and, server side, the NEW_TOKEN policy). QUIC and TCP
+//! configs from the same settings therefore differ only where the protocols do.
 //!
 //! QUIC always runs TLS 1.3 (RFC 9001 §4.2), and so do the TCP configs here
 //! (every TCP + TLS peer in this tree is ours); certificate verification is
@@ -120,6 +120,12 @@ pub struct TlsSettings {
     pub offer_0rtt: bool,
     /// The cipher suites offered and their order (AES-128-GCM first by default).
     pub ciphers: CipherPreference,
+    /// Server side: send NEW_TOKEN frames (RFC 9000 §8.1.3) as quinn-proto's
+    /// own default does (two per connection when its `bloom` feature is built
+    /// in, as in `qr`), so a returning client skips a Retry. Off by default:
+    /// no NEW_TOKEN tokens whatever features a build unifies; Retry tokens
+    /// still validate addresses.
+    pub new_tokens: bool,
 }
 
 impl Default for TlsSettings {
@@ -136,6 +142,7 @@ impl Default for TlsSettings {
             // existing caller's handshakes as they were.
             offer_0rtt: true,
             ciphers: CipherPreference::default(),
+            new_tokens: false,
         }
     }
 }
@@ -153,6 +160,7 @@ impl Clone for TlsSettings {
             accept_0rtt: self.accept_0rtt,
             offer_0rtt: self.offer_0rtt,
             ciphers: self.ciphers,
+            new_tokens: self.new_tokens,
         }
     }
 }
@@ -212,20 +220,22 @@ impl TlsSettings {
         QuicServerConfig::try_from(tls).map_err(config_error)
     }
 
-    /// A quinn-proto server config with `transport`.
+    /// A quinn-proto server config with `transport`, sending NEW_TOKEN
+    /// frames as [`new_tokens`](Self::new_tokens) says.
     pub fn server_config(
         &self,
         transport: Arc<TransportConfig>,
     ) -> Result<Arc<ServerConfig>, TlsError> {
         let mut s = ServerConfig::with_crypto(Arc::new(self.server_crypto()?));
         s.transport_config(transport);
-        // Spelled out so the behaviour does not follow which quinn-proto
-        // features a build happens to unify (its `bloom` feature turns on two
-        // NEW_TOKEN frames per connection, RFC 9000 §8.1.3): no NEW_TOKEN
-        // tokens; Retry tokens still validate addresses.
-        let mut tokens = ValidationTokenConfig::default();
-        tokens.sent(0);
-        s.validation_token_config(tokens);
+        if !self.new_tokens {
+            // Spelled out so the behaviour does not follow which quinn-proto
+            // features a build happens to unify (its `bloom` feature turns on
+            // two NEW_TOKEN frames per connection, RFC 9000 §8.1.3).
+            let mut tokens = ValidationTokenConfig::default();
+            tokens.sent(0);
+            s.validation_token_config(tokens);
+        }
         Ok(Arc::new(s))
     }
 

@@ -12,15 +12,11 @@
 //! let fabric = SimFabric::new(Default::default());
 //! let qp = fabric.create_qp("fd00::1".parse::<std::net::Ipv6Addr>()?.into(), SimQpOptions::default())?;
 //! let socket = RdmaUdpSocket::new(UdSocket::new(qp, SocketConfig::default())?);
-//! let mtu = socket.mtu();
+//! // The endpoint and transport configs, both from the socket's MTU:
+//! let fabric = quinn_adapter::FabricConfig::of(&socket);
 //! // Instead of quinn::Endpoint::client("[::]:0".parse()?):
-//! let endpoint = quinn::Endpoint::new_with_abstract_socket(
-//!     quinn_adapter::endpoint_config(mtu, 1),
-//!     None,
-//!     Arc::new(socket),
-//!     Arc::new(quinn::TokioRuntime),
-//! )?;
-//! // ...and set `quinn_adapter::transport(mtu)` on the ClientConfig; the rest of
+//! let endpoint = fabric.endpoint(Arc::new(socket), None)?;
+//! // ...and set `fabric.transport()` on the ClientConfig; the rest of
 //! // the quinn API is unchanged. A peer's `SocketAddr` comes from `socket.peer_addr(ud_addr)`.
 //! // To notice a dead peer in ~1.5 s (not the 30 s idle timeout), each connection
 //! // gets a watcher: `quinn_adapter::spawn_watch(socket, conn, DEFAULT_DEAD_AFTER)`.
@@ -30,6 +26,7 @@
 //! ```
 
 mod coalesce;
+mod config;
 mod liveness;
 mod retry_gate;
 mod spin;
@@ -46,10 +43,9 @@ use std::time::{Duration, Instant};
 use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 
-pub use crate::quic::config::{
-    endpoint_config, transport_config_with, transport_with, Liveness, LivenessError,
-};
+pub use crate::quic::config::{Liveness, LivenessError};
 pub use crate::quic::retry::RetryPolicy;
+pub use config::FabricConfig;
 pub use liveness::{spawn_watch, spawn_watch_for, watch, Watched, DEFAULT_DEAD_AFTER, PEER_SILENT};
 pub use retry_gate::{Attempt, RetryGate};
 
@@ -61,22 +57,6 @@ use coalesce::{Coalescer, RECV_SEGMENTS};
 use liveness::Stamp;
 use spin::IdleSpin;
 use wake::{FdReadiness, WakeHub};
-
-/// The fabric-tuned transport config ([`transport_config_with`]) with the
-/// adapter's timers, [`Liveness::quinn_adapter`]: 300 ms keep-alive and a 30 s
-/// idle timeout. quinn judges the idle timer in the connection's task, which
-/// can run seconds behind the receive path when the host is busy (its queue
-/// of received packets is unbounded), so a short idle timeout there kills live
-/// connections; dead peers are noticed by [`watch`] instead
-/// (docs/architecture.md §5).
-pub fn transport_config(mtu: usize) -> quinn::TransportConfig {
-    transport_config_with(mtu, Liveness::quinn_adapter())
-}
-
-/// [`transport_config`] behind an `Arc`, ready for client and server configs.
-pub fn transport(mtu: usize) -> Arc<quinn::TransportConfig> {
-    Arc::new(transport_config(mtu))
-}
 
 /// A [`UdSocket`] as a `quinn::AsyncUdpSocket`.
 ///
@@ -172,7 +152,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
         self
     }
 
-    /// The fabric MTU: use it for [`endpoint_config`] and [`transport_config`].
+    /// The fabric MTU, from which [`FabricConfig::of`] derives the configs.
     pub fn mtu(&self) -> usize {
         self.mtu
     }

@@ -26,7 +26,7 @@ pub fn certs(mtu: usize) -> Certs {
 /// Like [`certs`], with `tweak` applied to the fabric-tuned transport of both
 /// sides (e.g. an explicit idle timeout a test depends on).
 pub fn certs_with(mtu: usize, tweak: impl Fn(&mut quinn::TransportConfig)) -> Certs {
-    let mut transport = quinn_adapter::transport_config(mtu);
+    let mut transport = quinn_adapter::FabricConfig::new(mtu).transport_config();
     tweak(&mut transport);
     let transport = Arc::new(transport);
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
@@ -71,7 +71,9 @@ pub fn endpoint<Q: quic_rdma::fabric::UdQueuePair>(
     key: u32,
 ) -> quinn::Endpoint {
     quinn::Endpoint::new_with_abstract_socket(
-        quinn_adapter::endpoint_config(sock.mtu(), key),
+        quinn_adapter::FabricConfig::new(sock.mtu())
+            .routing_key(key)
+            .endpoint_config(),
         server,
         sock.clone(),
         Arc::new(quinn::TokioRuntime),

@@ -1,6 +1,6 @@
 //! Option values and defaults that more than one subcommand takes.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use anyhow::Context as _;
 use crate::http::Page;
 use crate::listener::{Limits, ListenerStats};
 
+use crate::channel_endpoint::ListenOptions;
 pub(crate) use crate::channel_endpoint::DEFAULT_SERVICE_PORT;
 
 /// Parse a byte count with an optional binary suffix (K, M, G, T; "KiB", "MB"... accepted).
@@ -97,6 +98,32 @@ pub(crate) struct FabricArgs {
     /// only): another endpoint on the same IP needs another port.
     #[arg(long, default_value_t = quic_rdma::fabric::ROCEV2_UDP_PORT)]
     pub(crate) udp_port: u16,
+}
+
+/// `--ip` and `--service-port`: where a serving command's fabric endpoint
+/// and its bootstrap service listen, declared once.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub(crate) struct ListenArgs {
+    /// Local IP: the fabric endpoint's GID (IPv4-mapped for IPv4) and the
+    /// bootstrap service's address. A specific address (not 0.0.0.0 / ::).
+    #[arg(long)]
+    pub(crate) ip: IpAddr,
+    /// TCP port of the bootstrap service that clients dial (on --ip).
+    #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
+    pub(crate) service_port: u16,
+}
+
+impl ListenArgs {
+    /// A channel server's options: these, `fabric`'s, and `liveness`.
+    pub(crate) fn options(&self, fabric: FabricArgs, liveness: Liveness) -> ListenOptions {
+        ListenOptions {
+            provider: fabric.provider,
+            udp_port: fabric.udp_port,
+            service_port: self.service_port,
+            liveness,
+            ..ListenOptions::new(self.ip)
+        }
+    }
 }
 
 /// `--idle-timeout` and `--keep-alive`: how fast a dead peer is noticed. The

@@ -113,43 +113,28 @@ fn host_of(server: &str) -> Result<&str> {
     Ok(host.trim_start_matches('[').trim_end_matches(']'))
 }
 
-/// The client-side run, shared by `qr connect` and `qr demo --provider soft`.
+/// The client-side run, shared by `qr connect` and `qr demo --provider soft`:
+/// the arguments, checked.
 #[derive(Clone, Debug)]
 pub(crate) struct ClientRun {
-    pub(crate) fabric: FabricArgs,
-    pub(crate) server: String,
-    pub(crate) server_name: String,
-    pub(crate) cert: PathBuf,
-    pub(crate) ip: Option<IpAddr>,
-    pub(crate) bytes: u64,
-    pub(crate) pings: u32,
-    pub(crate) ping_size: u32,
-    pub(crate) seed: u64,
-    pub(crate) wait: Duration,
-    pub(crate) timeout: Duration,
-    pub(crate) liveness: Liveness,
+    pub(crate) args: ConnectArgs,
+    server_name: String,
+    liveness: Liveness,
 }
 
 impl ClientRun {
-    /// From `qr connect`'s arguments.
-    pub(crate) fn from_args(a: &ConnectArgs) -> Result<ClientRun> {
-        let server_name = match &a.server_name {
+    /// From `qr connect`'s arguments: the name to verify, the timers.
+    pub(crate) fn from_args(args: &ConnectArgs) -> Result<ClientRun> {
+        let server_name = match &args.server_name {
             Some(n) => n.clone(),
-            None => host_of(&a.server)?.to_string(),
+            None => host_of(&args.server)?.to_string(),
         };
+        let liveness = args.liveness.liveness()?;
+        let args = args.clone();
         Ok(ClientRun {
-            fabric: a.fabric,
-            server: a.server.clone(),
+            args,
             server_name,
-            cert: a.cert.clone(),
-            ip: a.ip,
-            bytes: a.bytes,
-            pings: a.pings,
-            ping_size: a.ping_size,
-            seed: a.seed,
-            wait: Duration::from_secs(a.wait),
-            timeout: Duration::from_secs(a.timeout),
-            liveness: a.liveness.liveness()?,
+            liveness,
         })
     }
 }
@@ -157,33 +142,35 @@ impl ClientRun {
 /// Find the server, connect, run the workload, report (server counters unknown).
 pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
     // Before the bootstrap query, which may wait --wait seconds for a server.
-    provider::ensure_built_in(c.fabric.provider).map_err(RunError::Provider)?;
+    provider::ensure_built_in(c.args.fabric.provider).map_err(RunError::Provider)?;
     let run = |e: anyhow::Error| RunError::Run(e);
-    let peer = query_bootstrap(&c.server, c.wait).map_err(run)?;
+    let peer = query_bootstrap(&c.args.server, Duration::from_secs(c.args.wait)).map_err(run)?;
     let peer_ip = peer.addr.gid.to_ip();
-    let ip = match c.ip {
+    let ip = match c.args.ip {
         Some(ip) => ip,
         None => route_source(peer_ip).map_err(run)?,
     };
     let mut opts = EndpointOptions::new(ip);
-    opts.udp_port = c.fabric.udp_port;
+    opts.udp_port = c.args.fabric.udp_port;
     opts.peer = Some(peer);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")
         .map_err(run)?;
-    let ep = {
+    let fabric = {
         let _rt = rt.enter();
-        provider::open_endpoint(c.fabric.provider, &opts).map_err(RunError::Provider)?
+        FabricEndpoint::open(c.args.fabric.provider, &opts, c.liveness)
+            .map_err(RunError::Provider)?
     };
-    let trusted = tls::load_certs(&c.cert).map_err(run)?;
+    let trusted = tls::load_certs(&c.args.cert).map_err(run)?;
     let report = rt.block_on(async {
-        match tokio::time::timeout(c.timeout, client(c, &ep, &peer, trusted)).await {
+        let limit = Duration::from_secs(c.args.timeout);
+        match tokio::time::timeout(limit, client(c, &fabric, &peer, trusted)).await {
             Ok(r) => r,
             Err(_) => Err(anyhow!(
                 "the run did not finish within {} s (--timeout)",
-                c.timeout.as_secs()
+                c.args.timeout
             )),
         }
     });
@@ -193,16 +180,16 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
 
 async fn client(
     c: &ClientRun,
-    ep: &provider::EndpointSocket,
+    fabric: &FabricEndpoint,
     peer: &PeerInfo,
     trusted: Vec<rustls::pki_types::CertificateDer<'static>>,
 ) -> Result<Report> {
-    let fabric = FabricEndpoint::new(ep.socket.clone(), c.liveness);
-    let cfg = tls::client_config(trusted, fabric.transport())?;
+    let cfg = fabric.client_config(tls::client_config(trusted)?);
     let endpoint = fabric.client()?;
+    let (socket, soft) = (fabric.socket(), fabric.soft());
     let start = Instant::now();
     let conn = endpoint
-        .connect_with(cfg, ep.socket.peer_addr(peer.addr), &c.server_name)
+        .connect_with(cfg, socket.peer_addr(peer.addr), &c.server_name)
         .context("starting the handshake")?
         .await
         .map_err(|e| {
@@ -212,15 +199,15 @@ async fn client(
                 "handshake with {} (certificate checked for \"{}\" against {}): {why}",
                 peer.addr.gid,
                 c.server_name,
-                c.cert.display()
+                c.args.cert.display()
             )
         })?;
     let handshake = start.elapsed();
     // A dead server is noticed by the receive path (docs/architecture.md §5).
     fabric.watch(&conn);
-    let transfer = workload::run_transfer(&conn, c.bytes, c.seed).await?;
-    let rtts = if c.pings > 0 {
-        workload::run_pings(&conn, c.pings, c.ping_size as usize).await?
+    let transfer = workload::run_transfer(&conn, c.args.bytes, c.args.seed).await?;
+    let rtts = if c.args.pings > 0 {
+        workload::run_pings(&conn, c.args.pings, c.args.ping_size as usize).await?
     } else {
         Vec::new()
     };
@@ -234,38 +221,35 @@ async fn client(
         tracing::debug!("endpoint not idle after 3 s; leaving");
     }
     let transfer = TransferReport::from(&transfer);
-    if transfer.bytes_received == 0 && c.bytes > 0 {
+    if transfer.bytes_received == 0 && c.args.bytes > 0 {
         bail!("the server received nothing");
     }
     Ok(Report {
         ok: transfer.sha256_match,
-        provider: ep.kind.name().into(),
+        provider: fabric.kind().name().into(),
         loss_percent: 0.0,
-        seed: c.seed,
+        seed: c.args.seed,
         mtu: stats.path.current_mtu,
-        fabric_mtu: ep.socket.mtu(),
+        fabric_mtu: socket.mtu(),
         handshake_ms: handshake.as_secs_f64() * 1e3,
         tls: tls_info.into(),
         transfer,
         ping: PingReport {
             count: rtts.len() as u32,
-            size: c.ping_size as usize,
+            size: c.args.ping_size as usize,
             rtt_us: RttReport::of(&rtts),
         },
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
-            client: SocketReport::socket(&ep.socket),
+            client: SocketReport::socket(socket),
             server: None,
         },
         fabric: None,
         endpoints: EndpointsReport {
             server: UdEndpointReport::new(peer.addr, Some(peer.udp_port)),
-            client: UdEndpointReport::new(
-                ep.socket.ud_addr(),
-                ep.soft.as_ref().map(|p| p.local_addr().port()),
-            ),
+            client: UdEndpointReport::new(socket.ud_addr(), soft.map(|p| p.local_addr().port())),
         },
-        soft: ep.soft.as_ref().map(|p| SoftPortsReport {
+        soft: soft.map(|p| SoftPortsReport {
             client: SoftPortReport::from(&p.stats()),
             server: None,
         }),

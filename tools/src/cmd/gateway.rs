@@ -24,10 +24,12 @@ use quic_rdma::socket::QUIC_MIN_DATAGRAM;
 
 use super::args::{parse_bytes, FabricArgs, MetricsArgs, DEFAULT_SERVICE_PORT};
 use crate::channel_endpoint::query_bootstrap;
+use crate::endpoint::FabricEndpoint;
 use crate::gateway::{self, udp_socket, GatewayStats, Limits, QpFactory, ToFabric, ToUdp};
 use crate::http::Page;
 use crate::provider::{self, EndpointOptions};
 use quic_rdma::fabric::Provider;
+use quic_rdma::quinn_adapter::Liveness;
 
 /// Options of `qr gateway`.
 #[derive(Clone, Debug, clap::Args)]
@@ -297,12 +299,11 @@ async fn to_udp(a: &ToUdpArgs) -> Result<()> {
     let mut opts = EndpointOptions::new(a.common.fabric_ip);
     opts.udp_port = a.common.fabric.udp_port;
     opts.mtu = Mtu::from_bytes(a.common.fabric_mtu).expect("checked by parse_mtu");
-    let ep = provider::open_endpoint(Provider::Soft, &opts)?;
-    let publish = ep
-        .publish
-        .context("the soft endpoint has no bootstrap record")?;
+    // The gateway terminates no QUIC: the liveness timers go unused.
+    let ep = FabricEndpoint::open(Provider::Soft, &opts, Liveness::quinn_adapter())?;
+    let publish = ep.record()?;
     let bind = SocketAddr::new(a.common.fabric_ip, a.service_port);
-    let (bound, _bootstrap) = crate::channel_endpoint::publish(bind, publish)?;
+    let (bound, _bootstrap) = ep.publish(bind)?;
     let stats = Arc::new(GatewayStats::default());
     let _metrics = metrics(&a.common, &stats).await?;
     eprintln!(
@@ -319,7 +320,7 @@ async fn to_udp(a: &ToUdpArgs) -> Result<()> {
     crate::notify::ready("forwarding the fabric to UDP");
     gateway::to_udp(
         ToUdp {
-            listener: ep.socket.clone(),
+            listener: ep.socket().clone(),
             bind_ip,
             target,
             limits,

@@ -23,8 +23,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use quic_rdma::quinn_adapter::{Liveness, RetryGate};
 
-use super::args::{parse_bytes, FabricArgs, LivenessArgs, MetricsArgs, RetryArgs};
-use crate::channel_endpoint::{self, ChannelClient, DialOptions, ListenOptions};
+use super::args::{parse_bytes, FabricArgs, ListenArgs, LivenessArgs, MetricsArgs, RetryArgs};
+use crate::channel_endpoint::{self, ChannelClient, DialOptions};
 use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
 use crate::kv::redis::auth::ReplicaAuth;
@@ -320,14 +320,9 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     cfg.backlog = a.backlog;
     cfg.window = a.window;
     let master = Master::new(cfg, metrics.clone());
-    let mut lo = ListenOptions::new(c.ip);
-    lo.provider = c.fabric.provider;
-    lo.udp_port = c.fabric.udp_port;
-    lo.service_port = a.service_port;
-    lo.liveness = liveness;
-    // The transport config is the fabric's (channel_endpoint replaces it).
-    let transport = Arc::new(quinn::TransportConfig::default());
-    let listening = channel_endpoint::listen(&lo, mtls.server_config(kv::ALPN, transport)?)?;
+    let (ip, service_port) = (c.ip, a.service_port);
+    let lo = ListenArgs { ip, service_port }.options(c.fabric, liveness);
+    let listening = channel_endpoint::listen(&lo, &mtls.server_settings(kv::ALPN))?;
     let source = match &a.master_name {
         Some(name) => MasterSource::Sentinel {
             sentinels: a.sentinel.clone(),
@@ -426,9 +421,7 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
             opts.clone(),
         );
         Box::pin(async move {
-            let cfg = mtls
-                .client_config(kv::ALPN, Arc::new(quinn::TransportConfig::default()))
-                .map_err(|e| format!("{e:#}"))?;
+            let cfg = mtls.client_config(kv::ALPN).map_err(|e| format!("{e:#}"))?;
             let mut cur = client.lock().await;
             let r = match cur.as_ref() {
                 Some(cl) => cl.connect(&service, cfg, &server_name).await,

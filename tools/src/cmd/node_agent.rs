@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::args::{parse_bytes, FabricArgs, LivenessArgs, RetryArgs, TcpLimitsArgs};
+use super::args::{parse_bytes, FabricArgs, ListenArgs, LivenessArgs, RetryArgs, TcpLimitsArgs};
 use crate::access::Access;
-use crate::channel_endpoint::{listen, ChannelServer, DialOptions, ListenOptions};
+use crate::channel_endpoint::{listen, ChannelServer, DialOptions};
 use crate::image::cache::Cache;
 use crate::image::client::FabricClient;
 use crate::image::fabric::FabricDialer;
@@ -173,7 +173,7 @@ pub(crate) fn node(
     peer_server_name: Option<&str>,
 ) -> Result<Arc<Node>> {
     let mtls = tls.load()?;
-    let config = mtls.client_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
+    let config = mtls.client_config(wire::ALPN)?;
     let mut opts = DialOptions::new();
     opts.provider = fabric.provider;
     opts.ip = ip;
@@ -212,16 +212,17 @@ fn serve_peers(
     port: u16,
     node: &Arc<Node>,
 ) -> Result<ChannelServer> {
-    let config = args
-        .tls
-        .load()?
-        .server_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
-    let mut opts = ListenOptions::new(ip);
-    opts.provider = args.fabric.provider;
-    opts.udp_port = args.peer_udp_port;
-    opts.service_port = port;
-    opts.liveness = args.liveness.liveness()?;
-    let server = listen(&opts, config).context("--serve-peers")?;
+    let tls = args.tls.load()?.server_settings(wire::ALPN);
+    let fabric = FabricArgs {
+        udp_port: args.peer_udp_port,
+        ..args.fabric
+    };
+    let listen_at = ListenArgs {
+        ip,
+        service_port: port,
+    };
+    let opts = listen_at.options(fabric, args.liveness.liveness()?);
+    let server = listen(&opts, &tls).context("--serve-peers")?;
     println!(
         "qr node-agent: serving peers on {} ({})",
         args.fabric.provider,

@@ -1,7 +1,6 @@
 //! `qr registry-agent`: serve manifests and blobs over the fabric
 //! (`qr-image/1`, mutual TLS) from an upstream registry or an OCI layout.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -9,10 +8,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 
 use super::args::{
-    parse_age, parse_bytes, FabricArgs, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT,
+    parse_age, parse_bytes, FabricArgs, ListenArgs, LivenessArgs, MetricsArgs, RetryArgs,
 };
 use crate::access::Access;
-use crate::channel_endpoint::{listen, ListenOptions};
+use crate::channel_endpoint::listen;
 use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
 use crate::image::cache::Cache;
@@ -63,16 +62,12 @@ pub(crate) struct RegistryAgentArgs {
     #[arg(long)]
     access_policy: Option<PathBuf>,
 
-    /// Local IP: the fabric endpoint's GID and the bootstrap service's address.
-    #[arg(long)]
-    ip: IpAddr,
+    /// --ip and --service-port (the bootstrap service node agents dial).
+    #[command(flatten)]
+    listen: ListenArgs,
 
     #[command(flatten)]
     fabric: FabricArgs,
-
-    /// TCP port of the bootstrap service node agents dial.
-    #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
-    service_port: u16,
 
     /// Directory of the verified blob cache (pulled-through blobs stay here).
     #[arg(long)]
@@ -179,13 +174,8 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     rt.block_on(async {
-        let config = mtls.server_config(wire::ALPN, Arc::new(quinn::TransportConfig::default()))?;
-        let mut opts = ListenOptions::new(args.ip);
-        opts.provider = args.fabric.provider;
-        opts.udp_port = args.fabric.udp_port;
-        opts.service_port = args.service_port;
-        opts.liveness = args.liveness.liveness()?;
-        let server = listen(&opts, config)?;
+        let opts = args.listen.options(args.fabric, args.liveness.liveness()?);
+        let server = listen(&opts, &mtls.server_settings(wire::ALPN))?;
         let metrics = Arc::new(RegistryMetrics::default());
         if args.cache_scrub_rate > 0 {
             tokio::spawn(cache.clone().scrub(

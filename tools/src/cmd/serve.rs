@@ -13,7 +13,7 @@
 //! (`report::ServeSummary`) goes to stdout (a JSON line with `--json`).
 
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use quic_rdma::quinn_adapter::Attempt;
 
-use super::args::{FabricArgs, LivenessArgs, MetricsArgs, RetryArgs, DEFAULT_SERVICE_PORT};
+use super::args::{FabricArgs, ListenArgs, LivenessArgs, MetricsArgs, RetryArgs};
 use crate::endpoint::FabricEndpoint;
 use crate::endpoint_metrics::EndpointMetrics;
 use crate::http::Page;
-use crate::provider::{self, EndpointOptions, EndpointSocket, OpenError};
+use crate::provider::{self, EndpointOptions, OpenError};
 use crate::report::{hex, ServeSummary, SocketReport, SoftPortReport, UdEndpointReport};
 use crate::tls::{self, ServerIdentity};
 use crate::workload;
@@ -35,10 +35,9 @@ use crate::workload;
 /// Options of `qr serve`.
 #[derive(Clone, Debug, clap::Args)]
 pub(crate) struct ServeArgs {
-    /// Local IP to serve on: the endpoint's GID (IPv4-mapped for IPv4). Must be a
-    /// specific address (not 0.0.0.0 / ::).
-    #[arg(long)]
-    pub(crate) ip: IpAddr,
+    /// --ip and --service-port.
+    #[command(flatten)]
+    pub(crate) listen: ListenArgs,
 
     /// Where to write the server's self-signed certificate (not its key) for
     /// clients to trust (`qr connect --cert`): PEM if the name ends in .pem or
@@ -48,10 +47,6 @@ pub(crate) struct ServeArgs {
 
     #[command(flatten)]
     pub(crate) fabric: FabricArgs,
-
-    /// TCP port of the bootstrap service (on --ip unless --bootstrap-bind).
-    #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
-    pub(crate) service_port: u16,
 
     /// Bind the bootstrap service here instead of --ip:--service-port.
     #[arg(long)]
@@ -182,40 +177,37 @@ fn serve(args: &ServeArgs) -> Result<bool> {
     if args.exit_with_parent {
         watch_parent(&args.cert_out)?;
     }
-    let mut opts = EndpointOptions::new(args.ip);
+    let mut opts = EndpointOptions::new(args.listen.ip);
     opts.udp_port = args.fabric.udp_port;
     opts.qpn = args.qpn;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let ep = {
+    let fabric = {
         let _rt = rt.enter();
-        provider::open_endpoint(args.fabric.provider, &opts)?
+        FabricEndpoint::open(args.fabric.provider, &opts, args.liveness.liveness()?)?
     };
-    let mut names = vec![args.ip.to_string()];
+    let mut names = vec![args.listen.ip.to_string()];
     names.extend(args.names.iter().cloned());
     let id = ServerIdentity::generate(&names)?;
     {
         let _files = CERT_FILES.lock().unwrap_or_else(|e| e.into_inner());
         id.write_cert(&args.cert_out)?;
     }
-    let fabric = FabricEndpoint::new(ep.socket.clone(), args.liveness.liveness()?);
-    let server_cfg = tls::server_config(&id, fabric.transport())?;
+    let tls = tls::server_settings(&id)?;
 
     let result = rt.block_on(async {
-        let endpoint = fabric.listen(server_cfg)?;
+        let endpoint = fabric.listen(&tls)?;
         let bind = args
             .bootstrap_bind
-            .unwrap_or(SocketAddr::new(args.ip, args.service_port));
-        let publish = ep
-            .publish
-            .ok_or_else(|| anyhow!("provider `{}` has no bootstrap record", ep.kind))?;
-        let (bound, _bootstrap) = crate::channel_endpoint::publish(bind, publish)?;
+            .unwrap_or(SocketAddr::new(args.listen.ip, args.listen.service_port));
+        let publish = fabric.record()?;
+        let (bound, _bootstrap) = fabric.publish(bind)?;
         eprintln!(
             "qr serve: {} endpoint GID {} QPN {:#x} Q_Key {:#x} UDP port {} MTU {}; \
              bootstrap on TCP {bound}; certificate in {}",
-            ep.kind,
+            fabric.kind(),
             publish.addr.gid,
             publish.addr.qpn,
             publish.addr.qkey,
@@ -224,10 +216,10 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             args.cert_out.display()
         );
         crate::notify::ready(&format!("bootstrap on TCP {bound}"));
-        let ep = Arc::new(ep);
         let gate = args.retry.gate();
         let metrics = Arc::new(
-            EndpointMetrics::new(ep.socket.clone(), ep.soft.clone()).with_gate(gate.clone()),
+            EndpointMetrics::new(fabric.socket().clone(), fabric.soft().cloned())
+                .with_gate(gate.clone()),
         );
         let m = metrics.clone();
         let _metrics_http = args
@@ -257,7 +249,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
                 .ok_or_else(|| anyhow!("endpoint closed"))?;
             let s = tokio::time::timeout_at(
                 deadline,
-                connection(attempt, ep.clone(), metrics.clone(), fabric.clone()),
+                connection(attempt, metrics.clone(), fabric.clone()),
             )
             .await
             .map_err(|_| {
@@ -272,10 +264,9 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             Ok(s.ok)
         } else {
             while let Some(attempt) = gate.accept(&endpoint).await {
-                let (ep, json, metrics, fabric) =
-                    (ep.clone(), args.json, metrics.clone(), fabric.clone());
+                let (json, metrics, fabric) = (args.json, metrics.clone(), fabric.clone());
                 tokio::spawn(async move {
-                    let s = connection(attempt, ep, metrics, fabric).await;
+                    let s = connection(attempt, metrics, fabric).await;
                     print_summary(&s, json);
                 });
             }
@@ -298,12 +289,11 @@ fn print_summary(s: &ServeSummary, json: bool) {
 /// into the summary).
 async fn connection(
     attempt: Attempt,
-    ep: Arc<EndpointSocket>,
     metrics: Arc<EndpointMetrics>,
     fabric: FabricEndpoint,
 ) -> ServeSummary {
-    let client = ep
-        .socket
+    let (socket, soft) = (fabric.socket(), fabric.soft());
+    let client = socket
         .ud_addr_of(attempt.remote_address())
         .map(|a| UdEndpointReport::new(a, None));
     let mut received = None;
@@ -328,17 +318,14 @@ async fn connection(
     ServeSummary {
         ok: outcome.is_ok(),
         error: outcome.err().map(|e| format!("{e:#}")),
-        provider: ep.kind.name().into(),
-        server: UdEndpointReport::new(
-            ep.socket.ud_addr(),
-            ep.soft.as_ref().map(|p| p.local_addr().port()),
-        ),
+        provider: fabric.kind().name().into(),
+        server: UdEndpointReport::new(socket.ud_addr(), soft.map(|p| p.local_addr().port())),
         client,
         bytes_received: received.map_or(0, |r| r.bytes),
         sha256_received: received.map_or_else(String::new, |r| hex(&r.sha256)),
         ping_bytes_echoed: echoed,
         server_name,
-        socket: SocketReport::socket(&ep.socket),
-        soft: ep.soft.as_ref().map(|p| SoftPortReport::from(&p.stats())),
+        socket: SocketReport::socket(socket),
+        soft: soft.map(|p| SoftPortReport::from(&p.stats())),
     }
 }

@@ -13,8 +13,8 @@ use quic_rdma::quinn_adapter;
 
 use super::frame::{ErrorCode, Previous};
 use super::{ChannelError, Master, MasterConfig, Metrics, ReplicaConn, Session, SyncStart};
-use crate::endpoint::endpoint;
-use crate::provider::{self, FabricOptions};
+use crate::endpoint::FabricEndpoint;
+use crate::provider::FabricOptions;
 use crate::tls;
 use quic_rdma::fabric::Provider;
 
@@ -58,21 +58,25 @@ fn channel_over_sim() {
         .enable_all()
         .build()
         .unwrap();
-    let pair = provider::open_pair(
+    let (server_fabric, client_fabric) = FabricEndpoint::pair(
         Provider::Sim,
         &FabricOptions {
             loss_percent: 0.0,
             seed: 12,
         },
+        quinn_adapter::Liveness::quinn_adapter(),
     )
     .unwrap();
     let dir = std::env::temp_dir().join(format!("kv-channel-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     rt.block_on(async {
-        let t = tls::configs(quinn_adapter::transport(pair.server.mtu())).unwrap();
-        let server = endpoint(&pair.server, Some(t.server)).unwrap();
-        let client = endpoint(&pair.client, None).unwrap();
-        let server_addr = pair.client.peer_addr(pair.server.ud_addr());
+        let t = tls::configs().unwrap();
+        let server = server_fabric.listen(&t.server).unwrap();
+        let client = client_fabric.client().unwrap();
+        let client_cfg = client_fabric.client_config(t.client);
+        let server_addr = client_fabric
+            .socket()
+            .peer_addr(server_fabric.socket().ud_addr());
 
         let mut cfg = MasterConfig::new(dir.clone());
         cfg.backlog = 4 << 20;
@@ -115,7 +119,7 @@ fn channel_over_sim() {
         }
         let connect = || async {
             let conn = client
-                .connect_with(t.client.clone(), server_addr, tls::SERVER_NAME)
+                .connect_with(client_cfg.clone(), server_addr, tls::SERVER_NAME)
                 .unwrap()
                 .await
                 .unwrap();

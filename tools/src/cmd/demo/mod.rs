@@ -17,7 +17,7 @@ use quic_rdma::quinn_adapter::RetryGate;
 use super::args::{parse_bytes, LivenessArgs, DEFAULT_SERVICE_PORT};
 use super::{print_report, RunError};
 use crate::endpoint::FabricEndpoint;
-use crate::provider::{self, FabricOptions};
+use crate::provider::FabricOptions;
 use crate::report::{
     EndpointsReport, FabricReport, PingReport, QuicReport, Report, RttReport, SocketReport,
     SocketsReport, TransferReport, UdEndpointReport,
@@ -115,7 +115,8 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
         loss_percent: args.loss,
         seed: args.seed,
     };
-    let pair = provider::open_pair(args.provider, &opts).map_err(RunError::Provider)?;
+    let liveness = args.liveness.liveness().map_err(RunError::Run)?;
+    let pair = FabricEndpoint::pair(args.provider, &opts, liveness).map_err(RunError::Provider)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -136,17 +137,15 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
     report.map_err(RunError::Run)
 }
 
-async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
-    let fabric_mtu = pair.server.mtu();
-    let liveness = args.liveness.liveness()?;
-    let (server_fabric, client_fabric) = (
-        FabricEndpoint::new(pair.server.clone(), liveness),
-        FabricEndpoint::new(pair.client.clone(), liveness),
-    );
-    let tls = tls::configs(server_fabric.transport())?;
-    let server = server_fabric.listen(tls.server)?;
+async fn demo(args: &DemoArgs, pair: &(FabricEndpoint, FabricEndpoint)) -> Result<Report> {
+    let (server_fabric, client_fabric) = pair.clone();
+    let (server_socket, client_socket) = (pair.0.socket(), pair.1.socket());
+    let fabric_mtu = server_socket.mtu();
+    let tls = tls::configs()?;
+    let server = server_fabric.listen(&tls.server)?;
     let client = client_fabric.client()?;
-    let server_addr = pair.client.peer_addr(pair.server.ud_addr());
+    let client_cfg = client_fabric.client_config(tls.client);
+    let server_addr = client_socket.peer_addr(server_socket.ud_addr());
     let ping_size = args.ping_size as usize;
     let pings = args.pings;
 
@@ -171,7 +170,7 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
 
     let start = Instant::now();
     let conn = client
-        .connect_with(tls.client, server_addr, tls::SERVER_NAME)
+        .connect_with(client_cfg, server_addr, tls::SERVER_NAME)
         .context("starting the handshake")?
         .await
         .context("client handshake (certificate verification included)")?;
@@ -195,7 +194,7 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
     let transfer = TransferReport::from(&transfer);
     Ok(Report {
         ok: transfer.sha256_match,
-        provider: pair.kind.name().into(),
+        provider: client_fabric.kind().name().into(),
         loss_percent: args.loss,
         seed: args.seed,
         mtu: stats.path.current_mtu,
@@ -210,13 +209,13 @@ async fn demo(args: &DemoArgs, pair: &provider::SocketPair) -> Result<Report> {
         },
         quic: QuicReport::from(&stats),
         sockets: SocketsReport {
-            client: SocketReport::socket(&pair.client),
-            server: Some(SocketReport::socket(&pair.server)),
+            client: SocketReport::socket(client_socket),
+            server: Some(SocketReport::socket(server_socket)),
         },
-        fabric: pair.wire_stats().as_ref().map(FabricReport::from),
+        fabric: client_fabric.wire_stats().as_ref().map(FabricReport::from),
         endpoints: EndpointsReport {
-            server: UdEndpointReport::new(pair.server.ud_addr(), None),
-            client: UdEndpointReport::new(pair.client.ud_addr(), None),
+            server: UdEndpointReport::new(server_socket.ud_addr(), None),
+            client: UdEndpointReport::new(client_socket.ud_addr(), None),
         },
         soft: None,
     })

@@ -23,7 +23,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use super::DemoArgs;
 use crate::cmd::args::FabricArgs;
-use crate::cmd::connect::{self, ClientRun};
+use crate::cmd::connect::{self, ClientRun, ConnectArgs};
 use crate::cmd::RunError;
 use crate::provider::OpenError;
 use crate::report::{Report, ServeSummary};
@@ -165,23 +165,25 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
 
     wait_ready(&mut server, &service).map_err(RunError::Run)?;
 
-    let client = ClientRun {
+    let client = ClientRun::from_args(&ConnectArgs {
+        server: service,
+        cert: cert.clone(),
+        server_name: Some(args.server_ip.to_string()),
         fabric: FabricArgs {
             provider: Provider::Soft,
             udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
         },
-        server: service,
-        server_name: args.server_ip.to_string(),
-        cert: cert.clone(),
         ip: Some(args.client_ip),
         bytes: args.bytes,
         pings: args.pings,
         ping_size: args.ping_size,
         seed: args.seed,
-        wait: Duration::from_secs(5),
-        timeout: Duration::from_secs(args.timeout),
-        liveness: args.liveness.liveness().map_err(RunError::Run)?,
-    };
+        wait: 5,
+        timeout: args.timeout,
+        json: args.json,
+        liveness: args.liveness,
+    })
+    .map_err(RunError::Run)?;
     let mut report = match connect::run(&client) {
         Ok(r) => r,
         Err(e) => {
