@@ -34,6 +34,7 @@ mod provider;
 mod refusal;
 mod report;
 mod secret;
+mod shutdown;
 mod tls;
 mod workload;
 

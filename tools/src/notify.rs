@@ -16,6 +16,14 @@ pub(crate) fn ready(status: &str) {
     }
 }
 
+/// Tell the service manager this process is stopping (it closes its
+/// connections before it exits).
+pub(crate) fn stopping() {
+    if let Err(e) = notify("STOPPING=1") {
+        tracing::warn!("NOTIFY_SOCKET: {e} (systemd was not told the service is stopping)");
+    }
+}
+
 /// Send `msg` to `$NOTIFY_SOCKET`: a path, or `@name` for an abstract socket.
 /// `Ok(false)` when the variable is not set.
 fn notify(msg: &str) -> io::Result<bool> {

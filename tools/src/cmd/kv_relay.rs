@@ -359,26 +359,35 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     tokio::spawn(upstream::run(up, master.clone()));
     let endpoint = listening.endpoint.clone();
     let watcher = listening.watcher();
-    while let Some(attempt) = gate.accept(&endpoint).await {
-        let (master, watcher) = (master.clone(), watcher.clone());
-        tokio::spawn(async move {
-            match attempt.await {
-                Ok(conn) => {
-                    watcher.watch(&conn);
-                    let peer = conn.remote_address();
-                    if let Err(e) = master.serve(conn).await {
-                        eprintln!("qr kv-relay upstream: downstream {peer}: {e}");
+    let accept = async {
+        while let Some(attempt) = gate.accept(&endpoint).await {
+            let (master, watcher) = (master.clone(), watcher.clone());
+            tokio::spawn(async move {
+                match attempt.await {
+                    Ok(conn) => {
+                        watcher.watch(&conn);
+                        let peer = conn.remote_address();
+                        if let Err(e) = master.serve(conn).await {
+                            eprintln!("qr kv-relay upstream: downstream {peer}: {e}");
+                        }
+                    }
+                    Err(e) => {
+                        master
+                            .metrics()
+                            .link_errors
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        eprintln!("qr kv-relay upstream: handshake: {e}");
                     }
                 }
-                Err(e) => {
-                    master
-                        .metrics()
-                        .link_errors
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    eprintln!("qr kv-relay upstream: handshake: {e}");
-                }
-            }
-        });
+            });
+        }
+    };
+    tokio::select! {
+        () = accept => {}
+        sig = crate::shutdown::requested() => {
+            eprintln!("qr kv-relay upstream: {sig}: closing the downstream relays' links");
+            crate::shutdown::close(&endpoint).await;
+        }
     }
     drop(listening);
     Ok(())
@@ -406,6 +415,7 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
     // One client endpoint for the relay's life: the first dial opens it,
     // later ones reconnect on it (its RoCEv2 port stays ours).
     let client: Arc<tokio::sync::Mutex<Option<ChannelClient>>> = Arc::default();
+    let client_at_exit = client.clone();
     let mut opts = DialOptions::new();
     opts.provider = c.fabric.provider;
     opts.ip = Some(c.ip);
@@ -442,14 +452,22 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
         a.listen, a.upstream
     );
     crate::notify::ready("serving replicas");
-    downstream::serve(
+    let serve = downstream::serve(
         listener,
         c.metrics.tcp.limits(),
         resp,
         auth,
         upstream,
         metrics,
-    )
-    .await;
+    );
+    tokio::select! {
+        () = serve => {}
+        sig = crate::shutdown::requested() => {
+            eprintln!("qr kv-relay downstream: {sig}: closing the link to the upstream relay");
+            if let Some(cl) = client_at_exit.lock().await.as_ref() {
+                crate::shutdown::close(cl.endpoint()).await;
+            }
+        }
+    }
     Ok(())
 }

@@ -263,12 +263,21 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
             Ok(s.ok)
         } else {
-            while let Some(attempt) = gate.accept(&endpoint).await {
-                let (json, metrics, fabric) = (args.json, metrics.clone(), fabric.clone());
-                tokio::spawn(async move {
-                    let s = connection(attempt, metrics, fabric).await;
-                    print_summary(&s, json);
-                });
+            let serve = async {
+                while let Some(attempt) = gate.accept(&endpoint).await {
+                    let (json, metrics, fabric) = (args.json, metrics.clone(), fabric.clone());
+                    tokio::spawn(async move {
+                        let s = connection(attempt, metrics, fabric).await;
+                        print_summary(&s, json);
+                    });
+                }
+            };
+            tokio::select! {
+                () = serve => {}
+                sig = crate::shutdown::requested() => {
+                    eprintln!("qr serve: {sig}: closing connections and stopping");
+                    crate::shutdown::close(&endpoint).await;
+                }
             }
             Ok(true)
         }

@@ -90,6 +90,12 @@ impl Proc {
             None => false,
         }
     }
+
+    /// Its exit code once it has exited (None while running, or if a
+    /// signal ended it).
+    pub fn exit_code(&mut self) -> Option<i32> {
+        self.child.as_mut()?.try_wait().ok().flatten()?.code()
+    }
 }
 
 impl Drop for Proc {
