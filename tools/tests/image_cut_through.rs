@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 use image_support::*;
 use quic_rdma_tools::image::digest::Digest;
 use quic_rdma_tools::image::metrics::sample;
-use rand::RngCore;
 
 const REPO: &str = "qr/cut";
 const TAG: &str = "v1";
@@ -41,48 +40,6 @@ const TAG: &str = "v1";
 /// One test at a time: the printed times are of one transfer, not three
 /// sharing two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// An OCI image layout (image-spec "Image Layout") with one random layer per
-/// size; the layers' digests and bytes.
-fn write_layout(dir: &Path, sizes: &[usize]) -> (PathBuf, Vec<(Digest, Vec<u8>)>) {
-    let blobs = dir.join("blobs/sha256");
-    std::fs::create_dir_all(&blobs).unwrap();
-    let put = |data: &[u8]| {
-        let d = Digest::of(data);
-        std::fs::write(blobs.join(d.hex()), data).unwrap();
-        serde_json::json!({"digest": d.to_string(), "size": data.len()})
-    };
-    let mut layers = Vec::new();
-    let mut out = Vec::new();
-    for &n in sizes {
-        let mut data = vec![0u8; n];
-        rand::thread_rng().fill_bytes(&mut data);
-        let mut l = put(&data);
-        l["mediaType"] = "application/vnd.oci.image.layer.v1.tar".into();
-        layers.push(l);
-        out.push((Digest::of(&data), data));
-    }
-    let mut config =
-        put(br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#);
-    config["mediaType"] = "application/vnd.oci.image.config.v1+json".into();
-    let manifest = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": config,
-        "layers": layers,
-    })
-    .to_string();
-    let mut m = put(manifest.as_bytes());
-    m["mediaType"] = "application/vnd.oci.image.manifest.v1+json".into();
-    m["annotations"] = serde_json::json!({"org.opencontainers.image.ref.name": TAG});
-    std::fs::write(
-        dir.join("index.json"),
-        serde_json::json!({"schemaVersion": 2, "manifests": [m]}).to_string(),
-    )
-    .unwrap();
-    std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
-    (dir.to_path_buf(), out)
-}
 
 /// A registry agent serving `layout` and a node agent in front of it, both
 /// over `soft`; `ip` is .N of 127.0.111.N (N, N+1), ports from `port`.
@@ -223,7 +180,8 @@ fn first_bytes_arrive_while_a_cold_blob_is_still_in_flight() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let size = 256usize << 20;
-    let (layout, blobs) = write_layout(&dir.path().join("layout"), &[size]);
+    let l = write_layout(&dir.path().join("layout"), TAG, &[size]);
+    let (layout, blobs) = (l.dir, l.layers);
     let a = agents(dir.path(), &layout, 80, 19180);
     let (d, _) = &blobs[0];
     let got = rt().block_on(stream_get(&a.node, &format!("/v2/{REPO}/blobs/{d}")));
@@ -260,7 +218,8 @@ fn first_bytes_arrive_while_a_cold_blob_is_still_in_flight() {
 /// bytes went out): the layout, the digest, the good and the bad bytes.
 fn corrupt_layout(dir: &Path) -> (PathBuf, Digest, Vec<u8>, Vec<u8>) {
     let size = 64usize << 20;
-    let (layout, mut blobs) = write_layout(&dir.join("layout"), &[size]);
+    let l = write_layout(&dir.join("layout"), TAG, &[size]);
+    let (layout, mut blobs) = (l.dir, l.layers);
     let (d, good) = blobs.remove(0);
     let mut bad = good.clone();
     bad[size - 1000] ^= 0x01;
@@ -390,7 +349,8 @@ fn a_cached_copy_that_rots_is_cut_once_then_fetched_again() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let size = 16usize << 20;
-    let (layout, blobs) = write_layout(&dir.path().join("layout"), &[size]);
+    let l = write_layout(&dir.path().join("layout"), TAG, &[size]);
+    let (layout, blobs) = (l.dir, l.layers);
     let (d, good) = &blobs[0];
     let a = agents(dir.path(), &layout, 122, 19343);
     let path = format!("/v2/{REPO}/blobs/{d}");
@@ -440,7 +400,8 @@ fn two_requests_of_one_cold_blob_stream_one_fabric_fetch() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let size = 128usize << 20;
-    let (layout, blobs) = write_layout(&dir.path().join("layout"), &[size]);
+    let l = write_layout(&dir.path().join("layout"), TAG, &[size]);
+    let (layout, blobs) = (l.dir, l.layers);
     let a = agents(dir.path(), &layout, 86, 19186);
     let (d, _) = &blobs[0];
     let path = format!("/v2/{REPO}/blobs/{d}");

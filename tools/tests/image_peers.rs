@@ -16,66 +16,15 @@
 
 mod image_support;
 
-use std::path::{Path, PathBuf};
 
 use image_support::*;
 use quic_rdma_tools::image::digest::Digest;
 use quic_rdma_tools::image::metrics::sample;
-use rand::RngCore;
 
 const REPO: &str = "qr/peers";
 const TAG: &str = "v1";
 const RA_METRICS: &str = "127.0.111.70:19171";
 const A_PEER: &str = "127.0.111.71:19173";
-
-/// An OCI image layout (image-spec "Image Layout") with one random layer per
-/// size; the blobs' digests and sizes (config first), the manifest's size.
-fn write_layout(dir: &Path, sizes: &[usize]) -> (PathBuf, Vec<(String, u64)>, u64) {
-    let blobs = dir.join("blobs/sha256");
-    std::fs::create_dir_all(&blobs).unwrap();
-    let put = |data: &[u8]| {
-        let d = Digest::of(data);
-        std::fs::write(blobs.join(d.hex()), data).unwrap();
-        serde_json::json!({"digest": d.to_string(), "size": data.len()})
-    };
-    let mut layers = Vec::new();
-    for &n in sizes {
-        let mut data = vec![0u8; n];
-        rand::thread_rng().fill_bytes(&mut data);
-        let mut l = put(&data);
-        l["mediaType"] = "application/vnd.oci.image.layer.v1.tar".into();
-        layers.push(l);
-    }
-    let mut config =
-        put(br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#);
-    config["mediaType"] = "application/vnd.oci.image.config.v1+json".into();
-    let manifest = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": config,
-        "layers": layers,
-    });
-    let manifest = manifest.to_string();
-    let mut m = put(manifest.as_bytes());
-    m["mediaType"] = "application/vnd.oci.image.manifest.v1+json".into();
-    m["annotations"] = serde_json::json!({"org.opencontainers.image.ref.name": TAG});
-    std::fs::write(
-        dir.join("index.json"),
-        serde_json::json!({"schemaVersion": 2, "manifests": [m]}).to_string(),
-    )
-    .unwrap();
-    std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
-    let blobs = std::iter::once(&config)
-        .chain(layers.iter())
-        .map(|b| {
-            (
-                b["digest"].as_str().unwrap().to_string(),
-                b["size"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    (dir.to_path_buf(), blobs, manifest.len() as u64)
-}
 
 /// Pull the image through a node agent's HTTP API: the manifest, then every
 /// blob, each body's sha256 equal to its digest.
@@ -134,7 +83,8 @@ const SENT: &str = "qr_registry_sent_bytes_total";
 fn blobs_come_from_a_peer_and_fall_back_to_the_registry_agent() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (layout, blobs, mlen) = write_layout(&d.join("layout"), &[24 << 20, 4 << 20]);
+    let l = write_layout(&d.join("layout"), TAG, &[24 << 20, 4 << 20]);
+    let (layout, blobs, mlen) = (l.dir, l.blobs, l.manifest_len);
     let total: u64 = blobs.iter().map(|(_, s)| s).sum();
     let pki = pki(d, "127.0.111.70");
     let mut ra_args = registry_agent_args(

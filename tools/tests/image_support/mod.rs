@@ -596,3 +596,73 @@ impl Containerd {
         got
     }
 }
+
+/// An OCI image layout written by [`write_layout`].
+pub struct Layout {
+    /// The layout's directory.
+    pub dir: PathBuf,
+    /// Each layer's digest and bytes.
+    pub layers: Vec<(quic_rdma_tools::image::digest::Digest, Vec<u8>)>,
+    /// Every blob's digest and size, the config first.
+    pub blobs: Vec<(String, u64)>,
+    /// The manifest's size in bytes.
+    pub manifest_len: u64,
+}
+
+/// An OCI image layout (image-spec "Image Layout") in `dir`, tagged `tag`,
+/// with one random layer per size.
+pub fn write_layout(dir: &Path, tag: &str, sizes: &[usize]) -> Layout {
+    use quic_rdma_tools::image::digest::Digest as BlobDigest;
+    use rand::RngCore;
+    let blobs = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let put = |data: &[u8]| {
+        let d = BlobDigest::of(data);
+        std::fs::write(blobs.join(d.hex()), data).unwrap();
+        serde_json::json!({"digest": d.to_string(), "size": data.len()})
+    };
+    let mut descriptors = Vec::new();
+    let mut layers = Vec::new();
+    for &n in sizes {
+        let mut data = vec![0u8; n];
+        rand::thread_rng().fill_bytes(&mut data);
+        let mut l = put(&data);
+        l["mediaType"] = "application/vnd.oci.image.layer.v1.tar".into();
+        descriptors.push(l);
+        layers.push((BlobDigest::of(&data), data));
+    }
+    let mut config =
+        put(br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#);
+    config["mediaType"] = "application/vnd.oci.image.config.v1+json".into();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": config,
+        "layers": descriptors,
+    })
+    .to_string();
+    let mut m = put(manifest.as_bytes());
+    m["mediaType"] = "application/vnd.oci.image.manifest.v1+json".into();
+    m["annotations"] = serde_json::json!({"org.opencontainers.image.ref.name": tag});
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::json!({"schemaVersion": 2, "manifests": [m]}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let blobs = std::iter::once(&config)
+        .chain(descriptors.iter())
+        .map(|b| {
+            (
+                b["digest"].as_str().unwrap().to_string(),
+                b["size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    Layout {
+        dir: dir.to_path_buf(),
+        layers,
+        blobs,
+        manifest_len: manifest.len() as u64,
+    }
+}
