@@ -16,7 +16,6 @@
 
 mod image_support;
 
-
 use image_support::*;
 use quic_rdma_tools::image::digest::Digest;
 use quic_rdma_tools::image::metrics::sample;
