@@ -75,6 +75,8 @@ pub struct ChannelServer {
     /// The published record (GID, QPN, Q_Key, UDP port, MTU).
     pub record: PeerInfo,
     fabric: FabricEndpoint,
+    /// What [`ChannelServer::set_tls`] changes the crypto of.
+    server_config: quinn::ServerConfig,
     _bootstrap: BootstrapHandle,
 }
 
@@ -101,6 +103,18 @@ impl ChannelServer {
         Watcher {
             fabric: self.fabric.clone(),
         }
+    }
+
+    /// Accept new connections with `tls` from now on (a rotated
+    /// certificate, a new CA bundle): only the crypto changes, so the
+    /// transport and the address-validation token key stay; connections
+    /// already up keep the keys they agreed.
+    pub fn set_tls(&self, tls: &TlsSettings) -> Result<(), EndpointError> {
+        let crypto = tls.server_crypto().map_err(EndpointError::Tls)?;
+        let mut config = self.server_config.clone();
+        config.crypto = Arc::new(crypto);
+        self.endpoint.set_server_config(Some(config));
+        Ok(())
     }
 
     /// One line for the operator: provider, GID, QPN, Q_Key, UDP port, MTU and
@@ -142,13 +156,15 @@ pub fn listen(opts: &ListenOptions, tls: &TlsSettings) -> Result<ChannelServer, 
     eo.udp_port = opts.udp_port;
     eo.qpn = opts.qpn;
     let fabric = FabricEndpoint::open(opts.provider, &eo, opts.liveness)?;
-    let endpoint = fabric.listen(tls)?;
+    let server_config = fabric.server_config(tls)?;
+    let endpoint = fabric.listen_with(server_config.clone())?;
     let (bound, handle) = fabric.publish(SocketAddr::new(opts.ip, opts.service_port))?;
     Ok(ChannelServer {
         endpoint,
         bootstrap: bound,
         record: fabric.record()?,
         fabric,
+        server_config,
         _bootstrap: handle,
     })
 }

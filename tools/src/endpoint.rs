@@ -129,10 +129,22 @@ impl FabricEndpoint {
     /// A server endpoint accepting with `tls` and the fabric's transport
     /// config. Call inside a tokio runtime.
     pub(crate) fn listen(&self, tls: &TlsSettings) -> Result<quinn::Endpoint> {
+        self.endpoint(Some(self.server_config(tls)?))
+    }
+
+    /// The server config [`listen`](Self::listen) uses: `tls` with the
+    /// fabric's transport config.
+    pub(crate) fn server_config(&self, tls: &TlsSettings) -> Result<quinn::ServerConfig> {
         let server = tls
             .server_config(self.config.transport())
             .map_err(EndpointError::Tls)?;
-        self.endpoint(Some(Arc::unwrap_or_clone(server)))
+        Ok(Arc::unwrap_or_clone(server))
+    }
+
+    /// A server endpoint accepting with `server` (from
+    /// [`server_config`](Self::server_config)). Call inside a tokio runtime.
+    pub(crate) fn listen_with(&self, server: quinn::ServerConfig) -> Result<quinn::Endpoint> {
+        self.endpoint(Some(server))
     }
 
     /// A client endpoint. Call inside a tokio runtime.

@@ -22,6 +22,7 @@ mod endpoint_metrics;
 pub mod frame;
 pub mod gateway;
 pub mod http;
+pub mod identity;
 pub mod image;
 pub mod kv;
 pub mod listener;

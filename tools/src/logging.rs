@@ -15,8 +15,9 @@ pub enum LogFormat {
     Json,
 }
 
-/// The filter when `RUST_LOG` is not set.
-pub const DEFAULT_FILTER: &str = "warn,qr::access=info";
+/// The filter when `RUST_LOG` is not set: warnings, plus the access log
+/// and certificate reloads (`qr::tls`), which an operator wants to see.
+pub const DEFAULT_FILTER: &str = "warn,qr::access=info,qr::tls=info";
 
 /// Install the global subscriber (once, at start).
 pub fn init(format: LogFormat) {

@@ -11,6 +11,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use quic_rdma::quic::suites::{CipherPreference, UnknownCipherPreference, CIPHERS_ENV};
 use quic_rdma::quic::tls::{parse_certificates, parse_private_key, TlsError, TlsSettings};
@@ -133,6 +134,8 @@ pub struct Mtls {
     /// Identity, CA roots, client certificates required and the suites; the
     /// ALPN is set per channel when a config is made.
     settings: TlsSettings,
+    /// The leaf certificate's `notAfter`.
+    not_after: SystemTime,
 }
 
 impl Mtls {
@@ -140,6 +143,14 @@ impl Mtls {
     /// Errors name the file and what to do about it.
     pub fn from_pem_files(cert: &Path, key: &Path, ca: &Path) -> Result<Mtls> {
         let chain = read_certs(cert)?;
+        let not_after = chain
+            .first()
+            .and_then(|leaf| crate::identity::not_after_of(leaf))
+            .ok_or_else(|| {
+                material(cert, ": no X.509 certificate with a validity period first")(
+                    "unreadable validity".into(),
+                )
+            })?;
         let key_pem = read(key)?;
         let key_path = key;
         let key = parse_private_key(&key_pem).map_err(|e| {
@@ -165,6 +176,7 @@ impl Mtls {
                 ciphers,
                 ..TlsSettings::default()
             },
+            not_after,
         };
         // Catch a key that does not belong to the certificate now, with the
         // file names, not at the first handshake.
@@ -176,6 +188,11 @@ impl Mtls {
                 source,
             })?;
         Ok(m)
+    }
+
+    /// When this identity's certificate expires (its `notAfter`).
+    pub fn not_after(&self) -> SystemTime {
+        self.not_after
     }
 
     /// The settings with `alpn` as the one protocol.

@@ -335,7 +335,8 @@ fn exported() -> (BTreeSet<String>, BTreeSet<String>) {
     let text = text
         + &quic_rdma_tools::gateway::GatewayStats::default().prometheus()
         + &kv.prometheus("upstream")
-        + &ListenerStats::prometheus([&ListenerStats::new("http")]);
+        + &ListenerStats::prometheus([&ListenerStats::new("http")])
+        + &quic_rdma_tools::identity::TlsStats::default().render();
     let mut families = BTreeSet::new();
     let mut labels: BTreeSet<String> = ["instance", "job"].map(String::from).into();
     for line in text.lines() {
@@ -403,6 +404,7 @@ fn rules_and_dashboard_use_only_exported_metrics_and_labels() {
         "qr_kv_",
         "qr_gateway_",
         "qr_tcp_",
+        "qr_tls_",
     ] {
         assert!(
             used.iter().any(|f| f.starts_with(prefix)),

@@ -27,6 +27,7 @@ use super::args::{parse_bytes, FabricArgs, ListenArgs, LivenessArgs, MetricsArgs
 use crate::channel_endpoint::{self, ChannelClient, DialOptions};
 use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
+use crate::identity::{Identity, TlsStats};
 use crate::kv::redis::auth::ReplicaAuth;
 use crate::kv::redis::downstream::{self, Dialer, Upstream};
 use crate::kv::redis::locate::{Credentials, Locator, MasterSource};
@@ -233,6 +234,7 @@ async fn observe(
     role: &'static str,
     resp: Option<Arc<ListenerStats>>,
     gate: Option<RetryGate>,
+    tls: Arc<TlsStats>,
 ) -> Result<()> {
     let (m, s) = (metrics.clone(), metrics.clone());
     let task = common
@@ -245,6 +247,7 @@ async fn observe(
                     if let Some(g) = &gate {
                         retry_gate(&mut o, g);
                     }
+                    o.push_str(&tls.render());
                     o
                 }),
                 Page::status(move || s.status(role).to_string()),
@@ -311,7 +314,7 @@ fn announce_port(a: &UpstreamArgs) -> u16 {
 
 async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     let c = &a.common;
-    let mtls = c.mtls.load()?;
+    let identity = Identity::load(&c.mtls)?;
     let liveness: Liveness = c.liveness.liveness()?;
     std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
     kv::snapshot::remove_stale(&a.dir);
@@ -322,7 +325,14 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     let master = Master::new(cfg, metrics.clone());
     let (ip, service_port) = (c.ip, a.service_port);
     let lo = ListenArgs { ip, service_port }.options(c.fabric, liveness);
-    let listening = channel_endpoint::listen(&lo, &mtls.server_settings(kv::ALPN))?;
+    let listening = Arc::new(channel_endpoint::listen(
+        &lo,
+        &identity.current().server_settings(kv::ALPN),
+    )?);
+    let rotated = listening.clone();
+    identity.reload_on_hangup("qr kv-relay upstream", move |m| {
+        Ok(rotated.set_tls(&m.server_settings(kv::ALPN))?)
+    });
     let source = match &a.master_name {
         Some(name) => MasterSource::Sentinel {
             sentinels: a.sentinel.clone(),
@@ -342,7 +352,16 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
         },
     ));
     let gate = a.retry.gate();
-    observe(c, metrics.clone(), "upstream", None, Some(gate.clone())).await?;
+    let tls = identity.stats().clone();
+    observe(
+        c,
+        metrics.clone(),
+        "upstream",
+        None,
+        Some(gate.clone()),
+        tls,
+    )
+    .await?;
     eprintln!(
         "qr kv-relay upstream: following Redis {}; serving downstream relays: {}",
         locator.source(),
@@ -396,7 +415,10 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
 async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
     let c = &a.common;
     let auth = replica_auth(a)?;
-    let mtls = Arc::new(c.mtls.load()?);
+    let identity = Identity::load(&c.mtls)?;
+    // Each dial presents the identity in use then: a rotated certificate
+    // (SIGHUP) is used from the next reconnect on.
+    identity.reload_on_hangup("qr kv-relay downstream", |_| Ok(()));
     let liveness = c.liveness.liveness()?;
     let server_name = match &a.server_name {
         Some(n) => n.clone(),
@@ -411,7 +433,16 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
         .await
         .with_context(|| format!("listening for replicas on TCP {}", a.listen))?;
     let resp = Arc::new(ListenerStats::new("resp"));
-    observe(c, metrics.clone(), "downstream", Some(resp.clone()), None).await?;
+    let tls = identity.stats().clone();
+    observe(
+        c,
+        metrics.clone(),
+        "downstream",
+        Some(resp.clone()),
+        None,
+        tls,
+    )
+    .await?;
     // One client endpoint for the relay's life: the first dial opens it,
     // later ones reconnect on it (its RoCEv2 port stays ours).
     let client: Arc<tokio::sync::Mutex<Option<ChannelClient>>> = Arc::default();
@@ -423,15 +454,18 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
     opts.liveness = liveness;
     let service = a.upstream.clone();
     let dial: Dialer = Arc::new(move || {
-        let (client, mtls, service, server_name, opts) = (
+        let (client, identity, service, server_name, opts) = (
             client.clone(),
-            mtls.clone(),
+            identity.clone(),
             service.clone(),
             server_name.clone(),
             opts.clone(),
         );
         Box::pin(async move {
-            let cfg = mtls.client_config(kv::ALPN).map_err(|e| format!("{e:#}"))?;
+            let cfg = identity
+                .current()
+                .client_config(kv::ALPN)
+                .map_err(|e| format!("{e:#}"))?;
             let mut cur = client.lock().await;
             let r = match cur.as_ref() {
                 Some(cl) => cl.connect(&service, cfg, &server_name).await,

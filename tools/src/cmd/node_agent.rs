@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use super::args::{parse_bytes, FabricArgs, ListenArgs, LivenessArgs, RetryArgs, TcpLimitsArgs};
 use crate::access::Access;
 use crate::channel_endpoint::{listen, ChannelServer, DialOptions};
+use crate::identity::Identity;
 use crate::image::cache::Cache;
 use crate::image::client::FabricClient;
 use crate::image::fabric::FabricDialer;
@@ -161,7 +162,7 @@ pub(crate) fn host_of(service: &str) -> Result<String> {
 /// The node store of a node agent or `qr pull`, dialling lazily.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn node(
-    tls: &MtlsArgs,
+    tls: &Arc<Identity>,
     registry: &str,
     server_name: Option<&str>,
     fabric: FabricArgs,
@@ -172,8 +173,6 @@ pub(crate) fn node(
     peers: &[String],
     peer_server_name: Option<&str>,
 ) -> Result<Arc<Node>> {
-    let mtls = tls.load()?;
-    let config = mtls.client_config(wire::ALPN)?;
     let mut opts = DialOptions::new();
     opts.provider = fabric.provider;
     opts.ip = ip;
@@ -183,7 +182,7 @@ pub(crate) fn node(
         Some(n) => n.to_string(),
         None => host_of(registry)?,
     };
-    let dialer = FabricDialer::new(registry, &name, opts, config);
+    let dialer = FabricDialer::new(registry, &name, opts, tls.clone());
     let mut ps = Vec::new();
     for p in peers {
         let name = match peer_server_name {
@@ -208,11 +207,12 @@ pub(crate) fn node(
 /// The peer service: this node agent's verified cache over the fabric.
 fn serve_peers(
     args: &NodeAgentArgs,
+    identity: &Identity,
     ip: IpAddr,
     port: u16,
     node: &Arc<Node>,
-) -> Result<ChannelServer> {
-    let tls = args.tls.load()?.server_settings(wire::ALPN);
+) -> Result<Arc<ChannelServer>> {
+    let tls = identity.current().server_settings(wire::ALPN);
     let fabric = FabricArgs {
         udp_port: args.peer_udp_port,
         ..args.fabric
@@ -222,7 +222,7 @@ fn serve_peers(
         service_port: port,
     };
     let opts = listen_at.options(fabric, args.liveness.liveness()?);
-    let server = listen(&opts, &tls).context("--serve-peers")?;
+    let server = Arc::new(listen(&opts, &tls).context("--serve-peers")?);
     println!(
         "qr node-agent: serving peers on {} ({})",
         args.fabric.provider,
@@ -258,9 +258,10 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
+    let identity = Identity::load(&args.tls)?;
     rt.block_on(async {
         let node = node(
-            &args.tls,
+            &identity,
             &args.registry,
             args.server_name.as_deref(),
             args.fabric,
@@ -272,10 +273,21 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
             args.peer_server_name.as_deref(),
         )?;
         // Kept for the process's life: dropping it stops the bootstrap service.
-        let _peer_service = match (args.serve_peers, args.ip) {
-            (Some(port), Some(ip)) => Some(serve_peers(args, ip, port, &node)?),
+        let peer_service = match (args.serve_peers, args.ip) {
+            (Some(port), Some(ip)) => Some(serve_peers(args, &identity, ip, port, &node)?),
             _ => None,
         };
+        // Kept for the process's life: dropping it stops the bootstrap service.
+        let _peer_service = peer_service.clone();
+        let _ = node.metrics.tls.set(identity.stats().clone());
+        // Dials read the current identity; the peer service gets the new
+        // one installed.
+        identity.reload_on_hangup("qr node-agent", move |m| {
+            if let Some(server) = &peer_service {
+                server.set_tls(&m.server_settings(wire::ALPN))?;
+            }
+            Ok(())
+        });
         if let (Some(u), Some(t)) = (&args.direct_upstream, args.direct_threshold) {
             node.set_direct(Arc::new(Upstream::new(u)?), t);
         }

@@ -14,6 +14,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use super::args::{parse_bytes, FabricArgs, LivenessArgs};
 use super::node_agent::node;
+use crate::identity::Identity;
 use crate::image::cache::Cache;
 use crate::image::digest::{check_name, check_namespace, scoped, Digest, Reference};
 use crate::image::node::Node;
@@ -157,7 +158,7 @@ fn run(args: &PullArgs) -> Result<()> {
         .context("starting the tokio runtime")?;
     rt.block_on(async {
         let node = node(
-            &args.tls,
+            &Identity::load(&args.tls)?,
             &args.registry,
             args.server_name.as_deref(),
             args.fabric,

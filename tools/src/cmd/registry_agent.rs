@@ -14,6 +14,7 @@ use crate::access::Access;
 use crate::channel_endpoint::listen;
 use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
+use crate::identity::Identity;
 use crate::image::cache::Cache;
 use crate::image::digest::check_namespace;
 use crate::image::manifests::{ManifestCache, ManifestPolicy};
@@ -147,7 +148,7 @@ pub(crate) fn main(args: &RegistryAgentArgs) -> ExitCode {
 }
 
 fn run(args: &RegistryAgentArgs) -> Result<()> {
-    let mtls = args.tls.load()?;
+    let identity = Identity::load(&args.tls)?;
     let source = match (&args.upstream, &args.layout) {
         (u, None) if !u.is_empty() => Source::Upstream(upstreams(args)?),
         (_, Some(l)) => {
@@ -175,7 +176,14 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
         .context("starting the tokio runtime")?;
     rt.block_on(async {
         let opts = args.listen.options(args.fabric, args.liveness.liveness()?);
-        let server = listen(&opts, &mtls.server_settings(wire::ALPN))?;
+        let server = Arc::new(listen(
+            &opts,
+            &identity.current().server_settings(wire::ALPN),
+        )?);
+        let rotated = server.clone();
+        identity.reload_on_hangup("qr registry-agent", move |m| {
+            Ok(rotated.set_tls(&m.server_settings(wire::ALPN))?)
+        });
         let metrics = Arc::new(RegistryMetrics::default());
         if args.cache_scrub_rate > 0 {
             tokio::spawn(cache.clone().scrub(
@@ -187,6 +195,7 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
         }
         let gate = args.retry.gate();
         let (m, g, c) = (metrics.clone(), gate.clone(), cache.clone());
+        let tls = identity.stats().clone();
         let _metrics_http = args
             .metrics
             .serve(
@@ -195,6 +204,7 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
                     let mut o = m.render();
                     c.prometheus("qr_registry", &mut o);
                     retry_gate(&mut o, &g);
+                    o.push_str(&tls.render());
                     o
                 })],
                 vec![],

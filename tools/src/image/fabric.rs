@@ -11,31 +11,33 @@ use tokio::sync::Mutex;
 
 use super::client::{DialFuture, Dialer};
 use crate::channel_endpoint::{dial, ChannelClient, DialOptions};
+use crate::identity::Identity;
 
 /// Dials the registry agent behind a bootstrap service.
 pub struct FabricDialer {
     service: String,
     server_name: String,
     opts: DialOptions,
-    config: quinn::ClientConfig,
+    tls: Arc<Identity>,
     client: Arc<Mutex<Option<ChannelClient>>>,
 }
 
 impl FabricDialer {
     /// A dialer of `service` (HOST:PORT of the registry agent's bootstrap
-    /// service), verifying its certificate for `server_name`; `config` is
-    /// [`crate::pki::Mtls::client_config`] with ALPN [`super::wire::ALPN`].
+    /// service), verifying its certificate for `server_name`; each dial
+    /// presents the identity `tls` holds then (ALPN [`super::wire::ALPN`]),
+    /// so a certificate reloaded on SIGHUP is used from the next dial on.
     pub fn new(
         service: &str,
         server_name: &str,
         opts: DialOptions,
-        config: quinn::ClientConfig,
+        tls: Arc<Identity>,
     ) -> FabricDialer {
         FabricDialer {
             service: service.to_string(),
             server_name: server_name.to_string(),
             opts,
-            config,
+            tls,
             client: Arc::new(Mutex::new(None)),
         }
     }
@@ -50,7 +52,7 @@ impl FabricDialer {
             service: service.to_string(),
             server_name: server_name.to_string(),
             opts,
-            config: self.config.clone(),
+            tls: self.tls.clone(),
             client: self.client.clone(),
         }
     }
@@ -59,25 +61,15 @@ impl FabricDialer {
 impl Dialer for FabricDialer {
     fn dial(&self) -> DialFuture<'_> {
         Box::pin(async move {
+            let config = self.tls.current().client_config(super::wire::ALPN)?;
             let mut g = self.client.lock().await;
             if let Some(c) = g.as_ref() {
                 let conn = c
-                    .connect_within(
-                        &self.service,
-                        self.config.clone(),
-                        &self.server_name,
-                        self.opts.wait,
-                    )
+                    .connect_within(&self.service, config, &self.server_name, self.opts.wait)
                     .await?;
                 return Ok((c.endpoint().clone(), conn));
             }
-            let (c, conn) = dial(
-                &self.service,
-                &self.opts,
-                self.config.clone(),
-                &self.server_name,
-            )
-            .await?;
+            let (c, conn) = dial(&self.service, &self.opts, config, &self.server_name).await?;
             let ep = c.endpoint().clone();
             *g = Some(c);
             Ok((ep, conn))

@@ -137,6 +137,9 @@ pub struct NodeMetrics {
     /// serving command's `qr_quinn_retries_total` and
     /// `qr_quinn_unvalidated_handshakes`).
     pub peer_retry: std::sync::OnceLock<quic_rdma::quinn_adapter::RetryGate>,
+    /// The node agent's certificate reloads and expiry (`qr_tls_*`), set
+    /// by the agent once its identity is loaded.
+    pub tls: std::sync::OnceLock<std::sync::Arc<crate::identity::TlsStats>>,
     /// Manifests and tag lists the registry agent served stale (its
     /// upstream unreachable), each answered with `X-Qr-Stale`.
     pub manifests_stale: Counter,
@@ -230,6 +233,9 @@ impl NodeMetrics {
             .render();
         if let Some(gate) = self.peer_retry.get() {
             crate::endpoint_metrics::retry_gate(&mut o, gate);
+        }
+        if let Some(tls) = self.tls.get() {
+            o.push_str(&tls.render());
         }
         o
     }
