@@ -2,8 +2,11 @@
 //! person at a terminal; `NO_COLOR` honoured) or as JSON lines
 //! (`--log-format json`: `timestamp`, `level`, `target` and the event's
 //! fields at the top level, for a log collector). `RUST_LOG` filters; the
-//! default is warnings, plus the access log (`qr::access`, one line per
-//! request the agents answer).
+//! default is warnings, plus `qr`'s own events at info (targets `qr::*`: the
+//! access log `qr::access`, one line per request the agents answer;
+//! `qr::kv`, `qr::tls`, `qr::serve`, `qr::gateway`, `qr::image`,
+//! `qr::metrics`). A long-running command's events all go through here, so
+//! `--log-format json` gives a collector nothing but JSON lines.
 
 /// The format of log lines.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -15,9 +18,10 @@ pub enum LogFormat {
     Json,
 }
 
-/// The filter when `RUST_LOG` is not set: warnings, plus the access log
-/// and certificate reloads (`qr::tls`), which an operator wants to see.
-pub const DEFAULT_FILTER: &str = "warn,qr::access=info,qr::tls=info";
+/// The filter when `RUST_LOG` is not set: warnings, and `qr`'s own
+/// operational events (targets `qr::*`: the access log, certificate
+/// reloads, what a service listens on, KV syncs), which an operator wants.
+pub const DEFAULT_FILTER: &str = "warn,qr=info";
 
 /// Install the global subscriber (once, at start).
 pub fn init(format: LogFormat) {

@@ -5,7 +5,8 @@
 //! replica), a downstream relay that trusts only CA B — refused before the
 //! rotation — now syncs, and `/metrics` shows the reload and the new
 //! certificate's expiry. Broken files on a second SIGHUP are refused and
-//! counted, and the relay keeps serving with the certificate it had.
+//! counted, and the relay keeps serving with the certificate it had. The
+//! relay logs `--log-format json`: every line of its log parses as JSON.
 //!
 //! Addresses: 127.0.113.130..135, TCP ports 19370..19379.
 
@@ -99,7 +100,8 @@ fn sighup_rotates_the_certificate_and_keeps_live_sessions() {
     install(&b, "down", &only_b, "down");
     cas(&only_b, &[&b]);
 
-    let up = upstream(&dir, &live, UP_IP, 19371, 19372, &master.addr(), &[]);
+    let json = ["--log-format", "json"];
+    let up = upstream(&dir, &live, UP_IP, 19371, 19372, &master.addr(), &json);
     let upstream_service = format!("{UP_IP}:19371");
     let down1 = downstream(&dir, &a, "127.0.113.132", 19373, 19374, &upstream_service);
     let replica1 = Redis::start(
@@ -223,4 +225,36 @@ fn sighup_rotates_the_certificate_and_keeps_live_sessions() {
     master.client().ok(&["SET", "after-refusal", "still"]);
     assert_same(&master, &replica1, 0, &[&up, &down1]);
     assert_same(&master, &replica2, 0, &[&up, &down2]);
+
+    // Its log (`--log-format json`) is JSON lines only, one per event, the
+    // reloads and the syncs among them with their level, target and fields.
+    let events: Vec<serde_json::Value> = up
+        .output()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let has = |level: &str, target: &str, text: &str| {
+        events.iter().any(|v| {
+            v["level"] == level
+                && v["target"] == target
+                && v["timestamp"].is_string()
+                && v["message"].as_str().is_some_and(|m| m.contains(text))
+        })
+    };
+    assert!(has("INFO", "qr::tls", "SIGHUP: reloaded"), "{events:#?}");
+    assert!(
+        has("ERROR", "qr::tls", "kept the certificate in use"),
+        "{events:#?}"
+    );
+    assert!(
+        has("INFO", "qr::kv", "full resync from the master"),
+        "{events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .filter(|v| v["target"] == "qr::kv")
+            .all(|v| v["role"] == "upstream"),
+        "{events:#?}"
+    );
 }

@@ -272,7 +272,7 @@ impl MetricsArgs {
         let (bound, task) = crate::http::serve_pages(addr, self.tcp.limits(), access, pages, also)
             .await
             .with_context(|| format!("--metrics {addr}: is the port taken?"))?;
-        eprintln!("{command}: metrics on http://{bound}/metrics");
+        tracing::info!(target: "qr::metrics", "{command}: metrics on http://{bound}/metrics");
         Ok(Some(task))
     }
 }

@@ -250,8 +250,9 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
         stats.udp_kernel_drops.watch(inode);
     }
     let _metrics = metrics(&a.common, &stats).await?;
-    eprintln!(
-        "qr gateway: UDP {} -> fabric GID {} QPN {:#x} (UDP port {}), from GID {} MTU {}; \
+    tracing::info!(
+        target: "qr::gateway",
+        "UDP {} -> fabric GID {} QPN {:#x} (UDP port {}), from GID {} MTU {}; \
          max {} clients (+{} unvalidated), idle timeout {:?}",
         udp.local_addr()?,
         peer.addr.gid,
@@ -306,8 +307,9 @@ async fn to_udp(a: &ToUdpArgs) -> Result<()> {
     let (bound, _bootstrap) = ep.publish(bind)?;
     let stats = Arc::new(GatewayStats::default());
     let _metrics = metrics(&a.common, &stats).await?;
-    eprintln!(
-        "qr gateway: fabric GID {} QPN {:#x} MTU {} (bootstrap on TCP {bound}) -> UDP {}; \
+    tracing::info!(
+        target: "qr::gateway",
+        "fabric GID {} QPN {:#x} MTU {} (bootstrap on TCP {bound}) -> UDP {}; \
          max {} clients (+{} unvalidated), idle timeout {:?}",
         publish.addr.gid,
         publish.addr.qpn,

@@ -267,7 +267,7 @@ async fn observe(
                 if json {
                     println!("{}", metrics.status(role));
                 } else {
-                    eprintln!("{}", progress_line(&metrics, role));
+                    tracing::info!(target: "qr::kv", role, "{}", progress_line(&metrics));
                 }
             }
         });
@@ -275,10 +275,10 @@ async fn observe(
     Ok(())
 }
 
-fn progress_line(m: &Metrics, role: &str) -> String {
+fn progress_line(m: &Metrics) -> String {
     use std::sync::atomic::Ordering::Relaxed;
     let mut s = format!(
-        "qr kv-relay {role}: snapshot in {} B out {} B, log {} B, head {}, backlog {} B, \
+        "snapshot in {} B out {} B, log {} B, head {}, backlog {} B, \
          syncs full {} partial {}",
         m.snapshot_source_bytes.load(Relaxed),
         m.snapshot_bytes.load(Relaxed),
@@ -362,8 +362,10 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
         tls,
     )
     .await?;
-    eprintln!(
-        "qr kv-relay upstream: following Redis {}; serving downstream relays: {}",
+    tracing::info!(
+        target: "qr::kv",
+        role = "upstream",
+        "following Redis {}; serving downstream relays: {}",
         locator.source(),
         listening.describe()
     );
@@ -387,7 +389,12 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
                         watcher.watch(&conn);
                         let peer = conn.remote_address();
                         if let Err(e) = master.serve(conn).await {
-                            eprintln!("qr kv-relay upstream: downstream {peer}: {e}");
+                            tracing::warn!(
+                                target: "qr::kv",
+                                role = "upstream",
+                                peer = %peer,
+                                "downstream {peer}: {e}"
+                            );
                         }
                     }
                     Err(e) => {
@@ -395,7 +402,7 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
                             .metrics()
                             .link_errors
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        eprintln!("qr kv-relay upstream: handshake: {e}");
+                        tracing::warn!(target: "qr::kv", role = "upstream", "handshake: {e}");
                     }
                 }
             });
@@ -404,7 +411,11 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     tokio::select! {
         () = accept => {}
         sig = crate::shutdown::requested() => {
-            eprintln!("qr kv-relay upstream: {sig}: closing the downstream relays' links");
+            tracing::info!(
+                target: "qr::kv",
+                role = "upstream",
+                "{sig}: closing the downstream relays' links"
+            );
             crate::shutdown::close(&endpoint).await;
         }
     }
@@ -481,9 +492,12 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
         })
     });
     let upstream = Arc::new(Upstream::new(dial, metrics.clone()));
-    eprintln!(
-        "qr kv-relay downstream: replicas connect to {}; upstream relay {}",
-        a.listen, a.upstream
+    tracing::info!(
+        target: "qr::kv",
+        role = "downstream",
+        "replicas connect to {}; upstream relay {}",
+        a.listen,
+        a.upstream
     );
     crate::notify::ready("serving replicas");
     let serve = downstream::serve(
@@ -497,7 +511,11 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
     tokio::select! {
         () = serve => {}
         sig = crate::shutdown::requested() => {
-            eprintln!("qr kv-relay downstream: {sig}: closing the link to the upstream relay");
+            tracing::info!(
+                target: "qr::kv",
+                role = "downstream",
+                "{sig}: closing the link to the upstream relay"
+            );
             if let Some(cl) = client_at_exit.lock().await.as_ref() {
                 crate::shutdown::close(cl.endpoint()).await;
             }

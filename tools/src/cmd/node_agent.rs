@@ -302,7 +302,10 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
         // Connect now, so a wrong certificate or an unreachable agent shows at
         // start; a registry agent not up yet is retried per request later.
         if let Err(e) = node.client.connection().await {
-            eprintln!("qr node-agent: warning: {e} (retrying on each request)");
+            tracing::warn!(
+                target: "qr::image",
+                "node agent: {e} (retrying on each request)"
+            );
         }
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await

@@ -204,8 +204,9 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             .unwrap_or(SocketAddr::new(args.listen.ip, args.listen.service_port));
         let publish = fabric.record()?;
         let (bound, _bootstrap) = fabric.publish(bind)?;
-        eprintln!(
-            "qr serve: {} endpoint GID {} QPN {:#x} Q_Key {:#x} UDP port {} MTU {}; \
+        tracing::info!(
+            target: "qr::serve",
+            "{} endpoint GID {} QPN {:#x} Q_Key {:#x} UDP port {} MTU {}; \
              bootstrap on TCP {bound}; certificate in {}",
             fabric.kind(),
             publish.addr.gid,
@@ -275,7 +276,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             tokio::select! {
                 () = serve => {}
                 sig = crate::shutdown::requested() => {
-                    eprintln!("qr serve: {sig}: closing connections and stopping");
+                    tracing::info!(target: "qr::serve", "{sig}: closing connections and stopping");
                     crate::shutdown::close(&endpoint).await;
                 }
             }

@@ -129,7 +129,12 @@ pub async fn serve(
                         metrics.auth_failures.fetch_add(1, Relaxed);
                     }
                     if let Some(peer) = peer {
-                        eprintln!("qr kv-relay downstream: replica {peer} link closed: {e}");
+                        tracing::warn!(
+                            target: "qr::kv",
+                            role = "downstream",
+                            peer = %peer,
+                            "replica {peer} link closed: {e}"
+                        );
                     }
                     match e {
                         RelayError::Timeout(_) => Ended::TimedOut,
@@ -391,7 +396,12 @@ async fn replica_link(
             link.port.history.observe(&replid, position, previous);
             link.me.replica(ReplicaState::Online, position);
             metrics.sync_partial_ok.fetch_add(1, Relaxed);
-            eprintln!("qr kv-relay downstream: replica link {id}: +CONTINUE at {position}");
+            tracing::info!(
+                target: "qr::kv",
+                role = "downstream",
+                session = id,
+                "replica link {id}: +CONTINUE at {position}"
+            );
             if hello.capa_psync2 {
                 reply(&mut c, &format!("+CONTINUE {replid}\r\n")).await?;
             } else {
@@ -410,7 +420,12 @@ async fn replica_link(
             if have.is_some() {
                 metrics.sync_partial_err.fetch_add(1, Relaxed);
             }
-            eprintln!("qr kv-relay downstream: replica link {id}: +FULLRESYNC {replid} {position}");
+            tracing::info!(
+                target: "qr::kv",
+                role = "downstream",
+                session = id,
+                "replica link {id}: +FULLRESYNC {replid} {position}"
+            );
             reply(&mut c, &format!("+FULLRESYNC {replid} {position}\r\n")).await?;
             let mark: [u8; EOF_MARK_LEN] = {
                 const HEX: &[u8; 16] = b"0123456789abcdef";

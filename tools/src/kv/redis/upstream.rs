@@ -114,8 +114,10 @@ pub async fn run(cfg: UpstreamConfig, master: Master) {
         if let Some((replid, pos, previous)) = load_state(p) {
             // Resume where the replicas were: the backlog starts there, and
             // PSYNC asks the master for exactly what follows.
-            eprintln!(
-                "qr kv-relay upstream: resuming replication id {replid} at offset {pos} ({})",
+            tracing::info!(
+                target: "qr::kv",
+                role = "upstream",
+                "resuming replication id {replid} at offset {pos} ({})",
                 p.display()
             );
             master.reset(&replid, pos, previous);
@@ -133,8 +135,10 @@ pub async fn run(cfg: UpstreamConfig, master: Master) {
             Ok(addr) => {
                 if followed.as_ref().is_some_and(|f| *f != addr) {
                     master.metrics().master_changes.fetch_add(1, Relaxed);
-                    eprintln!(
-                        "qr kv-relay upstream: the master is now {addr} (was {}); following it",
+                    tracing::warn!(
+                        target: "qr::kv",
+                        role = "upstream",
+                        "the master is now {addr} (was {}); following it",
                         followed.as_deref().unwrap_or_default()
                     );
                 }
@@ -154,7 +158,11 @@ pub async fn run(cfg: UpstreamConfig, master: Master) {
             }
             let at = followed.as_deref().unwrap_or("(not found)");
             tracing::warn!("kv upstream: link to the Redis master {at}: {e}");
-            eprintln!("qr kv-relay upstream: link to the Redis master {at} closed: {e}");
+            tracing::warn!(
+                target: "qr::kv",
+                role = "upstream",
+                "link to the Redis master {at} closed: {e}"
+            );
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -269,8 +277,10 @@ async fn link(cfg: &UpstreamConfig, addr: &str, master: &Master) -> Result<(), R
             else {
                 return Err(RelayError::Handshake(format!("bad reply {reply:?}")));
             };
-            eprintln!(
-                "qr kv-relay upstream: full resync from the master: replid {id} offset {off}"
+            tracing::info!(
+                target: "qr::kv",
+                role = "upstream",
+                "full resync from the master: replid {id} offset {off}"
             );
             master.reset(id, off, None);
             let writer = master.begin_snapshot(id, off)?;
@@ -288,14 +298,19 @@ async fn link(cfg: &UpstreamConfig, addr: &str, master: &Master) -> Result<(), R
                     // restarted from its RDB, or a failover promoted it), ours
                     // being its previous one. Replicas holding ours resume
                     // under the new id (Master::switch_id).
-                    eprintln!(
-                        "qr kv-relay upstream: the master's replication id is now {new} \
-                         (was {old}, up to offset {head})"
+                    tracing::info!(
+                        target: "qr::kv",
+                        role = "upstream",
+                        "the master's replication id is now {new} (was {old}, up to offset {head})"
                     );
                     master.switch_id(new);
                 }
             }
-            eprintln!("qr kv-relay upstream: partial resync from the master at offset {head}");
+            tracing::info!(
+                target: "qr::kv",
+                role = "upstream",
+                "partial resync from the master at offset {head}"
+            );
         }
         _ => return Err(RelayError::Handshake(format!("PSYNC answered {reply:?}"))),
     }
@@ -350,10 +365,18 @@ async fn ack(c: &mut RedisConn, offset: u64) -> Result<(), RelayError> {
 async fn fetch_snapshots(cfg: UpstreamConfig, master: Master) {
     loop {
         master.snapshot_wanted().await;
-        eprintln!("qr kv-relay upstream: a replica needs a newer snapshot; fetching one");
+        tracing::info!(
+            target: "qr::kv",
+            role = "upstream",
+            "a replica needs a newer snapshot; fetching one"
+        );
         if let Err(e) = fetch(&cfg, &master).await {
             master.metrics().link_errors.fetch_add(1, Relaxed);
-            eprintln!("qr kv-relay upstream: fetching a snapshot failed: {e}");
+            tracing::warn!(
+                target: "qr::kv",
+                role = "upstream",
+                "fetching a snapshot failed: {e}"
+            );
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
