@@ -598,20 +598,20 @@ impl Containerd {
 }
 
 /// An OCI image layout written by [`write_layout`].
-pub struct Layout {
+pub(crate) struct Layout {
     /// The layout's directory.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Each layer's digest and bytes.
-    pub layers: Vec<(quic_rdma_tools::image::digest::Digest, Vec<u8>)>,
+    pub(crate) layers: Vec<(quic_rdma_tools::image::digest::Digest, Vec<u8>)>,
     /// Every blob's digest and size, the config first.
-    pub blobs: Vec<(String, u64)>,
+    pub(crate) blobs: Vec<(String, u64)>,
     /// The manifest's size in bytes.
-    pub manifest_len: u64,
+    pub(crate) manifest_len: u64,
 }
 
 /// An OCI image layout (image-spec "Image Layout") in `dir`, tagged `tag`,
 /// with one random layer per size.
-pub fn write_layout(dir: &Path, tag: &str, sizes: &[usize]) -> Layout {
+pub(crate) fn write_layout(dir: &Path, tag: &str, sizes: &[usize]) -> Layout {
     use quic_rdma_tools::image::digest::Digest as BlobDigest;
     use rand::RngCore;
     let blobs = dir.join("blobs/sha256");
