@@ -280,10 +280,13 @@ fn nearest<'a>(key: &str, keys: &[&'a str]) -> Option<&'a str> {
         .map(|(_, k)| k)
 }
 
-/// The per-key checks of one command's table: for each key that passes
-/// them, the option's id and the words it stands for.
+/// For each key of a table, the option's id and the command-line words the
+/// key stands for.
 type Words = Vec<(String, Vec<String>)>;
 
+/// The per-key checks of one command's table (known key, not a secret, TOML
+/// type, the option's own value parser): the words of the keys that pass,
+/// and a problem for each that does not.
 fn check_keys(leaf: &Leaf<'_>, table: &toml::Table, root: &Command) -> (Words, Vec<Problem>) {
     let name = leaf.table();
     let problem = |key: &str, problem: String, fix: String| Problem {
