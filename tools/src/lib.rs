@@ -12,11 +12,13 @@
 //! `workload/` (transfer and ping-pong on a QUIC connection), `report/` (the
 //! JSON schema and the human text), `endpoint.rs` (the quinn endpoint),
 //! `provider.rs` (`--provider`: sockets on a fabric), `tls.rs` (certificates
-//! and TLS 1.3 configs).
+//! and TLS 1.3 configs), `config.rs` (the TOML file of `--config FILE`: its
+//! tables and keys, derived from the clap definitions below).
 
 pub mod access;
 pub mod channel_endpoint;
 mod cmd;
+mod config;
 mod endpoint;
 mod endpoint_metrics;
 pub mod frame;
@@ -41,7 +43,7 @@ mod workload;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 use cmd::{
     cert, connect, demo, devices, kv_relay, node_agent, pull, registry_agent, serve, ud_pingpong,
@@ -159,6 +161,12 @@ enum Command {
     /// something else; 2 bad usage.
     Stats(cmd::stats::StatsArgs),
 
+    /// Config files of the long-running commands (`--config FILE`): `qr
+    /// config check FILE` validates one without starting anything.
+    ///
+    /// Exit codes: 0 valid; 1 invalid; 2 bad usage or an unreadable file.
+    Config(cmd::config::ConfigArgs),
+
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell),
     /// e.g. `qr completions bash > /etc/bash_completion.d/qr`.
     ///
@@ -174,7 +182,16 @@ enum Command {
 /// Parse the command line, run the subcommand and return its exit code: the
 /// whole of `qr`'s `main`.
 pub fn run() -> ExitCode {
-    let cli = Cli::parse();
+    // A `--config FILE`'s options become command-line words the command
+    // line itself does not set (crate::config).
+    let argv = match config::apply(Cli::command(), std::env::args_os().collect()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(argv);
     logging::init(cli.log_format);
     match cli.command {
         Command::Demo(args) => demo::main(&args),
@@ -189,6 +206,7 @@ pub fn run() -> ExitCode {
         Command::KvRelay(args) => kv_relay::main(&args),
         Command::Gateway(args) => cmd::gateway::main(&args),
         Command::Stats(args) => cmd::stats::main(&args),
+        Command::Config(args) => cmd::config::main(&args),
         Command::Completions(args) => cmd::completions::completions(&args),
         Command::Man(args) => cmd::completions::man(&args),
     }

@@ -3,7 +3,9 @@
 //!
 //! - every systemd unit in `deploy/systemd` passes `systemd-analyze verify`
 //!   (with its `ExecStart` pointed at this build of `qr`), and every flag it
-//!   passes exists in that subcommand's `--help`;
+//!   passes exists in that subcommand's `--help`; the config file it names
+//!   (`--config /etc/qr/X.toml`) is `deploy/config/X.toml`, which `qr config
+//!   check` accepts for that subcommand;
 //! - every Kubernetes manifest in `deploy/kubernetes/base` validates against
 //!   the Kubernetes schemas (`kubernetes-validate --strict`, from PyPI;
 //!   `.ci/run` installs it and names it in `$KUBERNETES_VALIDATE`), and every
@@ -146,6 +148,30 @@ fn systemd_units_verify_and_their_flags_exist() {
             .map(str::to_string)
             .collect();
         check_args(name, &words);
+        // A unit's `--config /etc/qr/X.toml` is deploy/config/X.toml, and
+        // that file has a valid table for the unit's command.
+        if let Some(i) = words.iter().position(|w| w == "--config") {
+            let file = Path::new(&words[i + 1]).file_name().unwrap();
+            let example = repo().join("deploy/config").join(file);
+            let sub: Vec<&str> = words
+                .iter()
+                .skip(2) // --log-format json
+                .take_while(|w| !w.starts_with('-'))
+                .map(String::as_str)
+                .collect();
+            let out = qr()
+                .args(["config", "check", "--command", &sub.join(" ")])
+                .arg(&example)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{name}: {}: {}{}",
+                example.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 }
 

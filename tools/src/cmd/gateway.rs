@@ -105,6 +105,7 @@ struct Common {
 }
 
 #[derive(Clone, Debug, clap::Args)]
+#[command(arg(crate::config::option()))]
 struct ToFabricArgs {
     /// UDP address clients send to.
     #[arg(long)]
@@ -123,6 +124,7 @@ struct ToFabricArgs {
 }
 
 #[derive(Clone, Debug, clap::Args)]
+#[command(arg(crate::config::option()))]
 struct ToUdpArgs {
     /// The QUIC server on UDP: HOST:PORT (a name is resolved once, at start).
     #[arg(long)]

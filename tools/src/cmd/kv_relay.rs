@@ -90,6 +90,7 @@ fn parse_interval(s: &str) -> Result<Interval, String> {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(arg(crate::config::option()))]
 struct UpstreamArgs {
     #[command(flatten)]
     common: Common,
@@ -113,12 +114,20 @@ struct UpstreamArgs {
     /// The Sentinels' password (their `requirepass`), if they have one.
     #[arg(long, env = "QR_KV_SENTINEL_PASSWORD", hide_env_values = true)]
     sentinel_password: Option<String>,
+    /// File whose first line is the Sentinels' password (instead of
+    /// QR_KV_SENTINEL_PASSWORD).
+    #[arg(long, value_name = "FILE", conflicts_with = "sentinel_password")]
+    sentinel_password_file: Option<PathBuf>,
     /// ACL user to authenticate to the master as (with --master-password).
     #[arg(long)]
     master_user: Option<String>,
     /// The master's password (its `requirepass`, a replica's `masterauth`).
     #[arg(long, env = "QR_KV_MASTER_PASSWORD", hide_env_values = true)]
     master_password: Option<String>,
+    /// File whose first line is the master's password (instead of
+    /// QR_KV_MASTER_PASSWORD).
+    #[arg(long, value_name = "FILE", conflicts_with = "master_password")]
+    master_password_file: Option<PathBuf>,
     /// Port announced to the master (`REPLCONF listening-port`), shown as
     /// this relay's `port=` in the master's INFO replication and ROLE.
     /// Default: the --metrics port (where /status describes the relay), else
@@ -149,7 +158,17 @@ struct UpstreamArgs {
     retry: RetryArgs,
 }
 
+/// A password from its `--*-password-file` (first line), else its option
+/// or environment variable.
+fn password(value: &Option<String>, file: &Option<PathBuf>, what: &str) -> Result<Option<String>> {
+    match file {
+        Some(f) => crate::secret::read_first_line(f, what).map(Some),
+        None => Ok(value.clone()),
+    }
+}
+
 #[derive(Debug, clap::Args)]
+#[command(arg(crate::config::option()))]
 struct DownstreamArgs {
     #[command(flatten)]
     common: Common,
@@ -344,11 +363,19 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
         source,
         Credentials {
             user: a.master_user.clone(),
-            password: a.master_password.clone(),
+            password: password(
+                &a.master_password,
+                &a.master_password_file,
+                "--master-password-file",
+            )?,
         },
         Credentials {
             user: None,
-            password: a.sentinel_password.clone(),
+            password: password(
+                &a.sentinel_password,
+                &a.sentinel_password_file,
+                "--sentinel-password-file",
+            )?,
         },
     ));
     let gate = a.retry.gate();

@@ -11,6 +11,7 @@
 mod args;
 pub(crate) mod cert;
 pub(crate) mod completions;
+pub(crate) mod config;
 pub(crate) mod connect;
 pub(crate) mod demo;
 pub(crate) mod devices;

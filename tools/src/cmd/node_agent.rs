@@ -27,6 +27,7 @@ use crate::pki::MtlsArgs;
 
 /// Options of `qr node-agent`.
 #[derive(Clone, Debug, clap::Args)]
+#[command(arg(crate::config::option()))]
 pub(crate) struct NodeAgentArgs {
     /// The registry agent's bootstrap service: HOST:PORT.
     #[arg(long)]

@@ -27,6 +27,7 @@ use crate::pki::MtlsArgs;
 
 /// Options of `qr registry-agent`.
 #[derive(Clone, Debug, clap::Args)]
+#[command(arg(crate::config::option()))]
 pub(crate) struct RegistryAgentArgs {
     /// An upstream registry, pulled through: `URL` (http://HOST:PORT or
     /// https://HOST), the default, or `NS=URL`, the registry for requests

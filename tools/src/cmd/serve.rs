@@ -34,6 +34,7 @@ use crate::workload;
 
 /// Options of `qr serve`.
 #[derive(Clone, Debug, clap::Args)]
+#[command(arg(crate::config::option()))]
 pub(crate) struct ServeArgs {
     /// --ip and --service-port.
     #[command(flatten)]
