@@ -208,6 +208,14 @@ impl Cache {
         None
     }
 
+    /// Check the copy of `d` against its digest again, even if this process
+    /// did before (a reader found it wrong as served: it may have rotted
+    /// since): as [`Self::get_verified`], whether an intact copy is held.
+    pub async fn recheck(self: &Arc<Self>, d: &Digest, corrupt: &[&Counter]) -> bool {
+        self.set_unverified(d);
+        self.get_verified(d, corrupt).await.is_some()
+    }
+
     /// Quarantine the corrupt copy of `d` whose bytes are `actual`; if it was
     /// still in the cache, count it in each of `corrupt` and say so (`how`:
     /// who found it). The one way both [`Self::get_verified`] and the scrub

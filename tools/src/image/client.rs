@@ -305,8 +305,21 @@ impl FabricClient {
             .request(&Request::Stat {
                 repo: repo.into(),
                 digest: *digest,
+                recheck: false,
             })
             .await?
             .total)
+    }
+
+    /// Tell the server the blob it served did not match `digest`: it checks
+    /// its cached copy again (quarantining a rotten one) before answering.
+    pub async fn recheck(&self, repo: &str, digest: &Digest) -> Result<(), FetchError> {
+        self.request(&Request::Stat {
+            repo: repo.into(),
+            digest: *digest,
+            recheck: true,
+        })
+        .await
+        .map(|_| ())
     }
 }

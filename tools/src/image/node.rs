@@ -78,7 +78,7 @@ pub struct Node {
     pub references: References,
     /// Blobs whose fetch failed or was restarted recently: their requests
     /// wait for the verdict before their first byte.
-    pub cut_through_failures: CutThroughFailures,
+    pub cut_through_failures: Arc<CutThroughFailures>,
     flights: Arc<Flights>,
     direct: std::sync::OnceLock<(Arc<Upstream>, u64)>,
     peers: std::sync::OnceLock<Vec<Peer>>,
@@ -173,7 +173,7 @@ impl Node {
             metrics,
             transfer,
             references: References::default(),
-            cut_through_failures: CutThroughFailures::default(),
+            cut_through_failures: Arc::default(),
             flights: Arc::new(std::sync::Mutex::new(HashMap::new())),
             direct: std::sync::OnceLock::new(),
             peers: std::sync::OnceLock::new(),
@@ -265,10 +265,15 @@ impl Node {
     }
 
     /// What a cache hit's whole response does with a copy found corrupt
-    /// while serving it: quarantined, counted like one found on lookup.
+    /// while serving it: quarantined, counted like one found on lookup, and
+    /// noted as a cut, so the retry waits for the fetch's verdict before its
+    /// first byte (the registry agent's copy may be rotten too: one aborted
+    /// response, not two).
     fn on_corrupt(&self, d: &Digest) -> OnCorrupt {
         let (cache, m, d) = (self.cache.clone(), self.metrics.clone(), *d);
+        let cuts = self.cut_through_failures.clone();
         Arc::new(move |file, actual| {
+            cuts.note(d);
             cache.reject(
                 &d,
                 file,
@@ -634,6 +639,12 @@ impl Node {
             };
             self.metrics.verify_failures.inc();
             tracing::warn!("{why} (attempt {})", attempt + 1);
+            // The registry agent's cached copy may have rotted since it was
+            // checked: have it check again before the next attempt. An agent
+            // that cannot (an older one) refuses; the attempt goes on.
+            if let Err(e) = self.client.recheck(repo, d).await {
+                tracing::debug!("asking the registry agent to recheck {d}: {e}");
+            }
             if attempt >= REFETCHES {
                 return Err(FetchError::DigestMismatch(format!(
                     "{why}; {} attempts",

@@ -185,7 +185,14 @@ async fn stream(
         Ok(Request::Manifest {
             repo, reference, ..
         }) => format!("manifest {repo}:{reference}"),
-        Ok(Request::Stat { repo, digest }) => format!("stat {repo}@{digest}"),
+        Ok(Request::Stat {
+            repo,
+            digest,
+            recheck,
+        }) => format!(
+            "stat {repo}@{digest}{}",
+            if *recheck { " (recheck)" } else { "" }
+        ),
         // Many per blob, logged only at debug: no line built otherwise.
         Ok(Request::Blob { .. }) if !tracing::enabled!(target: "qr::access", tracing::Level::DEBUG) => {
             String::new()
@@ -365,10 +372,19 @@ async fn answer(req: Request, spool: &Arc<Spool>, requester: u64) -> (Response, 
             }
             Err(e) => (source_err(&e), Vec::new()),
         },
-        Request::Stat { repo, digest } => match spool.size(&repo, &digest).await {
-            Ok(size) => ok("application/octet-stream", digest, size, Vec::new()),
-            Err(e) => (source_err(&e), Vec::new()),
-        },
+        Request::Stat {
+            repo,
+            digest,
+            recheck,
+        } => {
+            if recheck {
+                spool.recheck(&repo, &digest).await;
+            }
+            match spool.size(&repo, &digest).await {
+                Ok(size) => ok("application/octet-stream", digest, size, Vec::new()),
+                Err(e) => (source_err(&e), Vec::new()),
+            }
+        }
         Request::Blob {
             repo,
             digest,
@@ -407,15 +423,24 @@ async fn answer_peer(req: Request, node: &Node) -> (Response, Vec<u8>) {
         Request::Tags { repo } => not_here(&format!("tags of {repo} (peers serve blobs only)")),
         // Only under a repository the registry agent confirmed references
         // the blob (for this node): the cache itself is keyed by digest.
-        Request::Stat { repo, digest } | Request::Blob { repo, digest, .. }
+        Request::Stat { repo, digest, .. } | Request::Blob { repo, digest, .. }
             if !node.references.contains(&repo, &digest) =>
         {
             not_here(&format!("{digest} under {repo}"))
         }
-        Request::Stat { digest, .. } => match cache.get(&digest) {
-            Some((_, size)) => ok("application/octet-stream", digest, size, Vec::new()),
-            None => not_here(&digest.to_string()),
-        },
+        Request::Stat {
+            digest, recheck, ..
+        } => {
+            let m = &node.metrics;
+            let corrupt = [&m.cache_corrupt, &m.verify_failures];
+            if recheck && !node.cache.recheck(&digest, &corrupt).await {
+                return not_here(&digest.to_string());
+            }
+            match cache.get(&digest) {
+                Some((_, size)) => ok("application/octet-stream", digest, size, Vec::new()),
+                None => not_here(&digest.to_string()),
+            }
+        }
         Request::Blob {
             digest,
             offset,

@@ -193,6 +193,15 @@ impl Spool {
         &self.source
     }
 
+    /// A node found blob `d` as served not matching its digest: check the
+    /// cached copy again (a rotten one is quarantined, counted and logged,
+    /// and the next read fetches the blob afresh).
+    pub async fn recheck(&self, repo: &str, d: &Digest) {
+        if self.confirm(repo, d).await.is_ok() {
+            self.cache.recheck(d, &[&self.metrics.cache_corrupt]).await;
+        }
+    }
+
     /// A blob's size, without starting a download.
     pub async fn size(&self, repo: &str, d: &Digest) -> Result<u64, SourceError> {
         self.confirm(repo, d).await?;

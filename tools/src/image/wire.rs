@@ -28,6 +28,8 @@ const KIND_SCOPED: u8 = 5;
 
 /// [`Response::Ok`]'s flags byte: served stale.
 const FLAG_STALE: u8 = 1;
+/// [`Request::Stat`]'s flags byte: check the cached copy again.
+const RECHECK: u8 = 1;
 
 /// Largest frame message: requests and response headers are small (a
 /// manifest body travels after the header, not inside it).
@@ -94,6 +96,13 @@ pub enum Request {
         repo: String,
         /// Blob digest.
         digest: Digest,
+        /// The asker found the blob, as served, not matching its digest:
+        /// check the cached copy against it again first (a copy that rotted
+        /// after its check is quarantined and fetched afresh). On the wire:
+        /// one flags byte (bit 0) after the digest, present only when set,
+        /// so a plain stat is what agents before it sent (an agent before it
+        /// refuses the byte as malformed, which the asker ignores).
+        recheck: bool,
     },
     /// Bytes `offset..offset+len` of a blob (one chunk of a parallel transfer).
     Blob {
@@ -247,10 +256,17 @@ impl Request {
                 put_str(&mut out, &reference.to_string());
                 put_str(&mut out, accept);
             }
-            Request::Stat { repo, digest } => {
+            Request::Stat {
+                repo,
+                digest,
+                recheck,
+            } => {
                 out.push(2);
                 put_str(&mut out, repo);
                 put_str(&mut out, &digest.to_string());
+                if *recheck {
+                    out.push(RECHECK);
+                }
             }
             Request::Blob {
                 repo,
@@ -325,10 +341,26 @@ impl Request {
                 reference: r.str(STR)?.parse()?,
                 accept: r.str(STR)?,
             },
-            2 => Request::Stat {
-                repo,
-                digest: r.str(STR)?.parse()?,
-            },
+            2 => {
+                let digest = r.str(STR)?.parse()?;
+                let recheck = match r.rest() {
+                    [] => false,
+                    _ => match r.u8()? {
+                        RECHECK => true,
+                        value => {
+                            return Err(WireError::Unknown {
+                                what: "stat flags",
+                                value,
+                            })
+                        }
+                    },
+                };
+                Request::Stat {
+                    repo,
+                    digest,
+                    recheck,
+                }
+            }
             3 => {
                 let digest = r.str(STR)?.parse()?;
                 let (offset, len) = (r.u64()?, r.u64()?);
@@ -488,7 +520,11 @@ mod tests {
                 reference: Reference::Digest(d),
                 accept: String::new()
             }),
-            (repo, digest()).prop_map(|(repo, digest)| Request::Stat { repo, digest }),
+            (repo, digest(), any::<bool>()).prop_map(|(repo, digest, recheck)| Request::Stat {
+                repo,
+                digest,
+                recheck
+            }),
             repo.prop_map(|repo| Request::Tags {
                 repo: repo.to_string()
             }),
@@ -541,7 +577,16 @@ mod tests {
         fn truncation_is_an_error(req in scoped_request(), cut in 0usize..200) {
             let b = req.encode();
             let cut = cut % b.len();
-            prop_assert!(Request::decode(&b[..cut]).is_err());
+            match (&req, Request::decode(&b[..cut])) {
+                // The flag byte is optional (absent on a plain stat): cut
+                // off, what is left is the plain stat. Frames carry their
+                // length, so a request is never cut in practice.
+                (Request::Stat { repo, digest, recheck: true }, Ok(got)) if cut == b.len() - 1 => {
+                    let plain = Request::Stat { repo: repo.clone(), digest: *digest, recheck: false };
+                    prop_assert_eq!(got, plain);
+                }
+                (_, got) => prop_assert!(got.is_err()),
+            }
         }
     }
 
