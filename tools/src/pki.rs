@@ -145,7 +145,7 @@ impl Mtls {
         let chain = read_certs(cert)?;
         let not_after = chain
             .first()
-            .and_then(|leaf| crate::identity::not_after_of(leaf))
+            .and_then(|leaf| not_after_of(leaf))
             .ok_or_else(|| {
                 material(cert, ": no X.509 certificate with a validity period first")(
                     "unreadable validity".into(),
@@ -226,6 +226,13 @@ impl Mtls {
         let crypto = settings.client_crypto().map_err(PkiError::Config)?;
         Ok(quinn::ClientConfig::new(Arc::new(crypto)))
     }
+}
+
+/// A DER certificate's `notAfter`, if it parses.
+fn not_after_of(leaf_der: &[u8]) -> Option<SystemTime> {
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf_der).ok()?;
+    let secs = u64::try_from(cert.validity().not_after.timestamp()).ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
