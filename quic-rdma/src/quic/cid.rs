@@ -73,8 +73,9 @@ pub(crate) fn long_header_cids(d: &[u8]) -> Option<(&[u8], &[u8])> {
 pub const QUIC_V1: u32 = 0x0000_0001;
 /// QUIC version 2 (RFC 9369 §3.1), whose Initial packets have type 0b01.
 pub const QUIC_V2: u32 = 0x6b33_43cf;
-/// The least a client's Initial datagram carries (RFC 9000 §14.1).
-pub const MIN_INITIAL_DATAGRAM: usize = 1200;
+/// The least a client's Initial datagram carries (RFC 9000 §14.1): the one
+/// rule the socket also enforces on the fabric's MTU, so one constant.
+pub const MIN_INITIAL_DATAGRAM: usize = crate::socket::QUIC_MIN_DATAGRAM;
 
 /// Whether `d` can open a connection: a datagram of at least 1 200 bytes
 /// (RFC 9000 §14.1) starting with a long header with the fixed bit set
