@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use quic_rdma::discovery::PeerInfo;
 
-use super::args::{parse_bytes, FabricArgs, LivenessArgs};
+use super::args::{FabricArgs, WorkloadArgs};
 use super::{print_report, RunError};
 use crate::channel_endpoint::{query_bootstrap, route_source};
 use crate::endpoint::FabricEndpoint;
@@ -57,17 +57,8 @@ pub(crate) struct ConnectArgs {
     #[arg(long)]
     pub(crate) ip: Option<IpAddr>,
 
-    /// Bytes to transfer client -> server (suffixes K, M, G, T are binary).
-    #[arg(long, default_value = "64M", value_parser = parse_bytes)]
-    pub(crate) bytes: u64,
-
-    /// Round trips of the ping-pong (0 skips it).
-    #[arg(long, default_value_t = 10_000)]
-    pub(crate) pings: u32,
-
-    /// Size of each ping and pong in bytes.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
-    pub(crate) ping_size: u32,
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
 
     /// Seed of the transferred data.
     #[arg(long, default_value_t = 1)]
@@ -77,25 +68,13 @@ pub(crate) struct ConnectArgs {
     /// connections (a server that is still starting).
     #[arg(long, default_value_t = 10)]
     pub(crate) wait: u64,
-
-    /// Give up (exit 1) if the run has not finished after this many seconds.
-    #[arg(long, default_value_t = 600)]
-    pub(crate) timeout: u64,
-
-    /// Print the report as one JSON object instead of the human summary.
-    #[arg(long)]
-    pub(crate) json: bool,
-
-    /// Liveness timers of the QUIC connection.
-    #[command(flatten)]
-    pub(crate) liveness: LivenessArgs,
 }
 
 /// Run `qr connect`: print the report; the exit code says whether the data
 /// arrived intact (2 for arguments it cannot run with).
 pub(crate) fn main(args: &ConnectArgs) -> ExitCode {
     match ClientRun::from_args(args) {
-        Ok(run) => print_report("connect", self::run(&run), args.json),
+        Ok(run) => print_report("connect", self::run(&run), args.workload.json),
         Err(e) => {
             eprintln!("qr connect: {e:#}");
             ExitCode::from(2)
@@ -129,7 +108,7 @@ impl ClientRun {
             Some(n) => n.clone(),
             None => host_of(&args.server)?.to_string(),
         };
-        let liveness = args.liveness.liveness()?;
+        let liveness = args.workload.liveness.liveness()?;
         let args = args.clone();
         Ok(ClientRun {
             args,
@@ -165,12 +144,12 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
     };
     let trusted = tls::load_certs(&c.args.cert).map_err(run)?;
     let report = rt.block_on(async {
-        let limit = Duration::from_secs(c.args.timeout);
+        let limit = Duration::from_secs(c.args.workload.timeout);
         match tokio::time::timeout(limit, client(c, &fabric, &peer, trusted)).await {
             Ok(r) => r,
             Err(_) => Err(anyhow!(
                 "the run did not finish within {} s (--timeout)",
-                c.args.timeout
+                c.args.workload.timeout
             )),
         }
     });
@@ -205,9 +184,14 @@ async fn client(
     let handshake = start.elapsed();
     // A dead server is noticed by the receive path (docs/architecture.md §5).
     fabric.watch(&conn);
-    let transfer = workload::run_transfer(&conn, c.args.bytes, c.args.seed).await?;
-    let rtts = if c.args.pings > 0 {
-        workload::run_pings(&conn, c.args.pings, c.args.ping_size as usize).await?
+    let transfer = workload::run_transfer(&conn, c.args.workload.bytes, c.args.seed).await?;
+    let rtts = if c.args.workload.pings > 0 {
+        workload::run_pings(
+            &conn,
+            c.args.workload.pings,
+            c.args.workload.ping_size as usize,
+        )
+        .await?
     } else {
         Vec::new()
     };
@@ -221,7 +205,7 @@ async fn client(
         tracing::debug!("endpoint not idle after 3 s; leaving");
     }
     let transfer = TransferReport::from(&transfer);
-    if transfer.bytes_received == 0 && c.args.bytes > 0 {
+    if transfer.bytes_received == 0 && c.args.workload.bytes > 0 {
         bail!("the server received nothing");
     }
     Ok(Report {
@@ -236,7 +220,7 @@ async fn client(
         transfer,
         ping: PingReport {
             count: rtts.len() as u32,
-            size: c.args.ping_size as usize,
+            size: c.args.workload.ping_size as usize,
             rtt_us: RttReport::of(&rtts),
         },
         quic: QuicReport::from(&stats),
