@@ -21,7 +21,7 @@ use quic_rdma::discovery::PeerInfo;
 
 use super::args::{FabricArgs, WorkloadArgs};
 use super::{print_report, RunError};
-use crate::channel_endpoint::{query_bootstrap, route_source};
+use crate::channel_endpoint::{handshake, query_bootstrap, route_source};
 use crate::endpoint::FabricEndpoint;
 use crate::provider::{self, EndpointOptions};
 use crate::report::{
@@ -123,11 +123,12 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
     // Before the bootstrap query, which may wait --wait seconds for a server.
     provider::ensure_built_in(c.args.fabric.provider).map_err(RunError::Provider)?;
     let run = |e: anyhow::Error| RunError::Run(e);
-    let peer = query_bootstrap(&c.args.server, Duration::from_secs(c.args.wait)).map_err(run)?;
+    let peer = query_bootstrap(&c.args.server, Duration::from_secs(c.args.wait))
+        .map_err(|e| run(e.into()))?;
     let peer_ip = peer.addr.gid.to_ip();
     let ip = match c.args.ip {
         Some(ip) => ip,
-        None => route_source(peer_ip).map_err(run)?,
+        None => route_source(peer_ip).map_err(|e| run(e.into()))?,
     };
     let mut opts = EndpointOptions::new(ip);
     opts.udp_port = c.args.fabric.udp_port;
@@ -163,25 +164,14 @@ async fn client(
     peer: &PeerInfo,
     trusted: Vec<rustls::pki_types::CertificateDer<'static>>,
 ) -> Result<Report> {
-    let cfg = fabric.client_config(tls::client_config(trusted)?);
     let endpoint = fabric.client()?;
     let (socket, soft) = (fabric.socket(), fabric.soft());
     let start = Instant::now();
-    let conn = endpoint
-        .connect_with(cfg, socket.peer_addr(peer.addr), &c.server_name)
-        .context("starting the handshake")?
+    let config = tls::client_config(trusted)?;
+    let conn = handshake(fabric, &endpoint, config, peer, &c.server_name)
         .await
-        .map_err(|e| {
-            let why =
-                crate::refusal::local_certificate_refusal(&e).unwrap_or_else(|| e.to_string());
-            anyhow::anyhow!(
-                "handshake with {} (certificate checked for \"{}\" against {}): {why}",
-                peer.addr.gid,
-                c.server_name,
-                c.args.cert.display()
-            )
-        })?;
-    let handshake = start.elapsed();
+        .map_err(|e| e.trusting(&c.args.cert))?;
+    let handshake_time = start.elapsed();
     // A dead server is noticed by the receive path (docs/architecture.md §5).
     fabric.watch(&conn);
     let transfer = workload::run_transfer(&conn, c.args.workload.bytes, c.args.seed).await?;
@@ -215,7 +205,7 @@ async fn client(
         seed: c.args.seed,
         mtu: stats.path.current_mtu,
         fabric_mtu: socket.mtu(),
-        handshake_ms: handshake.as_secs_f64() * 1e3,
+        handshake_ms: handshake_time.as_secs_f64() * 1e3,
         tls: tls_info.into(),
         transfer,
         ping: PingReport {

@@ -235,7 +235,7 @@ fn wait_ready(server: &mut ServerChild, service: &str) -> Result<()> {
         match crate::channel_endpoint::query_bootstrap(service, Duration::ZERO) {
             Ok(_) => return Ok(()),
             Err(e) if Instant::now() >= deadline => {
-                return Err(e.context(format!(
+                return Err(anyhow::Error::from(e).context(format!(
                     "the server process did not answer on {service} within {READY_WITHIN:?}"
                 )))
             }
