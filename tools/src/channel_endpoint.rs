@@ -87,8 +87,8 @@ pub enum DialError {
         /// Why, in words a user can act on (a certificate our side refused
         /// says what is wrong with it and how to fix it).
         reason: String,
-        /// quinn's error.
-        error: quinn::ConnectionError,
+        /// quinn's error (boxed: it is large, and this is the cold path).
+        error: Box<quinn::ConnectionError>,
     },
 }
 
@@ -154,7 +154,7 @@ pub(crate) async fn handshake(
             trusted: None,
             reason: crate::refusal::local_certificate_refusal(&error)
                 .unwrap_or_else(|| error.to_string()),
-            error,
+            error: Box::new(error),
         })
 }
 
@@ -489,7 +489,7 @@ mod tests {
             server_name: "srv".into(),
             trusted: None,
             reason: "timed out".into(),
-            error: quinn::ConnectionError::TimedOut,
+            error: Box::new(quinn::ConnectionError::TimedOut),
         };
         let text = e.to_string();
         assert!(text.contains("handshake with"), "{text}");
