@@ -157,14 +157,6 @@ impl Identity {
     }
 }
 
-/// The expiry as a time, for [`Mtls::not_after`]'s callers.
-pub(crate) fn not_after_of(leaf_der: &[u8]) -> Option<SystemTime> {
-    let (_, cert) = x509_parser::parse_x509_certificate(leaf_der).ok()?;
-    let secs = cert.validity().not_after.timestamp();
-    let secs = u64::try_from(secs).ok()?;
-    Some(UNIX_EPOCH + Duration::from_secs(secs))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -138,6 +138,14 @@ pub struct Mtls {
     not_after: SystemTime,
 }
 
+/// A leaf certificate's expiry as a time, for [`Mtls::not_after`].
+fn not_after_of(leaf_der: &[u8]) -> Option<SystemTime> {
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf_der).ok()?;
+    let secs = cert.validity().not_after.timestamp();
+    let secs = u64::try_from(secs).ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
 impl Mtls {
     /// Load a certificate chain, its private key and the CA certificates.
     /// Errors name the file and what to do about it.
@@ -145,7 +153,7 @@ impl Mtls {
         let chain = read_certs(cert)?;
         let not_after = chain
             .first()
-            .and_then(|leaf| crate::identity::not_after_of(leaf))
+            .and_then(|leaf| not_after_of(leaf))
             .ok_or_else(|| {
                 material(cert, ": no X.509 certificate with a validity period first")(
                     "unreadable validity".into(),
