@@ -12,13 +12,13 @@
 //! watched (`quinn_adapter::watch`) for [`Liveness::dead_after`]. `qr serve`
 //! and `qr connect` use the same bootstrap helpers.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use quic_rdma::discovery::{self, BootstrapHandle, PeerInfo};
-use quic_rdma::fabric::Provider;
+use quic_rdma::discovery::{self, BootstrapError, BootstrapHandle, PeerInfo};
+use quic_rdma::fabric::{Gid, Provider};
 use quic_rdma::quic::tls::TlsSettings;
 use quic_rdma::quinn_adapter::Liveness;
 use quic_rdma::socket::SocketStats;
@@ -27,6 +27,136 @@ pub use crate::endpoint::EndpointError;
 use crate::endpoint::FabricEndpoint;
 use crate::provider::EndpointOptions;
 pub use crate::provider::OpenError;
+
+/// Why a channel client could not reach a server. Each message is whole on
+/// its own (the cause is in it, not also a `source()`), so error reporters
+/// that print a chain say nothing twice.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DialError {
+    /// The server's bootstrap service did not give its record (refused,
+    /// unreachable within the wait, or answered nonsense).
+    #[error("bootstrap query to {service}: {error}")]
+    Bootstrap {
+        /// The bootstrap service asked (HOST:PORT).
+        service: String,
+        /// Why it gave no record.
+        error: BootstrapError,
+    },
+    /// The bootstrap query's blocking task did not finish (it panicked or
+    /// the runtime is shutting down).
+    #[error("bootstrap query to {service}: the query task failed: {error}")]
+    QueryTask {
+        /// The bootstrap service asked (HOST:PORT).
+        service: String,
+        /// Why the task ended without an answer.
+        error: tokio::task::JoinError,
+    },
+    /// No local address routes towards the server's GID.
+    #[error("no route to {peer}: {error}")]
+    Route {
+        /// The server's GID as an IP address.
+        peer: IpAddr,
+        /// The kernel's answer.
+        error: std::io::Error,
+    },
+    /// The local client endpoint could not be opened.
+    #[error("{}", chain(.0))]
+    Endpoint(EndpointError),
+    /// quinn refused to start the handshake (e.g. an invalid server name or
+    /// an endpoint that is closing).
+    #[error("starting the handshake: {0}")]
+    HandshakeStart(quinn::ConnectError),
+    /// The handshake failed: the server or its certificate refused, or no
+    /// answer came.
+    #[error(
+        "handshake with {gid} QPN {qpn:#x} (certificate checked for \"{server_name}\"{}): \
+         {reason}",
+        trusted.as_ref().map(|t| format!(" against {}", t.display())).unwrap_or_default()
+    )]
+    Handshake {
+        /// The server's GID.
+        gid: Gid,
+        /// The server's QPN.
+        qpn: u32,
+        /// The name its certificate was checked for.
+        server_name: String,
+        /// The certificate file trusted for the server, when the caller
+        /// named one (`qr connect --cert`).
+        trusted: Option<PathBuf>,
+        /// Why, in words a user can act on (a certificate our side refused
+        /// says what is wrong with it and how to fix it).
+        reason: String,
+        /// quinn's error (boxed: it is large, and this is the cold path).
+        error: Box<quinn::ConnectionError>,
+    },
+}
+
+impl DialError {
+    /// A failed handshake names `cert` as the certificate trusted for the
+    /// server; other errors are unchanged.
+    pub fn trusting(mut self, cert: impl Into<PathBuf>) -> Self {
+        if let DialError::Handshake { trusted, .. } = &mut self {
+            *trusted = Some(cert.into());
+        }
+        self
+    }
+}
+
+impl From<EndpointError> for DialError {
+    fn from(e: EndpointError) -> Self {
+        DialError::Endpoint(e)
+    }
+}
+
+impl From<OpenError> for DialError {
+    fn from(e: OpenError) -> Self {
+        DialError::Endpoint(EndpointError::Open(e))
+    }
+}
+
+/// `e` and its causes, joined by ": ".
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
+/// Run a handshake with `peer` on `endpoint` (a client endpoint of
+/// `fabric`), `config` being TLS built without a transport (the fabric's is
+/// added) and verifying the certificate for `server_name`. A failure says
+/// which server, which name, and why (a certificate our side refused, in
+/// words that say how to fix it).
+pub(crate) async fn handshake(
+    fabric: &FabricEndpoint,
+    endpoint: &quinn::Endpoint,
+    config: quinn::ClientConfig,
+    peer: &PeerInfo,
+    server_name: &str,
+) -> Result<quinn::Connection, DialError> {
+    endpoint
+        .connect_with(
+            fabric.client_config(config),
+            fabric.socket().peer_addr(peer.addr),
+            server_name,
+        )
+        .map_err(DialError::HandshakeStart)?
+        .await
+        .map_err(|error| DialError::Handshake {
+            gid: peer.addr.gid,
+            qpn: peer.addr.qpn,
+            server_name: server_name.to_string(),
+            trusted: None,
+            reason: crate::refusal::local_certificate_refusal(&error)
+                .unwrap_or_else(|| error.to_string()),
+            error: Box::new(error),
+        })
+}
 
 /// TCP port of the bootstrap service when none is given (rdma-core's
 /// `ibv_*_pingpong` examples exchange QP details on the same port).
@@ -216,7 +346,7 @@ pub struct ChannelClient {
 
 impl ChannelClient {
     /// Open a client endpoint on `ip` towards `peer`. Call inside a tokio runtime.
-    fn open(opts: &DialOptions, ip: IpAddr, peer: PeerInfo) -> Result<ChannelClient> {
+    fn open(opts: &DialOptions, ip: IpAddr, peer: PeerInfo) -> Result<ChannelClient, DialError> {
         let mut eo = EndpointOptions::new(ip);
         eo.udp_port = opts.udp_port;
         eo.peer = Some(peer);
@@ -237,7 +367,7 @@ impl ChannelClient {
         service: &str,
         config: quinn::ClientConfig,
         server_name: &str,
-    ) -> Result<quinn::Connection> {
+    ) -> Result<quinn::Connection, DialError> {
         self.connect_within(service, config, server_name, self.opts.wait)
             .await
     }
@@ -251,7 +381,7 @@ impl ChannelClient {
         config: quinn::ClientConfig,
         server_name: &str,
         wait: Duration,
-    ) -> Result<quinn::Connection> {
+    ) -> Result<quinn::Connection, DialError> {
         let peer = query_async(service, wait).await?;
         self.connect_to(peer, config, server_name).await
     }
@@ -261,29 +391,12 @@ impl ChannelClient {
         peer: PeerInfo,
         config: quinn::ClientConfig,
         server_name: &str,
-    ) -> Result<quinn::Connection> {
+    ) -> Result<quinn::Connection, DialError> {
         if let Some(port) = self.fabric.soft() {
             // The peer's UDP port, before its address handle is made.
             peer.apply(port);
         }
-        let conn = self
-            .endpoint
-            .connect_with(
-                self.fabric.client_config(config),
-                self.fabric.socket().peer_addr(peer.addr),
-                server_name,
-            )
-            .context("starting the handshake")?
-            .await
-            .map_err(|e| {
-                let why =
-                    crate::refusal::local_certificate_refusal(&e).unwrap_or_else(|| e.to_string());
-                anyhow::anyhow!(
-                    "handshake with {} QPN {:#x} (certificate checked for \"{server_name}\"): {why}",
-                    peer.addr.gid,
-                    peer.addr.qpn
-                )
-            })?;
+        let conn = handshake(&self.fabric, &self.endpoint, config, &peer, server_name).await?;
         self.watcher().watch(&conn);
         Ok(conn)
     }
@@ -315,7 +428,7 @@ pub async fn dial(
     opts: &DialOptions,
     config: quinn::ClientConfig,
     server_name: &str,
-) -> Result<(ChannelClient, quinn::Connection)> {
+) -> Result<(ChannelClient, quinn::Connection), DialError> {
     let peer = query_async(service, opts.wait).await?;
     let ip = match opts.ip {
         Some(ip) => ip,
@@ -326,36 +439,82 @@ pub async fn dial(
     Ok((client, conn))
 }
 
-async fn query_async(service: &str, wait: Duration) -> Result<PeerInfo> {
-    let service = service.to_string();
-    tokio::task::spawn_blocking(move || query_bootstrap(&service, wait))
+async fn query_async(service: &str, wait: Duration) -> Result<PeerInfo, DialError> {
+    let owned = service.to_string();
+    tokio::task::spawn_blocking(move || query_bootstrap(&owned, wait))
         .await
-        .context("bootstrap query task")?
+        .map_err(|error| DialError::QueryTask {
+            service: service.to_string(),
+            error,
+        })?
 }
 
 /// Ask `server` (host:port) for its peer record, retrying while it refuses
 /// connections or is busy until `wait` has passed
 /// ([`discovery::query_within`]).
-pub(crate) fn query_bootstrap(server: &str, wait: Duration) -> Result<PeerInfo> {
-    discovery::query_within(server, wait).with_context(|| format!("bootstrap query to {server}"))
+pub(crate) fn query_bootstrap(server: &str, wait: Duration) -> Result<PeerInfo, DialError> {
+    discovery::query_within(server, wait).map_err(|error| DialError::Bootstrap {
+        service: server.to_string(),
+        error,
+    })
 }
 
 /// The source address the kernel would use towards `peer` (no packet is sent).
-pub(crate) fn route_source(peer: IpAddr) -> Result<IpAddr> {
-    let any: SocketAddr = match peer {
-        IpAddr::V4(_) => "0.0.0.0:0".parse()?,
-        IpAddr::V6(_) => "[::]:0".parse()?,
+pub(crate) fn route_source(peer: IpAddr) -> Result<IpAddr, DialError> {
+    let any = match peer {
+        IpAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+        IpAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
     };
-    let s = UdpSocket::bind(any)?;
-    s.connect(SocketAddr::new(peer, quic_rdma::fabric::ROCEV2_UDP_PORT))
-        .with_context(|| format!("no route to {peer}"))?;
-    Ok(s.local_addr()?.ip())
+    let route = || -> std::io::Result<IpAddr> {
+        let s = UdpSocket::bind(any)?;
+        s.connect(SocketAddr::new(peer, quic_rdma::fabric::ROCEV2_UDP_PORT))?;
+        Ok(s.local_addr()?.ip())
+    };
+    route().map_err(|error| DialError::Route { peer, error })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pki::{generate_dev_pki, Mtls};
+
+    /// Each failure says which server and why once, also through anyhow's
+    /// chain; a failed handshake names the trusted certificate when given.
+    #[test]
+    fn dial_errors_are_whole_and_said_once() {
+        let gid = Gid::from(Ipv4Addr::new(127, 0, 113, 9));
+        let e = DialError::Handshake {
+            gid,
+            qpn: 0x11,
+            server_name: "srv".into(),
+            trusted: None,
+            reason: "timed out".into(),
+            error: Box::new(quinn::ConnectionError::TimedOut),
+        };
+        let text = e.to_string();
+        assert!(text.contains("handshake with"), "{text}");
+        assert!(text.contains("QPN 0x11"), "{text}");
+        assert!(text.contains("certificate checked for \"srv\""), "{text}");
+        assert!(!text.contains("against"), "{text}");
+        let text = format!("{:#}", anyhow::Error::from(e.trusting("/x/cert.der")));
+        assert!(
+            text.contains("\"srv\" against /x/cert.der): timed out"),
+            "{text}"
+        );
+        assert_eq!(text.matches("timed out").count(), 1, "{text}");
+
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = DialError::Bootstrap {
+            service: "127.0.113.9:1".into(),
+            error: BootstrapError::Io(refused),
+        };
+        let text = format!("{:#}", anyhow::Error::from(e));
+        assert!(
+            text.starts_with("bootstrap query to 127.0.113.9:1: "),
+            "{text}"
+        );
+        assert_eq!(text.matches("refused").count(), 1, "{text}");
+    }
 
     /// A server and two clients over `soft` on loopback, mutual TLS: data goes
     /// both ways (sha256 equal), and a client reconnects on its endpoint after

@@ -197,6 +197,36 @@ impl LivenessArgs {
     }
 }
 
+/// What `qr connect` and `qr demo` share: the workload's sizes, the time
+/// limit, the report's format and the connection's liveness timers.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub(crate) struct WorkloadArgs {
+    /// Bytes to transfer client -> server. Suffixes K, M, G, T are binary
+    /// (KiB, MiB, GiB, TiB): 256M, 1G, 1.5G, 4096.
+    #[arg(long, default_value = "64M", value_parser = parse_bytes)]
+    pub(crate) bytes: u64,
+
+    /// Round trips of the ping-pong (0 skips it).
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) pings: u32,
+
+    /// Size of each ping and pong in bytes.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub(crate) ping_size: u32,
+
+    /// Give up (exit 1) if the run has not finished after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub(crate) timeout: u64,
+
+    /// Print the report as one JSON object instead of the human summary.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Liveness timers of the QUIC connection.
+    #[command(flatten)]
+    pub(crate) liveness: LivenessArgs,
+}
+
 /// `--retry`: when a QUIC server over the fabric asks a client to prove its
 /// address before keeping any state for it. Every serving command takes it;
 /// one [`RetryGate`] per server counts its Retries and its unvalidated

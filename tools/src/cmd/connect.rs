@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use quic_rdma::discovery::PeerInfo;
 
-use super::args::{parse_bytes, FabricArgs, LivenessArgs};
+use super::args::{FabricArgs, WorkloadArgs};
 use super::{print_report, RunError};
-use crate::channel_endpoint::{query_bootstrap, route_source};
+use crate::channel_endpoint::{handshake, query_bootstrap, route_source};
 use crate::endpoint::FabricEndpoint;
 use crate::provider::{self, EndpointOptions};
 use crate::report::{
@@ -57,17 +57,8 @@ pub(crate) struct ConnectArgs {
     #[arg(long)]
     pub(crate) ip: Option<IpAddr>,
 
-    /// Bytes to transfer client -> server (suffixes K, M, G, T are binary).
-    #[arg(long, default_value = "64M", value_parser = parse_bytes)]
-    pub(crate) bytes: u64,
-
-    /// Round trips of the ping-pong (0 skips it).
-    #[arg(long, default_value_t = 10_000)]
-    pub(crate) pings: u32,
-
-    /// Size of each ping and pong in bytes.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
-    pub(crate) ping_size: u32,
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
 
     /// Seed of the transferred data.
     #[arg(long, default_value_t = 1)]
@@ -77,25 +68,13 @@ pub(crate) struct ConnectArgs {
     /// connections (a server that is still starting).
     #[arg(long, default_value_t = 10)]
     pub(crate) wait: u64,
-
-    /// Give up (exit 1) if the run has not finished after this many seconds.
-    #[arg(long, default_value_t = 600)]
-    pub(crate) timeout: u64,
-
-    /// Print the report as one JSON object instead of the human summary.
-    #[arg(long)]
-    pub(crate) json: bool,
-
-    /// Liveness timers of the QUIC connection.
-    #[command(flatten)]
-    pub(crate) liveness: LivenessArgs,
 }
 
 /// Run `qr connect`: print the report; the exit code says whether the data
 /// arrived intact (2 for arguments it cannot run with).
 pub(crate) fn main(args: &ConnectArgs) -> ExitCode {
     match ClientRun::from_args(args) {
-        Ok(run) => print_report("connect", self::run(&run), args.json),
+        Ok(run) => print_report("connect", self::run(&run), args.workload.json),
         Err(e) => {
             eprintln!("qr connect: {e:#}");
             ExitCode::from(2)
@@ -129,7 +108,7 @@ impl ClientRun {
             Some(n) => n.clone(),
             None => host_of(&args.server)?.to_string(),
         };
-        let liveness = args.liveness.liveness()?;
+        let liveness = args.workload.liveness.liveness()?;
         let args = args.clone();
         Ok(ClientRun {
             args,
@@ -144,11 +123,12 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
     // Before the bootstrap query, which may wait --wait seconds for a server.
     provider::ensure_built_in(c.args.fabric.provider).map_err(RunError::Provider)?;
     let run = |e: anyhow::Error| RunError::Run(e);
-    let peer = query_bootstrap(&c.args.server, Duration::from_secs(c.args.wait)).map_err(run)?;
+    let peer = query_bootstrap(&c.args.server, Duration::from_secs(c.args.wait))
+        .map_err(|e| run(e.into()))?;
     let peer_ip = peer.addr.gid.to_ip();
     let ip = match c.args.ip {
         Some(ip) => ip,
-        None => route_source(peer_ip).map_err(run)?,
+        None => route_source(peer_ip).map_err(|e| run(e.into()))?,
     };
     let mut opts = EndpointOptions::new(ip);
     opts.udp_port = c.args.fabric.udp_port;
@@ -165,12 +145,12 @@ pub(crate) fn run(c: &ClientRun) -> Result<Report, RunError> {
     };
     let trusted = tls::load_certs(&c.args.cert).map_err(run)?;
     let report = rt.block_on(async {
-        let limit = Duration::from_secs(c.args.timeout);
+        let limit = Duration::from_secs(c.args.workload.timeout);
         match tokio::time::timeout(limit, client(c, &fabric, &peer, trusted)).await {
             Ok(r) => r,
             Err(_) => Err(anyhow!(
                 "the run did not finish within {} s (--timeout)",
-                c.args.timeout
+                c.args.workload.timeout
             )),
         }
     });
@@ -184,30 +164,24 @@ async fn client(
     peer: &PeerInfo,
     trusted: Vec<rustls::pki_types::CertificateDer<'static>>,
 ) -> Result<Report> {
-    let cfg = fabric.client_config(tls::client_config(trusted)?);
     let endpoint = fabric.client()?;
     let (socket, soft) = (fabric.socket(), fabric.soft());
     let start = Instant::now();
-    let conn = endpoint
-        .connect_with(cfg, socket.peer_addr(peer.addr), &c.server_name)
-        .context("starting the handshake")?
+    let config = tls::client_config(trusted)?;
+    let conn = handshake(fabric, &endpoint, config, peer, &c.server_name)
         .await
-        .map_err(|e| {
-            let why =
-                crate::refusal::local_certificate_refusal(&e).unwrap_or_else(|| e.to_string());
-            anyhow::anyhow!(
-                "handshake with {} (certificate checked for \"{}\" against {}): {why}",
-                peer.addr.gid,
-                c.server_name,
-                c.args.cert.display()
-            )
-        })?;
-    let handshake = start.elapsed();
+        .map_err(|e| e.trusting(&c.args.cert))?;
+    let handshake_time = start.elapsed();
     // A dead server is noticed by the receive path (docs/architecture.md §5).
     fabric.watch(&conn);
-    let transfer = workload::run_transfer(&conn, c.args.bytes, c.args.seed).await?;
-    let rtts = if c.args.pings > 0 {
-        workload::run_pings(&conn, c.args.pings, c.args.ping_size as usize).await?
+    let transfer = workload::run_transfer(&conn, c.args.workload.bytes, c.args.seed).await?;
+    let rtts = if c.args.workload.pings > 0 {
+        workload::run_pings(
+            &conn,
+            c.args.workload.pings,
+            c.args.workload.ping_size as usize,
+        )
+        .await?
     } else {
         Vec::new()
     };
@@ -221,7 +195,7 @@ async fn client(
         tracing::debug!("endpoint not idle after 3 s; leaving");
     }
     let transfer = TransferReport::from(&transfer);
-    if transfer.bytes_received == 0 && c.args.bytes > 0 {
+    if transfer.bytes_received == 0 && c.args.workload.bytes > 0 {
         bail!("the server received nothing");
     }
     Ok(Report {
@@ -231,12 +205,12 @@ async fn client(
         seed: c.args.seed,
         mtu: stats.path.current_mtu,
         fabric_mtu: socket.mtu(),
-        handshake_ms: handshake.as_secs_f64() * 1e3,
+        handshake_ms: handshake_time.as_secs_f64() * 1e3,
         tls: tls_info.into(),
         transfer,
         ping: PingReport {
             count: rtts.len() as u32,
-            size: c.args.ping_size as usize,
+            size: c.args.workload.ping_size as usize,
             rtt_us: RttReport::of(&rtts),
         },
         quic: QuicReport::from(&stats),

@@ -25,10 +25,11 @@ use crate::image::upstream::Upstream;
 use crate::image::{http, wire};
 use crate::pki::MtlsArgs;
 
-/// Options of `qr node-agent`.
+/// What `qr node-agent` and `qr pull` share: the registry agent to fetch
+/// from, the fabric endpoint that dials it, the verified blob cache and how
+/// blobs are chunked, declared once.
 #[derive(Clone, Debug, clap::Args)]
-#[command(arg(crate::config::option()))]
-pub(crate) struct NodeAgentArgs {
+pub(crate) struct NodeStoreArgs {
     /// The registry agent's bootstrap service: HOST:PORT.
     #[arg(long)]
     registry: String,
@@ -38,32 +39,18 @@ pub(crate) struct NodeAgentArgs {
     #[arg(long)]
     server_name: Option<String>,
 
-    /// HTTP address of the pull API (loopback by default: the hop to the
-    /// container runtime is plain HTTP).
-    #[arg(long, default_value = "127.0.0.1:5000")]
-    listen: SocketAddr,
-
-    /// Limits of the pull API's listener.
     #[command(flatten)]
-    tcp: TcpLimitsArgs,
-
-    #[command(flatten)]
-    fabric: FabricArgs,
+    pub(crate) fabric: FabricArgs,
 
     /// Local IP on the fabric (our GID). Default: the address routed towards
     /// the registry agent.
     #[arg(long)]
-    ip: Option<IpAddr>,
+    pub(crate) ip: Option<IpAddr>,
 
-    /// Directory of the verified blob cache.
+    /// Directory of the verified blob cache (a node agent's and `qr pull`'s
+    /// may be the same).
     #[arg(long)]
     cache_dir: PathBuf,
-
-    /// Bytes a second the cache scrub reads, hashing every cached blob again
-    /// pass after pass (a corrupt copy is quarantined and fetched afresh);
-    /// 0 turns it off.
-    #[arg(long, default_value = "16M", value_parser = parse_bytes)]
-    cache_scrub_rate: u64,
 
     /// Size bound of the cache (least recently used blobs go first).
     #[arg(long, default_value = "10G", value_parser = parse_bytes)]
@@ -81,6 +68,61 @@ pub(crate) struct NodeAgentArgs {
     /// Keep --chunk-size fixed.
     #[arg(long)]
     fixed_chunk: bool,
+
+    /// Certificate, key and CA (PEM) of mutual TLS with the registry agent
+    /// (and a node agent's peers).
+    #[command(flatten)]
+    pub(crate) tls: MtlsArgs,
+
+    /// Liveness timers of the QUIC connection.
+    #[command(flatten)]
+    pub(crate) liveness: LivenessArgs,
+}
+
+impl NodeStoreArgs {
+    /// The registry agent's bootstrap service, as given.
+    pub(crate) fn registry(&self) -> &str {
+        &self.registry
+    }
+
+    /// Check the provider is built in and open the cache.
+    pub(crate) fn open_cache(&self) -> Result<Arc<Cache>> {
+        crate::provider::ensure_built_in(self.fabric.provider)?;
+        Ok(Cache::open(&self.cache_dir, self.cache_size)?)
+    }
+
+    /// `base` with the chunking options set.
+    pub(crate) fn transfer(&self, base: TransferOptions) -> TransferOptions {
+        TransferOptions {
+            parallel: self.parallel.max(1),
+            chunk: self.chunk_size,
+            fixed_chunk: self.fixed_chunk,
+            ..base
+        }
+    }
+}
+
+/// Options of `qr node-agent`.
+#[derive(Clone, Debug, clap::Args)]
+#[command(arg(crate::config::option()))]
+pub(crate) struct NodeAgentArgs {
+    #[command(flatten)]
+    store: NodeStoreArgs,
+
+    /// HTTP address of the pull API (loopback by default: the hop to the
+    /// container runtime is plain HTTP).
+    #[arg(long, default_value = "127.0.0.1:5000")]
+    listen: SocketAddr,
+
+    /// Limits of the pull API's listener.
+    #[command(flatten)]
+    tcp: TcpLimitsArgs,
+
+    /// Bytes a second the cache scrub reads, hashing every cached blob again
+    /// pass after pass (a corrupt copy is quarantined and fetched afresh);
+    /// 0 turns it off.
+    #[arg(long, default_value = "16M", value_parser = parse_bytes)]
+    cache_scrub_rate: u64,
 
     /// Fail a blob after this many seconds without progress (redials included).
     #[arg(long, default_value_t = 30)]
@@ -123,15 +165,6 @@ pub(crate) struct NodeAgentArgs {
     #[arg(long, requires = "serve_peers")]
     access_policy: Option<PathBuf>,
 
-    /// Certificate, key and CA (PEM) of mutual TLS with the registry agent
-    /// and the peers.
-    #[command(flatten)]
-    tls: MtlsArgs,
-
-    /// Liveness timers of the QUIC connection.
-    #[command(flatten)]
-    liveness: LivenessArgs,
-
     /// When peers' connection attempts on --serve-peers get a Retry (address
     /// validation).
     #[command(flatten)]
@@ -160,30 +193,27 @@ pub(crate) fn host_of(service: &str) -> Result<String> {
         .to_string())
 }
 
-/// The node store of a node agent or `qr pull`, dialling lazily.
-#[allow(clippy::too_many_arguments)]
+/// The node store of a node agent or `qr pull`, dialling lazily: the
+/// registry agent of `store`, and `peers` (verified for `peer_server_name`,
+/// by default each one's HOST) asked before it.
 pub(crate) fn node(
+    store: &NodeStoreArgs,
     tls: &Arc<Identity>,
-    registry: &str,
-    server_name: Option<&str>,
-    fabric: FabricArgs,
-    ip: Option<IpAddr>,
-    liveness: &LivenessArgs,
     cache: Arc<Cache>,
     transfer: TransferOptions,
     peers: &[String],
     peer_server_name: Option<&str>,
 ) -> Result<Arc<Node>> {
     let mut opts = DialOptions::new();
-    opts.provider = fabric.provider;
-    opts.ip = ip;
-    opts.udp_port = fabric.udp_port;
-    opts.liveness = liveness.liveness()?;
-    let name = match server_name {
-        Some(n) => n.to_string(),
-        None => host_of(registry)?,
+    opts.provider = store.fabric.provider;
+    opts.ip = store.ip;
+    opts.udp_port = store.fabric.udp_port;
+    opts.liveness = store.liveness.liveness()?;
+    let name = match &store.server_name {
+        Some(n) => n.clone(),
+        None => host_of(&store.registry)?,
     };
-    let dialer = FabricDialer::new(registry, &name, opts, tls.clone());
+    let dialer = FabricDialer::new(&store.registry, &name, opts, tls.clone());
     let mut ps = Vec::new();
     for p in peers {
         let name = match peer_server_name {
@@ -216,17 +246,17 @@ fn serve_peers(
     let tls = identity.current().server_settings(wire::ALPN);
     let fabric = FabricArgs {
         udp_port: args.peer_udp_port,
-        ..args.fabric
+        ..args.store.fabric
     };
     let listen_at = ListenArgs {
         ip,
         service_port: port,
     };
-    let opts = listen_at.options(fabric, args.liveness.liveness()?);
+    let opts = listen_at.options(fabric, args.store.liveness.liveness()?);
     let server = Arc::new(listen(&opts, &tls).context("--serve-peers")?);
     println!(
         "qr node-agent: serving peers on {} ({})",
-        args.fabric.provider,
+        args.store.fabric.provider,
         server.describe()
     );
     let gate = args.retry.gate();
@@ -246,35 +276,28 @@ fn serve_peers(
 }
 
 fn run(args: &NodeAgentArgs) -> Result<()> {
-    crate::provider::ensure_built_in(args.fabric.provider)?;
-    let cache = Cache::open(&args.cache_dir, args.cache_size)?;
-    let transfer = TransferOptions {
-        parallel: args.parallel.max(1),
-        chunk: args.chunk_size,
-        fixed_chunk: args.fixed_chunk,
+    let cache = args.store.open_cache()?;
+    let transfer = args.store.transfer(TransferOptions {
         stall_timeout: Duration::from_secs(args.stall_timeout),
         resume: true,
-    };
+        ..TransferOptions::default()
+    });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let identity = Identity::load(&args.tls)?;
+    let identity = Identity::load(&args.store.tls)?;
     rt.block_on(async {
         let node = node(
+            &args.store,
             &identity,
-            &args.registry,
-            args.server_name.as_deref(),
-            args.fabric,
-            args.ip,
-            &args.liveness,
             cache.clone(),
             transfer,
             &args.peers,
             args.peer_server_name.as_deref(),
         )?;
         // Kept for the process's life: dropping it stops the bootstrap service.
-        let peer_service = match (args.serve_peers, args.ip) {
+        let peer_service = match (args.serve_peers, args.store.ip) {
             (Some(port), Some(ip)) => Some(serve_peers(args, &identity, ip, port, &node)?),
             _ => None,
         };
@@ -313,7 +336,8 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
             .with_context(|| format!("--listen {}: is the port taken?", args.listen))?;
         println!(
             "qr node-agent: ready on http://{} (registry agent {})",
-            args.listen, args.registry
+            args.listen,
+            args.store.registry()
         );
         crate::notify::ready(&format!("serving http://{}", args.listen));
         http::serve(listener, args.tcp.limits(), node).await;

@@ -3,7 +3,6 @@
 //! a summary of bytes, time, throughput and the path each blob took
 //! (`--json` for scripts). `--out DIR` writes an OCI image layout.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,15 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use super::args::{parse_bytes, FabricArgs, LivenessArgs};
-use super::node_agent::node;
+use super::node_agent::{node, NodeStoreArgs};
 use crate::identity::Identity;
-use crate::image::cache::Cache;
 use crate::image::digest::{check_name, check_namespace, scoped, Digest, Reference};
 use crate::image::node::Node;
 use crate::image::platform::Platform;
 use crate::image::transfer::TransferOptions;
-use crate::pki::MtlsArgs;
 
 /// Options of `qr pull`.
 #[derive(Clone, Debug, clap::Args)]
@@ -28,44 +24,12 @@ pub(crate) struct PullArgs {
     /// The image: REPOSITORY[:TAG] or REPOSITORY@sha256:… (TAG defaults to latest).
     image: String,
 
-    /// The registry agent's bootstrap service: HOST:PORT.
-    #[arg(long)]
-    registry: String,
-
-    /// Name the registry agent's certificate must be valid for. Default: HOST of --registry.
-    #[arg(long)]
-    server_name: Option<String>,
-
     #[command(flatten)]
-    fabric: FabricArgs,
-
-    /// Local IP on the fabric (our GID). Default: the address routed towards the registry agent.
-    #[arg(long)]
-    ip: Option<IpAddr>,
-
-    /// Blob cache directory (shared with a node agent's --cache-dir if you like).
-    #[arg(long)]
-    cache_dir: PathBuf,
-
-    /// Size bound of the cache.
-    #[arg(long, default_value = "10G", value_parser = parse_bytes)]
-    cache_size: u64,
+    store: NodeStoreArgs,
 
     /// Write the image as an OCI image layout into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
-
-    /// Chunk requests in flight per blob.
-    #[arg(long, default_value_t = 8)]
-    parallel: usize,
-
-    /// First chunk size (adapted within 128K..4M unless --fixed-chunk).
-    #[arg(long, default_value = "1M", value_parser = parse_bytes)]
-    chunk_size: u64,
-
-    /// Keep --chunk-size fixed.
-    #[arg(long)]
-    fixed_chunk: bool,
 
     /// The platform an image index is resolved for: os/arch[/variant]
     /// (default: this host's, e.g. linux/amd64). An index with no entry for
@@ -76,14 +40,6 @@ pub(crate) struct PullArgs {
     /// Print the summary as one JSON object (no progress bars).
     #[arg(long)]
     json: bool,
-
-    /// Certificate, key and CA (PEM) of mutual TLS with the registry agent.
-    #[command(flatten)]
-    tls: MtlsArgs,
-
-    /// Liveness timers of the QUIC connection.
-    #[command(flatten)]
-    liveness: LivenessArgs,
 }
 
 /// Run `qr pull`: 0 when every blob arrived verified, 1 otherwise.
@@ -144,31 +100,15 @@ struct Summary {
 
 fn run(args: &PullArgs) -> Result<()> {
     let (repo, reference) = parse_image(&args.image)?;
-    crate::provider::ensure_built_in(args.fabric.provider)?;
-    let cache = Cache::open(&args.cache_dir, args.cache_size)?;
-    let transfer = TransferOptions {
-        parallel: args.parallel.max(1),
-        chunk: args.chunk_size,
-        fixed_chunk: args.fixed_chunk,
-        ..TransferOptions::default()
-    };
+    let cache = args.store.open_cache()?;
+    let transfer = args.store.transfer(TransferOptions::default());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
     rt.block_on(async {
-        let node = node(
-            &Identity::load(&args.tls)?,
-            &args.registry,
-            args.server_name.as_deref(),
-            args.fabric,
-            args.ip,
-            &args.liveness,
-            cache,
-            transfer,
-            &[],
-            None,
-        )?;
+        let identity = Identity::load(&args.store.tls)?;
+        let node = node(&args.store, &identity, cache, transfer, &[], None)?;
         let start = Instant::now();
         let platform = args.platform.clone().unwrap_or_else(Platform::host);
         let (manifest, media_type, mdigest) = resolve(&node, &repo, &reference, &platform).await?;

@@ -4,7 +4,7 @@
 //! A UDP socket's receive buffer defaults to `net.core.rmem_default`
 //! (208 KiB on most systems): with tens of clients sending at once, bursts
 //! overflow it and the kernel drops datagrams nobody counts (13 % of them with
-//! 50 clients, issue 26). The gateway asks for [`RECV_BUFFER`] (with
+//! 50 clients in one measured run). The gateway asks for [`RECV_BUFFER`] (with
 //! `SO_RCVBUFFORCE` where it has `CAP_NET_ADMIN`, else `SO_RCVBUF`, which the
 //! kernel caps at `net.core.rmem_max`), logs what it got when that is less,
 //! and reads the socket's drop counter — the one `SO_RXQ_OVFL` reports,

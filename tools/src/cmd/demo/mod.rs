@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use quic_rdma::quinn_adapter::RetryGate;
 
-use super::args::{parse_bytes, LivenessArgs, DEFAULT_SERVICE_PORT};
+use super::args::{WorkloadArgs, DEFAULT_SERVICE_PORT};
 use super::{print_report, RunError};
 use crate::endpoint::FabricEndpoint;
 use crate::provider::FabricOptions;
@@ -52,18 +52,8 @@ pub(crate) struct DemoArgs {
     #[arg(long, default_value_t = DEFAULT_SERVICE_PORT)]
     pub(crate) service_port: u16,
 
-    /// Bytes to transfer client -> server. Suffixes K, M, G, T are binary
-    /// (KiB, MiB, GiB, TiB): 256M, 1G, 1.5G, 4096.
-    #[arg(long, default_value = "64M", value_parser = parse_bytes)]
-    pub(crate) bytes: u64,
-
-    /// Round trips of the ping-pong (0 skips it).
-    #[arg(long, default_value_t = 10_000)]
-    pub(crate) pings: u32,
-
-    /// Size of each ping and pong in bytes.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
-    pub(crate) ping_size: u32,
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
 
     /// Injected packet loss in percent (sim only), e.g. 1 or 0.5. Any value above 0
     /// turns on the sim's "hostile fabric" (Faults::hostile): that much loss plus
@@ -74,18 +64,6 @@ pub(crate) struct DemoArgs {
     /// Seed of the fabric's fault decisions and of the transferred data.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
-
-    /// Give up (exit 1) if the demo has not finished after this many seconds.
-    #[arg(long, default_value_t = 600)]
-    pub(crate) timeout: u64,
-
-    /// Print the report as one JSON object instead of the human summary.
-    #[arg(long)]
-    pub(crate) json: bool,
-
-    /// Liveness timers of the QUIC connection.
-    #[command(flatten)]
-    pub(crate) liveness: LivenessArgs,
 }
 
 fn parse_percent(s: &str) -> Result<f64, String> {
@@ -103,7 +81,7 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 
 /// Run `qr demo`: print the report; the exit code says whether the data arrived intact.
 pub(crate) fn main(args: &DemoArgs) -> ExitCode {
-    print_report("demo", run(args), args.json)
+    print_report("demo", run(args), args.workload.json)
 }
 
 /// Run the demo on a fresh tokio multi-thread runtime.
@@ -115,20 +93,20 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
         loss_percent: args.loss,
         seed: args.seed,
     };
-    let liveness = args.liveness.liveness().map_err(RunError::Run)?;
+    let liveness = args.workload.liveness.liveness().map_err(RunError::Run)?;
     let pair = FabricEndpoint::pair(args.provider, &opts, liveness).map_err(RunError::Provider)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")
         .map_err(RunError::Run)?;
-    let timeout = Duration::from_secs(args.timeout);
+    let timeout = Duration::from_secs(args.workload.timeout);
     let report = rt.block_on(async {
         match tokio::time::timeout(timeout, demo(args, &pair)).await {
             Ok(r) => r,
             Err(_) => Err(anyhow!(
                 "the demo did not finish within {} s (--timeout)",
-                args.timeout
+                args.workload.timeout
             )),
         }
     });
@@ -146,8 +124,8 @@ async fn demo(args: &DemoArgs, pair: &(FabricEndpoint, FabricEndpoint)) -> Resul
     let client = client_fabric.client()?;
     let client_cfg = client_fabric.client_config(tls.client);
     let server_addr = client_socket.peer_addr(server_socket.ud_addr());
-    let ping_size = args.ping_size as usize;
-    let pings = args.pings;
+    let ping_size = args.workload.ping_size as usize;
+    let pings = args.workload.pings;
 
     let accept = {
         let server = server.clone();
@@ -177,9 +155,9 @@ async fn demo(args: &DemoArgs, pair: &(FabricEndpoint, FabricEndpoint)) -> Resul
     let handshake = start.elapsed();
     client_fabric.watch(&conn);
 
-    let transfer = workload::run_transfer(&conn, args.bytes, args.seed).await?;
-    let rtts = if args.pings > 0 {
-        workload::run_pings(&conn, args.pings, ping_size).await?
+    let transfer = workload::run_transfer(&conn, args.workload.bytes, args.seed).await?;
+    let rtts = if args.workload.pings > 0 {
+        workload::run_pings(&conn, args.workload.pings, ping_size).await?
     } else {
         Vec::new()
     };

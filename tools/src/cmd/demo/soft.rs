@@ -143,8 +143,8 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
     .arg("--cert-out")
     .arg(&cert)
     .arg("--timeout")
-    .arg(args.timeout.to_string())
-    .args(args.liveness.to_cli())
+    .arg(args.workload.timeout.to_string())
+    .args(args.workload.liveness.to_cli())
     .stdin(Stdio::piped())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
@@ -174,14 +174,9 @@ pub(crate) fn run(args: &DemoArgs) -> Result<Report, RunError> {
             udp_port: quic_rdma::fabric::ROCEV2_UDP_PORT,
         },
         ip: Some(args.client_ip),
-        bytes: args.bytes,
-        pings: args.pings,
-        ping_size: args.ping_size,
+        workload: args.workload,
         seed: args.seed,
         wait: 5,
-        timeout: args.timeout,
-        json: args.json,
-        liveness: args.liveness,
     })
     .map_err(RunError::Run)?;
     let mut report = match connect::run(&client) {
@@ -240,7 +235,7 @@ fn wait_ready(server: &mut ServerChild, service: &str) -> Result<()> {
         match crate::channel_endpoint::query_bootstrap(service, Duration::ZERO) {
             Ok(_) => return Ok(()),
             Err(e) if Instant::now() >= deadline => {
-                return Err(e.context(format!(
+                return Err(anyhow::Error::from(e).context(format!(
                     "the server process did not answer on {service} within {READY_WITHIN:?}"
                 )))
             }
