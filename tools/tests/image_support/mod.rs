@@ -48,6 +48,7 @@ pub(crate) fn require(progs: &[&str]) {
     for p in progs {
         let package = match *p {
             "ctr" => "containerd",
+            "qemu-aarch64" => "qemu-user",
             other => other,
         };
         assert!(
