@@ -7,7 +7,7 @@
 //! transport: a server's [`TlsSettings`], a client's `quinn::ClientConfig`;
 //! the builder adds the one transport config.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use quic_rdma::discovery::{self, BootstrapHandle, PeerInfo};
@@ -15,7 +15,7 @@ use quic_rdma::fabric::sim::{FabricStats, SimFabric};
 use quic_rdma::fabric::soft::SoftPort;
 use quic_rdma::fabric::Provider;
 use quic_rdma::quic::tls::{TlsError, TlsSettings};
-use quic_rdma::quinn_adapter::{self, FabricConfig, Liveness};
+use quic_rdma::quinn_adapter::{self, Attempt, FabricConfig, Liveness};
 
 use crate::provider::{self, EndpointOptions, FabricOptions, OpenError, Socket};
 
@@ -61,6 +61,7 @@ pub(crate) struct FabricEndpoint {
     soft: Option<SoftPort>,
     record: Option<PeerInfo>,
     sim: Option<SimFabric>,
+    udp_gateways: Arc<[IpAddr]>,
 }
 
 impl FabricEndpoint {
@@ -79,6 +80,7 @@ impl FabricEndpoint {
             soft: ep.soft,
             record: ep.publish,
             sim: None,
+            udp_gateways: Arc::from([]),
         })
     }
 
@@ -97,6 +99,7 @@ impl FabricEndpoint {
             soft: None,
             record: None,
             sim: p.sim.clone(),
+            udp_gateways: Arc::from([]),
         };
         Ok((one(p.server.clone()), one(p.client.clone())))
     }
@@ -141,6 +144,35 @@ impl FabricEndpoint {
         Ok(Arc::unwrap_or_clone(server))
     }
 
+    /// Peers from these fabric IPs are UDP clients forwarded by a gateway
+    /// (`qr gateway to-fabric --fabric-ip`): [`accept`](Self::accept) gives
+    /// them the UDP path's transport settings.
+    pub(crate) fn with_udp_gateways(mut self, ips: &[IpAddr]) -> Self {
+        self.udp_gateways = ips.into();
+        self
+    }
+
+    /// Whether the peer quinn knows as `remote` comes through a gateway.
+    pub(crate) fn via_gateway(&self, remote: SocketAddr) -> bool {
+        !self.udp_gateways.is_empty()
+            && self
+                .socket
+                .ud_addr_of(remote)
+                .is_some_and(|a| self.udp_gateways.contains(&a.gid.to_ip()))
+    }
+
+    /// A server's acceptor for `tls`: the fabric's transport for fabric
+    /// peers, the UDP path's for peers through a gateway.
+    pub(crate) fn acceptor(&self, tls: &TlsSettings) -> Result<Acceptor> {
+        let udp_path = tls
+            .server_config(self.config.udp_path_transport())
+            .map_err(EndpointError::Tls)?;
+        Ok(Acceptor {
+            fabric: self.clone(),
+            udp_path,
+        })
+    }
+
     /// A server endpoint accepting with `server` (from
     /// [`server_config`](Self::server_config)). Call inside a tokio runtime.
     pub(crate) fn listen_with(&self, server: quinn::ServerConfig) -> Result<quinn::Endpoint> {
@@ -181,5 +213,30 @@ impl FabricEndpoint {
     /// host delays.
     pub(crate) fn watch(&self, conn: &quinn::Connection) {
         quinn_adapter::spawn_watch_for(&self.socket, conn, &self.config.timers());
+    }
+}
+
+/// Completes a server's handshakes, each with the transport settings its
+/// peer's path needs (docs/architecture.md §8, gateway): a peer forwarded
+/// from UDP starts at 1 200-byte datagrams and discovers the path MTU, with
+/// Internet timers; a fabric peer gets the fabric's settings and a watcher.
+pub(crate) struct Acceptor {
+    fabric: FabricEndpoint,
+    udp_path: Arc<quinn::ServerConfig>,
+}
+
+impl Acceptor {
+    /// Accept `attempt` and complete its handshake.
+    pub(crate) async fn accept(
+        &self,
+        attempt: Attempt,
+    ) -> Result<quinn::Connection, quinn::ConnectionError> {
+        if self.fabric.via_gateway(attempt.remote_address()) {
+            return attempt.accept_with(self.udp_path.clone()).await;
+        }
+        let conn = attempt.await?;
+        // A dead fabric peer is noticed by the receive path (docs/architecture.md §5).
+        self.fabric.watch(&conn);
+        Ok(conn)
     }
 }

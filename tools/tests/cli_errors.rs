@@ -194,7 +194,7 @@ fn gateway_bad_usage_is_refused_at_start() {
     let cases: &[(&[&str], i32, &str)] = &[
         (&["--max-clients", "0"], 2, "0 would refuse every client"),
         (&["--idle-timeout", "0s"], 2, "0 would drop every client"),
-        (&["--fabric-mtu", "1024"], 2, "QUIC needs 1200 bytes"),
+        (&["--fabric-mtu", "1500"], 2, "is not a RoCE MTU"),
         (
             &["--udp-bind", "192.0.2.1"],
             1,

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quinn_proto::{EndpointConfig, IdleTimeout, TransportConfig, VarInt};
+use quinn_proto::{EndpointConfig, IdleTimeout, MtuDiscoveryConfig, TransportConfig, VarInt};
 
 use crate::quic::cid::{RoutingCidGenerator, DEFAULT_CID_LEN};
 
@@ -92,6 +92,20 @@ impl Liveness {
             keep_alive: Some(Self::DEFAULT_KEEP_ALIVE),
             idle_timeout: Some(Self::QUINN_ADAPTER_IDLE_TIMEOUT),
             dead_after: Some(Self::DEFAULT_DEAD_AFTER),
+        }
+    }
+
+    /// Timers for a peer that reaches the fabric from UDP through a gateway
+    /// (`qr gateway to-fabric`): its path is the Internet's, not the fabric's.
+    /// A 10 s keep-alive holds the gateway's entry and NAT bindings open
+    /// (RFC 9308 §3.2), a 25 s idle timeout stays below the gateway's 30 s
+    /// client expiry, and there is no dead-peer watcher: a UDP client that is
+    /// slow for a second (a busy host, a congested path) is not dead.
+    pub const fn udp_path() -> Self {
+        Liveness {
+            keep_alive: Some(Duration::from_secs(10)),
+            idle_timeout: Some(Duration::from_secs(25)),
+            dead_after: None,
         }
     }
 
@@ -301,6 +315,34 @@ pub fn transport_config_with(mtu: usize, liveness: Liveness) -> TransportConfig 
     liveness.apply(&mut t);
     t
 }
+
+/// A `TransportConfig` for a peer on a UDP path behind a gateway, where the
+/// fabric's assumptions do not hold: the first datagrams are 1 200 bytes
+/// (RFC 9000 §14.1) and quinn's DPLPMTUD (RFC 8899) probes upward to `mtu`,
+/// since the UDP path may carry less than the fabric and a gateway never
+/// fragments (a probe it cannot forward is lost, which caps the search); the
+/// initial RTT is RFC 9002's 333 ms, not the fabric's 2 ms, so a distant
+/// client's first flight is not retransmitted before it could be answered.
+/// The windows are the fabric's; `liveness` is usually
+/// [`Liveness::udp_path`].
+pub fn udp_path_transport_config(mtu: usize, liveness: Liveness) -> TransportConfig {
+    let mtu = mtu.clamp(MIN_UDP_PATH_MTU as usize, u16::MAX as usize) as u16;
+    let mut discovery = MtuDiscoveryConfig::default();
+    discovery.upper_bound(mtu);
+    let mut t = TransportConfig::default();
+    t.initial_mtu(MIN_UDP_PATH_MTU)
+        .min_mtu(MIN_UDP_PATH_MTU)
+        .mtu_discovery_config(Some(discovery))
+        .stream_receive_window(VarInt::from_u32(16 << 20))
+        .receive_window(VarInt::from_u32(64 << 20))
+        .send_window(64 << 20)
+        .datagram_receive_buffer_size(Some(4 << 20));
+    liveness.apply(&mut t);
+    t
+}
+
+/// The smallest datagram every QUIC path carries (RFC 9000 §14).
+const MIN_UDP_PATH_MTU: u16 = crate::quic::cid::MIN_INITIAL_DATAGRAM as u16;
 
 /// [`transport_config`] behind an `Arc`, ready for client and server configs.
 pub fn transport(mtu: usize) -> Arc<TransportConfig> {

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use crate::fabric::UdQueuePair;
 use crate::quic::cid::random_routing_key;
-use crate::quic::config::{endpoint_config, transport_config_with, Liveness};
+use crate::quic::config::{
+    endpoint_config, transport_config_with, udp_path_transport_config, Liveness,
+};
 
 use super::RdmaUdpSocket;
 
@@ -86,6 +88,15 @@ impl FabricConfig {
     /// for client and server configs.
     pub fn transport(&self) -> Arc<quinn::TransportConfig> {
         Arc::new(self.transport_config())
+    }
+
+    /// The transport config for a peer that reaches this endpoint from UDP
+    /// through a gateway: 1 200-byte datagrams at first, path MTU discovery
+    /// up to the fabric MTU, [`Liveness::udp_path`] timers
+    /// ([`udp_path_transport_config`]). A server picks it per connection
+    /// (`quinn::Incoming::accept_with`); the peer needs no watcher.
+    pub fn udp_path_transport(&self) -> Arc<quinn::TransportConfig> {
+        Arc::new(udp_path_transport_config(self.mtu, Liveness::udp_path()))
     }
 
     /// A quinn endpoint over `socket` with the endpoint config, a server

@@ -127,6 +127,22 @@ impl Attempt {
         self.incoming.remote_address_validated()
     }
 
+    /// Accept it with `config` instead of the endpoint's server config (a
+    /// peer that needs other transport settings, e.g. one behind a UDP
+    /// gateway) and complete the handshake.
+    pub async fn accept_with(
+        self,
+        config: Arc<quinn::ServerConfig>,
+    ) -> Result<quinn::Connection, quinn::ConnectionError> {
+        let Attempt { incoming, ticket } = self;
+        let result = match incoming.accept_with(config) {
+            Ok(connecting) => connecting.await,
+            Err(e) => Err(e),
+        };
+        drop(ticket);
+        result
+    }
+
     /// Refuse it (CONNECTION_REFUSED).
     pub fn refuse(self) {
         self.incoming.refuse();

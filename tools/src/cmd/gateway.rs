@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use quic_rdma::fabric::{Mtu, UdQueuePair};
-use quic_rdma::socket::QUIC_MIN_DATAGRAM;
+use quic_rdma::socket::{segment, QUIC_MIN_DATAGRAM};
 
 use super::args::{parse_bytes, FabricArgs, MetricsArgs, DEFAULT_SERVICE_PORT};
 use crate::channel_endpoint::query_bootstrap;
@@ -57,9 +57,10 @@ struct Common {
     #[command(flatten)]
     fabric: FabricArgs,
 
-    /// Active MTU of the gateway's fabric port: 2048 or 4096 (QUIC needs
-    /// 1200-byte datagrams, RFC 9000 §14; 1024 is too small). UDP datagrams
-    /// above it are dropped and counted.
+    /// Active MTU of the gateway's fabric port: 256, 512, 1024, 2048 or 4096,
+    /// the target's (a 1500-byte Ethernet link runs RoCE at 1024; below 2048
+    /// QUIC datagrams are segmented, docs/architecture.md §6). UDP datagrams
+    /// above what it carries are dropped and counted.
     #[arg(long, default_value_t = 4096, value_parser = parse_mtu)]
     fabric_mtu: usize,
 
@@ -165,9 +166,10 @@ fn parse_nonzero_duration(s: &str) -> Result<Duration, String> {
 fn parse_mtu(s: &str) -> Result<usize, String> {
     let n: usize = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     match Mtu::from_bytes(n) {
-        Some(m) if m.bytes() >= QUIC_MIN_DATAGRAM => Ok(n),
+        Some(m) if segment::datagram_mtu(m.bytes()) >= QUIC_MIN_DATAGRAM => Ok(n),
         _ => Err(format!(
-            "{n} is not a RoCE MTU QUIC fits in: use 2048 or 4096 (QUIC needs 1200 bytes)"
+            "{n} is not a RoCE MTU: use 256, 512, 1024, 2048 or 4096 (below 2048 QUIC \
+             datagrams are segmented)"
         )),
     }
 }
@@ -227,6 +229,18 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
     let peer = tokio::task::spawn_blocking(move || query_bootstrap(&target, wait)).await??;
     let mut cfg = provider::soft_config(a.common.fabric_ip, a.common.fabric.udp_port)?;
     cfg.mtu = Mtu::from_bytes(a.common.fabric_mtu).expect("checked by parse_mtu");
+    peer.check_segmentation(cfg.mtu)?;
+    if cfg.mtu != peer.mtu {
+        // Neither end cuts its datagrams for a peer on a smaller MTU
+        // (docs/architecture.md §6): what the larger end sends is dropped.
+        tracing::warn!(
+            target: "qr::gateway",
+            "--fabric-mtu {} differs from the target's MTU {}: datagrams the larger end \
+             sends above the smaller MTU are lost; run both at one MTU",
+            cfg.mtu.bytes(),
+            peer.mtu.bytes()
+        );
+    }
     let port = provider::open_soft_port(cfg)?;
     // Every client QP sends to the target's UDP port (set before any AH exists).
     peer.apply(&port);
@@ -245,6 +259,8 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
     let asked = usize::try_from(a.common.udp_recv_buffer).unwrap_or(usize::MAX);
     let granted = udp_socket::size_buffers(&udp, asked, udp_socket::SEND_BUFFER)
         .context("sizing the UDP socket's buffers")?;
+    udp_socket::dont_fragment(&udp, udp.local_addr()?)
+        .context("setting \"don't fragment\" on the UDP socket")?;
     stats
         .udp_recv_buffer_bytes
         .set(i64::try_from(granted).unwrap_or(i64::MAX));

@@ -13,7 +13,7 @@
 //! (`report::ServeSummary`) goes to stdout (a JSON line with `--json`).
 
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,7 +24,7 @@ use anyhow::{anyhow, Context, Result};
 use quic_rdma::quinn_adapter::Attempt;
 
 use super::args::{FabricArgs, ListenArgs, LivenessArgs, MetricsArgs, RetryArgs};
-use crate::endpoint::FabricEndpoint;
+use crate::endpoint::{Acceptor, FabricEndpoint};
 use crate::endpoint_metrics::EndpointMetrics;
 use crate::http::Page;
 use crate::provider::{self, EndpointOptions, OpenError};
@@ -56,6 +56,13 @@ pub(crate) struct ServeArgs {
     /// QPN of the served QP (2..=0xFFFFFF; default: the provider's first, 0x11).
     #[arg(long, value_parser = parse_qpn)]
     pub(crate) qpn: Option<u32>,
+
+    /// Fabric IP of a `qr gateway to-fabric` (its --fabric-ip); repeat for
+    /// several. Its clients are on UDP paths: their connections start at
+    /// 1200-byte datagrams and discover the path MTU, with UDP timers (10 s
+    /// keep-alive, 25 s idle timeout) instead of the fabric's.
+    #[arg(long = "udp-gateway", value_name = "IP")]
+    pub(crate) udp_gateways: Vec<IpAddr>,
 
     /// Extra names (DNS names or IPs) for the certificate; it always names
     /// "localhost" and --ip.
@@ -188,6 +195,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
     let fabric = {
         let _rt = rt.enter();
         FabricEndpoint::open(args.fabric.provider, &opts, args.liveness.liveness()?)?
+            .with_udp_gateways(&args.udp_gateways)
     };
     let mut names = vec![args.listen.ip.to_string()];
     names.extend(args.names.iter().cloned());
@@ -200,6 +208,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
 
     let result = rt.block_on(async {
         let endpoint = fabric.listen(&tls)?;
+        let acceptor = Arc::new(fabric.acceptor(&tls)?);
         let bind = args
             .bootstrap_bind
             .unwrap_or(SocketAddr::new(args.listen.ip, args.listen.service_port));
@@ -251,7 +260,7 @@ fn serve(args: &ServeArgs) -> Result<bool> {
                 .ok_or_else(|| anyhow!("endpoint closed"))?;
             let s = tokio::time::timeout_at(
                 deadline,
-                connection(attempt, metrics.clone(), fabric.clone()),
+                connection(attempt, &acceptor, metrics.clone(), fabric.clone()),
             )
             .await
             .map_err(|_| {
@@ -268,8 +277,9 @@ fn serve(args: &ServeArgs) -> Result<bool> {
             let serve = async {
                 while let Some(attempt) = gate.accept(&endpoint).await {
                     let (json, metrics, fabric) = (args.json, metrics.clone(), fabric.clone());
+                    let acceptor = acceptor.clone();
                     tokio::spawn(async move {
-                        let s = connection(attempt, metrics, fabric).await;
+                        let s = connection(attempt, &acceptor, metrics, fabric).await;
                         print_summary(&s, json);
                     });
                 }
@@ -300,6 +310,7 @@ fn print_summary(s: &ServeSummary, json: bool) {
 /// into the summary).
 async fn connection(
     attempt: Attempt,
+    acceptor: &Acceptor,
     metrics: Arc<EndpointMetrics>,
     fabric: FabricEndpoint,
 ) -> ServeSummary {
@@ -311,9 +322,7 @@ async fn connection(
     let mut echoed = 0;
     let mut server_name = None;
     let outcome = async {
-        let conn = attempt.await.context("server handshake")?;
-        // A dead client is noticed by the receive path (docs/architecture.md §5).
-        fabric.watch(&conn);
+        let conn = acceptor.accept(attempt).await.context("server handshake")?;
         metrics.track(&conn);
         server_name = conn
             .handshake_data()

@@ -24,12 +24,22 @@
 //! every client has its own address on the far side.
 //!
 //! **MTU.** A UD message is never fragmented (IBA 9.7.7.2.1), so a UDP datagram
-//! larger than the fabric MTU cannot cross: it is dropped and counted
-//! (`drop_too_big`). QUIC on the UDP side copes by itself: datagrams above
-//! 1200 bytes are only ever path-MTU probes (RFC 9000 §14.3, DPLPMTUD RFC 8899
-//! §5), a lost probe caps the search, and the connection settles on the largest
-//! size that crossed. The fabric side's MTU is what its endpoints advertise as
-//! `max_udp_payload_size`, so a fabric endpoint never sends the UDP side more.
+//! larger than what the fabric side carries (its MTU; below 2048, the
+//! segmented datagram size of docs/architecture.md §6) cannot cross: it is
+//! dropped and counted (`drop_too_big`). Nor does the gateway fragment IP
+//! (RFC 9000 §14): its UDP sockets send with DF ([`udp_socket::dont_fragment`]),
+//! and a datagram above the UDP path is dropped and counted
+//! (`drop_udp_too_big`). Both are what QUIC's path MTU discovery expects: a
+//! UDP client's datagrams above 1200 bytes are only ever probes (RFC 9000
+//! §14.3, DPLPMTUD RFC 8899 §5), a lost probe caps the search. The fabric
+//! server must do the same for these clients — a client need not send
+//! `max_udp_payload_size` (aioquic does not), and a fabric endpoint assumes
+//! its fabric MTU from the first packet — so `qr serve --udp-gateway
+//! FABRIC_IP` gives connections from the gateway's fabric address the UDP
+//! path's settings (`FabricConfig::udp_path_transport`: 1200 bytes first,
+//! probing up to the fabric MTU, Internet timers). A handshake datagram too
+//! big for the UDP path means the server was not told; the gateway says so
+//! once, naming the flag.
 //!
 //! **Who gets state.** Anyone can send a UDP datagram, or a RoCEv2 packet,
 //! from any source; every client costs a queue pair or a socket. So a source

@@ -92,6 +92,10 @@ gateway_counters! {
     drop_fabric_send: Counter, Count, "Datagrams the fabric socket did not take";
     /// Datagrams a UDP send failed on.
     drop_udp_send: Counter, Count, "Datagrams a UDP send failed on";
+    /// Datagrams larger than the UDP path carries (sent with "don't
+    /// fragment", the kernel refused them: `EMSGSIZE`). Path MTU probes
+    /// above the path's MTU end here (RFC 8899); handshake datagrams must not.
+    drop_udp_too_big: Counter, Count, "Datagrams larger than the UDP path carries (never fragmented), dropped";
     /// New clients whose resources (queue pair, UDP socket) could not be made.
     drop_client_setup: Counter, Count, "Datagrams of clients whose QP or socket could not be made";
     /// Datagrams from unknown sources that are not a client Initial (junk,
@@ -148,6 +152,7 @@ impl GatewaySnapshot {
             + self.drop_foreign
             + self.drop_fabric_send
             + self.drop_udp_send
+            + self.drop_udp_too_big
             + self.drop_client_setup
             + self.drop_not_initial
             + self.drop_source_limit

@@ -202,15 +202,6 @@ async fn replies(
             continue;
         }
         activity.touch(Instant::now());
-        match udp.send_to(&buf[..n], client).await {
-            Ok(_) => {
-                stats.udp_tx.inc();
-                stats.udp_tx_bytes.add(n as u64);
-            }
-            Err(e) => {
-                tracing::debug!(%e, %client, "gateway: UDP send failed");
-                stats.drop_udp_send.inc();
-            }
-        }
+        super::udp_socket::forward(&udp, Some(client), &buf[..n], &stats).await;
     }
 }

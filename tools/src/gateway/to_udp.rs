@@ -81,16 +81,7 @@ pub async fn to_udp(cfg: ToUdp, stats: Arc<GatewayStats>) -> io::Result<()> {
             // UDP server's): admit the peer, so its replies are not held to 3×.
             cfg.listener.confirm_peer(from);
         }
-        match client.udp.send(&buf[..n]).await {
-            Ok(_) => {
-                stats.udp_tx.inc();
-                stats.udp_tx_bytes.add(n as u64);
-            }
-            Err(e) => {
-                tracing::debug!(%e, "gateway: UDP send failed");
-                stats.drop_udp_send.inc();
-            }
-        }
+        super::udp_socket::forward(&client.udp, None, &buf[..n], &stats).await;
     }
 }
 
@@ -107,6 +98,7 @@ fn new_client(
     std_sock.set_nonblocking(true)?;
     // One server's replies to one client: a modest buffer, not the listener's.
     super::udp_socket::size_buffers(&std_sock, 1 << 20, 1 << 20)?;
+    super::udp_socket::dont_fragment(&std_sock, std_sock.local_addr()?)?;
     let udp = Arc::new(UdpSocket::from_std(std_sock)?);
     let validation = Arc::new(validation);
     let task = tokio::spawn(replies(

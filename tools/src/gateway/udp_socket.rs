@@ -11,9 +11,22 @@
 //! `sk_drops` — from `/proc/self/net/udp{,6}` (the last column, matched by
 //! the socket's inode), so `qr_gateway_udp_kernel_drops_total` makes "what
 //! clients sent = what the gateway read + what the kernel dropped" checkable.
+//!
+//! Every gateway UDP socket sends with "don't fragment" ([`dont_fragment`]):
+//! RFC 9000 §14 forbids QUIC to rely on IP fragmentation, and many networks
+//! drop fragments. A datagram above the interface MTU then fails with
+//! `EMSGSIZE` and is counted (`drop_udp_too_big`): QUIC's path MTU discovery
+//! sees a lost probe and settles below ([`forward`]).
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::net::sockopt::{self as so, Ipv4PathMtuDiscovery, Ipv6PathMtuDiscovery};
+use tokio::net::UdpSocket;
+
+use super::GatewayStats;
 
 use nix::sys::socket::{getsockopt, setsockopt, sockopt};
 
@@ -45,6 +58,75 @@ pub fn size_buffers(sock: &impl AsFd, recv: usize, send: usize) -> io::Result<us
         );
     }
     Ok(got)
+}
+
+/// Send with "don't fragment" on `sock` (bound at `local`), as quinn does on
+/// its own UDP sockets (`IP_PMTUDISC_PROBE`, `IPV6_PMTUDISC_PROBE`): the DF
+/// bit set, datagrams up to the interface MTU, the kernel's path-MTU cache
+/// ignored — the QUIC endpoints discover the path MTU themselves, end to end
+/// (RFC 8899 §3); a larger datagram fails with `EMSGSIZE`.
+pub fn dont_fragment(sock: &impl AsFd, local: SocketAddr) -> io::Result<()> {
+    let fd = sock.as_fd();
+    match local {
+        SocketAddr::V4(_) => so::set_ip_mtu_discover(fd, Ipv4PathMtuDiscovery::PROBE)?,
+        SocketAddr::V6(_) => {
+            so::set_ipv6_mtu_discover(fd, Ipv6PathMtuDiscovery::PROBE)?;
+            // IPv4-mapped destinations of a dual-stack socket take the IPv4
+            // option; a v6-only socket refuses it, harmlessly.
+            let _ = so::set_ip_mtu_discover(fd, Ipv4PathMtuDiscovery::PROBE);
+        }
+    }
+    Ok(())
+}
+
+/// Send one forwarded `datagram` on `udp` (to `to`, or to the peer it is
+/// connected to) and count it: sent (`udp_tx`), larger than the UDP path
+/// carries (`drop_udp_too_big`: `EMSGSIZE` under [`dont_fragment`]) or
+/// failed otherwise (`drop_udp_send`).
+pub async fn forward(
+    udp: &UdpSocket,
+    to: Option<SocketAddr>,
+    datagram: &[u8],
+    stats: &GatewayStats,
+) {
+    let sent = match to {
+        Some(to) => udp.send_to(datagram, to).await,
+        None => udp.send(datagram).await,
+    };
+    match sent {
+        Ok(_) => {
+            stats.udp_tx.inc();
+            stats.udp_tx_bytes.add(datagram.len() as u64);
+        }
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::MSGSIZE.raw_os_error()) => {
+            stats.drop_udp_too_big.inc();
+            too_big_hint(datagram);
+        }
+        Err(e) => {
+            tracing::debug!(%e, ?to, "gateway: UDP send failed");
+            stats.drop_udp_send.inc();
+        }
+    }
+}
+
+/// Path MTU probes above the UDP path are expected to be lost (they are
+/// short-header packets); a handshake (long-header) datagram that is too big
+/// means the far endpoint assumed the fabric's MTU for a UDP peer, and no
+/// handshake can finish: say so once, with the fix.
+fn too_big_hint(datagram: &[u8]) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let long_header = datagram.first().is_some_and(|b| b & 0x80 != 0);
+    if long_header && !SAID.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            target: "qr::gateway",
+            bytes = datagram.len(),
+            "gateway: a {}-byte handshake datagram is larger than the UDP path carries \
+             (dropped, counted in qr_gateway_drop_udp_too_big_total): the endpoint on \
+             the fabric must start this gateway's clients at 1200 bytes; for qr serve \
+             give it --udp-gateway with this gateway's --fabric-ip",
+            datagram.len()
+        );
+    }
 }
 
 /// The socket's inode (`/proc/self/fd/N` → `socket:[INODE]`).

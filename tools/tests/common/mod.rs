@@ -195,21 +195,30 @@ pub fn sh(args: &[&str]) {
 pub struct NetnsPair {
     pub a: String,
     pub b: String,
+    /// The veth ends: in `a`, in `b`.
+    pub devs: [String; 2],
     pub v4: [String; 2],
     pub v6: [String; 2],
 }
 
 impl NetnsPair {
     pub fn new(net: u8) -> NetnsPair {
+        Self::with_mtu(net, 9000)
+    }
+
+    /// Namespaces `a` and `b` joined by a veth pair of `mtu` bytes
+    /// (10.`net`.0.1 in `a`, .2 in `b`).
+    pub fn with_mtu(net: u8, mtu: u32) -> NetnsPair {
         let tag = unique();
+        let (va, vb) = (format!("qrv{tag}a"), format!("qrv{tag}b"));
         let pair = NetnsPair {
             a: format!("qr-{tag}-a"),
             b: format!("qr-{tag}-b"),
+            devs: [va.clone(), vb.clone()],
             v4: [format!("10.{net}.0.1"), format!("10.{net}.0.2")],
             v6: [format!("fd00:{net:x}::1"), format!("fd00:{net:x}::2")],
         };
         // From here on Drop cleans up whatever got created.
-        let (va, vb) = (format!("qrv{tag}a"), format!("qrv{tag}b"));
         assert!(va.len() <= 15, "interface name {va} too long");
         sh(&["ip", "netns", "add", &pair.a]);
         sh(&["ip", "netns", "add", &pair.b]);
@@ -224,7 +233,7 @@ impl NetnsPair {
                 sh(&v);
             };
             x(&["link", "set", "lo", "up"]);
-            x(&["link", "set", dev, "mtu", "9000"]);
+            x(&["link", "set", dev, "mtu", &mtu.to_string()]);
             x(&["addr", "add", &format!("{}/24", pair.v4[i]), "dev", dev]);
             x(&[
                 "-6",
