@@ -34,6 +34,8 @@ fn compare_quick_writes_a_complete_report() {
         "quinn-proto/ideal",
         "engine/soft",
         "quinn-adapter/soft",
+        "engine/soft-1024",
+        "quinn-adapter/soft-1024",
         "quinn/udp",
         "quinn/udp-4096",
         "tcp+rustls",

@@ -239,7 +239,7 @@ fn run<Q: UdQueuePair + Send>(
     tls: &Tls,
 ) -> anyhow::Result<Run> {
     let shards = cqps.len();
-    let mtu = cqps[0].attr().active_mtu.bytes();
+    let mtu = quic_rdma::socket::segment::datagram_mtu(cqps[0].attr().active_mtu.bytes());
     let transport = tuning::transport(mtu);
     let scfg = EngineConfig {
         server: Some(Arc::new(tls.quinn_server(transport.clone()))),

@@ -220,7 +220,10 @@ impl<P: QpPairs> EngineRow<P> {
 
     /// An engine over `qp`: a server (accepting) or a client.
     fn engine(&self, qp: P::Qp, server: bool) -> anyhow::Result<Engine<P::Qp>> {
-        let transport = crate::tuning::transport(qp.attr().active_mtu.bytes());
+        // The socket's datagram MTU: above the fabric MTU below 2048, where
+        // datagrams are segmented (docs/architecture.md §6).
+        let mtu = quic_rdma::socket::segment::datagram_mtu(qp.attr().active_mtu.bytes());
+        let transport = crate::tuning::transport(mtu);
         let config = if server {
             EngineConfig {
                 server: Some(std::sync::Arc::new(self.tls.quinn_server(transport))),

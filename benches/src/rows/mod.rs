@@ -17,6 +17,8 @@ pub mod tcp;
 
 use std::net::SocketAddr;
 
+use quic_rdma::fabric::Mtu;
+
 use serde::{Deserialize, Serialize};
 
 use crate::affinity::Placement;
@@ -135,6 +137,10 @@ pub fn all_rows() -> Vec<Box<dyn Row>> {
         Box::new(engine::EngineRow::new(soft::SoftPairs::new())),
         Box::new(engine::EngineRow::new(soft::SoftPairs::new()).adaptive()),
         Box::new(stack::AsyncRow::new(soft::QuinnSoft::new())),
+        Box::new(engine::EngineRow::new(soft::SoftPairs::with_mtu(
+            Mtu::M1024,
+        ))),
+        Box::new(stack::AsyncRow::new(soft::QuinnSoft::with_mtu(Mtu::M1024))),
         Box::new(stack::AsyncRow::new(quinn_udp::QuinnUdp::new(None))),
         Box::new(stack::AsyncRow::new(quinn_udp::QuinnUdp::new(Some(4096)))),
         Box::new(stack::AsyncRow::new(tcp::Tcp::tls())),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort, SoftQp};
-use quic_rdma::fabric::DEFAULT_QKEY;
+use quic_rdma::fabric::{Mtu, DEFAULT_QKEY};
 use quic_rdma::quinn_adapter;
 use quic_rdma::socket::{SocketConfig, UdSocket};
 
@@ -35,20 +35,50 @@ impl Addrs {
         Ipv4Addr::new(127, 77, third, 1 + (n % 250) as u8).into()
     }
 
-    fn qp(&self) -> anyhow::Result<SoftQp> {
-        let port = SoftPort::open(SoftConfig::new(self.next()))?;
+    /// A queue pair on a fresh address, its port at active MTU `mtu`.
+    fn qp(&self, mtu: Mtu) -> anyhow::Result<SoftQp> {
+        let mut cfg = SoftConfig::new(self.next());
+        cfg.mtu = mtu;
+        let port = SoftPort::open(cfg)?;
         Ok(port.create_qp(DEFAULT_QKEY)?)
     }
 }
 
-/// `soft` queue pairs on two loopback addresses (MTU 4096, ICRC verified).
+/// The row-name suffix of a `soft` row at `mtu`: none at 4096, the MTU else
+/// (`soft-1024`: RoCE on a 1500-byte Ethernet link, datagrams segmented).
+fn suffix(mtu: Mtu) -> String {
+    match mtu {
+        Mtu::M4096 => String::new(),
+        m => format!("-{}", m.bytes()),
+    }
+}
+
+fn mtu_words(mtu: Mtu) -> String {
+    match mtu {
+        Mtu::M4096 => "MTU 4096".into(),
+        m => format!(
+            "RoCE MTU {} (a 1500-byte Ethernet link), QUIC datagrams of up to {} bytes \
+             segmented",
+            m.bytes(),
+            quic_rdma::socket::segment::datagram_mtu(m.bytes())
+        ),
+    }
+}
+
+/// `soft` queue pairs on two loopback addresses (MTU 4096 unless
+/// [`with_mtu`](Self::with_mtu), ICRC verified).
 #[derive(Debug)]
-pub struct SoftPairs(Addrs);
+pub struct SoftPairs(Addrs, Mtu);
 
 impl SoftPairs {
     /// Pairs on fresh loopback addresses.
     pub fn new() -> Self {
-        SoftPairs(Addrs::new())
+        SoftPairs(Addrs::new(), Mtu::M4096)
+    }
+
+    /// Pairs whose ports run at active MTU `mtu`.
+    pub fn with_mtu(mtu: Mtu) -> Self {
+        SoftPairs(Addrs::new(), mtu)
     }
 }
 
@@ -62,15 +92,18 @@ impl QpPairs for SoftPairs {
     type Qp = SoftQp;
 
     fn name(&self) -> String {
-        "soft".into()
+        format!("soft{}", suffix(self.1))
     }
 
     fn description(&self) -> String {
-        "soft provider: userspace RoCEv2 over UDP loopback (127.77.x.y:4791), MTU 4096, ICRC checked".into()
+        format!(
+            "soft provider: userspace RoCEv2 over UDP loopback (127.77.x.y:4791), {}, ICRC checked",
+            mtu_words(self.1)
+        )
     }
 
     fn make(&self) -> anyhow::Result<(SoftQp, SoftQp)> {
-        Ok((self.0.qp()?, self.0.qp()?))
+        Ok((self.0.qp(self.1)?, self.0.qp(self.1)?))
     }
 
     fn crosses_processes(&self) -> bool {
@@ -78,7 +111,7 @@ impl QpPairs for SoftPairs {
     }
 
     fn make_one(&self) -> anyhow::Result<SoftQp> {
-        self.0.qp()
+        self.0.qp(self.1)
     }
 }
 
@@ -87,20 +120,27 @@ impl QpPairs for SoftPairs {
 pub struct QuinnSoft {
     addrs: Addrs,
     tls: Tls,
+    mtu: Mtu,
 }
 
 impl QuinnSoft {
     /// Endpoints on fresh loopback addresses.
     pub fn new() -> Self {
+        Self::with_mtu(Mtu::M4096)
+    }
+
+    /// Endpoints whose ports run at active MTU `mtu`.
+    pub fn with_mtu(mtu: Mtu) -> Self {
         QuinnSoft {
             addrs: Addrs::new(),
             tls: Tls::new(),
+            mtu,
         }
     }
 
     fn endpoint(&self, server: bool) -> anyhow::Result<(quinn::Endpoint, usize)> {
         let sock = crate::tuning::adapter_socket(UdSocket::new(
-            self.addrs.qp()?,
+            self.addrs.qp(self.mtu)?,
             SocketConfig::default(),
         )?);
         let mtu = sock.mtu();
@@ -121,11 +161,14 @@ impl Default for QuinnSoft {
 
 impl AsyncStack for QuinnSoft {
     fn name(&self) -> String {
-        "quinn-adapter/soft".into()
+        format!("quinn-adapter/soft{}", suffix(self.mtu))
     }
 
     fn description(&self) -> String {
-        "quinn 0.11 over quic-rdma's adapter over the soft provider (RoCEv2 on UDP loopback), MTU 4096, tuned transport".into()
+        format!(
+            "quinn 0.11 over quic-rdma's adapter over the soft provider (RoCEv2 on UDP loopback), {}, tuned transport",
+            mtu_words(self.mtu)
+        )
     }
 
     fn listen(&self) -> BoxFut<'_, (Box<dyn Listener>, SocketAddr)> {
