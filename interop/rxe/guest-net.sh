@@ -10,6 +10,9 @@
 #   image-node   QR node-agent --provider verbs pulls a blob from the host's
 #                qr registry-agent --provider soft (host-image.sh) over HTTP; the
 #                blob's sha256 must equal its digest
+#   gateway      QR serve --provider verbs and QR gateway to-fabric --provider verbs
+#                on rxe0; the host's aioquic client (host-gateway.sh) sends through
+#                the gateway's UDP port; serve must report the client's sha256
 # Environment: PP_SIZE, PP_ITERS (ping-pong), QUIC_BYTES (transfer size).
 MODE="$1"; QR="$2"
 PP_SIZE="${PP_SIZE:-1024}"; PP_ITERS="${PP_ITERS:-500}"; QUIC_BYTES="${QUIC_BYTES:-16M}"
@@ -54,11 +57,33 @@ image_node() { # the node agent on rxe0, its pull API on the guest's loopback
   [ "$got" = "$want" ] && [ "$(stat -c %s /tmp/blob)" -ge $((64 << 20)) ]
 }
 
+gateway() { # qr serve and qr gateway to-fabric, both on rxe0; the client is the host's
+  "$QR" serve --provider verbs --ip 10.77.0.2 --cert-out /tmp/xfer/cert.der \
+    --udp-gateway 10.77.0.2 $QR_LIVENESS >/tmp/serve.out 2>/tmp/serve.log &
+  sv=$!
+  for _ in $(seq 1 600); do [ -s /tmp/xfer/cert.der ] && break; kill -0 $sv || break; sleep 0.5; done
+  [ -s /tmp/xfer/cert.der ] || { echo "[guest] qr serve did not start:"; cat /tmp/serve.log; return 1; }
+  "$QR" gateway to-fabric --provider verbs --listen 10.77.0.2:4433 --fabric-ip 10.77.0.2 \
+    --target 10.77.0.2:18515 --metrics 127.0.0.1:19654 >/tmp/gw.out 2>/tmp/gw.log &
+  gw=$!
+  for _ in $(seq 1 600); do curl -fsS -o /dev/null http://127.0.0.1:19654/metrics 2>/dev/null && break; kill -0 $gw || break; sleep 0.5; done
+  curl -fsS -o /dev/null http://127.0.0.1:19654/metrics || { echo "[guest] the gateway did not start:"; cat /tmp/gw.log; kill $sv; return 1; }
+  sed 's/^/[guest] /' /tmp/gw.log
+  : >/tmp/xfer/gw-ready
+  for _ in $(seq 1 900); do [ -s /tmp/xfer/done ] && break; sleep 1; done
+  curl -fsS http://127.0.0.1:19654/metrics | grep -E '^qr_gateway_(udp|fabric)_(rx|tx)_datagrams_total|^qr_gateway_drop_udp_too_big' | sed 's/^/[guest] /'
+  kill $gw $sv 2>/dev/null; wait $gw $sv 2>/dev/null
+  sed 's/^/[guest] /' /tmp/serve.out
+  want=$(sed -n 's/.*"sha256_sent": "\([0-9a-f]*\)".*/\1/p' /tmp/xfer/client.json)
+  [ "$(cat /tmp/xfer/done)" = 0 ] && [ -n "$want" ] && grep -q "received [0-9]* bytes, sha256 $want" /tmp/serve.out
+}
+
 case "$MODE" in
   pp-server) exec ibv_ud_pingpong -d rxe0 -g "$g" -s "$PP_SIZE" -n "$PP_ITERS" ;;
   pp-client) exec ibv_ud_pingpong -d rxe0 -g "$g" -s "$PP_SIZE" -n "$PP_ITERS" 10.77.0.1 ;;
   quic-server) exec "$QR" serve --provider verbs --ip 10.77.0.2 --cert-out /tmp/xfer/cert.der --once --timeout 900 $QR_LIVENESS ;;
   quic-client) exec "$QR" connect --provider verbs --cert /tmp/xfer/cert.der --bytes "$QUIC_BYTES" --pings 200 --wait 60 --timeout 900 $QR_LIVENESS 10.77.0.1:18515 ;;
   image-node) image_node; rc=$?; echo $rc >/tmp/xfer/done; exit $rc ;;
+  gateway) gateway; exit $? ;;
   *) echo "guest-net.sh: unknown mode $MODE"; exit 2 ;;
 esac

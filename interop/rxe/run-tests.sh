@@ -6,7 +6,8 @@
 # see as the host does), and four times with rxe0 on a virtio NIC linked by a
 # tap to the host (in a network namespace run.sh creates): rdma-core's ibv_ud_pingpong
 # <-> qr ud-pingpong --provider soft and QUIC soft <-> verbs, each side in each role,
-# and an image blob pulled by a verbs node agent from a soft registry agent.
+# an image blob pulled by a verbs node agent from a soft registry agent, and
+# the host's aioquic through a verbs `qr gateway to-fabric` to a verbs `qr serve`.
 # Also builds qr with --features verbs. Exits non-zero on any failure.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -141,6 +142,19 @@ step "tap: image blob 64 MiB, qr node-agent --provider verbs (guest rxe) <- qr r
   "${TAP[@]}" \
   --host "$HERE/host-image.sh $QR 64" \
   "$HERE/guest-net.sh" image-node "$QR"
+# The gateway's client: aioquic, an independent QUIC stack (PyPI; .ci/run puts it
+# in its venv as QR_AIOQUIC_PYTHON, else it is installed here).
+AIOQUIC_PY="${QR_AIOQUIC_PYTHON:-}"
+if [[ -z "$AIOQUIC_PY" ]]; then
+  venv="${TMPDIR:-/tmp}/qr-aioquic-venv"
+  "$venv/bin/python" -c 'import aioquic' 2>/dev/null ||
+    { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet aioquic==1.7.2; }
+  AIOQUIC_PY="$venv/bin/python"
+fi
+step "tap: qr gateway to-fabric --provider verbs (guest rxe): aioquic on the host, UDP -> gateway -> qr serve --provider verbs, 16 MiB sha256 equal" \
+  "${TAP[@]}" \
+  --host "$HERE/host-gateway.sh $AIOQUIC_PY 16777216" \
+  "$HERE/guest-net.sh" gateway "$QR"
 log "total $(( $(date +%s) - t0 )) s"
 echo "verbs: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -181,7 +181,28 @@ pub(crate) fn open_endpoint(
 /// device sends RoCEv2 to UDP port 4791 only, so the peer must listen there.
 #[cfg(feature = "verbs")]
 fn open_verbs(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
-    use quic_rdma::fabric::verbs::{VerbsOptions, VerbsQp};
+    use quic_rdma::fabric::verbs::VerbsQp;
+    use quic_rdma::fabric::ROCEV2_UDP_PORT;
+    let qp = VerbsQp::open(&verbs_options(opts)?)
+        .with_context(|| format!("opening a verbs UD QP on GID {}", opts.ip))?;
+    let gid_index = qp.gid_index();
+    let device = qp.device_name().to_string();
+    let qp: Box<dyn UdQueuePair> = Box::new(qp);
+    let sock = UdSocket::new(qp, SocketConfig::default())
+        .with_context(|| format!("UD socket on {device} GID index {gid_index}"))?;
+    let publish = PeerInfo::of_socket(&sock, ROCEV2_UDP_PORT);
+    Ok(EndpointSocket {
+        kind: Provider::Verbs,
+        socket: Arc::new(RdmaUdpSocket::new(sock)),
+        soft: None,
+        publish: Some(publish),
+    })
+}
+
+/// The verbs options for `opts`, refusing what a device does not let us choose.
+#[cfg(feature = "verbs")]
+fn verbs_options(opts: &EndpointOptions) -> anyhow::Result<quic_rdma::fabric::verbs::VerbsOptions> {
+    use quic_rdma::fabric::verbs::VerbsOptions;
     use quic_rdma::fabric::ROCEV2_UDP_PORT;
     if opts.udp_port != ROCEV2_UDP_PORT {
         anyhow::bail!(
@@ -201,26 +222,64 @@ fn open_verbs(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
     if opts.qpn.is_some() {
         anyhow::bail!("provider `verbs`: the device chooses the QPN (--qpn is for soft)");
     }
-    let qkey = opts.peer.map_or(opts.qkey, |p| p.addr.qkey);
-    let vopts = VerbsOptions {
+    Ok(VerbsOptions {
         gid: Some(opts.ip.into()),
-        qkey,
+        qkey: opts.peer.map_or(opts.qkey, |p| p.addr.qkey),
         ..VerbsOptions::default()
-    };
-    let qp = VerbsQp::open(&vopts)
-        .with_context(|| format!("opening a verbs UD QP on GID {}", opts.ip))?;
-    let gid_index = qp.gid_index();
-    let device = qp.device_name().to_string();
-    let qp: Box<dyn UdQueuePair> = Box::new(qp);
-    let sock = UdSocket::new(qp, SocketConfig::default())
-        .with_context(|| format!("UD socket on {device} GID index {gid_index}"))?;
-    let publish = PeerInfo::of_socket(&sock, ROCEV2_UDP_PORT);
-    Ok(EndpointSocket {
-        kind: Provider::Verbs,
-        socket: Arc::new(RdmaUdpSocket::new(sock)),
-        soft: None,
-        publish: Some(publish),
     })
+}
+
+/// Makes queue pairs one at a time (the gateway's one per client).
+pub(crate) type QpMaker = Arc<dyn Fn() -> Result<Box<dyn UdQueuePair>, FabricError> + Send + Sync>;
+
+/// Queue pairs on provider `kind` at `opts.ip`, made on demand, each with the
+/// Q_Key of `opts.peer` and sending to its UDP port: the maker and the active
+/// MTU they run at (`soft`: `opts.mtu`; `verbs`: the device's). One is made
+/// here, so a provider that cannot open fails now, not per client.
+pub(crate) fn qp_maker(
+    kind: Provider,
+    opts: &EndpointOptions,
+) -> Result<(QpMaker, Mtu), OpenError> {
+    let qkey = opts.peer.map_or(opts.qkey, |p| p.addr.qkey);
+    let maker: QpMaker = match kind {
+        Provider::Sim => {
+            return Err(OpenError::Unsupported(
+                "provider `sim` is an in-process fabric: other processes cannot reach it \
+                 (use `--provider soft` or `verbs`)"
+                    .into(),
+            ))
+        }
+        Provider::Soft => {
+            let mut cfg = soft_config(opts.ip, opts.udp_port).map_err(OpenError::Failed)?;
+            cfg.mtu = opts.mtu;
+            let port = open_soft_port(cfg).map_err(OpenError::Failed)?;
+            if let Some(p) = opts.peer {
+                // Set before any AH exists.
+                p.apply(&port);
+            }
+            Arc::new(move || {
+                port.create_qp(qkey)
+                    .map(|q| Box::new(q) as Box<dyn UdQueuePair>)
+            })
+        }
+        #[cfg(feature = "verbs")]
+        Provider::Verbs => {
+            // Each queue pair opens the device for itself (a context, PD and
+            // CQs of its own): simple, and what a per-client QP costs anyway.
+            let vopts = verbs_options(opts).map_err(OpenError::Failed)?;
+            Arc::new(move || {
+                quic_rdma::fabric::verbs::VerbsQp::open(&vopts)
+                    .map(|q| Box::new(q) as Box<dyn UdQueuePair>)
+            })
+        }
+        #[cfg(not(feature = "verbs"))]
+        Provider::Verbs => return Err(OpenError::NotBuiltIn(kind)),
+    };
+    let first = maker().map_err(|e| {
+        OpenError::Failed(anyhow::Error::new(e).context(format!("a {kind} QP on {}", opts.ip)))
+    })?;
+    let mtu = first.attr().active_mtu;
+    Ok((maker, mtu))
 }
 
 /// Environment variable: packets per UDP GSO `sendmsg` of a `soft` port

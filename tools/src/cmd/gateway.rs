@@ -19,13 +19,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use quic_rdma::fabric::{Mtu, UdQueuePair};
+use quic_rdma::fabric::Mtu;
 use quic_rdma::socket::{segment, QUIC_MIN_DATAGRAM};
 
 use super::args::{parse_bytes, FabricArgs, MetricsArgs, DEFAULT_SERVICE_PORT};
 use crate::channel_endpoint::query_bootstrap;
 use crate::endpoint::FabricEndpoint;
-use crate::gateway::{self, udp_socket, GatewayStats, Limits, QpFactory, ToFabric, ToUdp};
+use crate::gateway::{self, udp_socket, GatewayStats, Limits, ToFabric, ToUdp};
 use crate::http::Page;
 use crate::provider::{self, EndpointOptions};
 use quic_rdma::fabric::Provider;
@@ -57,12 +57,14 @@ struct Common {
     #[command(flatten)]
     fabric: FabricArgs,
 
-    /// Active MTU of the gateway's fabric port: 256, 512, 1024, 2048 or 4096,
-    /// the target's (a 1500-byte Ethernet link runs RoCE at 1024; below 2048
-    /// QUIC datagrams are segmented, docs/architecture.md §6). UDP datagrams
-    /// above what it carries are dropped and counted.
-    #[arg(long, default_value_t = 4096, value_parser = parse_mtu)]
-    fabric_mtu: usize,
+    /// Active MTU of the gateway's `soft` fabric port: 256, 512, 1024, 2048
+    /// or 4096; run it at the target's. Default: the RoCE MTU of
+    /// --fabric-ip's netdev, as kernel rxe takes it (1024 on 1500-byte
+    /// Ethernet, where QUIC datagrams are segmented, docs/architecture.md
+    /// §6). `verbs` runs at the device's. UDP datagrams above what it carries
+    /// are dropped and counted.
+    #[arg(long, value_parser = parse_mtu)]
+    fabric_mtu: Option<usize>,
 
     /// Receive buffer of the UDP socket clients send to (to-fabric) in bytes
     /// (e.g. 8M): bursts from many clients beyond it are dropped by the
@@ -180,11 +182,15 @@ pub(crate) fn main(args: &GatewayArgs) -> ExitCode {
         Direction::ToFabric(a) => &a.common,
         Direction::ToUdp(a) => &a.common,
     };
-    if common.fabric.provider != Provider::Soft {
+    if common.fabric.provider == Provider::Sim {
         eprintln!(
-            "qr gateway: provider `{}` is not supported by the gateway yet: use `--provider soft`",
-            common.fabric.provider
+            "qr gateway: provider `sim` is an in-process fabric other processes cannot reach: \
+             use `--provider soft` or `verbs`"
         );
+        return ExitCode::from(2);
+    }
+    if let Err(e) = provider::ensure_built_in(common.fabric.provider) {
+        eprintln!("qr gateway: {e}");
         return ExitCode::from(2);
     }
     super::run_on_runtime("gateway", async {
@@ -193,6 +199,17 @@ pub(crate) fn main(args: &GatewayArgs) -> ExitCode {
             Direction::ToUdp(a) => to_udp(a).await,
         }
     })
+}
+
+/// Where the gateway's fabric side lives: `--fabric-ip`, its UDP port, and
+/// `--fabric-mtu` or the RoCE MTU of the IP's netdev.
+fn fabric_options(c: &Common) -> EndpointOptions {
+    let mut opts = EndpointOptions::new(c.fabric_ip);
+    opts.udp_port = c.fabric.udp_port;
+    if let Some(m) = c.fabric_mtu {
+        opts.mtu = Mtu::from_bytes(m).expect("checked by parse_mtu");
+    }
+    opts
 }
 
 fn limits(c: &Common) -> Limits {
@@ -227,31 +244,21 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
     let target = a.target.clone();
     let wait = Duration::from_secs(a.wait);
     let peer = tokio::task::spawn_blocking(move || query_bootstrap(&target, wait)).await??;
-    let mut cfg = provider::soft_config(a.common.fabric_ip, a.common.fabric.udp_port)?;
-    cfg.mtu = Mtu::from_bytes(a.common.fabric_mtu).expect("checked by parse_mtu");
-    peer.check_segmentation(cfg.mtu)?;
-    if cfg.mtu != peer.mtu {
+    let mut opts = fabric_options(&a.common);
+    opts.peer = Some(peer);
+    let (new_qp, mtu) = provider::qp_maker(a.common.fabric.provider, &opts)?;
+    peer.check_segmentation(mtu)?;
+    if mtu != peer.mtu {
         // Neither end cuts its datagrams for a peer on a smaller MTU
         // (docs/architecture.md §6): what the larger end sends is dropped.
         tracing::warn!(
             target: "qr::gateway",
-            "--fabric-mtu {} differs from the target's MTU {}: datagrams the larger end \
+            "the fabric MTU {} differs from the target's MTU {}: datagrams the larger end \
              sends above the smaller MTU are lost; run both at one MTU",
-            cfg.mtu.bytes(),
+            mtu.bytes(),
             peer.mtu.bytes()
         );
     }
-    let port = provider::open_soft_port(cfg)?;
-    // Every client QP sends to the target's UDP port (set before any AH exists).
-    peer.apply(&port);
-    let qkey = peer.addr.qkey;
-    let new_qp: QpFactory = {
-        let port = port.clone();
-        Arc::new(move || {
-            port.create_qp(qkey)
-                .map(|q| Box::new(q) as Box<dyn UdQueuePair>)
-        })
-    };
     let udp = tokio::net::UdpSocket::bind(a.listen)
         .await
         .with_context(|| format!("UDP socket on {}", a.listen))?;
@@ -270,14 +277,15 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
     let _metrics = metrics(&a.common, &stats).await?;
     tracing::info!(
         target: "qr::gateway",
-        "UDP {} -> fabric GID {} QPN {:#x} (UDP port {}), from GID {} MTU {}; \
+        "UDP {} -> fabric GID {} QPN {:#x} (UDP port {}), from {} {} MTU {}; \
          max {} clients (+{} unvalidated), idle timeout {:?}",
         udp.local_addr()?,
         peer.addr.gid,
         peer.addr.qpn,
         peer.udp_port,
-        port.gid(),
-        a.common.fabric_mtu,
+        a.common.fabric.provider,
+        a.common.fabric_ip,
+        mtu.bytes(),
         limits.max_clients,
         limits.max_unvalidated,
         limits.idle_timeout
@@ -315,11 +323,9 @@ async fn to_udp(a: &ToUdpArgs) -> Result<()> {
         .with_context(|| {
             format!("--udp-bind {bind_ip}: cannot send from it to {target} (is it an address of this host?)")
         })?;
-    let mut opts = EndpointOptions::new(a.common.fabric_ip);
-    opts.udp_port = a.common.fabric.udp_port;
-    opts.mtu = Mtu::from_bytes(a.common.fabric_mtu).expect("checked by parse_mtu");
+    let opts = fabric_options(&a.common);
     // The gateway terminates no QUIC: the liveness timers go unused.
-    let ep = FabricEndpoint::open(Provider::Soft, &opts, Liveness::quinn_adapter())?;
+    let ep = FabricEndpoint::open(a.common.fabric.provider, &opts, Liveness::quinn_adapter())?;
     let publish = ep.record()?;
     let bind = SocketAddr::new(a.common.fabric_ip, a.service_port);
     let (bound, _bootstrap) = ep.publish(bind)?;
@@ -331,7 +337,7 @@ async fn to_udp(a: &ToUdpArgs) -> Result<()> {
          max {} clients (+{} unvalidated), idle timeout {:?}",
         publish.addr.gid,
         publish.addr.qpn,
-        a.common.fabric_mtu,
+        publish.mtu.bytes(),
         target,
         limits.max_clients,
         limits.max_unvalidated,

@@ -3,6 +3,9 @@
 //! never terminates QUIC — the TLS 1.3 session is end to end, the gateway sees
 //! only encrypted packets.
 //!
+//! The fabric side is any multi-process provider (`soft`, `verbs`): the
+//! command makes the queue pairs (`provider::qp_maker`).
+//!
 //! Two directions, one per gateway instance:
 //! - [`to_fabric`]: a UDP socket listens; each UDP client (its source address:
 //!   with one listening socket that is the 4-tuple) gets a queue pair of its own
