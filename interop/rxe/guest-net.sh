@@ -7,6 +7,8 @@
 #   pp-client    ibv_ud_pingpong as the client of the host's qr ud-pingpong server
 #   quic-server  QR serve --provider verbs (host: qr connect --provider soft)
 #   quic-client  QR connect --provider verbs to the host's qr serve --provider soft
+#                (with QUIC_EXPECT_MTU: rxe0 must run at it, and the transfer must
+#                have been segmented, check-segmented.py)
 #   image-node   QR node-agent --provider verbs pulls a blob from the host's
 #                qr registry-agent --provider soft (host-image.sh) over HTTP; the
 #                blob's sha256 must equal its digest
@@ -82,7 +84,18 @@ case "$MODE" in
   pp-server) exec ibv_ud_pingpong -d rxe0 -g "$g" -s "$PP_SIZE" -n "$PP_ITERS" ;;
   pp-client) exec ibv_ud_pingpong -d rxe0 -g "$g" -s "$PP_SIZE" -n "$PP_ITERS" 10.77.0.1 ;;
   quic-server) exec "$QR" serve --provider verbs --ip 10.77.0.2 --cert-out /tmp/xfer/cert.der --once --timeout 900 $QR_LIVENESS ;;
-  quic-client) exec "$QR" connect --provider verbs --cert /tmp/xfer/cert.der --bytes "$QUIC_BYTES" --pings 200 --wait 60 --timeout 900 $QR_LIVENESS 10.77.0.1:18515 ;;
+  quic-client)
+    if [ -z "${QUIC_EXPECT_MTU:-}" ]; then
+      exec "$QR" connect --provider verbs --cert /tmp/xfer/cert.der --bytes "$QUIC_BYTES" --pings 200 --wait 60 --timeout 900 $QR_LIVENESS 10.77.0.1:18515
+    fi
+    # At a small RoCE MTU: rxe0 must run at it, and the report must show
+    # datagrams cut into parts and reassembled (check-segmented.py).
+    mtu=$(ibv_devinfo -d rxe0 | awk '/active_mtu/{print $2}')
+    [ "$mtu" = "$QUIC_EXPECT_MTU" ] || { echo "[guest] rxe0 active_mtu $mtu, want $QUIC_EXPECT_MTU"; exit 1; }
+    "$QR" connect --provider verbs --cert /tmp/xfer/cert.der --bytes "$QUIC_BYTES" --pings 200 --wait 60 --timeout 900 --json $QR_LIVENESS 10.77.0.1:18515 >/tmp/connect.json
+    rc=$?
+    [ $rc = 0 ] || { echo "[guest] qr connect exit $rc"; cat /tmp/connect.json; exit $rc; }
+    exec python3 "$(dirname "$0")/check-segmented.py" /tmp/connect.json ;;
   image-node) image_node; rc=$?; echo $rc >/tmp/xfer/done; exit $rc ;;
   gateway) gateway; exit $? ;;
   *) echo "guest-net.sh: unknown mode $MODE"; exit 2 ;;

@@ -31,8 +31,8 @@ case "$NETDEV" in
   lo) DEV=lo ;;
   dummy*) MTU=${NETDEV#dummy}; DEV=qrdummy0
     $IP link add $DEV type dummy && $IP link set $DEV mtu $MTU && $IP addr add 10.77.0.1/24 dev $DEV && $IP link set $DEV up || fail "dummy setup failed" ;;
-  tap) DEV=eth0
-    $IP link set $DEV mtu 9000 && $IP addr add 10.77.0.2/24 dev $DEV && $IP link set $DEV up || fail "eth0 setup failed" ;;
+  tap*) DEV=eth0; MTU=${NETDEV#tap}; MTU=${MTU:-9000}
+    $IP link set $DEV mtu $MTU && $IP addr add 10.77.0.2/24 dev $DEV && $IP link set $DEV up || fail "eth0 setup failed" ;;
   *) fail "unknown netdev $NETDEV" ;;
 esac
 chroot $R /usr/bin/rdma link add rxe0 type rxe netdev $DEV || fail "rdma link add failed"

@@ -138,6 +138,18 @@ step "tap: QUIC 16 MiB, qr connect --provider verbs (guest rxe) -> qr serve --pr
   "${TAP[@]}" --env QUIC_BYTES=16M \
   --host "$QR serve --provider soft --ip 10.77.0.1 --cert-out \$RXE_XFER/cert.der --once --timeout 900 $QR_LIVENESS" \
   "$HERE/guest-net.sh" quic-client "$QR"
+# The same two at standard Ethernet MTU: the tap and the guest's eth0 at 1500
+# bytes, so rxe0 and the host's soft both run at RoCE MTU 1024 and every QUIC
+# datagram above it crosses as two UD SENDs (docs/architecture.md §6).
+TAP1500=("$HERE/run.sh" --netdev tap1500 --timeout 900)
+step "tap MTU 1500 (RoCE MTU 1024, segmented): QUIC 16 MiB, qr connect --provider soft (host) -> qr serve --provider verbs (guest rxe)" \
+  "${TAP1500[@]}" \
+  --host "$QR connect --provider soft --ip 10.77.0.1 --cert \$RXE_XFER/cert.der --bytes 16M --pings 200 --wait 300 --timeout 600 --json $QR_LIVENESS 10.77.0.2:18515 >\$RXE_XFER/connect.json && python3 $HERE/check-segmented.py \$RXE_XFER/connect.json" \
+  "$HERE/guest-net.sh" quic-server "$QR"
+step "tap MTU 1500 (RoCE MTU 1024, segmented): QUIC 16 MiB, qr connect --provider verbs (guest rxe) -> qr serve --provider soft (host)" \
+  "${TAP1500[@]}" --env QUIC_BYTES=16M --env QUIC_EXPECT_MTU=1024 \
+  --host "$QR serve --provider soft --ip 10.77.0.1 --cert-out \$RXE_XFER/cert.der --once --timeout 900 $QR_LIVENESS" \
+  "$HERE/guest-net.sh" quic-client "$QR"
 step "tap: image blob 64 MiB, qr node-agent --provider verbs (guest rxe) <- qr registry-agent --provider soft (host), sha256 equal" \
   "${TAP[@]}" \
   --host "$HERE/host-image.sh $QR 64" \

@@ -17,13 +17,16 @@
 # --netdev tap links the guest to the host: run.sh creates a network namespace of its
 # own (qrxe-<pid>), a tap device in it (MTU 9000, 10.77.0.1/24) and runs qemu inside
 # it with a virtio-net NIC on that tap; the guest's eth0 is 10.77.0.2/24, MTU 9000,
-# and rxe0 sits on it (active MTU 4096). All traffic stays inside that namespace,
-# which is deleted on exit (with the tap).
+# and rxe0 sits on it (active MTU 4096). `--netdev tap1500` makes both ends 1500
+# bytes, standard Ethernet: rxe0 then runs at RoCE MTU 1024, and so does `soft`
+# on the host's tap. All traffic stays inside that namespace, which is deleted on
+# exit (with the tap).
 #
 # Options:
 #   --netdev NAME     netdev for rxe0: lo (default), or dummy1500 / dummy9000 for a dummy
 #                     interface with that MTU and an address in 10.77.0.0/24 (guest-local
-#                     only, no link leaves the guest), or `tap`: a link to the host (below)
+#                     only, no link leaves the guest), or `tap` / `tap1500`: a link to the
+#                     host (below)
 #   --host CMD        with --netdev tap: run CMD (bash) on the host inside the namespace,
 #                     concurrently with the guest; its output is prefixed "[host] ". The
 #                     run fails if either side fails. CMD sees RXE_XFER, a directory the
@@ -58,7 +61,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ $# -gt 0 ]] || { sed -n '2,36p' "$0" >&2; exit 2; }
-[[ -z "$HOSTCMD" || "$NETDEV" == tap ]] || { echo "run.sh: --host needs --netdev tap" >&2; exit 2; }
+[[ -z "$HOSTCMD" || "$NETDEV" == tap* ]] || { echo "run.sh: --host needs --netdev tap" >&2; exit 2; }
 
 log() { echo "[rxe] $*" >&2; }
 
@@ -138,19 +141,21 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 NETARGS=(-nic none)
 INNS=()
-if [[ "$NETDEV" == tap ]]; then
+if [[ "$NETDEV" == tap* ]]; then
+  TAPMTU=${NETDEV#tap}; TAPMTU=${TAPMTU:-9000}
+  [[ "$TAPMTU" =~ ^[0-9]+$ ]] || { echo "run.sh: --netdev tap or tapMTU (e.g. tap1500)" >&2; exit 2; }
   NS="qrxe-$$"
   TAP=qrtap0
   ip netns add "$NS"
   ip -n "$NS" link set lo up
   ip -n "$NS" tuntap add dev "$TAP" mode tap
-  ip -n "$NS" link set "$TAP" mtu 9000
+  ip -n "$NS" link set "$TAP" mtu "$TAPMTU"
   ip -n "$NS" addr add 10.77.0.1/24 dev "$TAP"
   ip -n "$NS" link set "$TAP" up
   NETARGS=(-netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no"
-           -device virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02,host_mtu=9000,romfile=)
+           -device "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02,host_mtu=$TAPMTU,romfile=")
   INNS=(ip netns exec "$NS")
-  log "namespace $NS: $TAP 10.77.0.1/24 mtu 9000 <-> guest eth0 10.77.0.2/24"
+  log "namespace $NS: $TAP 10.77.0.1/24 mtu $TAPMTU <-> guest eth0 10.77.0.2/24"
 fi
 {
   echo "#!/bin/sh"
