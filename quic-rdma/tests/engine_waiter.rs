@@ -244,28 +244,49 @@ fn soft_idle_engine_sleeps_and_wakes_for_a_transfer() {
     check(&o);
 }
 
-/// The same over `soft` at RoCE MTU 1024 (kernel rxe's on a 1500-byte
-/// Ethernet; set explicitly, `lo` allows 4096): QUIC's 2040-byte datagrams
-/// go as two RoCEv2 packets each and the 8 MiB arrive sha256-equal.
-#[test]
-fn soft_engine_at_roce_mtu_1024_transfers_segmented() {
+/// The engine over `soft` ports at active MTU `mtu` (set explicitly: `lo`
+/// allows 4096), on `ips`: 8 MiB sha256-equal, QUIC at the socket's
+/// datagram MTU; at most `per_packet` stream bytes crossed per RoCEv2 packet.
+fn soft_engine_at(mtu: quic_rdma::fabric::Mtu, ips: [&str; 2], want_mtu: usize, per_packet: u64) {
     let port = |ip: &str| {
         let mut cfg = SoftConfig::new(ip.parse().unwrap());
-        cfg.mtu = quic_rdma::fabric::Mtu::M1024;
+        cfg.mtu = mtu;
         SoftPort::open(cfg).unwrap()
     };
-    let (ps, pc) = (port("127.141.0.3"), port("127.141.0.4"));
-    let mtu = quic_rdma::socket::segment::datagram_mtu(ps.active_mtu().bytes());
-    assert_eq!(mtu, 2040);
-    let (ccfg, scfg) = configs(mtu, AcceptPolicy::AcceptAll);
+    let (ps, pc) = (port(ips[0]), port(ips[1]));
+    let dmtu = quic_rdma::socket::segment::datagram_mtu(ps.active_mtu().bytes());
+    assert_eq!(dmtu, want_mtu);
+    let (ccfg, scfg) = configs(dmtu, AcceptPolicy::AcceptAll);
     let server = Engine::new(ps.create_qp(DEFAULT_QKEY).unwrap(), scfg).unwrap();
     let client = Engine::new(pc.create_qp(DEFAULT_QKEY).unwrap(), ccfg).unwrap();
-    assert_eq!((server.mtu(), client.mtu()), (2040, 2040));
+    assert_eq!((server.mtu(), client.mtu()), (want_mtu, want_mtu));
     let o = run(client, server);
     check(&o);
-    // At most 1020 stream bytes per RoCEv2 packet: the datagrams went as parts.
     let tx = pc.stats().tx_packets;
-    assert!(tx >= LEN / 1020, "{tx} packets for {LEN} bytes");
+    assert!(tx >= LEN / per_packet, "{tx} packets for {LEN} bytes");
+}
+
+/// RoCE MTU 1024 (kernel rxe's on a 1500-byte Ethernet): QUIC's 2040-byte
+/// datagrams go as two RoCEv2 packets of at most 1020 datagram bytes each.
+#[test]
+fn soft_engine_at_roce_mtu_1024_transfers_segmented() {
+    soft_engine_at(
+        quic_rdma::fabric::Mtu::M1024,
+        ["127.141.0.3", "127.141.0.4"],
+        2040,
+        1020,
+    );
+}
+
+/// RoCE MTU 2048: datagrams of 2048 bytes, sent whole.
+#[test]
+fn soft_engine_at_roce_mtu_2048_transfers_whole() {
+    soft_engine_at(
+        quic_rdma::fabric::Mtu::M2048,
+        ["127.141.0.5", "127.141.0.6"],
+        2048,
+        2048,
+    );
 }
 
 /// A waiter with the pure busy-poll configuration never sleeps.

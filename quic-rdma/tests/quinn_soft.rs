@@ -90,3 +90,15 @@ async fn quinn_over_soft_at_roce_mtu_1024() {
     )
     .await;
 }
+
+/// RoCE MTU 2048 (a netdev of 2100..4151 bytes): datagrams fit whole, none cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quinn_over_soft_at_roce_mtu_2048() {
+    soft_transfer(
+        Ipv4Addr::new(127, 0, 0, 15).into(),
+        Ipv4Addr::new(127, 0, 0, 16).into(),
+        64 << 20,
+        Some(Mtu::M2048),
+    )
+    .await;
+}
