@@ -29,6 +29,8 @@ mod events;
 mod fabric;
 mod log;
 mod ptr;
+#[cfg(test)]
+mod sim_pair;
 mod stat_list;
 mod stats;
 mod streams;

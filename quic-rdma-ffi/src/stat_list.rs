@@ -238,6 +238,8 @@ pub unsafe extern "C" fn qr_engine_stats_read(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim_pair::SimPair;
+    use crate::{qr_datagram_send, QR_EAGAIN};
     use std::ffi::CStr;
 
     /// Static strings of a descriptor.
@@ -284,116 +286,24 @@ mod tests {
         }
     }
 
-    /// A client and a server engine on one `sim` fabric, connected, with
-    /// some datagrams exchanged: every socket counter path has run.
-    struct Pair {
-        fabric: *mut crate::qr_fabric,
-        client: *mut qr_engine,
-        server: *mut qr_engine,
-    }
-
-    impl Pair {
-        fn connected() -> Pair {
-            use crate::*;
-            let fc = qr_fabric_config {
-                struct_size: size_of::<qr_fabric_config>() as u32,
-                mtu: 4096,
-                provider: c"sim".as_ptr(),
-                seed: 5,
-                loss: 0.0,
-                duplicate: 0.0,
-                reorder: 0.0,
-                device: std::ptr::null(),
-                port: 0,
-                reserved: 0,
-            };
-            let mut fabric = std::ptr::null_mut();
-            // SAFETY: a whole config with a NUL-terminated provider; `fabric` writable.
-            assert_eq!(unsafe { qr_fabric_new(&fc, &mut fabric) }, QR_OK);
-            let (mut cert, mut key) = (vec![0u8; 8192], vec![0u8; 8192]);
-            let (mut cl, mut kl) = (0usize, 0usize);
-            // SAFETY: buffers of the capacities given; lengths writable.
-            let rc = unsafe {
-                qr_tls_selfsigned(
-                    c"localhost".as_ptr(),
-                    cert.as_mut_ptr(),
-                    cert.len(),
-                    &mut cl,
-                    key.as_mut_ptr(),
-                    key.len(),
-                    &mut kl,
-                )
-            };
-            assert_eq!(rc, QR_OK);
-            let engine = |gid: &CStr, server: bool| {
-                // SAFETY: all-zero is a valid config (null pointers, zero numbers).
-                let mut c: qr_engine_config = unsafe { std::mem::zeroed() };
-                c.struct_size = size_of::<qr_engine_config>() as u32;
-                c.gid = gid.as_ptr();
-                if server {
-                    (c.cert_der, c.cert_der_len) = (cert.as_ptr(), cl);
-                    (c.key_der, c.key_der_len) = (key.as_ptr(), kl);
-                } else {
-                    (c.ca_der, c.ca_der_len) = (cert.as_ptr(), cl);
-                }
-                let mut e = std::ptr::null_mut();
-                // SAFETY: `fabric` is live, `c` valid with live buffers, `e` writable.
-                assert_eq!(unsafe { qr_engine_new(fabric, &c, &mut e) }, QR_OK);
-                e
-            };
-            let p = Pair {
-                fabric,
-                server: engine(c"fd00::b1", true),
-                client: engine(c"fd00::b2", false),
-            };
-            let mut sa = qr_addr::default();
-            let mut conn = 0u64;
-            // SAFETY: live engines; `sa` and `conn` writable; the name is NUL-terminated.
-            unsafe {
-                assert_eq!(qr_engine_local_addr(p.server, &mut sa), QR_OK);
-                assert_eq!(
-                    qr_connect(p.client, &sa, c"localhost".as_ptr(), &mut conn),
-                    QR_OK
-                );
+    /// Engines on one `sim` fabric, connected, with some datagrams sent:
+    /// every socket counter path has run.
+    fn pair_with_traffic() -> SimPair {
+        let mut p = SimPair::connected(5);
+        let mut sent = 0;
+        for _ in 0..100_000 {
+            if sent == 20 {
+                break;
             }
-            let mut ev = vec![qr_event::default(); 64];
-            let (mut connected, mut sent) = (false, 0);
-            for _ in 0..100_000 {
-                for e in [p.client, p.server] {
-                    // SAFETY: live engine; `ev` holds 64 events of this size.
-                    let n = unsafe {
-                        qr_engine_poll_at(e, 0, ev.as_mut_ptr(), ev.len(), size_of::<qr_event>())
-                    };
-                    assert!(n >= 0, "poll: {n}");
-                    connected |= e == p.client
-                        && ev[..n as usize]
-                            .iter()
-                            .any(|v| v.kind == QR_EVENT_CONNECTED);
-                }
-                if connected && sent < 20 {
-                    // SAFETY: live engine; the data is readable.
-                    let rc = unsafe { qr_datagram_send(p.client, conn, b"tick".as_ptr(), 4) };
-                    assert!(rc == QR_OK || rc == QR_EAGAIN, "send: {rc}");
-                    sent += i32::from(rc == QR_OK);
-                }
-                if sent == 20 {
-                    break;
-                }
-            }
-            assert_eq!(sent, 20, "handshake and datagrams");
-            p
+            // SAFETY: live engine; the data is readable.
+            let rc = unsafe { qr_datagram_send(p.client, p.cconn, b"tick".as_ptr(), 4) };
+            assert!(rc == QR_OK || rc == QR_EAGAIN, "send: {rc}");
+            sent += i32::from(rc == QR_OK);
+            p.poll(true);
+            p.poll(false);
         }
-    }
-
-    impl Drop for Pair {
-        fn drop(&mut self) {
-            // SAFETY: from qr_engine_new / qr_fabric_new, freed once.
-            unsafe {
-                crate::qr_engine_free(self.client);
-                crate::qr_engine_free(self.server);
-                crate::qr_fabric_free(self.fabric);
-            }
-        }
+        assert_eq!(sent, 20, "datagrams");
+        p
     }
 
     /// Counter coverage: every value the Rust visitors of the engine's socket
@@ -401,7 +311,7 @@ mod tests {
     /// with the same name, group, kind, unit and value.
     #[test]
     fn every_visited_counter_is_in_the_c_api_with_its_value() {
-        let p = Pair::connected();
+        let p = pair_with_traffic();
         for e in [p.client, p.server] {
             let mut values = vec![u64::MAX; qr_stat_count() + 1];
             // SAFETY: live engine; `values` writable for its length.

@@ -83,117 +83,12 @@ struct Tally {
     key_update: u64,
 }
 
-struct Pair {
-    fabric: *mut qr_fabric,
-    client: *mut qr_engine,
-    server: *mut qr_engine,
-    cconn: u64,
-    sconn: u64,
-    ev: Vec<qr_event>,
-}
+#[path = "../src/sim_pair.rs"]
+mod sim_pair;
+use sim_pair::SimPair as Pair;
 
 impl Pair {
-    fn new() -> Pair {
-        let fc = qr_fabric_config {
-            struct_size: size_of::<qr_fabric_config>() as u32,
-            mtu: 4096,
-            provider: c"sim".as_ptr(),
-            seed: 3,
-            loss: 0.0,
-            duplicate: 0.0,
-            reorder: 0.0,
-            device: std::ptr::null(),
-            port: 0,
-            reserved: 0,
-        };
-        let mut fabric = std::ptr::null_mut();
-        // SAFETY: a whole config with a NUL-terminated provider; `fabric` writable.
-        assert_eq!(unsafe { qr_fabric_new(&fc, &mut fabric) }, QR_OK);
-        let (mut cert, mut key) = (vec![0u8; 8192], vec![0u8; 8192]);
-        let (mut cl, mut kl) = (0usize, 0usize);
-        // SAFETY: buffers of the capacities given; lengths writable.
-        let rc = unsafe {
-            qr_tls_selfsigned(
-                c"localhost".as_ptr(),
-                cert.as_mut_ptr(),
-                cert.len(),
-                &mut cl,
-                key.as_mut_ptr(),
-                key.len(),
-                &mut kl,
-            )
-        };
-        assert_eq!(rc, QR_OK);
-        let engine = |gid: &std::ffi::CStr, server: bool| {
-            // SAFETY: all-zero is a valid config (null pointers, zero numbers).
-            let mut c: qr_engine_config = unsafe { std::mem::zeroed() };
-            c.struct_size = size_of::<qr_engine_config>() as u32;
-            c.gid = gid.as_ptr();
-            c.routing_key = if server { 0x11 } else { 0x22 };
-            if server {
-                (c.cert_der, c.cert_der_len) = (cert.as_ptr(), cl);
-                (c.key_der, c.key_der_len) = (key.as_ptr(), kl);
-            } else {
-                (c.ca_der, c.ca_der_len) = (cert.as_ptr(), cl);
-            }
-            let mut e = std::ptr::null_mut();
-            // SAFETY: `fabric` is live, `c` valid with live buffers, `e` writable.
-            assert_eq!(unsafe { qr_engine_new(fabric, &c, &mut e) }, QR_OK);
-            e
-        };
-        let server = engine(c"fd00::a1", true);
-        let client = engine(c"fd00::a2", false);
-        let mut p = Pair {
-            fabric,
-            client,
-            server,
-            cconn: 0,
-            sconn: 0,
-            ev: vec![qr_event::default(); 64],
-        };
-        let mut sa = qr_addr::default();
-        // SAFETY: live engine; `sa` and the id are writable; the name is NUL-terminated.
-        unsafe {
-            assert_eq!(qr_engine_local_addr(p.server, &mut sa), QR_OK);
-            assert_eq!(
-                qr_connect(p.client, &sa, c"localhost".as_ptr(), &mut p.cconn),
-                QR_OK
-            );
-        }
-        let mut connected = false;
-        for _ in 0..1_000_000 {
-            if connected && p.sconn != 0 {
-                break;
-            }
-            let cconn = p.cconn;
-            connected |= p
-                .poll(true)
-                .iter()
-                .any(|e| e.kind == QR_EVENT_CONNECTED && e.conn == cconn);
-            if let Some(e) = p.poll(false).iter().find(|e| e.kind == QR_EVENT_CONNECTED) {
-                p.sconn = e.conn;
-            }
-        }
-        assert!(connected && p.sconn != 0, "handshake");
-        p
-    }
-
-    fn poll(&mut self, client: bool) -> &[qr_event] {
-        let e = if client { self.client } else { self.server };
-        // SAFETY: live engine; `ev` holds 64 events of this size.
-        let n = unsafe {
-            qr_engine_poll_at(
-                e,
-                0,
-                self.ev.as_mut_ptr(),
-                self.ev.len(),
-                size_of::<qr_event>(),
-            )
-        };
-        assert!(n >= 0, "poll: {n}");
-        &self.ev[..n as usize]
-    }
-
+    /// Poll both engines, counting the allocations into `t`.
     fn poll_both(&mut self, t: &mut Tally) {
         let (_, a) = counted(|| {
             self.poll(true);
@@ -201,17 +96,6 @@ impl Pair {
         });
         t.poll += a;
         t.polls += 2;
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        // SAFETY: from qr_engine_new / qr_fabric_new, freed once.
-        unsafe {
-            qr_engine_free(self.client);
-            qr_engine_free(self.server);
-            qr_fabric_free(self.fabric);
-        }
     }
 }
 
@@ -253,7 +137,7 @@ fn read_all(p: &mut Pair, client: bool, stream: u64, buf: &mut [u8], t: &mut Tal
 /// the server echoes with a copying write; a key update at the start of the
 /// measured window, then one halfway.
 fn stream_round_trips() -> (Tally, Tally) {
-    let mut p = Pair::new();
+    let mut p = Pair::connected(3);
     let mut s = 0u64;
     // SAFETY: live engine, writable id.
     let rc = unsafe { qr_stream_open(p.client, p.cconn, 1, &mut s) };
@@ -318,7 +202,7 @@ fn stream_round_trips() -> (Tally, Tally) {
 
 /// Datagram round trips (copying sends; receives into the caller's buffer).
 fn datagram_round_trips() -> Tally {
-    let mut p = Pair::new();
+    let mut p = Pair::connected(3);
     let mut t = Tally::default();
     let mut buf = [0u8; 64];
     // Sized once, outside the measured calls (as a poll loop would).

@@ -55,17 +55,14 @@ fn agents(dir: &Path, layout: &Path, ip: u8, port: u16) -> Agents {
     let (ra_ip, na_ip) = (format!("127.0.111.{ip}"), format!("127.0.111.{}", ip + 1));
     let pki = pki(dir, &ra_ip);
     let ra_metrics = format!("{ra_ip}:{}", port + 1);
-    let mut ra_args =
-        registry_agent_args(&pki, &ra_ip, port, "unused", &dir.join("rc"), &ra_metrics);
-    let up = ra_args.iter().position(|a| a == "--upstream").unwrap();
-    ra_args.splice(
-        up..up + 2,
-        [
-            "--layout".into(),
-            layout.display().to_string(),
-            "--layout-repository".into(),
-            REPO.into(),
-        ],
+    let ra_args = layout_registry_agent_args(
+        &pki,
+        &ra_ip,
+        port,
+        layout,
+        REPO,
+        &dir.join("rc"),
+        &ra_metrics,
     );
     let ra = qr("registry-agent", &ra_args, &dir.join("ra.log"));
     let node = format!("{na_ip}:{}", port + 2);

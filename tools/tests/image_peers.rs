@@ -86,24 +86,15 @@ fn blobs_come_from_a_peer_and_fall_back_to_the_registry_agent() {
     let (layout, blobs, mlen) = (l.dir, l.blobs, l.manifest_len);
     let total: u64 = blobs.iter().map(|(_, s)| s).sum();
     let pki = pki(d, "127.0.111.70");
-    let mut ra_args = registry_agent_args(
+    // The layout instead of an upstream: this test needs no docker-registry.
+    let ra_args = layout_registry_agent_args(
         &pki,
         "127.0.111.70",
         19170,
-        "unused",
+        &layout,
+        REPO,
         &d.join("rc"),
         RA_METRICS,
-    );
-    // The layout instead of an upstream: this test needs no docker-registry.
-    let up = ra_args.iter().position(|a| a == "--upstream").unwrap();
-    ra_args.splice(
-        up..up + 2,
-        [
-            "--layout".into(),
-            layout.display().to_string(),
-            "--layout-repository".into(),
-            REPO.into(),
-        ],
     );
     let _ra = qr("registry-agent", &ra_args, &d.join("ra.log"));
     let node = |name: &str, ip: &str, port: u16, extra: &[&str]| {

@@ -365,6 +365,31 @@ pub(crate) fn registry_agent_args(
     a
 }
 
+/// Arguments of a registry agent that serves OCI image layout `layout` as
+/// repository `repo` instead of an upstream registry (no docker-registry).
+pub(crate) fn layout_registry_agent_args(
+    pki: &Path,
+    ip: &str,
+    service_port: u16,
+    layout: &Path,
+    repo: &str,
+    cache: &Path,
+    metrics: &str,
+) -> Vec<String> {
+    let mut a = registry_agent_args(pki, ip, service_port, "unused", cache, metrics);
+    let up = a.iter().position(|x| x == "--upstream").unwrap();
+    a.splice(
+        up..up + 2,
+        [
+            "--layout".into(),
+            layout.display().to_string(),
+            "--layout-repository".into(),
+            repo.into(),
+        ],
+    );
+    a
+}
+
 /// Arguments of a node agent.
 pub(crate) fn node_agent_args(
     pki: &Path,
