@@ -8,13 +8,12 @@ use std::io;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
-use anyhow::Context;
-use quic_rdma::discovery::PeerInfo;
+use quic_rdma::discovery::{BootstrapError, PeerInfo};
 use quic_rdma::fabric::sim::{Faults, SimConfig, SimFabric, SimQpOptions};
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
 use quic_rdma::fabric::{FabricError, Mtu, Provider, UdQueuePair, DEFAULT_QKEY};
 use quic_rdma::quinn_adapter::RdmaUdpSocket;
-use quic_rdma::socket::{SocketConfig, UdSocket};
+use quic_rdma::socket::{SocketConfig, SocketError, UdSocket};
 
 /// What a provider needs to know to build the pair.
 #[derive(Clone, Copy, Debug)]
@@ -64,10 +63,51 @@ pub enum OpenError {
     /// the text says what to use instead.
     #[error("{0}")]
     Unsupported(String),
-    /// The provider is there but failed; the text names the address and,
-    /// where it can tell, the fix.
-    #[error("{0:#}")]
-    Failed(anyhow::Error),
+    /// A setting the provider cannot take (an environment variable, a QPN or
+    /// UDP port a device chooses itself); the text names it and the fix.
+    #[error("{0}")]
+    Setting(String),
+    /// The peer's bootstrap record rules the path out (e.g. it cannot
+    /// reassemble the segmented datagrams this MTU needs).
+    #[error(transparent)]
+    Peer(#[from] BootstrapError),
+    /// The fabric refused a step: `what` names it and its address, `hint`
+    /// the likely fix where it can tell.
+    #[error("{what}{}", hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
+    Fabric {
+        /// The step and its address (`opening a soft RoCEv2 port on …`).
+        what: String,
+        /// The likely fix, if known.
+        hint: Option<String>,
+        /// What the provider said.
+        #[source]
+        source: FabricError,
+    },
+    /// The UD socket over a queue pair could not be made.
+    #[error("UD socket on {on}")]
+    Socket {
+        /// The queue pair's address.
+        on: String,
+        /// Why.
+        #[source]
+        source: SocketError,
+    },
+}
+
+impl OpenError {
+    fn fabric(what: impl Into<String>) -> impl FnOnce(FabricError) -> OpenError {
+        let what = what.into();
+        move |source| OpenError::Fabric {
+            what,
+            hint: None,
+            source,
+        }
+    }
+
+    fn socket(on: impl ToString) -> impl FnOnce(SocketError) -> OpenError {
+        let on = on.to_string();
+        move |source| OpenError::Socket { on, source }
+    }
 }
 
 fn not_built_in(kind: Provider) -> String {
@@ -92,7 +132,7 @@ fn not_built_in(kind: Provider) -> String {
 /// --provider soft` spawns `qr serve` instead).
 pub(crate) fn open_pair(kind: Provider, opts: &FabricOptions) -> Result<SocketPair, OpenError> {
     match kind {
-        Provider::Sim => open_sim(opts).map_err(OpenError::Failed),
+        Provider::Sim => open_sim(opts),
         Provider::Soft => Err(OpenError::Unsupported(
             "provider `soft` runs each endpoint in its own process: \
              use `qr serve` / `qr connect`"
@@ -169,9 +209,9 @@ pub(crate) fn open_endpoint(
              processes (use `qr demo`, or `--provider soft`)"
                 .into(),
         )),
-        Provider::Soft => open_soft(opts).map_err(OpenError::Failed),
+        Provider::Soft => open_soft(opts),
         #[cfg(feature = "verbs")]
-        Provider::Verbs => open_verbs(opts).map_err(OpenError::Failed),
+        Provider::Verbs => open_verbs(opts),
         #[cfg(not(feature = "verbs"))]
         Provider::Verbs => Err(OpenError::NotBuiltIn(kind)),
     }
@@ -180,16 +220,16 @@ pub(crate) fn open_endpoint(
 /// A UD QP on libibverbs whose GID is `opts.ip` (IPv4-mapped for IPv4). The
 /// device sends RoCEv2 to UDP port 4791 only, so the peer must listen there.
 #[cfg(feature = "verbs")]
-fn open_verbs(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
+fn open_verbs(opts: &EndpointOptions) -> Result<EndpointSocket, OpenError> {
     use quic_rdma::fabric::verbs::VerbsQp;
     use quic_rdma::fabric::ROCEV2_UDP_PORT;
-    let qp = VerbsQp::open(&verbs_options(opts)?)
-        .with_context(|| format!("opening a verbs UD QP on GID {}", opts.ip))?;
-    let gid_index = qp.gid_index();
-    let device = qp.device_name().to_string();
+    let qp = VerbsQp::open(&verbs_options(opts)?).map_err(OpenError::fabric(format!(
+        "opening a verbs UD QP on GID {}",
+        opts.ip
+    )))?;
+    let on = format!("{} GID index {}", qp.device_name(), qp.gid_index());
     let qp: Box<dyn UdQueuePair> = Box::new(qp);
-    let sock = UdSocket::new(qp, SocketConfig::default())
-        .with_context(|| format!("UD socket on {device} GID index {gid_index}"))?;
+    let sock = UdSocket::new(qp, SocketConfig::default()).map_err(OpenError::socket(on))?;
     let publish = PeerInfo::of_socket(&sock, ROCEV2_UDP_PORT);
     Ok(EndpointSocket {
         kind: Provider::Verbs,
@@ -201,26 +241,30 @@ fn open_verbs(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
 
 /// The verbs options for `opts`, refusing what a device does not let us choose.
 #[cfg(feature = "verbs")]
-fn verbs_options(opts: &EndpointOptions) -> anyhow::Result<quic_rdma::fabric::verbs::VerbsOptions> {
+fn verbs_options(
+    opts: &EndpointOptions,
+) -> Result<quic_rdma::fabric::verbs::VerbsOptions, OpenError> {
     use quic_rdma::fabric::verbs::VerbsOptions;
     use quic_rdma::fabric::ROCEV2_UDP_PORT;
     if opts.udp_port != ROCEV2_UDP_PORT {
-        anyhow::bail!(
+        return Err(OpenError::Setting(format!(
             "provider `verbs`: the device's RoCEv2 UDP port is {ROCEV2_UDP_PORT}, not {}",
             opts.udp_port
-        );
+        )));
     }
     if let Some(p) = opts.peer {
         if p.udp_port != ROCEV2_UDP_PORT {
-            anyhow::bail!(
+            return Err(OpenError::Setting(format!(
                 "the peer listens on UDP port {}: a verbs device reaches RoCEv2 peers on port \
                  {ROCEV2_UDP_PORT} only",
                 p.udp_port
-            );
+            )));
         }
     }
     if opts.qpn.is_some() {
-        anyhow::bail!("provider `verbs`: the device chooses the QPN (--qpn is for soft)");
+        return Err(OpenError::Setting(
+            "provider `verbs`: the device chooses the QPN (--qpn is for soft)".into(),
+        ));
     }
     Ok(VerbsOptions {
         gid: Some(opts.ip.into()),
@@ -250,9 +294,9 @@ pub(crate) fn qp_maker(
             ))
         }
         Provider::Soft => {
-            let mut cfg = soft_config(opts.ip, opts.udp_port).map_err(OpenError::Failed)?;
+            let mut cfg = soft_config(opts.ip, opts.udp_port)?;
             cfg.mtu = opts.mtu;
-            let port = open_soft_port(cfg).map_err(OpenError::Failed)?;
+            let port = open_soft_port(cfg)?;
             if let Some(p) = opts.peer {
                 // Set before any AH exists.
                 p.apply(&port);
@@ -266,7 +310,7 @@ pub(crate) fn qp_maker(
         Provider::Verbs => {
             // Each queue pair opens the device for itself (a context, PD and
             // CQs of its own): simple, and what a per-client QP costs anyway.
-            let vopts = verbs_options(opts).map_err(OpenError::Failed)?;
+            let vopts = verbs_options(opts)?;
             Arc::new(move || {
                 quic_rdma::fabric::verbs::VerbsQp::open(&vopts)
                     .map(|q| Box::new(q) as Box<dyn UdQueuePair>)
@@ -275,9 +319,7 @@ pub(crate) fn qp_maker(
         #[cfg(not(feature = "verbs"))]
         Provider::Verbs => return Err(OpenError::NotBuiltIn(kind)),
     };
-    let first = maker().map_err(|e| {
-        OpenError::Failed(anyhow::Error::new(e).context(format!("a {kind} QP on {}", opts.ip)))
-    })?;
+    let first = maker().map_err(OpenError::fabric(format!("a {kind} QP on {}", opts.ip)))?;
     let mtu = first.attr().active_mtu;
     Ok((maker, mtu))
 }
@@ -288,21 +330,19 @@ pub(crate) fn qp_maker(
 pub(crate) const GSO_ENV: &str = "QR_SOFT_GSO_SEGMENTS";
 
 /// A `soft` port's configuration on `ip`:`udp_port`, with [`GSO_ENV`] applied.
-pub(crate) fn soft_config(ip: std::net::IpAddr, udp_port: u16) -> anyhow::Result<SoftConfig> {
+pub(crate) fn soft_config(ip: std::net::IpAddr, udp_port: u16) -> Result<SoftConfig, OpenError> {
     let mut cfg = SoftConfig::new(ip).with_port(udp_port);
     if let Ok(v) = std::env::var(GSO_ENV) {
-        cfg.gso_segments = v
-            .parse()
-            .ok()
-            .filter(|&n: &usize| n >= 1)
-            .ok_or_else(|| anyhow::anyhow!("{GSO_ENV}={v:?}: expected a whole number >= 1"))?;
+        cfg.gso_segments = v.parse().ok().filter(|&n: &usize| n >= 1).ok_or_else(|| {
+            OpenError::Setting(format!("{GSO_ENV}={v:?}: expected a whole number >= 1"))
+        })?;
     }
     Ok(cfg)
 }
 
 /// Open a `soft` port; a failure names the address and, for the causes we
 /// can tell apart, the fix.
-pub(crate) fn open_soft_port(cfg: SoftConfig) -> anyhow::Result<SoftPort> {
+pub(crate) fn open_soft_port(cfg: SoftConfig) -> Result<SoftPort, OpenError> {
     let at = cfg.bind;
     SoftPort::open(cfg).map_err(|e| {
         let hint = match &e {
@@ -319,10 +359,10 @@ pub(crate) fn open_soft_port(cfg: SoftConfig) -> anyhow::Result<SoftPort> {
             },
             _ => None,
         };
-        let what = format!("opening a soft RoCEv2 port on {at}");
-        match hint {
-            Some(h) => anyhow::Error::new(e).context(format!("{what} ({h})")),
-            None => anyhow::Error::new(e).context(what),
+        OpenError::Fabric {
+            what: format!("opening a soft RoCEv2 port on {at}"),
+            hint,
+            source: e,
         }
     })
 }
@@ -335,7 +375,7 @@ pub(crate) fn ensure_built_in(kind: Provider) -> Result<(), OpenError> {
     Ok(())
 }
 
-fn open_soft(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
+fn open_soft(opts: &EndpointOptions) -> Result<EndpointSocket, OpenError> {
     let mut cfg = soft_config(opts.ip, opts.udp_port)?;
     // Talk at the smaller of the two MTUs, like two ports negotiating; below
     // 2048 that means segmented datagrams, which the peer must reassemble
@@ -358,11 +398,10 @@ fn open_soft(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
     let qkey = opts.peer.map_or(opts.qkey, |p| p.addr.qkey);
     let qp = port
         .create_qp(qkey)
-        .with_context(|| format!("soft QP with Q_Key {qkey:#x}"))?;
+        .map_err(OpenError::fabric(format!("soft QP with Q_Key {qkey:#x}")))?;
     let publish = PeerInfo::of(&qp);
     let qp: Box<dyn UdQueuePair> = Box::new(qp);
-    let sock = UdSocket::new(qp, SocketConfig::default())
-        .with_context(|| format!("UD socket on {}", port.gid()))?;
+    let sock = UdSocket::new(qp, SocketConfig::default()).map_err(OpenError::socket(port.gid()))?;
     Ok(EndpointSocket {
         kind: Provider::Soft,
         socket: Arc::new(RdmaUdpSocket::new(sock)),
@@ -371,20 +410,19 @@ fn open_soft(opts: &EndpointOptions) -> anyhow::Result<EndpointSocket> {
     })
 }
 
-fn open_sim(opts: &FabricOptions) -> anyhow::Result<SocketPair> {
+fn open_sim(opts: &FabricOptions) -> Result<SocketPair, OpenError> {
     let fabric = SimFabric::new(SimConfig {
         faults: opts.sim_faults(),
         seed: opts.seed,
         ..SimConfig::default()
     });
-    let socket = |n: u16| -> anyhow::Result<Socket> {
+    let socket = |n: u16| -> Result<Socket, OpenError> {
         let gid = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n);
         let qp = fabric
             .create_qp(gid.into(), SimQpOptions::default())
-            .with_context(|| format!("sim QP on {gid}"))?;
+            .map_err(OpenError::fabric(format!("sim QP on {gid}")))?;
         let qp: Box<dyn UdQueuePair> = Box::new(qp);
-        let sock = UdSocket::new(qp, SocketConfig::default())
-            .with_context(|| format!("UD socket on {gid}"))?;
+        let sock = UdSocket::new(qp, SocketConfig::default()).map_err(OpenError::socket(gid))?;
         Ok(Arc::new(RdmaUdpSocket::new(sock)))
     };
     Ok(SocketPair {

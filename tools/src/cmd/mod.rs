@@ -87,7 +87,8 @@ fn print_report(cmd: &str, result: Result<Report, RunError>, json: bool) -> Exit
             ExitCode::from(2)
         }
         Err(RunError::Provider(e)) => {
-            eprintln!("qr {cmd}: provider failed: {e}");
+            // With its causes: the OS error under a fabric step.
+            eprintln!("qr {cmd}: provider failed: {:#}", anyhow::Error::from(e));
             ExitCode::FAILURE
         }
         Err(RunError::Run(e)) => {
