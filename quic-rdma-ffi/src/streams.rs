@@ -56,6 +56,14 @@ pub unsafe extern "C" fn qr_stream_open(
 /// control admits nothing now; `QR_ESTREAM` for a stream id that was never
 /// opened, by us or by the peer, or not writable by us).
 ///
+/// Allocations: one for the copy quinn-proto keeps until the peer
+/// acknowledges it, and one more when the stream's send buffer had drained
+/// (every byte acknowledged): quinn-proto 0.11 frees its queue of unacked
+/// segments then and allocates it again on the next write. A
+/// request/response loop therefore makes two per call
+/// (`tests/c_api_alloc.rs` measures it); a stream that keeps data in flight,
+/// one.
+///
 /// Returns: the bytes taken (>= 0), `QR_EAGAIN`, `QR_ESTREAM`, `QR_ESTOPPED`
 /// (the peer sent STOP_SENDING), `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`,
 /// `QR_EINVAL` (`stream` at or above 2^62), `QR_EPANIC`.
@@ -121,8 +129,10 @@ impl Drop for Lent {
 /// polling the engine, or before this call returns when nothing was taken
 /// (`QR_EAGAIN` and other errors). Returns the bytes taken (a prefix of
 /// `data`); write the rest with another call. Keep `data` valid and
-/// unchanged until `release`. One small allocation per call (the reference
-/// count of the lent buffer); no copy of the payload.
+/// unchanged until `release`. No copy of the payload; allocations: one for
+/// the lent buffer's reference count, and one more when the stream's send
+/// buffer had drained, as for `qr_stream_write` (two per call in a
+/// request/response loop, one while data stays in flight).
 ///
 /// Returns: the bytes taken (>= 0), `QR_EAGAIN`, `QR_ESTREAM`, `QR_ESTOPPED`,
 /// `QR_ENULL` (also a NULL `release`), `QR_ENOCONN`, `QR_ECLOSED`, `QR_EINVAL`
