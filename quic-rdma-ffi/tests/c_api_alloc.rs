@@ -309,10 +309,8 @@ fn a_write_with_data_in_flight_allocates_only_its_copy() {
     let mut p = Pair::connected(4);
     let mut s = 0u64;
     // SAFETY: live engine, writable id.
-    assert_eq!(
-        unsafe { qr_stream_open(p.client, p.cconn, 1, &mut s) },
-        QR_OK
-    );
+    let rc = unsafe { qr_stream_open(p.client, p.cconn, 1, &mut s) };
+    assert_eq!(rc, QR_OK);
     let data = [7u8; 64];
     let write = |p: &Pair| {
         // SAFETY: live engine; `data` readable.
@@ -328,10 +326,8 @@ fn a_write_with_data_in_flight_allocates_only_its_copy() {
     let mut t = Tally::default();
     read_all(&mut p, false, s, &mut buf, &mut t);
     // SAFETY: live engine; `buf` readable.
-    assert_eq!(
-        unsafe { qr_stream_write(p.server, p.sconn, s, buf.as_ptr(), 64) },
-        64
-    );
+    let n = unsafe { qr_stream_write(p.server, p.sconn, s, buf.as_ptr(), 64) };
+    assert_eq!(n, 64);
     read_all(&mut p, true, s, &mut buf, &mut t);
     let drained = write(&p);
     let in_flight = write(&p);
