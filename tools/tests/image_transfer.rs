@@ -205,6 +205,10 @@ async fn blob_in_parallel_chunks_verified_and_cached() {
     assert_eq!(Digest::of(&read_file(&b.file)), d);
     assert!(n.metrics.chunks.get() > 1, "one chunk only: not parallel");
     assert_eq!(n.metrics.bytes_fabric.get(), data.len() as u64);
+    // The cache commit runs after the blob is handed over (on a blocking
+    // thread, slow on a loaded host): until it is done a second fetch joins
+    // the flight instead of hitting the cache. Wait for it.
+    b.stored.wait().await.unwrap();
     // Again: from the cache, nothing over the fabric.
     let b2 = n.blob("library/x", &d, &|_, _| {}).await.unwrap();
     assert_eq!(b2.path.name(), "cache");
