@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use quic_rdma::quic::cid::{key_of_datagram, RoutingCidGenerator, DEFAULT_CID_LEN};
+use quic_rdma::quic::{key_of_datagram, RoutingCidGenerator, DEFAULT_CID_LEN};
 use quinn_proto::ConnectionIdGenerator;
 
 fn bench(c: &mut Criterion) {

@@ -10,8 +10,7 @@
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use quic_rdma::quic::suites::CipherPreference;
-use quic_rdma::quic::tls::TlsSettings;
+use quic_rdma::quic::{CipherPreference, TlsSettings};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// The server name the certificate is issued for.

@@ -502,7 +502,7 @@ typedef struct {
  * certificate presents it when asked.
  *
  * Every transport field takes 0 for the library's default (the fabric-tuned
- * values of `quic_rdma::quic::config::transport_config`). A value outside a
+ * values of `quic_rdma::quic::transport_config`). A value outside a
  * field's documented range is refused with `QR_EINVAL` (never clamped), and
  * `qr_last_error` names the field and its range.
  */

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use quic_rdma::engine::{AcceptPolicy, EngineConfig};
 use quic_rdma::fabric::{Gid, UdAddr};
-use quic_rdma::quic::config::{transport_config_with, Liveness};
-use quic_rdma::quic::retry::RetryPolicy;
-use quic_rdma::quic::tls::{parse_certificates, parse_private_key, TlsError, TlsSettings};
+use quic_rdma::quic::{
+    parse_certificates, parse_private_key, transport_config_with, Liveness, RetryPolicy, TlsError,
+    TlsSettings,
+};
 use quinn_proto::{congestion, TransportConfig, VarInt};
 
 use crate::error::{fail, QR_EINVAL, QR_ETLS};
@@ -148,7 +149,7 @@ pub const QR_STREAMS_MAX: u32 = 16384;
 /// certificate presents it when asked.
 ///
 /// Every transport field takes 0 for the library's default (the fabric-tuned
-/// values of `quic_rdma::quic::config::transport_config`). A value outside a
+/// values of `quic_rdma::quic::transport_config`). A value outside a
 /// field's documented range is refused with `QR_EINVAL` (never clamped), and
 /// `qr_last_error` names the field and its range.
 #[repr(C)]

@@ -13,7 +13,7 @@ use std::ffi::{c_char, CString};
 use std::sync::OnceLock;
 
 use quic_rdma::counters::{Counters, Kind, Metric, Unit};
-use quic_rdma::quic::routing::RoutingStats;
+use quic_rdma::quic::RoutingStats;
 use quic_rdma::socket::SocketStats;
 
 use crate::engine::qr_engine;

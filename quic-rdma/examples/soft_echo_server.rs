@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort, SoftQp};
 use quic_rdma::fabric::{UdQueuePair, DEFAULT_QKEY};
-use quic_rdma::quic::peers::PeerLimits;
+use quic_rdma::quic::PeerLimits;
 use quic_rdma::quinn_adapter::{self, RdmaUdpSocket};
 use quic_rdma::socket::{SocketConfig, UdSocket};
 

@@ -17,7 +17,7 @@ use common::{certs, endpoint, rss_kib, transfer};
 use quic_rdma::fabric::soft::codec::{self, IcrcContext, IpPair, UdHeader};
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort, SoftQp};
 use quic_rdma::fabric::{UdAddr, DEFAULT_QKEY};
-use quic_rdma::quic::cid;
+use quic_rdma::quic::key_of_datagram;
 use quic_rdma::quinn_adapter::{self, RdmaUdpSocket, RetryGate, RetryPolicy};
 use quic_rdma::socket::{SocketConfig, UdSocket};
 
@@ -79,7 +79,7 @@ impl Attacker {
             src_qp,
             DEFAULT_QKEY,
             src_qp,
-            cid::key_of_datagram(payload),
+            key_of_datagram(payload),
         );
         let n = codec::encode(&hdr, payload, &ctx, &mut self.buf).unwrap();
         // A full socket buffer is the attacker's problem, not the test's.

@@ -10,7 +10,7 @@ use std::time::Instant;
 use engine_common::{configs, gid, Sink, Source, MAX_ITERS};
 use quic_rdma::engine::{AcceptPolicy, ConnHandle, EngineGroup, Event};
 use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQp, SimQpOptions};
-use quic_rdma::quic::routing;
+use quic_rdma::quic;
 use quic_rdma::socket::{SocketConfig, UdSocket};
 
 const SERVER_KEYS: [u32; 2] = [0x5e001, 0x5e002];
@@ -239,7 +239,7 @@ fn a_packet_on_the_wrong_shard_is_counted_and_dropped_unanswered() {
         }
         got
     };
-    routing::send(&mut stray, dir[1], 0, &pkt, None).unwrap();
+    quic::send(&mut stray, dir[1], 0, &pkt, None).unwrap();
     assert_eq!(
         answers(&mut g, &mut stray),
         0,
@@ -255,7 +255,7 @@ fn a_packet_on_the_wrong_shard_is_counted_and_dropped_unanswered() {
     // Control: the shard owning the key has no connection with this CID
     // either, and it does answer (a stateless reset, RFC 9000 §10.3): the
     // check, not chance, kept shard 1 silent.
-    routing::send(&mut stray, dir[0], 0, &pkt, None).unwrap();
+    quic::send(&mut stray, dir[0], 0, &pkt, None).unwrap();
     assert!(
         answers(&mut g, &mut stray) >= 1,
         "the owning shard answered the unknown CID"

@@ -173,7 +173,7 @@ struct Measures {
     sim: FabricStats,
     client: SocketStats,
     server: SocketStats,
-    /// Datagrams the routing check dropped (client, server): see `quic_rdma::quic::routing`.
+    /// Datagrams the routing check dropped (client, server): see `quic_rdma::quic::RoutingCheck`.
     imm_dropped: (u64, u64),
     /// Packets quinn(-proto) declared lost, both sides.
     quic_lost: u64,

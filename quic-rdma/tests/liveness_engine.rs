@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use engine_common::{EnginePair, Sink, Source};
 use quic_rdma::engine::{CloseReason, ConnHandle, Engine, Event};
 use quic_rdma::fabric::sim::{SimConfig, SimQp};
-use quic_rdma::quic::config::{transport_with, Liveness};
+use quic_rdma::quic::{transport_with, Liveness};
 
 /// How long a test waits (virtual) for a close before giving up: past quinn's 30 s default.
 const GIVE_UP: Duration = Duration::from_secs(45);

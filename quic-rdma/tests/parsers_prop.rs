@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use quic_rdma::fabric::{ipv4_checksum, Grh, GrhError, GrhLayout, GRH_LEN};
-use quic_rdma::quic::cid::{key_of_cid, key_of_datagram, RoutingCidGenerator, ROUTING_KEY_MASK};
+use quic_rdma::quic::{key_of_cid, key_of_datagram, RoutingCidGenerator, ROUTING_KEY_MASK};
 use quinn_proto::ConnectionIdGenerator;
 
 /// The GRH invariants of the fuzz target, for one input in both layouts.

@@ -21,7 +21,7 @@ use engine_common::common::{
 use engine_common::{configs, transfer as engine_transfer, EnginePair};
 use quic_rdma::engine::{AcceptPolicy, Engine};
 use quic_rdma::fabric::sim::{Faults, SimConfig, SimFabric, SimQp};
-use quic_rdma::quic::peers::PeerStats;
+use quic_rdma::quic::PeerStats;
 use quic_rdma::socket::{SocketConfig, SocketStats, UdSocket};
 use sha2::{Digest, Sha256};
 

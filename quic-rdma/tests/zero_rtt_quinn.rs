@@ -1,6 +1,6 @@
 //! 0-RTT through the quinn adapter (RFC 9001 §4.6): a client that resumes a
 //! session sends a stream in its first flight and the server takes it, with
-//! TLS configs from `quic::tls::TlsSettings` — the same ones the engine and
+//! TLS configs from `quic::TlsSettings` — the same ones the engine and
 //! the C API use. A server without `accept_0rtt` makes the client fall back
 //! to a full handshake (no early data offered).
 
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::{Certs, Pair};
 use quic_rdma::fabric::sim::SimConfig;
-use quic_rdma::quic::tls::{parse_certificates, parse_private_key, TlsSettings};
+use quic_rdma::quic::{parse_certificates, parse_private_key, TlsSettings};
 use quic_rdma::quinn_adapter;
 use quic_rdma::socket::SocketConfig;
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use quic_rdma::discovery::{self, BootstrapError, BootstrapHandle, PeerInfo};
 use quic_rdma::fabric::{Gid, Provider};
-use quic_rdma::quic::tls::TlsSettings;
+use quic_rdma::quic::TlsSettings;
 use quic_rdma::quinn_adapter::Liveness;
 use quic_rdma::socket::SocketStats;
 

@@ -14,7 +14,7 @@ use quic_rdma::discovery::{self, BootstrapHandle, PeerInfo};
 use quic_rdma::fabric::sim::{FabricStats, SimFabric};
 use quic_rdma::fabric::soft::SoftPort;
 use quic_rdma::fabric::Provider;
-use quic_rdma::quic::tls::{TlsError, TlsSettings};
+use quic_rdma::quic::{TlsError, TlsSettings};
 use quic_rdma::quinn_adapter::{self, Attempt, FabricConfig, Liveness};
 
 use crate::provider::{self, EndpointOptions, FabricOptions, OpenError, Socket};

@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use quic_rdma::quic::suites::{CipherPreference, UnknownCipherPreference, CIPHERS_ENV};
-use quic_rdma::quic::tls::{parse_certificates, parse_private_key, TlsError, TlsSettings};
+use quic_rdma::quic::{
+    parse_certificates, parse_private_key, CipherPreference, TlsError, TlsSettings,
+    UnknownCipherPreference, CIPHERS_ENV,
+};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,

@@ -9,10 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use quic_rdma::quic::suites::{
-    CipherPreference, SuiteClientConfig, SuiteHandshakeData, CIPHERS_ENV,
+use quic_rdma::quic::{
+    CipherPreference, SuiteClientConfig, SuiteHandshakeData, TlsSettings, CIPHERS_ENV,
 };
-use quic_rdma::quic::tls::TlsSettings;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// The name the certificate is issued for and the client asks for (SNI).
@@ -89,10 +88,10 @@ impl ServerIdentity {
 }
 
 /// Read the certificates in `path`: PEM (one or more `CERTIFICATE` blocks) or a
-/// single DER certificate ([`quic_rdma::quic::tls::parse_certificates`]).
+/// single DER certificate ([`quic_rdma::quic::parse_certificates`]).
 pub(crate) fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    quic_rdma::quic::tls::parse_certificates(&bytes).with_context(|| path.display().to_string())
+    quic_rdma::quic::parse_certificates(&bytes).with_context(|| path.display().to_string())
 }
 
 /// The TLS 1.3 cipher suites every `qr` endpoint offers and their order,

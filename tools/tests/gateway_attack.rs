@@ -40,7 +40,7 @@ use gateway_support::{client_trusting, send_and_verify, udp_transport};
 use quic_rdma::discovery;
 use quic_rdma::fabric::soft::codec::{self, IcrcContext, IpPair, UdHeader};
 use quic_rdma::fabric::DEFAULT_QKEY;
-use quic_rdma::quic::cid;
+use quic_rdma::quic::{is_client_initial, key_of_datagram};
 use quic_rdma_tools::prom_text;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -279,7 +279,7 @@ fn real_initials(n: usize) -> Vec<Vec<u8>> {
         loop {
             let (len, _) = sink.recv_from(&mut buf).unwrap();
             let d = &buf[..len];
-            assert!(cid::is_client_initial(d));
+            assert!(is_client_initial(d));
             if out.iter().all(|o| dcid(o) != dcid(d)) {
                 out.push(d.to_vec());
                 break;
@@ -393,7 +393,7 @@ impl Forger {
             src_qp,
             DEFAULT_QKEY,
             src_qp,
-            cid::key_of_datagram(payload),
+            key_of_datagram(payload),
         );
         let n = codec::encode(&hdr, payload, &self.ctx, &mut self.buf).unwrap();
         let _ = self.sock.send_to(&self.buf[..n], self.target);

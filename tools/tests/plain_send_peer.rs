@@ -16,7 +16,7 @@ use bytes::BytesMut;
 use common::{qr, wait_for_file, Guard, TempDir};
 use quic_rdma::discovery;
 use quic_rdma::fabric::soft::codec::{self, IcrcContext, IpPair, UdHeader, OPCODE_UD_SEND_ONLY};
-use quic_rdma::quic::config::{endpoint_config, transport};
+use quic_rdma::quic::{endpoint_config, transport};
 use quinn_proto::{DatagramEvent, Dir, Endpoint, Event};
 use serde_json::Value;
 use sha2::{Digest, Sha256};

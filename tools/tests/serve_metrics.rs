@@ -45,11 +45,8 @@ fn serve_metrics_move_during_a_transfer_and_qr_stats_shows_rates() {
     // kind says (the coverage check of `metric`'s tests, on a live page).
     let visitors: [(&str, &dyn Counters); 4] = [
         ("qr_socket", &quic_rdma::socket::SocketStats::default()),
-        (
-            "qr_socket",
-            &quic_rdma::quic::routing::RoutingStats::default(),
-        ),
-        ("qr_peers", &quic_rdma::quic::peers::PeerStats::default()),
+        ("qr_socket", &quic_rdma::quic::RoutingStats::default()),
+        ("qr_peers", &quic_rdma::quic::PeerStats::default()),
         ("qr_soft", &quic_rdma::fabric::soft::SoftStats::default()),
     ];
     for (prefix, c) in visitors {

@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use quic_rdma::engine::{ConnHandle, Engine, EngineConfig, EngineError, Event};
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort, SoftQp};
 use quic_rdma::fabric::{Mtu, DEFAULT_QKEY};
-use quic_rdma::quic::config::transport;
-use quic_rdma::quic::tls::{parse_certificates, parse_private_key, TlsSettings};
+use quic_rdma::quic::{parse_certificates, parse_private_key, transport, TlsSettings};
 
 const SERVER_IP: &str = "127.0.114.11";
 const CLIENT_IP: &str = "127.0.114.12";

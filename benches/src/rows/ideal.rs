@@ -114,7 +114,7 @@ impl Node {
         spin: bool,
         routing_key: u32,
     ) -> Self {
-        let ep_cfg = quic_rdma::quic::config::endpoint_config(MTU, routing_key);
+        let ep_cfg = quic_rdma::quic::endpoint_config(MTU, routing_key);
         Node {
             ep: Endpoint::new(Arc::new(ep_cfg), server, false, None),
             client_cfg,

@@ -11,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use quic_rdma::quic::cid::{key_of_cid, key_of_datagram, RoutingCidGenerator, ROUTING_KEY_MASK};
+use quic_rdma::quic::{key_of_cid, key_of_datagram, RoutingCidGenerator, ROUTING_KEY_MASK};
 use quinn_proto::ConnectionIdGenerator;
 
 fuzz_target!(|data: &[u8]| {

@@ -37,7 +37,7 @@ use quic_rdma::fabric::{
     ProviderDrops, QpAttr, Qpn, RecvWr, Region, SendWr, Sge, UdQueuePair, WcOpcode, WcStatus,
     DEFAULT_PKEY, DEFAULT_QKEY, GRH_LEN, MAX_QPN,
 };
-use quic_rdma::quic::cid::{key_of_datagram, RoutingCidGenerator};
+use quic_rdma::quic::{key_of_datagram, RoutingCidGenerator};
 use quic_rdma::socket::{SocketConfig, SocketStats, UdSocket};
 use quinn_proto::ConnectionIdGenerator;
 

@@ -49,7 +49,7 @@ pub struct EngineConfig {
     /// [`AcceptPolicy::RetryThenAccept`] always asks).
     pub retry: RetryPolicy,
     /// The 20-bit routing key every CID this endpoint issues carries; random
-    /// per endpoint by default ([`random_routing_key`](crate::quic::cid::random_routing_key)).
+    /// per endpoint by default.
     pub routing_key: u32,
     /// The UD socket's tuning.
     pub socket: SocketConfig,
@@ -65,9 +65,9 @@ pub struct EngineConfig {
     pub datagram_recv_buffer: usize,
     /// Seed of quinn-proto's endpoint RNG (tests want determinism); `None` seeds from the OS.
     pub rng_seed: Option<[u8; 32]>,
-    /// Bounds of the peer table (see [`crate::quic::peers`]).
+    /// Bounds of the peer table ([`crate::quic::PeerLimits`]).
     pub peers: PeerLimits,
-    /// What the receive path does with immediate data (see [`crate::quic::routing`]).
+    /// What the receive path does with immediate data ([`crate::quic::RoutingCheck`]).
     pub routing: RoutingCheck,
 }
 
@@ -103,14 +103,14 @@ impl Default for EngineConfig {
 impl EngineConfig {
     /// Give both sides (those already set: `server`, `client`) the transport
     /// config `transport`, e.g. other liveness timers than the defaults
-    /// ([`Liveness`](crate::quic::config::Liveness): 300 ms keep-alive, 1.5 s
+    /// ([`Liveness`](crate::quic::Liveness): 300 ms keep-alive, 1.5 s
     /// idle timeout) of [`server_config`] and [`client_config`]:
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
     /// use quic_rdma::engine::EngineConfig;
-    /// use quic_rdma::quic::config::{transport_with, Liveness};
+    /// use quic_rdma::quic::{transport_with, Liveness};
     ///
     /// let mut cfg = EngineConfig::default(); // with `server` / `client` set
     /// let slow = Liveness::new(Some(Duration::from_secs(1)), Some(Duration::from_secs(10)))?;
@@ -144,10 +144,10 @@ impl std::fmt::Debug for EngineConfig {
 }
 
 /// A server config with one certificate chain and key, TLS 1.3 with the
-/// default [`CipherPreference`](crate::quic::suites::CipherPreference)
+/// default [`CipherPreference`](crate::quic::CipherPreference)
 /// (AES-128-GCM first), 0-RTT accepted, and the fabric-tuned
-/// transport ([`transport_config`](crate::quic::config::transport_config)) for `mtu`,
-/// with the default [`Liveness`](crate::quic::config::Liveness): a dead client is
+/// transport ([`transport_config`](crate::quic::transport_config)) for `mtu`,
+/// with the default [`Liveness`](crate::quic::Liveness): a dead client is
 /// reported as [`CloseReason::TimedOut`](super::CloseReason::TimedOut) within 1.5–1.8 s
 /// (change it with [`EngineConfig::set_transport`]). For client certificates,
 /// ALPN or other suites, build a [`TlsSettings`] yourself.
@@ -169,7 +169,7 @@ pub fn server_config(
 /// A client config trusting `roots` (certificate verification is always on),
 /// TLS 1.3 with the default cipher-suite preference (as [`server_config`]),
 /// with the fabric-tuned transport for `mtu` and the default
-/// [`Liveness`](crate::quic::config::Liveness), as [`server_config`].
+/// [`Liveness`](crate::quic::Liveness), as [`server_config`].
 pub fn client_config(
     roots: impl IntoIterator<Item = CertificateDer<'static>>,
     mtu: usize,

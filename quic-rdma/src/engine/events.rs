@@ -147,7 +147,7 @@ pub enum CloseReason {
     },
     /// Nothing came from the peer for the idle timeout (RFC 9000 §10.1): it
     /// died, was killed, or is unreachable. By default that is noticed within
-    /// 1.5–1.8 s (see [`Liveness`](crate::quic::config::Liveness)); a live but
+    /// 1.5–1.8 s (see [`Liveness`](crate::quic::Liveness)); a live but
     /// idle peer is kept by keep-alives. Distinct from every close the peer
     /// sent: those are [`ApplicationClosed`](Self::ApplicationClosed) and
     /// [`PeerTransportError`](Self::PeerTransportError).

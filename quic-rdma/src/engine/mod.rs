@@ -209,7 +209,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         self.socket.stats()
     }
 
-    /// The peer table's counters and bounds (see [`crate::quic::peers`]).
+    /// The peer table's counters and bounds (see [`crate::quic::PeerStats`]).
     pub fn peer_stats(&self) -> PeerStats {
         self.peers.stats()
     }

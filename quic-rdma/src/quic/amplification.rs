@@ -28,7 +28,7 @@ use crate::quic::cid;
 
 /// Header bytes a RoCEv2 UD datagram carries besides its payload, at most:
 /// Ethernet header and FCS (18), IPv6 (40), UDP (8), BTH (12), DETH (8), ICRC (4).
-pub const WIRE_OVERHEAD: u64 = 18 + 40 + 8 + 12 + 8 + 4;
+pub(crate) const WIRE_OVERHEAD: u64 = 18 + 40 + 8 + 12 + 8 + 4;
 
 /// The amplification factor RFC 9000 §8.1 allows before an address is validated.
 const FACTOR: u64 = 3;

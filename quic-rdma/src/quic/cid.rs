@@ -18,19 +18,19 @@ pub const ROUTING_KEY_BITS: u32 = 20;
 /// Mask of a routing key.
 pub const ROUTING_KEY_MASK: u32 = (1 << ROUTING_KEY_BITS) - 1;
 /// The longest CID QUIC v1 allows (RFC 9000 §17.2).
-pub const MAX_CID_LEN: usize = 20;
+pub(crate) const MAX_CID_LEN: usize = 20;
 /// Default length of the CIDs quic-rdma issues: 12 bytes, so 76 bits are
 /// random after the routing key. RFC 9000 §8.1 lets an endpoint take a peer's
 /// use of a CID it chose as proof of the peer's address only when the CID has
-/// at least 64 bits of entropy; the peer table relies on that
-/// ([`crate::quic::peers`]).
+/// at least 64 bits of entropy; the peer table (`quic/peers.rs`) relies on
+/// that.
 pub const DEFAULT_CID_LEN: usize = 12;
 
 /// A fresh random routing key: what an endpoint should use unless it routes
 /// by key itself (e.g. one key per core). A constant shared by every endpoint
 /// would make every endpoint's CIDs share 20 bits (RFC 9000 §5.1: CIDs must
 /// not be linkable beyond the issuer's routing needs).
-pub fn random_routing_key() -> u32 {
+pub(crate) fn random_routing_key() -> u32 {
     rand::random::<u32>() & ROUTING_KEY_MASK
 }
 
@@ -70,12 +70,12 @@ pub(crate) fn long_header_cids(d: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// QUIC version 1 (RFC 9000 §15).
-pub const QUIC_V1: u32 = 0x0000_0001;
+pub(crate) const QUIC_V1: u32 = 0x0000_0001;
 /// QUIC version 2 (RFC 9369 §3.1), whose Initial packets have type 0b01.
-pub const QUIC_V2: u32 = 0x6b33_43cf;
+pub(crate) const QUIC_V2: u32 = 0x6b33_43cf;
 /// The least a client's Initial datagram carries (RFC 9000 §14.1): the one
 /// rule the socket also enforces on the fabric's MTU, so one constant.
-pub const MIN_INITIAL_DATAGRAM: usize = crate::socket::QUIC_MIN_DATAGRAM;
+pub(crate) const MIN_INITIAL_DATAGRAM: usize = crate::socket::QUIC_MIN_DATAGRAM;
 
 /// Whether `d` can open a connection: a datagram of at least 1 200 bytes
 /// (RFC 9000 §14.1) starting with a long header with the fixed bit set

@@ -38,8 +38,6 @@
 //! - a send to an address the table does not know is a counted drop, never an
 //!   I/O error (quinn would take an error for a fatal one and kill the connection).
 
-pub use super::amplification::WIRE_OVERHEAD;
-
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, SocketAddrV6};
 use std::time::{Duration, Instant};

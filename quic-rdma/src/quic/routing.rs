@@ -23,7 +23,7 @@ use crate::quic::cid;
 use crate::socket::{Received, SocketError, TxBuf, TxSendError, UdSocket};
 
 /// The immediate value to send with `datagram` (its destination CID's routing key).
-pub fn imm_for(datagram: &[u8]) -> Option<u32> {
+pub(crate) fn imm_for(datagram: &[u8]) -> Option<u32> {
     cid::key_of_datagram(datagram)
 }
 
@@ -42,7 +42,7 @@ pub fn send<Q: UdQueuePair>(
 
 /// [`send`] of the first `len` bytes of a lent transmit buffer, without
 /// copying them (see [`UdSocket::send_tx_buf`]).
-pub fn send_tx_buf<Q: UdQueuePair>(
+pub(crate) fn send_tx_buf<Q: UdQueuePair>(
     socket: &mut UdSocket<Q>,
     buf: TxBuf,
     dest: UdAddr,
@@ -120,9 +120,9 @@ const MAX_TOLD: usize = 256;
 /// times out: the first drop from each peer is logged with the reason (at
 /// most [`MAX_TOLD`] peers, so a flood cannot grow the set or the log).
 #[derive(Debug, Default)]
-pub struct RoutingLog {
+pub(crate) struct RoutingLog {
     /// The counters.
-    pub stats: RoutingStats,
+    pub(crate) stats: RoutingStats,
     told: HashSet<UdAddr>,
 }
 
@@ -150,7 +150,7 @@ impl RoutingLog {
 impl RoutingCheck {
     /// Whether to hand the datagram `r` to QUIC; counts what it decides in
     /// `log` (and logs the first mismatch of each peer).
-    pub fn accept(&self, r: &Received<'_>, log: &mut RoutingLog) -> bool {
+    pub(crate) fn accept(&self, r: &Received<'_>, log: &mut RoutingLog) -> bool {
         let (imm, data) = (r.imm, r.data);
         let stats = &mut log.stats;
         match imm {

@@ -263,7 +263,7 @@ impl TlsSettings {
 
     /// quinn-proto's client crypto: [`TlsSettings::rustls_client`] with 0-RTT
     /// offered per `offer_0rtt`. For a caller that wraps it (e.g. in
-    /// [`crate::quic::suites::SuiteClientConfig`]) before building its
+    /// [`crate::quic::SuiteClientConfig`]) before building its
     /// `ClientConfig`; [`TlsSettings::client_config`] is the plain one.
     pub fn client_crypto(&self) -> Result<QuicClientConfig, TlsError> {
         let mut tls = self.rustls_client()?;

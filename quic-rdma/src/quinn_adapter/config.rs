@@ -47,7 +47,7 @@ impl FabricConfig {
         }
     }
 
-    /// Connection IDs carrying `key` (20 bits, see [`crate::quic::cid`]): for
+    /// Connection IDs carrying `key` (20 bits, see [`crate::quic::RoutingCidGenerator`]): for
     /// an endpoint that routes by key itself, e.g. one key per core.
     pub fn routing_key(self, key: u32) -> Self {
         FabricConfig {

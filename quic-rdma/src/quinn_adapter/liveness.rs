@@ -8,7 +8,7 @@
 //! whose peer never went quiet (seen in the rxe guest under emulation: the
 //! server's connection 1.5 s behind its endpoint, killed, and the live client
 //! answered with a stateless reset). The adapter therefore keeps quinn's idle
-//! timeout long ([`Liveness::quinn_adapter`](crate::quic::config::Liveness::quinn_adapter),
+//! timeout long ([`Liveness::quinn_adapter`](crate::quic::Liveness::quinn_adapter),
 //! 30 s: the stall a host may have) and judges liveness where local lag cannot
 //! fake silence:
 //!

@@ -94,7 +94,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
         Self::with_options(socket, PeerLimits::default(), RoutingCheck::default())
     }
 
-    /// Wrap a socket; its peer table is bounded by `limits` (see [`crate::quic::peers`]),
+    /// Wrap a socket; its peer table is bounded by `limits` (see [`crate::quic::PeerLimits`]),
     /// and received immediate data is checked as `routing` says.
     pub fn with_options(socket: UdSocket<Q>, limits: PeerLimits, routing: RoutingCheck) -> Self {
         let mtu = socket.mtu();
@@ -170,7 +170,7 @@ impl<Q: UdQueuePair> RdmaUdpSocket<Q> {
     /// QPN and Q_Key elsewhere (like [`UdAddr::to_socket_addr`]) would fail every
     /// Retry. Stable per peer, so a peer that moves is a path change.
     ///
-    /// Naming a peer admits it to the peer table (see [`crate::quic::peers`]).
+    /// Naming a peer admits it to the peer table (see [`crate::quic::PeerLimits`]).
     pub fn peer_addr(&self, ud: UdAddr) -> SocketAddr {
         lock(&self.peers).0.admit(ud, Instant::now())
     }

@@ -15,7 +15,7 @@ use crate::quic::retry::RetryPolicy;
 ///
 /// ```no_run
 /// # async fn serve(endpoint: quinn::Endpoint) {
-/// use quic_rdma::quic::retry::RetryPolicy;
+/// use quic_rdma::quic::RetryPolicy;
 /// use quic_rdma::quinn_adapter::RetryGate;
 ///
 /// let gate = RetryGate::new(RetryPolicy::Auto);

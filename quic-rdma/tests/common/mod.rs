@@ -34,7 +34,7 @@ pub fn certs_with(mtu: usize, tweak: impl Fn(&mut quinn::TransportConfig)) -> Ce
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.key_pair.serialize_der().into());
     let mut server = quinn::ServerConfig::with_single_cert(vec![cert.clone()], key).unwrap();
     server.transport_config(transport.clone());
-    // No NEW_TOKEN frames, as `quic::tls::TlsSettings` configures servers:
+    // No NEW_TOKEN frames, as `quic::TlsSettings` configures servers:
     // quinn-proto's default depends on its `bloom` feature, which a workspace
     // test build may unify in (web-transport-quinn), and the tokens' store
     // allocates on the client (engine_alloc counts that).

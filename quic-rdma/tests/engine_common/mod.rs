@@ -60,7 +60,7 @@ pub fn configs_with(
 ) -> (EngineConfig, EngineConfig) {
     // The engine's own timers (its default transport), not the quinn adapter's.
     let certs = common::certs_with(mtu, |t| {
-        quic_rdma::quic::config::Liveness::default().apply(t);
+        quic_rdma::quic::Liveness::default().apply(t);
         tweak(t)
     });
     let client = EngineConfig {

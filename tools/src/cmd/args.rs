@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use quic_rdma::fabric::Provider;
-use quic_rdma::quic::retry::RetryPolicy;
+use quic_rdma::quic::RetryPolicy;
 use quic_rdma::quinn_adapter::{Liveness, RetryGate};
 
 use anyhow::Context as _;

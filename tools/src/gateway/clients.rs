@@ -7,8 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use quic_rdma::quic::amplification::CidKey;
-use quic_rdma::quic::cid::is_client_initial;
+use quic_rdma::quic::{is_client_initial, CidKey};
 
 use super::table::{Activity, Admission, ClientTable, Refusal};
 use super::validation::Validation;

@@ -47,7 +47,7 @@
 //! **Who gets state.** Anyone can send a UDP datagram, or a RoCEv2 packet,
 //! from any source; every client costs a queue pair or a socket. So a source
 //! gets nothing until it sends a well-formed client Initial
-//! ([`quic_rdma::quic::cid::is_client_initial`]: long header, QUIC v1 or v2,
+//! ([`quic_rdma::quic::is_client_initial`]: long header, QUIC v1 or v2,
 //! at least 1 200 bytes); anything else from an unknown source is dropped and
 //! counted (`drop_not_initial`). A new client is *unvalidated* until it names
 //! a connection ID the server chose ([`validation`], RFC 9000 §8.1): until

@@ -4,7 +4,7 @@
 //! Every entry holds a queue pair or a UDP socket, and anyone can send a
 //! datagram from any source, so (docs/architecture.md, "Gateway"):
 //! - a source gets an entry only for a well-formed client Initial (checked by
-//!   the caller, `quic::cid::is_client_initial`); junk costs nothing;
+//!   the caller, `quic::is_client_initial`); junk costs nothing;
 //! - a new entry is **unvalidated**: a small tier ([`Limits::max_unvalidated`])
 //!   that evicts its oldest entry when full, drops every entry
 //!   [`Limits::unvalidated_expiry`] after admission, and holds at most

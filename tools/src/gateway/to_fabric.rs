@@ -11,8 +11,7 @@ use quic_rdma::socket::{SocketConfig, UdSocket};
 
 use tokio::net::UdpSocket;
 
-use quic_rdma::quic::amplification::CidKey;
-use quic_rdma::quic::cid;
+use quic_rdma::quic::{CidKey, ROUTING_KEY_BITS};
 
 use super::clients::{Clients, HasValidation, Routed};
 use super::table::Activity;
@@ -95,8 +94,7 @@ pub async fn to_fabric(cfg: ToFabric, stats: Arc<GatewayStats>) -> io::Result<()
     } = cfg;
     let udp = Arc::new(udp);
     // The target is one of ours: its CIDs start with a routing key.
-    let mut clients: Clients<Arc<Client>> =
-        Clients::new(limits, stats.clone(), cid::ROUTING_KEY_BITS);
+    let mut clients: Clients<Arc<Client>> = Clients::new(limits, stats.clone(), ROUTING_KEY_BITS);
     let cid_key = clients.cid_key();
     let mut sweep = tokio::time::interval(sweep_interval(&limits));
     let mut buf = vec![0u8; 1 << 16];

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use tokio::net::UdpSocket;
 
-use quic_rdma::quic::amplification::CidKey;
+use quic_rdma::quic::CidKey;
 
 use super::clients::{Clients, HasValidation, Routed};
 use super::table::Activity;

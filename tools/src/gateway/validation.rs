@@ -1,6 +1,6 @@
 //! Whether a gateway client has proved its address, and what it may be sent
 //! until it has (RFC 9000 §8.1) — the same account the endpoints' peer table
-//! keeps ([`quic_rdma::quic::amplification`]), here for what the gateway
+//! keeps ([`quic_rdma::quic::Budget`]), here for what the gateway
 //! forwards.
 //!
 //! A forged source never sees the server's answers, so it cannot name the
@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use quic_rdma::quic::amplification::{Budget, CidKey};
+use quic_rdma::quic::{Budget, CidKey};
 
 /// One client's validation state, shared by the task reading the client and
 /// the task forwarding the server's replies to it.

@@ -6,7 +6,7 @@ use std::fmt;
 
 use quic_rdma::counters::Counters;
 use quic_rdma::fabric::soft::SoftStats;
-use quic_rdma::quic::routing::RoutingStats;
+use quic_rdma::quic::RoutingStats;
 use quic_rdma::socket::SocketStats;
 
 use super::schema::{CounterReport, Report, ServeSummary};
