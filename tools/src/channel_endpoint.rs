@@ -61,7 +61,7 @@ pub enum DialError {
         error: std::io::Error,
     },
     /// The local client endpoint could not be opened.
-    #[error("{}", chain(.0))]
+    #[error("{}", crate::logging::chain(.0))]
     Endpoint(EndpointError),
     /// quinn refused to start the handshake (e.g. an invalid server name or
     /// an endpoint that is closing).
@@ -113,18 +113,6 @@ impl From<OpenError> for DialError {
     fn from(e: OpenError) -> Self {
         DialError::Endpoint(EndpointError::Open(e))
     }
-}
-
-/// `e` and its causes, joined by ": ".
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }
 
 /// Run a handshake with `peer` on `endpoint` (a client endpoint of

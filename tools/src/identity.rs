@@ -117,10 +117,10 @@ impl Identity {
     /// agent's servers; clients read [`current`](Self::current) at each
     /// dial). `who` names the agent in the log lines. Call inside a tokio
     /// runtime.
-    pub fn reload_on_hangup(
+    pub fn reload_on_hangup<E: std::error::Error + 'static>(
         self: &Arc<Self>,
         who: &'static str,
-        apply: impl Fn(&Mtls) -> anyhow::Result<()> + Send + 'static,
+        apply: impl Fn(&Mtls) -> Result<(), E> + Send + 'static,
     ) {
         use tokio::signal::unix::{signal, SignalKind};
         let Ok(mut hangups) = signal(SignalKind::hangup()) else {
@@ -130,10 +130,10 @@ impl Identity {
         let me = self.clone();
         tokio::spawn(async move {
             while hangups.recv().await.is_some() {
-                let applied = me
-                    .reload()
-                    .map_err(anyhow::Error::from)
-                    .and_then(|m| apply(&m).map(|()| m));
+                let applied = match me.reload() {
+                    Ok(m) => apply(&m).map(|()| m).map_err(|e| crate::logging::chain(&e)),
+                    Err(e) => Err(crate::logging::chain(&e)),
+                };
                 match applied {
                     Ok(m) => tracing::info!(
                         target: "qr::tls",
@@ -148,7 +148,7 @@ impl Identity {
                     ),
                     Err(e) => tracing::error!(
                         target: "qr::tls",
-                        "{who}: SIGHUP: kept the certificate in use: {e:#} \
+                        "{who}: SIGHUP: kept the certificate in use: {e} \
                          (fix the files, then send SIGHUP again)"
                     ),
                 }

@@ -8,6 +8,18 @@
 //! `qr::metrics`). A long-running command's events all go through here, so
 //! `--log-format json` gives a collector nothing but JSON lines.
 
+/// `e` and its causes, joined by ": ", for one log line or message.
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
 /// The format of log lines.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {

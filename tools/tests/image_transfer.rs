@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use quic_rdma_tools::access::Access;
 use quic_rdma_tools::image::cache::Cache;
-use quic_rdma_tools::image::client::{DialFuture, Dialer, FabricClient, FetchError};
+use quic_rdma_tools::image::client::{DialFailure, DialFuture, Dialer, FabricClient, FetchError};
 use quic_rdma_tools::image::digest::Digest;
 use quic_rdma_tools::image::metrics::{NodeMetrics, RegistryMetrics};
 use quic_rdma_tools::image::node::Node;
@@ -156,10 +156,13 @@ struct UdpDialer {
 impl Dialer for UdpDialer {
     fn dial(&self) -> DialFuture<'_> {
         Box::pin(async move {
-            let mut ep = quinn::Endpoint::client("127.0.111.11:0".parse()?)?;
-            ep.set_default_client_config(self.cfg.clone());
-            let conn = ep.connect(self.server, REG_IP)?.await?;
-            Ok((ep, conn))
+            let dial = async {
+                let mut ep = quinn::Endpoint::client("127.0.111.11:0".parse()?)?;
+                ep.set_default_client_config(self.cfg.clone());
+                let conn = ep.connect(self.server, REG_IP)?.await?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>((ep, conn))
+            };
+            dial.await.map_err(DialFailure::Other)
         })
     }
 }

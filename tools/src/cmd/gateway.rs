@@ -266,8 +266,7 @@ async fn to_fabric(a: &ToFabricArgs) -> Result<()> {
     let asked = usize::try_from(a.common.udp_recv_buffer).unwrap_or(usize::MAX);
     let granted = udp_socket::size_buffers(&udp, asked, udp_socket::SEND_BUFFER)
         .context("sizing the UDP socket's buffers")?;
-    udp_socket::dont_fragment(&udp, udp.local_addr()?)
-        .context("setting \"don't fragment\" on the UDP socket")?;
+    udp_socket::dont_fragment(&udp).context("setting \"don't fragment\" on the UDP socket")?;
     stats
         .udp_recv_buffer_bytes
         .set(i64::try_from(granted).unwrap_or(i64::MAX));

@@ -350,7 +350,7 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     )?);
     let rotated = listening.clone();
     identity.reload_on_hangup("qr kv-relay upstream", move |m| {
-        Ok(rotated.set_tls(&m.server_settings(kv::ALPN))?)
+        rotated.set_tls(&m.server_settings(kv::ALPN))
     });
     let source = match &a.master_name {
         Some(name) => MasterSource::Sentinel {
@@ -456,7 +456,9 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
     let identity = Identity::load(&c.mtls)?;
     // Each dial presents the identity in use then: a rotated certificate
     // (SIGHUP) is used from the next reconnect on.
-    identity.reload_on_hangup("qr kv-relay downstream", |_| Ok(()));
+    identity.reload_on_hangup("qr kv-relay downstream", |_| {
+        Ok::<(), std::convert::Infallible>(())
+    });
     let liveness = c.liveness.liveness()?;
     let server_name = match &a.server_name {
         Some(n) => n.clone(),

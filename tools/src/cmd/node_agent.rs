@@ -306,11 +306,9 @@ fn run(args: &NodeAgentArgs) -> Result<()> {
         let _ = node.metrics.tls.set(identity.stats().clone());
         // Dials read the current identity; the peer service gets the new
         // one installed.
-        identity.reload_on_hangup("qr node-agent", move |m| {
-            if let Some(server) = &peer_service {
-                server.set_tls(&m.server_settings(wire::ALPN))?;
-            }
-            Ok(())
+        identity.reload_on_hangup("qr node-agent", move |m| match &peer_service {
+            Some(server) => server.set_tls(&m.server_settings(wire::ALPN)),
+            None => Ok(()),
         });
         if let (Some(u), Some(t)) = (&args.direct_upstream, args.direct_threshold) {
             node.set_direct(Arc::new(Upstream::new(u)?), t);

@@ -183,7 +183,7 @@ fn run(args: &RegistryAgentArgs) -> Result<()> {
         )?);
         let rotated = server.clone();
         identity.reload_on_hangup("qr registry-agent", move |m| {
-            Ok(rotated.set_tls(&m.server_settings(wire::ALPN))?)
+            rotated.set_tls(&m.server_settings(wire::ALPN))
         });
         let metrics = Arc::new(RegistryMetrics::default());
         if args.cache_scrub_rate > 0 {

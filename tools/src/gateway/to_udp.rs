@@ -98,7 +98,7 @@ fn new_client(
     std_sock.set_nonblocking(true)?;
     // One server's replies to one client: a modest buffer, not the listener's.
     super::udp_socket::size_buffers(&std_sock, 1 << 20, 1 << 20)?;
-    super::udp_socket::dont_fragment(&std_sock, std_sock.local_addr()?)?;
+    super::udp_socket::dont_fragment(&std_sock)?;
     let udp = Arc::new(UdpSocket::from_std(std_sock)?);
     let validation = Arc::new(validation);
     let task = tokio::spawn(replies(

@@ -60,21 +60,20 @@ pub fn size_buffers(sock: &impl AsFd, recv: usize, send: usize) -> io::Result<us
     Ok(got)
 }
 
-/// Send with "don't fragment" on `sock` (bound at `local`), as quinn does on
-/// its own UDP sockets (`IP_PMTUDISC_PROBE`, `IPV6_PMTUDISC_PROBE`): the DF
+/// Send with "don't fragment" on `sock`, as quinn does on its own UDP sockets (`IP_PMTUDISC_PROBE`, `IPV6_PMTUDISC_PROBE`): the DF
 /// bit set, datagrams up to the interface MTU, the kernel's path-MTU cache
 /// ignored — the QUIC endpoints discover the path MTU themselves, end to end
 /// (RFC 8899 §3); a larger datagram fails with `EMSGSIZE`.
-pub fn dont_fragment(sock: &impl AsFd, local: SocketAddr) -> io::Result<()> {
+pub fn dont_fragment(sock: &impl AsFd) -> io::Result<()> {
     let fd = sock.as_fd();
-    match local {
-        SocketAddr::V4(_) => so::set_ip_mtu_discover(fd, Ipv4PathMtuDiscovery::PROBE)?,
-        SocketAddr::V6(_) => {
-            so::set_ipv6_mtu_discover(fd, Ipv6PathMtuDiscovery::PROBE)?;
-            // IPv4-mapped destinations of a dual-stack socket take the IPv4
-            // option; a v6-only socket refuses it, harmlessly.
-            let _ = so::set_ip_mtu_discover(fd, Ipv4PathMtuDiscovery::PROBE);
-        }
+    // The option to set follows the socket's own address family.
+    if rustix::net::getsockname(fd)?.address_family() == rustix::net::AddressFamily::INET {
+        so::set_ip_mtu_discover(fd, Ipv4PathMtuDiscovery::PROBE)?;
+    } else {
+        so::set_ipv6_mtu_discover(fd, Ipv6PathMtuDiscovery::PROBE)?;
+        // IPv4-mapped destinations of a dual-stack socket take the IPv4
+        // option; a v6-only socket refuses it, harmlessly.
+        let _ = so::set_ip_mtu_discover(fd, Ipv4PathMtuDiscovery::PROBE);
     }
     Ok(())
 }
@@ -174,5 +173,23 @@ mod tests {
         assert_eq!(kernel_drops(ino), Some(0));
         let got = size_buffers(&s, 1 << 20, 1 << 20).unwrap();
         assert!(got > 0);
+    }
+
+    #[test]
+    fn dont_fragment_follows_the_socket_family() {
+        let v4 = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        dont_fragment(&v4).unwrap();
+        assert_eq!(
+            so::ip_mtu_discover(&v4).unwrap(),
+            Ipv4PathMtuDiscovery::PROBE
+        );
+        // A host without IPv6 cannot bind ::1; the IPv4 case above still ran.
+        if let Ok(v6) = std::net::UdpSocket::bind("[::1]:0") {
+            dont_fragment(&v6).unwrap();
+            assert_eq!(
+                so::ipv6_mtu_discover(&v6).unwrap(),
+                Ipv6PathMtuDiscovery::PROBE
+            );
+        }
     }
 }

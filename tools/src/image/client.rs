@@ -58,9 +58,25 @@ impl FetchError {
     }
 }
 
+/// Why a dial of the registry agent (or a peer) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DialFailure {
+    /// The client's TLS configuration could not be built from its identity.
+    #[error("client TLS: {0}")]
+    Tls(#[from] crate::pki::PkiError),
+    /// The fabric dial failed: bootstrap query, route, endpoint or handshake.
+    #[error(transparent)]
+    Fabric(#[from] crate::channel_endpoint::DialError),
+    /// Another transport's dial failed (a [`Dialer`] of an embedder's).
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// A boxed future of a dial.
-pub type DialFuture<'a> =
-    Pin<Box<dyn Future<Output = anyhow::Result<(quinn::Endpoint, quinn::Connection)>> + Send + 'a>>;
+pub type DialFuture<'a> = Pin<
+    Box<dyn Future<Output = Result<(quinn::Endpoint, quinn::Connection), DialFailure>> + Send + 'a>,
+>;
 
 /// Opens a connection to the registry agent (mutual TLS, ALPN `qr-image/1`).
 pub trait Dialer: Send + Sync + 'static {
@@ -140,7 +156,7 @@ impl FabricClient {
         let (ep, c) = tokio::time::timeout(Duration::from_secs(10), self.dialer.dial())
             .await
             .map_err(|_| FetchError::Connection("dial timed out after 10 s".into()))?
-            .map_err(|e| FetchError::Connection(format!("{e:#}")))?;
+            .map_err(|e| FetchError::Connection(crate::logging::chain(&e)))?;
         *g = Some((ep, c.clone()));
         Ok(c)
     }
