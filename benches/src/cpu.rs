@@ -19,6 +19,70 @@ pub fn load_avg() -> [f64; 3] {
     ]
 }
 
+/// Busy CPU time of the whole machine so far, all CPUs: every `/proc/stat`
+/// `cpu` column but idle and iowait (proc(5)), steal included — time the
+/// hypervisor gave to other guests is time this run did not get either.
+pub fn machine_busy() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|v| v.parse::<u64>().ok())
+                .enumerate()
+                // user nice system idle iowait irq softirq steal (guest time
+                // is already inside user/nice).
+                .filter(|&(i, _)| i < 8 && i != 3 && i != 4)
+                .map(|(_, v)| v)
+                .sum()
+        })
+        .unwrap_or(0);
+    let hz = sysconf(SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as u64;
+    Duration::from_nanos(ticks * 1_000_000_000 / hz)
+}
+
+/// CPU this process and its waited-for children (the two-process sides) used.
+fn own_cpu() -> Duration {
+    let sum = |who| {
+        getrusage(who).map_or(Duration::ZERO, |ru| {
+            let tv = |t: TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+            tv(ru.user_time()) + tv(ru.system_time())
+        })
+    };
+    sum(UsageWho::RUSAGE_SELF) + sum(UsageWho::RUSAGE_CHILDREN)
+}
+
+/// What the rest of the machine used while a run went on: the machine's busy
+/// time minus this process's own, as a share of all its CPUs' time. The load
+/// average cannot say this: the harness's own spinning sides raise it.
+#[derive(Debug)]
+pub struct OthersSpan {
+    busy: Duration,
+    own: Duration,
+    at: std::time::Instant,
+}
+
+impl OthersSpan {
+    /// Start counting now.
+    pub fn start() -> Self {
+        OthersSpan {
+            busy: machine_busy(),
+            own: own_cpu(),
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// The share (0..=1) of the machine's CPU time other processes (and the
+    /// hypervisor's steal) took since [`start`](Self::start), over `cpus` CPUs.
+    pub fn share(&self, cpus: usize) -> f64 {
+        let busy = machine_busy().saturating_sub(self.busy);
+        let own = own_cpu().saturating_sub(self.own);
+        let wall = self.at.elapsed().as_secs_f64() * cpus.max(1) as f64;
+        (busy.saturating_sub(own).as_secs_f64() / wall.max(1e-9)).clamp(0.0, 1.0)
+    }
+}
+
 /// See [`measure_whole_process`].
 static WHOLE_PROCESS: AtomicBool = AtomicBool::new(false);
 

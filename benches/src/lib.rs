@@ -19,6 +19,7 @@ pub mod affinity;
 pub mod cpu;
 pub mod data;
 pub mod image;
+pub mod latency;
 pub mod peer;
 pub mod procs;
 pub mod report;

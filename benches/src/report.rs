@@ -54,6 +54,26 @@ pub struct Machine {
     pub load_before: [f64; 3],
     /// ... and when it ended.
     pub load_after: [f64; 3],
+    /// Share (0..=1) of the machine's CPU time other processes and the
+    /// hypervisor took during the run ([`crate::cpu::OthersSpan`]).
+    #[serde(default)]
+    pub others_cpu_share: f64,
+    /// The run is flagged noisy: `others_cpu_share` above [`NOISY_SHARE`].
+    #[serde(default)]
+    pub noisy: bool,
+}
+
+/// Above this share of the machine's CPU used by others, a run is noisy: its
+/// figures (tails first) are upper bounds, not the transports' own.
+pub const NOISY_SHARE: f64 = 0.05;
+
+impl Machine {
+    /// Record what others used during the run (`span` started with it).
+    pub fn finish(&mut self, span: &crate::cpu::OthersSpan) {
+        self.load_after = load_avg();
+        self.others_cpu_share = span.share(self.cpus);
+        self.noisy = self.others_cpu_share > NOISY_SHARE;
+    }
 }
 
 impl Machine {
@@ -76,6 +96,8 @@ impl Machine {
             kernel,
             load_before: load,
             load_after: load,
+            others_cpu_share: 0.0,
+            noisy: false,
         }
     }
 }
@@ -434,6 +456,19 @@ impl Report {
             m.cpus, m.cpu_model, m.kernel, m.load_before[0], m.load_before[1], m.load_before[2],
             m.load_after[0], m.load_after[1], m.load_after[2], self.wall_s
         );
+        let _ = writeln!(
+            s,
+            "Other processes and the hypervisor took {:.1} % of the machine's CPU time during the run{}\n",
+            m.others_cpu_share * 100.0,
+            if m.noisy {
+                format!(
+                    ": **NOISY** (above {:.0} %): the figures, tails first, are upper bounds",
+                    NOISY_SHARE * 100.0
+                )
+            } else {
+                " (quiet).".into()
+            }
+        );
         let p = &self.params;
         let _ = writeln!(
             s,
@@ -720,7 +755,8 @@ impl Report {
     }
 }
 
-fn xml_escape(s: &str) -> String {
+/// `s` safe inside SVG text.
+pub(crate) fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -61,9 +61,25 @@ impl Drop for DoneOnDrop<'_> {
 /// thread (so every task of this side, quinn's endpoint driver included, runs
 /// here and is charged to this thread's CPU time), bounded by [`HANG_GUARD`].
 pub fn block_on<T>(fut: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    run_on(tokio::runtime::Builder::new_current_thread(), fut)
+}
+
+/// [`block_on`] on a runtime that never sleeps while a task is ready and
+/// polls its I/O driver (epoll, zero timeout) between every two task polls:
+/// with a task that wakes itself when it would wait
+/// ([`crate::rows::stack::SpinRead`]), the thread busy-polls, as a
+/// low-latency user of tokio would run it.
+pub fn block_on_spinning<T>(fut: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    let mut b = tokio::runtime::Builder::new_current_thread();
+    b.event_interval(1);
+    run_on(b, fut)
+}
+
+fn run_on<T>(
+    mut builder: tokio::runtime::Builder,
+    fut: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let rt = builder.enable_all().build()?;
     rt.block_on(async {
         tokio::time::timeout(HANG_GUARD, fut)
             .await

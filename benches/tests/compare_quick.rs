@@ -40,6 +40,11 @@ fn compare_quick_writes_a_complete_report() {
         "quinn/udp-4096",
         "tcp+rustls",
         "tcp",
+        "raw-ud/sim",
+        "raw-ud/soft",
+        "quinn/udp-4096+spin",
+        "tcp+rustls+spin",
+        "tcp+spin",
     ] {
         assert!(names.contains(&want), "row {want} missing from {names:?}");
     }
@@ -47,8 +52,33 @@ fn compare_quick_writes_a_complete_report() {
         .iter()
         .map(|x| (x.name(), x.crosses_processes()))
         .collect();
+    let rtt_only: std::collections::HashMap<String, bool> = quic_rdma_benches::rows::all_rows()
+        .iter()
+        .map(|x| (x.name(), x.rtt_only()))
+        .collect();
     for row in &r.rows {
         assert!(row.errors.is_empty(), "{}: {:?}", row.name, row.errors);
+        if rtt_only[row.name.as_str()] {
+            // The latency floor and the busy-polled peers: RTT at both
+            // placements (and as two processes where they cross), nothing else.
+            assert!(
+                row.bulk.is_none() && row.handshakes.is_none(),
+                "{}",
+                row.name
+            );
+            assert_eq!(row.rtt.len(), 2, "{}: both placements", row.name);
+            assert_eq!(
+                row.rtt_processes.is_some(),
+                crosses[row.name.as_str()],
+                "{}",
+                row.name
+            );
+            for x in row.rtt.iter().chain(&row.rtt_processes) {
+                assert_eq!(x.runs.len(), r.params.repeats, "{}", row.name);
+                assert!(x.runs.iter().all(|run| run.iters == r.params.rtt_iters));
+            }
+            continue;
+        }
         let bulk = row
             .bulk
             .as_ref()
@@ -121,6 +151,17 @@ fn compare_quick_writes_a_complete_report() {
     for n in &names {
         assert!(md.contains(n), "markdown lacks {n}");
     }
+    // The latency distributions: one HdrHistogram text per row and placement,
+    // every sample counted, and the percentile plot.
+    let hgrm = std::fs::read_to_string(out.join("latency").join("raw-ud_soft@separate_cores.hgrm"))
+        .expect("raw-ud/soft's histogram");
+    let total = r.params.rtt_iters * r.params.repeats;
+    assert!(
+        hgrm.contains(&format!("Total count    = {total:>12}")),
+        "{hgrm}"
+    );
+    let plot = std::fs::read_to_string(out.join("latency.svg")).expect("latency.svg");
+    assert!(plot.contains("raw-ud/soft") && plot.contains("<polyline"));
     let svg = std::fs::read_to_string(out.join("compare.svg")).expect("compare.svg");
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert_eq!(svg.matches("<svg").count(), 1);

@@ -17,7 +17,6 @@ use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use quic_rdma_benches::affinity::Placement;
-use quic_rdma_benches::cpu::load_avg;
 use quic_rdma_benches::image::{ImageBench, ImageRepeat, ImageReport};
 use quic_rdma_benches::peer::run_standalone;
 use quic_rdma_benches::procs;
@@ -162,6 +161,8 @@ fn main() -> anyhow::Result<()> {
     let t0 = Instant::now();
     let started_unix = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
     let machine = Machine::probe();
+    let others = quic_rdma_benches::cpu::OthersSpan::start();
+    let mut latency = quic_rdma_benches::latency::Distributions::default();
     let run_any = |w: &str| args.work.iter().any(|x| x == w);
     let row_work = ["bulk", "rtt", "handshakes"].iter().any(|w| run_any(w));
     let rows: Vec<_> = all_rows()
@@ -235,7 +236,8 @@ fn main() -> anyhow::Result<()> {
                 bytes: p.bulk_bytes,
                 verify: true,
             };
-            let run = |w: &str| args.work.iter().any(|x| x == w);
+            // A floor row (raw UD) runs the RTT workload only.
+            let run = |w: &str| args.work.iter().any(|x| x == w) && (w == "rtt" || !row.rtt_only());
             let bulk = run("bulk").then(|| row.bulk(bp, Placement::SeparateCores));
             match bulk {
                 None => {}
@@ -277,6 +279,7 @@ fn main() -> anyhow::Result<()> {
             for (k, place) in places.into_iter().enumerate().filter(|_| run("rtt")) {
                 match row.rtt(p.rtt_iters, place) {
                     Ok(r) => {
+                        latency.record(&name, place.label(), &r.samples_ns);
                         let run = RttRun::of(r.samples_ns);
                         eprintln!(
                             "[{rep}] {name:18} rtt  {:14} p50 {:8.1} p99 {:8.1} p99.9 {:8.1} µs",
@@ -296,6 +299,7 @@ fn main() -> anyhow::Result<()> {
                 let cpus = Placement::SeparateCores.cpus();
                 match procs::rtt_in_processes(&**row, p.rtt_iters, cpus, &tls_file) {
                     Ok(r) => {
+                        latency.record(&name, "processes", &r.samples_ns);
                         let run = RttRun::of(r.samples_ns);
                         eprintln!(
                             "[{rep}] {name:18} rtt  {:14} p50 {:8.1} p99 {:8.1} p99.9 {:8.1} µs",
@@ -371,7 +375,7 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
     let mut machine = machine;
-    machine.load_after = load_avg();
+    machine.finish(&others);
     let mut report = Report {
         schema: SCHEMA.into(),
         quick: args.quick,
@@ -401,6 +405,9 @@ fn main() -> anyhow::Result<()> {
     };
     report.judge(quic_rdma_benches::rows::SOFT_ROW);
     report.write(&args.out)?;
+    if args.work.iter().any(|w| w == "rtt") {
+        latency.write(&args.out, Placement::SeparateCores.label())?;
+    }
     print!("{}", report.markdown());
     eprintln!("wrote {}", args.out.display());
     let failed: Vec<_> = report

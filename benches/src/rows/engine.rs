@@ -77,6 +77,16 @@ pub struct SimPairs {
     next: std::sync::atomic::AtomicU16,
 }
 
+impl Default for SimPairs {
+    /// A fresh ideal fabric of its own.
+    fn default() -> Self {
+        SimPairs {
+            fabric: SimFabric::new(SimConfig::default()),
+            next: 1.into(),
+        }
+    }
+}
+
 impl QpPairs for SimPairs {
     type Qp = SimQp;
 
@@ -121,10 +131,7 @@ pub struct EngineRow<P> {
 impl EngineRow<SimPairs> {
     /// The engine over a fresh `sim` fabric.
     pub fn sim() -> Self {
-        Self::new(SimPairs {
-            fabric: SimFabric::new(SimConfig::default()),
-            next: 1.into(),
-        })
+        Self::new(SimPairs::default())
     }
 }
 

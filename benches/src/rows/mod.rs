@@ -11,6 +11,7 @@ pub mod ideal;
 mod quic;
 pub mod quinn_sim;
 pub mod quinn_udp;
+pub mod raw_ud;
 pub mod soft;
 pub mod stack;
 pub mod tcp;
@@ -117,6 +118,11 @@ pub trait Row: Send + Sync {
     /// Whether the two sides can run in separate processes (`false` for the
     /// in-process `sim` fabric).
     fn crosses_processes(&self) -> bool;
+    /// Whether the row runs the RTT workload only (the raw-UD floor: no
+    /// streams, no handshake); the harness skips its other workloads.
+    fn rtt_only(&self) -> bool {
+        false
+    }
     /// One side of a bulk transfer in this process (see [`crate::procs`]).
     fn bulk_side(&self, p: BulkParams, side: ProcessSide<'_>) -> anyhow::Result<SideOutcome>;
     /// One side of the RTT workload in this process: the client returns its
@@ -130,10 +136,12 @@ pub trait Row: Send + Sync {
 /// Every row this build can run, in table order.
 pub fn all_rows() -> Vec<Box<dyn Row>> {
     vec![
+        Box::new(raw_ud::RawUd::new(engine::SimPairs::default())),
         Box::new(engine::EngineRow::sim()),
         Box::new(engine::EngineRow::sim().adaptive()),
         Box::new(stack::AsyncRow::new(quinn_sim::QuinnSim::new())),
         Box::new(ideal::Ideal::new()),
+        Box::new(raw_ud::RawUd::new(soft::SoftPairs::new())),
         Box::new(engine::EngineRow::new(soft::SoftPairs::new())),
         Box::new(engine::EngineRow::new(soft::SoftPairs::new()).adaptive()),
         Box::new(stack::AsyncRow::new(soft::QuinnSoft::new())),
@@ -145,6 +153,12 @@ pub fn all_rows() -> Vec<Box<dyn Row>> {
         Box::new(stack::AsyncRow::new(quinn_udp::QuinnUdp::new(Some(4096)))),
         Box::new(stack::AsyncRow::new(tcp::Tcp::tls())),
         Box::new(stack::AsyncRow::new(tcp::Tcp::plain())),
+        // The fair latency peers of the busy-polled engine rows.
+        Box::new(stack::AsyncRow::spinning(quinn_udp::QuinnUdp::new(Some(
+            4096,
+        )))),
+        Box::new(stack::AsyncRow::spinning(tcp::Tcp::tls())),
+        Box::new(stack::AsyncRow::spinning(tcp::Tcp::plain())),
     ]
 }
 

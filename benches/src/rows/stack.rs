@@ -16,7 +16,7 @@ use super::{
 use crate::affinity::Placement;
 use crate::cpu::{CpuSpan, CpuUsed};
 use crate::data::{self, SinkBuf};
-use crate::side::{block_on, run_pair};
+use crate::side::{block_on, block_on_spinning, run_pair};
 
 /// A boxed future of one side (runs on that side's single-threaded runtime).
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = anyhow::Result<T>> + 'a>>;
@@ -87,20 +87,111 @@ pub trait Session {
     fn close(self: Box<Self>) -> BoxFut<'static, ()>;
 }
 
-/// Any [`AsyncStack`] as a [`Row`].
+/// Any [`AsyncStack`] as a [`Row`]: as its users run it (each side's tasks
+/// sleep in the runtime until the kernel reports readiness), or busy-polled
+/// ([`spinning`](Self::spinning)).
 #[derive(Debug)]
-pub struct AsyncRow<S>(S);
+pub struct AsyncRow<S>(S, Polling);
+
+/// How the sides of an [`AsyncRow`] wait for data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Polling {
+    /// Sleep in epoll until something is ready.
+    Sleep,
+    /// Never sleep: readers wake themselves, the runtime polls epoll with a
+    /// zero timeout every tick.
+    Spin,
+}
 
 impl<S: AsyncStack> AsyncRow<S> {
     /// Wrap a stack.
     pub fn new(stack: S) -> Self {
-        AsyncRow(stack)
+        AsyncRow(stack, Polling::Sleep)
+    }
+
+    /// Wrap a stack, busy-polled: the fair latency peer of a busy-polled
+    /// engine (`<name>+spin`; RTT only).
+    pub fn spinning(stack: S) -> Self {
+        AsyncRow(stack, Polling::Spin)
+    }
+
+    fn spins(&self) -> bool {
+        self.1 == Polling::Spin
+    }
+}
+
+/// How the RTT workload's readers wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadMode {
+    /// As the stack's users run it: the task sleeps until woken.
+    Sleep,
+    /// Busy-poll ([`SpinRead`]).
+    Spin,
+    /// Busy-poll, giving the core away between polls (`sched_yield`): the two
+    /// sides share one core, as the engine rows do there.
+    SpinYield,
+}
+
+impl ReadMode {
+    fn of(spin: bool, place: Placement) -> Self {
+        match (spin, place) {
+            (false, _) => ReadMode::Sleep,
+            (true, Placement::SeparateCores) => ReadMode::Spin,
+            (true, Placement::SameCore) => ReadMode::SpinYield,
+        }
+    }
+}
+
+/// A reader that never lets its task sleep: when the inner reader would wait,
+/// it wakes its own task at once, so the runtime polls again (and polls the
+/// kernel in between) instead of parking in `epoll_wait`.
+pub struct SpinRead {
+    inner: Reader,
+    /// Yield the core each time nothing was ready (a shared core).
+    yield_cpu: bool,
+}
+
+impl AsyncRead for SpinRead {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if r.is_pending() {
+            if self.yield_cpu {
+                std::thread::yield_now();
+            }
+            cx.waker().wake_by_ref();
+        }
+        r
+    }
+}
+
+/// `r`, read as `mode` says.
+fn reader(r: Reader, mode: ReadMode) -> Reader {
+    match mode {
+        ReadMode::Sleep => r,
+        ReadMode::Spin | ReadMode::SpinYield => Box::new(SpinRead {
+            inner: r,
+            yield_cpu: mode == ReadMode::SpinYield,
+        }),
+    }
+}
+
+/// Run `fut` on this thread's runtime, busy-polled when `spin`.
+fn run_side<T>(spin: bool, fut: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    if spin {
+        block_on_spinning(fut)
+    } else {
+        block_on(fut)
     }
 }
 
 /// Run `client(dialer)` and `server(listener)` on their own threads and runtimes.
 fn two_sides<S, CR, SR>(
     stack: &S,
+    spin: bool,
     place: Placement,
     client: impl for<'a> FnOnce(&'a mut dyn Dialer) -> BoxFut<'a, CR> + Send,
     server: impl for<'a> FnOnce(&'a mut dyn Listener) -> BoxFut<'a, SR> + Send,
@@ -117,7 +208,7 @@ where
             let addr = rx
                 .recv_timeout(Duration::from_secs(60))
                 .map_err(|_| anyhow::anyhow!("server never listened"))?;
-            block_on(async {
+            run_side(spin, async {
                 let mut d = stack.dialer(addr).await?;
                 let r = client(&mut *d).await;
                 d.shutdown().await?;
@@ -125,7 +216,7 @@ where
             })
         },
         move || {
-            block_on(async {
+            run_side(spin, async {
                 let (mut l, addr) = stack.listen().await?;
                 tx.send(addr)?;
                 server(&mut *l).await
@@ -136,11 +227,26 @@ where
 
 impl<S: AsyncStack> Row for AsyncRow<S> {
     fn name(&self) -> String {
-        self.0.name()
+        match self.1 {
+            Polling::Sleep => self.0.name(),
+            Polling::Spin => format!("{}+spin", self.0.name()),
+        }
     }
 
     fn description(&self) -> String {
-        self.0.description()
+        match self.1 {
+            Polling::Sleep => self.0.description(),
+            Polling::Spin => format!(
+                "{}; busy-polled: readers never sleep, the runtime polls epoll (zero timeout) \
+                 every tick",
+                self.0.description()
+            ),
+        }
+    }
+
+    fn rtt_only(&self) -> bool {
+        // The busy-polled peers exist for the latency table.
+        self.spins()
     }
 
     fn bulk(&self, p: BulkParams, place: Placement) -> anyhow::Result<BulkOutcome> {
@@ -152,6 +258,7 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
         let pattern = bytes::Bytes::from(pattern);
         let ((secs, ccpu, got), (scpu, sink)) = two_sides(
             &self.0,
+            self.spins(),
             place,
             move |d| Box::pin(bulk_client(d, p, pattern)),
             move |l| {
@@ -214,11 +321,13 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
     }
 
     fn rtt(&self, iters: usize, place: Placement) -> anyhow::Result<RttOutcome> {
+        let mode = ReadMode::of(self.spins(), place);
         let (samples, ()) = two_sides(
             &self.0,
+            self.spins(),
             place,
-            move |d| Box::pin(rtt_client(d, iters)),
-            move |l| Box::pin(rtt_server(l)),
+            move |d| Box::pin(rtt_client(d, iters, mode)),
+            move |l| Box::pin(rtt_server(l, mode)),
         )?;
         Ok(RttOutcome {
             samples_ns: samples,
@@ -228,6 +337,7 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
     fn handshakes(&self, count: usize, place: Placement) -> anyhow::Result<HandshakeOutcome> {
         let (secs, ()) = two_sides(
             &self.0,
+            self.spins(),
             place,
             move |d| Box::pin(handshakes_client(d, count)),
             move |l| Box::pin(handshakes_server(l, count)),
@@ -239,8 +349,14 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
     }
 
     fn rtt_side(&self, iters: usize, side: ProcessSide<'_>) -> anyhow::Result<Vec<u64>> {
-        self.side_process(side, |l| rtt_server(l), |d| rtt_client(d, iters))
-            .map(Option::unwrap_or_default)
+        // Each process is pinned to a core of its own.
+        let mode = ReadMode::of(self.spins(), Placement::SeparateCores);
+        self.side_process(
+            side,
+            |l| rtt_server(l, mode),
+            |d| rtt_client(d, iters, mode),
+        )
+        .map(Option::unwrap_or_default)
     }
 
     fn handshakes_side(&self, count: usize, side: ProcessSide<'_>) -> anyhow::Result<f64> {
@@ -263,13 +379,13 @@ impl<S: AsyncStack> AsyncRow<S> {
         client: impl for<'a> FnOnce(&'a mut dyn Dialer) -> BoxFut<'a, T>,
     ) -> anyhow::Result<Option<T>> {
         match side {
-            ProcessSide::Server(ready) => block_on(async {
+            ProcessSide::Server(ready) => run_side(self.spins(), async {
                 let (mut l, addr) = self.0.listen().await?;
                 ready(addr)?;
                 server(&mut *l).await?;
                 Ok(None)
             }),
-            ProcessSide::Client(addr) => block_on(async {
+            ProcessSide::Client(addr) => run_side(self.spins(), async {
                 let mut d = self.0.dialer(addr).await?;
                 let r = client(&mut *d).await;
                 d.shutdown().await?;
@@ -281,10 +397,11 @@ impl<S: AsyncStack> AsyncRow<S> {
 
 /// The client of the RTT workload: `RTT_WARMUP + iters` 64-byte requests, each
 /// answered before the next; the sampled round trips in nanoseconds.
-fn rtt_client(d: &mut dyn Dialer, iters: usize) -> BoxFut<'_, Vec<u64>> {
+fn rtt_client(d: &mut dyn Dialer, iters: usize, mode: ReadMode) -> BoxFut<'_, Vec<u64>> {
     Box::pin(async move {
         let mut sess = d.connect().await?;
-        let (mut r, mut w) = sess.open().await?;
+        let (r, mut w) = sess.open().await?;
+        let mut r = reader(r, mode);
         let req = [0x5Au8; RTT_MSG];
         let mut resp = [0u8; RTT_MSG];
         let mut samples = Vec::with_capacity(iters);
@@ -308,10 +425,11 @@ fn rtt_client(d: &mut dyn Dialer, iters: usize) -> BoxFut<'_, Vec<u64>> {
 
 /// The server of the RTT workload: answer each request until the client
 /// ends the stream.
-fn rtt_server(l: &mut dyn Listener) -> BoxFut<'_, ()> {
+fn rtt_server(l: &mut dyn Listener, mode: ReadMode) -> BoxFut<'_, ()> {
     Box::pin(async move {
         let mut sess = l.accept().await?;
-        let (mut r, mut w) = sess.accept().await?;
+        let (r, mut w) = sess.accept().await?;
+        let mut r = reader(r, mode);
         let mut req = [0u8; RTT_MSG];
         let resp = [0xA5u8; RTT_MSG];
         loop {
