@@ -408,6 +408,25 @@
 #define QR_LOG_TRACE 5
 
 /**
+ * Bytes of a SHA-256 pin (`qr_engine_options.pin_sha256` holds a multiple).
+ */
+#define QR_PIN_SHA256_LEN 32
+
+/**
+ * The most pins `qr_engine_options.pin_count` accepts.
+ */
+#define QR_PIN_MAX 64
+
+/**
+ * The `code` of the `QR_EVENT_CONNECTION_LOST` (reason
+ * `QR_CLOSE_LOCAL_TRANSPORT`) a client reports when the server's key
+ * matches no pin: QUIC's CRYPTO_ERROR for the TLS alert access_denied
+ * (0x100 + 49, RFC 9001 §4.8). An untrusted chain is another alert
+ * (bad_certificate 0x12a or unknown_ca 0x130).
+ */
+#define QR_CLOSE_CODE_PIN_MISMATCH 305
+
+/**
  * `qr_stat_desc.kind`: only grows while the engine lives.
  */
 #define QR_STAT_COUNTER 0
@@ -490,9 +509,57 @@ typedef struct {
 } qr_addr;
 
 /**
- * How to build an engine (`qr_engine_new`). Version 3 (version 1 ended at
- * `ca_der_len`, version 2 at `max_uni_streams`; a caller built against an
- * older one passes the smaller size and gets every default after it).
+ * A TLS key-log callback: `line` is one line of the NSS key-log format
+ * (`SSLKEYLOGFILE`: `LABEL <client random, hex> <secret, hex>`), without a
+ * newline, NUL-terminated, `len` bytes before the NUL; it lives only for the
+ * call. Called on the thread that drives the engine (inside `qr_connect`
+ * or a poll), never on another, during handshakes only.
+ */
+typedef void (*qr_keylog_fn)(void *user, const char *line, size_t len);
+
+/**
+ * Optional engine settings (`qr_engine_config.options`). Version 1. All
+ * zero (or a NULL `options`) changes nothing.
+ */
+typedef struct {
+  /**
+   * `sizeof(qr_engine_options)` as the caller knows it.
+   */
+  uint32_t struct_size;
+  /**
+   * Reserved: must be zero.
+   */
+  uint32_t reserved;
+  /**
+   * TLS key logging, client and server side: called with each secret the
+   * handshake derives (NULL: none). Whoever has these lines can decrypt
+   * the connection's traffic (e.g. in Wireshark): for debugging only.
+   */
+  qr_keylog_fn keylog;
+  /**
+   * Passed to `keylog` as is.
+   */
+  void *keylog_user;
+  /**
+   * Client side: `pin_count` SHA-256 digests (32 bytes each, back to back)
+   * of server SubjectPublicKeyInfos (`qr_tls_spki_sha256`). With any pin,
+   * a server is accepted only if its certificate chain verifies against
+   * `ca_der` as always and its key matches one pin; otherwise the
+   * connection fails with `QR_CLOSE_CODE_PIN_MISMATCH`. NULL with 0: no
+   * pinning. Copied by `qr_engine_new`.
+   */
+  const uint8_t *pin_sha256;
+  /**
+   * Number of pins at `pin_sha256` (0..=`QR_PIN_MAX`).
+   */
+  size_t pin_count;
+} qr_engine_options;
+
+/**
+ * How to build an engine (`qr_engine_new`). Version 4 (version 1 ended at
+ * `ca_der_len`, version 2 at `max_uni_streams`, version 3 at
+ * `datagram_recv_buffer`; a caller built against an older one passes the
+ * smaller size and gets every default after it).
  *
  * TLS: a server sets `cert_der`/`key_der` (its certificate chain, leaf first,
  * and its private key); a client sets `ca_der` (the roots it trusts). Each
@@ -634,6 +701,11 @@ typedef struct {
    * (`QR_EVENT_DATAGRAMS_DROPPED`).
    */
   uint64_t datagram_recv_buffer;
+  /**
+   * v4. Settings beyond this struct (`qr_engine_options`: TLS key
+   * logging, server key pins); NULL: none. Read by `qr_engine_new` only.
+   */
+  const qr_engine_options *options;
 } qr_engine_config;
 
 /**
@@ -1391,6 +1463,22 @@ void qr_fabric_free(qr_fabric *f);
  * off or another callback is set.
  */
 int32_t qr_log_set(qr_log_fn cb, void *user, int32_t level);
+
+/**
+ * The SHA-256 of the SubjectPublicKeyInfo of the DER certificate `cert`
+ * (the leaf of a chain), into `out[32]`: the pin a client puts in
+ * `qr_engine_options.pin_sha256` to accept only a server with this key
+ * (the same value as `openssl x509 -pubkey -noout | openssl pkey -pubin
+ * -outform der | sha256sum`, RFC 7469 §2.4). It stays valid when the
+ * certificate is re-issued for the same key.
+ *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_ETLS` (not a DER certificate; PEM must
+ * be decoded first), `QR_EPANIC`.
+ *
+ * # Safety
+ * `cert` points to `len` readable bytes; `out` to 32 writable bytes.
+ */
+int32_t qr_tls_spki_sha256(const uint8_t *cert, size_t len, uint8_t *out);
 
 /**
  * How many counters `qr_engine_stats_read` reports: the same for every

@@ -14,6 +14,7 @@ use quic_rdma::quic::{
 use quinn_proto::{congestion, TransportConfig, VarInt};
 
 use crate::error::{fail, QR_EINVAL, QR_ETLS};
+use crate::options::qr_engine_options;
 use crate::ptr::{bytes, text, Versioned};
 
 /// Accept every incoming connection.
@@ -137,9 +138,10 @@ pub const QR_DATAGRAM_BUFFER_MAX: u64 = 268_435_456;
 /// starts.
 pub const QR_STREAMS_MAX: u32 = 16384;
 
-/// How to build an engine (`qr_engine_new`). Version 3 (version 1 ended at
-/// `ca_der_len`, version 2 at `max_uni_streams`; a caller built against an
-/// older one passes the smaller size and gets every default after it).
+/// How to build an engine (`qr_engine_new`). Version 4 (version 1 ended at
+/// `ca_der_len`, version 2 at `max_uni_streams`, version 3 at
+/// `datagram_recv_buffer`; a caller built against an older one passes the
+/// smaller size and gets every default after it).
 ///
 /// TLS: a server sets `cert_der`/`key_der` (its certificate chain, leaf first,
 /// and its private key); a client sets `ca_der` (the roots it trusts). Each
@@ -232,6 +234,9 @@ pub struct qr_engine_config {
     /// counted (`qr_conn_stats.datagrams_dropped`) and reported
     /// (`QR_EVENT_DATAGRAMS_DROPPED`).
     pub datagram_recv_buffer: u64,
+    /// v4. Settings beyond this struct (`qr_engine_options`: TLS key
+    /// logging, server key pins); NULL: none. Read by `qr_engine_new` only.
+    pub options: *const qr_engine_options,
 }
 
 // SAFETY: repr(C), first field u32 struct_size, fields valid when zeroed.
@@ -276,6 +281,15 @@ impl qr_engine_config {
         }
         if !ca.is_empty() {
             tls.roots = parse_certificates(ca).map_err(|e| tls_err("ca_der", e))?;
+        }
+        // SAFETY: NULL or a valid options struct, by contract.
+        unsafe { qr_engine_options::apply(self.options, &mut tls) }?;
+        if !tls.pinned_spki_sha256.is_empty() && tls.roots.is_empty() {
+            return Err(fail(
+                QR_EINVAL,
+                "qr_engine_options.pin_sha256 needs ca_der: pins narrow the trust in \
+                 ca_der, they do not replace it",
+            ));
         }
         let transport = self.transport(mtu)?;
         let mut engine = EngineConfig {
