@@ -427,6 +427,21 @@
 #define QR_CLOSE_CODE_PIN_MISMATCH 305
 
 /**
+ * Largest `qr_engine_options.initial_cwnd` accepted (bytes): the burst a
+ * new connection may send before any acknowledgement; more would overrun
+ * the peer's posted receives (`recv_depth`) on a fabric that drops what
+ * finds none.
+ */
+#define QR_INITIAL_CWND_MAX (64 << 20)
+
+/**
+ * Largest `qr_engine_options.max_ack_delay_us` accepted: quinn-proto caps
+ * the delay it asks for at the larger of the RTT and 25 ms anyway
+ * (draft-ietf-quic-ack-frequency-04 §4).
+ */
+#define QR_ACK_DELAY_MAX_US 25000
+
+/**
  * `qr_stat_desc.kind`: only grows while the engine lives.
  */
 #define QR_STAT_COUNTER 0
@@ -519,7 +534,21 @@ typedef void (*qr_keylog_fn)(void *user, const char *line, size_t len);
 
 /**
  * Optional engine settings (`qr_engine_config.options`). Version 1. All
- * zero (or a NULL `options`) changes nothing.
+ * zero (or a NULL `options`) changes nothing. Any field out of its range
+ * makes `qr_engine_new` return `QR_EINVAL` with the field and its range in
+ * `qr_last_error` (never clamped); a NULL `pin_sha256` with a count is
+ * `QR_ENULL`.
+ *
+ * Not knobs, and why:
+ * - Pacing: always on in quinn-proto 0.11 (its pacer spreads each
+ *   congestion window over the RTT), with no setting to expose.
+ * - ECN: always on. The engine sends with the ECN codepoint quinn-proto
+ *   asks for (ECT(0)) in the GRH traffic class and hands each received
+ *   GRH's ECN bits to quinn-proto, which validates ECN per path (RFC 9000
+ *   §13.4.2) and treats CE marks as congestion (RFC 9002 §7.1). On RoCEv2
+ *   NICs the same CE marks also drive the NIC's own DCQCN rate control
+ *   (via CNPs) below QUIC. quinn-proto 0.11 does not expose whether a
+ *   path's ECN validation succeeded, so there is no ECN state to read.
  */
 typedef struct {
   /**
@@ -553,6 +582,28 @@ typedef struct {
    * Number of pins at `pin_sha256` (0..=`QR_PIN_MAX`).
    */
   size_t pin_count;
+  /**
+   * Initial congestion window of every connection, bytes (0: the
+   * controller's default, 12000 for `QR_CC_DEFAULT`, RFC 9002 §7.2;
+   * else 2 datagrams (`2 * qr_engine_mtu`, RFC 9002's minimum
+   * window)..=`QR_INITIAL_CWND_MAX`). Applies to the `congestion`
+   * controller chosen in `qr_engine_config` (CUBIC for the default).
+   */
+  uint64_t initial_cwnd;
+  /**
+   * The longest a peer may wait before acknowledging, microseconds,
+   * asked of it with ACK_FREQUENCY frames (draft-ietf-quic-ack-frequency;
+   * quinn-proto peers honour it, others ignore it). 0: not asked (the
+   * peer's own max_ack_delay, 25 ms by default, RFC 9000 §18.2); else
+   * 1..=`QR_ACK_DELAY_MAX_US`. Lower means faster loss detection and
+   * window growth, at the cost of more ACK packets. This endpoint's own
+   * advertised max_ack_delay is quinn-proto's fixed 25 ms.
+   */
+  uint32_t max_ack_delay_us;
+  /**
+   * Reserved: must be zero.
+   */
+  uint32_t reserved2;
 } qr_engine_options;
 
 /**

@@ -1,5 +1,5 @@
 /* C tests of qr_engine_options (issue 29, gap 6: what msquic and quiche have):
- * TLS key logging, server key pinning. Run by `cargo test -p quic-rdma-ffi-host
+ * TLS key logging, server key pinning, transport knobs. Run by `cargo test -p quic-rdma-ffi-host
  * --test c_options`, also under valgrind. Prints "N passed, M failed". */
 #include "quic_rdma.h"
 
@@ -76,7 +76,7 @@ static void teardown(side *s) {
 
 /* Connect and poll until both sides report CONNECTED (1) or the client
  * loses the connection (0; *lost gets the event). */
-static int drive(side *s, qr_event *lost) {
+static int drive_conn(side *s, qr_event *lost, uint64_t *conn_out) {
     qr_addr a;
     uint64_t conn = 0;
     if (qr_engine_local_addr(s->server, &a) != QR_OK) return 0;
@@ -99,8 +99,11 @@ static int drive(side *s, qr_event *lost) {
         for (int k = 0; k < n; k++)
             if (ev[k].kind == QR_EVENT_CONNECTED) s_ok = 1;
     }
+    if (conn_out) *conn_out = conn;
     return c_ok && s_ok;
 }
+
+static int drive(side *s, qr_event *lost) { return drive_conn(s, lost, NULL); }
 
 /* ---- TLS key logging ---- */
 
@@ -253,9 +256,67 @@ static int test_pins_accept_and_refuse(void) {
     return 0;
 }
 
+/* ---- transport knobs ---- */
+
+static uint64_t first_cwnd(const qr_engine_options *o) {
+    side s;
+    if (setup(&s, NULL, o) != QR_OK) return 0;
+    uint64_t conn = 0;
+    uint64_t cwnd = 0;
+    if (drive_conn(&s, NULL, &conn)) {
+        qr_conn_stats st;
+        memset(&st, 0, sizeof st);
+        st.struct_size = sizeof st;
+        if (qr_conn_stats_get(s.client, conn, &st) == QR_OK) cwnd = st.cwnd;
+    }
+    teardown(&s);
+    return cwnd;
+}
+
+/* The initial congestion window takes effect; the ACK delay asked of the
+ * peer is accepted (its ACK_FREQUENCY frames are checked by the Rust unit
+ * test options::tests); values out of range are refused with the range. */
+static int test_transport_knobs(void) {
+    uint64_t plain = first_cwnd(NULL);
+    EXPECT(plain > 0 && plain < (1u << 20));
+    qr_engine_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.initial_cwnd = 4u << 20;
+    o.max_ack_delay_us = 500;
+    uint64_t big = first_cwnd(&o);
+    EXPECT(big >= (4u << 20) && big < (5u << 20));
+
+    side s;
+    EXPECT(setup(&s, NULL, NULL) == QR_OK);
+    qr_engine_free(s.client);
+    s.client = NULL;
+    o.max_ack_delay_us = 0;
+    o.initial_cwnd = 100; /* below 2 datagrams */
+    EXPECT(make_engine(&s, 0, &o, &s.client) == QR_EINVAL);
+    EXPECT(strstr(qr_last_error(), "initial_cwnd 100 is out of range") != NULL);
+    o.initial_cwnd = QR_INITIAL_CWND_MAX + 1;
+    EXPECT(make_engine(&s, 0, &o, &s.client) == QR_EINVAL);
+    EXPECT(strstr(qr_last_error(), "initial_cwnd") != NULL);
+    o.initial_cwnd = QR_INITIAL_CWND_MAX;
+    EXPECT(make_engine(&s, 0, &o, &s.client) == QR_OK);
+    qr_engine_free(s.client);
+    s.client = NULL;
+    o.initial_cwnd = 0;
+    o.max_ack_delay_us = QR_ACK_DELAY_MAX_US + 1;
+    EXPECT(make_engine(&s, 0, &o, &s.client) == QR_EINVAL);
+    EXPECT(strstr(qr_last_error(), "max_ack_delay_us") != NULL);
+    o.max_ack_delay_us = 0;
+    o.reserved2 = 1;
+    EXPECT(make_engine(&s, 0, &o, &s.client) == QR_EINVAL);
+    teardown(&s);
+    return 0;
+}
+
 int main(void) {
     RUN(test_keylog_lines_match);
     RUN(test_pins_accept_and_refuse);
+    RUN(test_transport_knobs);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
