@@ -912,7 +912,8 @@ typedef struct {
 } qr_stat_desc;
 
 /**
- * One connection's statistics. Version 2 (version 1 ended at `rx_bytes`).
+ * One connection's statistics. Version 3 (version 1 ended at `rx_bytes`,
+ * version 2 at `datagrams_queued`).
  */
 typedef struct {
   /**
@@ -970,6 +971,40 @@ typedef struct {
    * v2. Received datagrams waiting for `qr_datagram_recv`.
    */
   uint64_t datagrams_queued;
+  /**
+   * v3. Smallest RTT sample, nanoseconds (0 before the first). quinn-proto
+   * seeds its minimum with the initial estimate (2 ms), so on a slower
+   * path this is the smallest sample the library recovered, which has the
+   * peer's ACK delay subtracted (RFC 9002 §5.3) — see `rtt_var_ns`.
+   */
+  uint64_t min_rtt_ns;
+  /**
+   * v3. RTT variation (RFC 9002 §5.3 rttvar), nanoseconds (0 before the
+   * first sample). quinn-proto 0.11 keeps its own private, so the library
+   * recovers each sample from successive smoothed RTTs (sample = 8 *
+   * smoothed_new - 7 * smoothed_old, read after every received
+   * datagram, which carries at most one ACK) and applies §5.3's update.
+   */
+  uint64_t rtt_var_ns;
+  /**
+   * v3. RTT samples taken (ACKs that moved the smoothed RTT).
+   */
+  uint64_t rtt_samples;
+  /**
+   * v3. From `qr_connect` (or the accept) to the handshake's completion,
+   * nanoseconds on the engine's clock (the caller's with
+   * `qr_engine_poll_at`); 0 until it completes.
+   */
+  uint64_t handshake_ns;
+  /**
+   * v3. Congestion events: a loss or an ECN-CE mark that shrank the
+   * window (RFC 9002 §7).
+   */
+  uint64_t congestion_events;
+  /**
+   * v3. Bytes of QUIC packets declared lost (`lost_packets` counts them).
+   */
+  uint64_t lost_bytes;
 } qr_conn_stats;
 
 /**

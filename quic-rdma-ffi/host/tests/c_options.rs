@@ -1,5 +1,5 @@
 //! `qr_engine_options` from C (issue 29, gap 6): TLS key logging, server
-//! key pinning and the transport knobs, compiled against the static library and the committed
+//! key pinning, the transport knobs and the richer connection statistics, compiled against the static library and the committed
 //! header as a user builds it, run plain and under valgrind.
 
 use std::path::{Path, PathBuf};
@@ -8,7 +8,7 @@ use std::process::Command;
 use quic_rdma_ffi_host::c_program::{c_dir, ffi_dir, run};
 
 /// Every RUN line of test_options.c passes.
-const EXPECTED: &str = "3 passed, 0 failed";
+const EXPECTED: &str = "4 passed, 0 failed";
 
 /// Compiled as `name` (each test its own file: they run in parallel).
 fn exe(name: &str) -> PathBuf {

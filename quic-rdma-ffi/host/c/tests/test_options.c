@@ -1,9 +1,11 @@
 /* C tests of qr_engine_options (issue 29, gap 6: what msquic and quiche have):
- * TLS key logging, server key pinning, transport knobs. Run by `cargo test -p quic-rdma-ffi-host
+ * TLS key logging, server key pinning, transport knobs, richer
+ * connection statistics. Run by `cargo test -p quic-rdma-ffi-host
  * --test c_options`, also under valgrind. Prints "N passed, M failed". */
 #include "quic_rdma.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +78,8 @@ static void teardown(side *s) {
 
 /* Connect and poll until both sides report CONNECTED (1) or the client
  * loses the connection (0; *lost gets the event). */
+static uint64_t server_conn; /* the server's id of the last connection driven */
+
 static int drive_conn(side *s, qr_event *lost, uint64_t *conn_out) {
     qr_addr a;
     uint64_t conn = 0;
@@ -97,7 +101,10 @@ static int drive_conn(side *s, qr_event *lost, uint64_t *conn_out) {
         n = qr_engine_poll(s->server, ev, 32);
         if (n < 0) return 0;
         for (int k = 0; k < n; k++)
-            if (ev[k].kind == QR_EVENT_CONNECTED) s_ok = 1;
+            if (ev[k].kind == QR_EVENT_CONNECTED) {
+                s_ok = 1;
+                server_conn = ev[k].conn;
+            }
     }
     if (conn_out) *conn_out = conn;
     return c_ok && s_ok;
@@ -313,10 +320,95 @@ static int test_transport_knobs(void) {
     return 0;
 }
 
+/* ---- richer statistics ---- */
+
+/* 256 KiB over a stream: the client's qr_conn_stats v3 fields have RTT
+ * samples, a minimum no larger than the smoothed RTT, a variation and the
+ * handshake time; a caller of the v2 struct gets only its prefix. */
+static int test_richer_conn_stats(void) {
+    side s;
+    EXPECT(setup(&s, NULL, NULL) == QR_OK);
+    uint64_t conn = 0;
+    EXPECT(drive_conn(&s, NULL, &conn));
+    qr_conn_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    EXPECT(qr_conn_stats_get(s.client, conn, &st) == QR_OK);
+    EXPECT(st.handshake_ns > 0 && st.handshake_ns < 10000000000ull);
+    uint64_t samples_after_handshake = st.rtt_samples;
+    EXPECT(samples_after_handshake > 0);
+
+    uint64_t stream = 0;
+    EXPECT(qr_stream_open(s.client, conn, 1, &stream) == QR_OK);
+    static uint8_t data[1 << 18], buf[1 << 16];
+    for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)(i * 31 + 7);
+    size_t sent = 0, got = 0;
+    int fin = 0;
+    uint64_t sum_sent = 0, sum_got = 0;
+    qr_event ev[32];
+    for (long i = 0; i < 2000000 && !fin; i++) {
+        if (sent < sizeof data) {
+            int64_t n = qr_stream_write(s.client, conn, stream, data + sent, sizeof data - sent);
+            if (n > 0) {
+                for (int64_t k = 0; k < n; k++) sum_sent += data[sent + k];
+                sent += (size_t)n;
+                if (sent == sizeof data) EXPECT(qr_stream_finish(s.client, conn, stream) == QR_OK);
+            } else {
+                EXPECT(n == QR_EAGAIN);
+            }
+        }
+        EXPECT(qr_engine_poll(s.client, ev, 32) >= 0);
+        EXPECT(qr_engine_poll(s.server, ev, 32) >= 0);
+        for (;;) {
+            int32_t f = 0;
+            int64_t n = qr_stream_read(s.server, server_conn, stream, buf, sizeof buf, &f);
+            if (n > 0) {
+                for (int64_t k = 0; k < n; k++) sum_got += buf[k];
+                got += (size_t)n;
+            }
+            if (f) fin = 1;
+            if (n <= 0) break;
+        }
+    }
+    EXPECT(fin && got == sizeof data && sum_got == sum_sent);
+    for (int i = 0; i < 200; i++) {
+        qr_engine_poll(s.client, ev, 32);
+        qr_engine_poll(s.server, ev, 32);
+    }
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    EXPECT(qr_conn_stats_get(s.client, conn, &st) == QR_OK);
+    EXPECT(st.struct_size == sizeof st);
+    printf("  rtt=%llu ns min=%llu ns var=%llu ns samples=%llu handshake=%llu ns "
+           "congestion_events=%llu lost_bytes=%llu\n",
+           (unsigned long long)st.rtt_ns, (unsigned long long)st.min_rtt_ns,
+           (unsigned long long)st.rtt_var_ns, (unsigned long long)st.rtt_samples,
+           (unsigned long long)st.handshake_ns, (unsigned long long)st.congestion_events,
+           (unsigned long long)st.lost_bytes);
+    /* The server acknowledges once per poll of a batch: few samples. */
+    EXPECT(st.rtt_samples > samples_after_handshake);
+    EXPECT(st.min_rtt_ns > 0 && st.min_rtt_ns <= st.rtt_ns);
+    EXPECT(st.rtt_var_ns < 1000000000ull);
+    /* Lossless sim: nothing lost, so no congestion event. */
+    EXPECT(st.lost_bytes == 0 && st.congestion_events == 0 && st.lost_packets == 0);
+
+    /* A caller built against version 2 gets exactly the v2 prefix. */
+    struct { qr_conn_stats st; } big;
+    memset(&big, 0x5a, sizeof big);
+    big.st.struct_size = offsetof(qr_conn_stats, min_rtt_ns);
+    EXPECT(qr_conn_stats_get(s.client, conn, &big.st) == QR_OK);
+    EXPECT(big.st.struct_size == offsetof(qr_conn_stats, min_rtt_ns));
+    EXPECT(big.st.datagrams_queued != 0x5a5a5a5a5a5a5a5aull);
+    EXPECT(big.st.min_rtt_ns == 0x5a5a5a5a5a5a5a5aull && big.st.lost_bytes == 0x5a5a5a5a5a5a5a5aull);
+    teardown(&s);
+    return 0;
+}
+
 int main(void) {
     RUN(test_keylog_lines_match);
     RUN(test_pins_accept_and_refuse);
     RUN(test_transport_knobs);
+    RUN(test_richer_conn_stats);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
