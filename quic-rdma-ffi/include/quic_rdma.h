@@ -435,9 +435,9 @@
 #define QR_INITIAL_CWND_MAX (64 << 20)
 
 /**
- * Largest `qr_engine_options.max_ack_delay_us` accepted: quinn-proto caps
- * the delay it asks for at the larger of the RTT and 25 ms anyway
- * (draft-ietf-quic-ack-frequency-04 §4).
+ * Largest `qr_engine_options.max_ack_delay_us` accepted: quinn-proto
+ * caps the delay it asks for at the larger of the path's RTT and 25 ms
+ * anyway (its `AckFrequencyConfig::max_ack_delay`).
  */
 #define QR_ACK_DELAY_MAX_US 25000
 
@@ -1260,9 +1260,10 @@ int64_t qr_datagram_max_size(qr_engine *e, uint64_t conn);
  * port with GID `cfg->gid`, a UD socket over it, a QUIC endpoint over that.
  *
  * Returns: `QR_OK` with the engine in `*out`; `QR_ENULL` (a NULL `fabric`,
- * `cfg`, `cfg->gid` or `out`), `QR_EINVAL` (a malformed or out-of-range config
+ * `cfg`, `cfg->gid` or `out`, or `cfg->options->pin_sha256` NULL with a
+ * count), `QR_EINVAL` (a malformed or out-of-range config or options
  * field, a `struct_size` below version 1 or with unknown non-zero bytes beyond
- * this library's struct), `QR_ETLS` (certificate, key or roots unusable),
+ * this library's struct, pins without `ca_der`), `QR_ETLS` (certificate, key or roots unusable),
  * `QR_EFABRIC` (no port with that GID or address, queue pair setup
  * failed), `QR_ENODEVICE` (verbs: no such device), `QR_EPANIC`; `*out` is
  * untouched on failure and `qr_last_error` says why.

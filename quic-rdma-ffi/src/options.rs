@@ -40,9 +40,9 @@ pub const QR_CLOSE_CODE_PIN_MISMATCH: u64 = 0x131;
 /// the peer's posted receives (`recv_depth`) on a fabric that drops what
 /// finds none.
 pub const QR_INITIAL_CWND_MAX: u64 = 64 << 20;
-/// Largest `qr_engine_options.max_ack_delay_us` accepted: quinn-proto caps
-/// the delay it asks for at the larger of the RTT and 25 ms anyway
-/// (draft-ietf-quic-ack-frequency-04 §4).
+/// Largest `qr_engine_options.max_ack_delay_us` accepted: quinn-proto
+/// caps the delay it asks for at the larger of the path's RTT and 25 ms
+/// anyway (its `AckFrequencyConfig::max_ack_delay`).
 pub const QR_ACK_DELAY_MAX_US: u32 = 25_000;
 
 /// Optional engine settings (`qr_engine_config.options`). Version 1. All
