@@ -408,6 +408,40 @@
 #define QR_LOG_TRACE 5
 
 /**
+ * Bytes of a SHA-256 pin (`qr_engine_options.pin_sha256` holds a multiple).
+ */
+#define QR_PIN_SHA256_LEN 32
+
+/**
+ * The most pins `qr_engine_options.pin_count` accepts.
+ */
+#define QR_PIN_MAX 64
+
+/**
+ * The `code` of the `QR_EVENT_CONNECTION_LOST` (reason
+ * `QR_CLOSE_LOCAL_TRANSPORT`) a client reports when the server's key
+ * matches no pin: QUIC's CRYPTO_ERROR for the TLS alert access_denied
+ * (0x100 + 49, RFC 9001 §4.8). An untrusted chain is another alert
+ * (bad_certificate 0x12a or unknown_ca 0x130).
+ */
+#define QR_CLOSE_CODE_PIN_MISMATCH 305
+
+/**
+ * Largest `qr_engine_options.initial_cwnd` accepted (bytes): the burst a
+ * new connection may send before any acknowledgement; more would overrun
+ * the peer's posted receives (`recv_depth`) on a fabric that drops what
+ * finds none.
+ */
+#define QR_INITIAL_CWND_MAX (64 << 20)
+
+/**
+ * Largest `qr_engine_options.max_ack_delay_us` accepted: quinn-proto
+ * caps the delay it asks for at the larger of the path's RTT and 25 ms
+ * anyway (its `AckFrequencyConfig::max_ack_delay`).
+ */
+#define QR_ACK_DELAY_MAX_US 25000
+
+/**
  * `qr_stat_desc.kind`: only grows while the engine lives.
  */
 #define QR_STAT_COUNTER 0
@@ -490,9 +524,93 @@ typedef struct {
 } qr_addr;
 
 /**
- * How to build an engine (`qr_engine_new`). Version 3 (version 1 ended at
- * `ca_der_len`, version 2 at `max_uni_streams`; a caller built against an
- * older one passes the smaller size and gets every default after it).
+ * A TLS key-log callback: `line` is one line of the NSS key-log format
+ * (`SSLKEYLOGFILE`: `LABEL <client random, hex> <secret, hex>`), without a
+ * newline, NUL-terminated, `len` bytes before the NUL; it lives only for the
+ * call. Called on the thread that drives the engine (inside `qr_connect`
+ * or a poll), never on another, during handshakes only.
+ */
+typedef void (*qr_keylog_fn)(void *user, const char *line, size_t len);
+
+/**
+ * Optional engine settings (`qr_engine_config.options`). Version 1. All
+ * zero (or a NULL `options`) changes nothing. Any field out of its range
+ * makes `qr_engine_new` return `QR_EINVAL` with the field and its range in
+ * `qr_last_error` (never clamped); a NULL `pin_sha256` with a count is
+ * `QR_ENULL`.
+ *
+ * Not knobs, and why:
+ * - Pacing: always on in quinn-proto 0.11 (its pacer spreads each
+ *   congestion window over the RTT), with no setting to expose.
+ * - ECN: always on. The engine sends with the ECN codepoint quinn-proto
+ *   asks for (ECT(0)) in the GRH traffic class and hands each received
+ *   GRH's ECN bits to quinn-proto, which validates ECN per path (RFC 9000
+ *   §13.4.2) and treats CE marks as congestion (RFC 9002 §7.1). On RoCEv2
+ *   NICs the same CE marks also drive the NIC's own DCQCN rate control
+ *   (via CNPs) below QUIC. quinn-proto 0.11 does not expose whether a
+ *   path's ECN validation succeeded, so there is no ECN state to read.
+ */
+typedef struct {
+  /**
+   * `sizeof(qr_engine_options)` as the caller knows it.
+   */
+  uint32_t struct_size;
+  /**
+   * Reserved: must be zero.
+   */
+  uint32_t reserved;
+  /**
+   * TLS key logging, client and server side: called with each secret the
+   * handshake derives (NULL: none). Whoever has these lines can decrypt
+   * the connection's traffic (e.g. in Wireshark): for debugging only.
+   */
+  qr_keylog_fn keylog;
+  /**
+   * Passed to `keylog` as is.
+   */
+  void *keylog_user;
+  /**
+   * Client side: `pin_count` SHA-256 digests (32 bytes each, back to back)
+   * of server SubjectPublicKeyInfos (`qr_tls_spki_sha256`). With any pin,
+   * a server is accepted only if its certificate chain verifies against
+   * `ca_der` as always and its key matches one pin; otherwise the
+   * connection fails with `QR_CLOSE_CODE_PIN_MISMATCH`. NULL with 0: no
+   * pinning. Copied by `qr_engine_new`.
+   */
+  const uint8_t *pin_sha256;
+  /**
+   * Number of pins at `pin_sha256` (0..=`QR_PIN_MAX`).
+   */
+  size_t pin_count;
+  /**
+   * Initial congestion window of every connection, bytes (0: the
+   * controller's default, 12000 for `QR_CC_DEFAULT`, RFC 9002 §7.2;
+   * else 2 datagrams (`2 * qr_engine_mtu`, RFC 9002's minimum
+   * window)..=`QR_INITIAL_CWND_MAX`). Applies to the `congestion`
+   * controller chosen in `qr_engine_config` (CUBIC for the default).
+   */
+  uint64_t initial_cwnd;
+  /**
+   * The longest a peer may wait before acknowledging, microseconds,
+   * asked of it with ACK_FREQUENCY frames (draft-ietf-quic-ack-frequency;
+   * quinn-proto peers honour it, others ignore it). 0: not asked (the
+   * peer's own max_ack_delay, 25 ms by default, RFC 9000 §18.2); else
+   * 1..=`QR_ACK_DELAY_MAX_US`. Lower means faster loss detection and
+   * window growth, at the cost of more ACK packets. This endpoint's own
+   * advertised max_ack_delay is quinn-proto's fixed 25 ms.
+   */
+  uint32_t max_ack_delay_us;
+  /**
+   * Reserved: must be zero.
+   */
+  uint32_t reserved2;
+} qr_engine_options;
+
+/**
+ * How to build an engine (`qr_engine_new`). Version 4 (version 1 ended at
+ * `ca_der_len`, version 2 at `max_uni_streams`, version 3 at
+ * `datagram_recv_buffer`; a caller built against an older one passes the
+ * smaller size and gets every default after it).
  *
  * TLS: a server sets `cert_der`/`key_der` (its certificate chain, leaf first,
  * and its private key); a client sets `ca_der` (the roots it trusts). Each
@@ -634,6 +752,11 @@ typedef struct {
    * (`QR_EVENT_DATAGRAMS_DROPPED`).
    */
   uint64_t datagram_recv_buffer;
+  /**
+   * v4. Settings beyond this struct (`qr_engine_options`: TLS key
+   * logging, server key pins); NULL: none. Read by `qr_engine_new` only.
+   */
+  const qr_engine_options *options;
 } qr_engine_config;
 
 /**
@@ -789,7 +912,8 @@ typedef struct {
 } qr_stat_desc;
 
 /**
- * One connection's statistics. Version 2 (version 1 ended at `rx_bytes`).
+ * One connection's statistics. Version 3 (version 1 ended at `rx_bytes`,
+ * version 2 at `datagrams_queued`).
  */
 typedef struct {
   /**
@@ -847,6 +971,40 @@ typedef struct {
    * v2. Received datagrams waiting for `qr_datagram_recv`.
    */
   uint64_t datagrams_queued;
+  /**
+   * v3. Smallest RTT sample, nanoseconds (0 before the first). quinn-proto
+   * seeds its minimum with the initial estimate (2 ms), so on a slower
+   * path this is the smallest sample the library recovered, which has the
+   * peer's ACK delay subtracted (RFC 9002 §5.3) — see `rtt_var_ns`.
+   */
+  uint64_t min_rtt_ns;
+  /**
+   * v3. RTT variation (RFC 9002 §5.3 rttvar), nanoseconds (0 before the
+   * first sample). quinn-proto 0.11 keeps its own private, so the library
+   * recovers each sample from successive smoothed RTTs (sample = 8 *
+   * smoothed_new - 7 * smoothed_old, read after every received
+   * datagram, which carries at most one ACK) and applies §5.3's update.
+   */
+  uint64_t rtt_var_ns;
+  /**
+   * v3. RTT samples taken (ACKs that moved the smoothed RTT).
+   */
+  uint64_t rtt_samples;
+  /**
+   * v3. From `qr_connect` (or the accept) to the handshake's completion,
+   * nanoseconds on the engine's clock (the caller's with
+   * `qr_engine_poll_at`); 0 until it completes.
+   */
+  uint64_t handshake_ns;
+  /**
+   * v3. Congestion events: a loss or an ECN-CE mark that shrank the
+   * window (RFC 9002 §7).
+   */
+  uint64_t congestion_events;
+  /**
+   * v3. Bytes of QUIC packets declared lost (`lost_packets` counts them).
+   */
+  uint64_t lost_bytes;
 } qr_conn_stats;
 
 /**
@@ -1102,9 +1260,10 @@ int64_t qr_datagram_max_size(qr_engine *e, uint64_t conn);
  * port with GID `cfg->gid`, a UD socket over it, a QUIC endpoint over that.
  *
  * Returns: `QR_OK` with the engine in `*out`; `QR_ENULL` (a NULL `fabric`,
- * `cfg`, `cfg->gid` or `out`), `QR_EINVAL` (a malformed or out-of-range config
+ * `cfg`, `cfg->gid` or `out`, or `cfg->options->pin_sha256` NULL with a
+ * count), `QR_EINVAL` (a malformed or out-of-range config or options
  * field, a `struct_size` below version 1 or with unknown non-zero bytes beyond
- * this library's struct), `QR_ETLS` (certificate, key or roots unusable),
+ * this library's struct, pins without `ca_der`), `QR_ETLS` (certificate, key or roots unusable),
  * `QR_EFABRIC` (no port with that GID or address, queue pair setup
  * failed), `QR_ENODEVICE` (verbs: no such device), `QR_EPANIC`; `*out` is
  * untouched on failure and `qr_last_error` says why.
@@ -1391,6 +1550,22 @@ void qr_fabric_free(qr_fabric *f);
  * off or another callback is set.
  */
 int32_t qr_log_set(qr_log_fn cb, void *user, int32_t level);
+
+/**
+ * The SHA-256 of the SubjectPublicKeyInfo of the DER certificate `cert`
+ * (the leaf of a chain), into `out[32]`: the pin a client puts in
+ * `qr_engine_options.pin_sha256` to accept only a server with this key
+ * (the same value as `openssl x509 -pubkey -noout | openssl pkey -pubin
+ * -outform der | sha256sum`, RFC 7469 §2.4). It stays valid when the
+ * certificate is re-issued for the same key.
+ *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_ETLS` (not a DER certificate; PEM must
+ * be decoded first), `QR_EPANIC`.
+ *
+ * # Safety
+ * `cert` points to `len` readable bytes; `out` to 32 writable bytes.
+ */
+int32_t qr_tls_spki_sha256(const uint8_t *cert, size_t len, uint8_t *out);
 
 /**
  * How many counters `qr_engine_stats_read` reports: the same for every

@@ -14,6 +14,7 @@ use quic_rdma::quic::{
 use quinn_proto::{congestion, TransportConfig, VarInt};
 
 use crate::error::{fail, QR_EINVAL, QR_ETLS};
+use crate::options::{qr_engine_options, Options};
 use crate::ptr::{bytes, text, Versioned};
 
 /// Accept every incoming connection.
@@ -137,9 +138,10 @@ pub const QR_DATAGRAM_BUFFER_MAX: u64 = 268_435_456;
 /// starts.
 pub const QR_STREAMS_MAX: u32 = 16384;
 
-/// How to build an engine (`qr_engine_new`). Version 3 (version 1 ended at
-/// `ca_der_len`, version 2 at `max_uni_streams`; a caller built against an
-/// older one passes the smaller size and gets every default after it).
+/// How to build an engine (`qr_engine_new`). Version 4 (version 1 ended at
+/// `ca_der_len`, version 2 at `max_uni_streams`, version 3 at
+/// `datagram_recv_buffer`; a caller built against an older one passes the
+/// smaller size and gets every default after it).
 ///
 /// TLS: a server sets `cert_der`/`key_der` (its certificate chain, leaf first,
 /// and its private key); a client sets `ca_der` (the roots it trusts). Each
@@ -232,6 +234,9 @@ pub struct qr_engine_config {
     /// counted (`qr_conn_stats.datagrams_dropped`) and reported
     /// (`QR_EVENT_DATAGRAMS_DROPPED`).
     pub datagram_recv_buffer: u64,
+    /// v4. Settings beyond this struct (`qr_engine_options`: TLS key
+    /// logging, server key pins); NULL: none. Read by `qr_engine_new` only.
+    pub options: *const qr_engine_options,
 }
 
 // SAFETY: repr(C), first field u32 struct_size, fields valid when zeroed.
@@ -277,7 +282,17 @@ impl qr_engine_config {
         if !ca.is_empty() {
             tls.roots = parse_certificates(ca).map_err(|e| tls_err("ca_der", e))?;
         }
-        let transport = self.transport(mtu)?;
+        // SAFETY: NULL or a valid options struct, by contract.
+        let options = unsafe { qr_engine_options::read(self.options) }?;
+        options.apply_tls(&mut tls);
+        if !tls.pinned_spki_sha256.is_empty() && tls.roots.is_empty() {
+            return Err(fail(
+                QR_EINVAL,
+                "qr_engine_options.pin_sha256 needs ca_der: pins narrow the trust in \
+                 ca_der, they do not replace it",
+            ));
+        }
+        let transport = self.transport(mtu, &options)?;
         let mut engine = EngineConfig {
             accept: policy(self.accept_policy)?,
             retry: retry_policy(self.retry_policy)?,
@@ -318,8 +333,8 @@ impl qr_engine_config {
         Ok(engine)
     }
 
-    /// The transport settings (v2 fields; 0 keeps each default).
-    fn transport(&self, mtu: usize) -> Result<Arc<TransportConfig>, i32> {
+    /// The transport settings (v2 fields and the options'; 0 keeps each default).
+    fn transport(&self, mtu: usize, options: &Options) -> Result<Arc<TransportConfig>, i32> {
         let timer = |ms: u32, default: Duration| match ms {
             0 => Some(default),
             QR_TIMER_OFF => None,
@@ -360,24 +375,39 @@ impl qr_engine_config {
             let n = bounded(self.max_uni_streams, 1, QR_STREAMS_MAX, "max_uni_streams")?;
             t.max_concurrent_uni_streams(VarInt::from_u32(n));
         }
-        match self.congestion {
-            QR_CC_DEFAULT => {}
-            QR_CC_NEWRENO => {
-                t.congestion_controller_factory(Arc::new(congestion::NewRenoConfig::default()));
+        // The initial window is the controller's setting (RFC 9002 §7.2).
+        let window = options.initial_cwnd(mtu)?;
+        match (self.congestion, window) {
+            (QR_CC_DEFAULT, None) => {}
+            (QR_CC_NEWRENO, _) => {
+                let mut c = congestion::NewRenoConfig::default();
+                if let Some(w) = window {
+                    c.initial_window(w);
+                }
+                t.congestion_controller_factory(Arc::new(c));
             }
-            QR_CC_CUBIC => {
-                t.congestion_controller_factory(Arc::new(congestion::CubicConfig::default()));
+            (QR_CC_DEFAULT | QR_CC_CUBIC, _) => {
+                let mut c = congestion::CubicConfig::default();
+                if let Some(w) = window {
+                    c.initial_window(w);
+                }
+                t.congestion_controller_factory(Arc::new(c));
             }
-            QR_CC_BBR => {
-                t.congestion_controller_factory(Arc::new(congestion::BbrConfig::default()));
+            (QR_CC_BBR, _) => {
+                let mut c = congestion::BbrConfig::default();
+                if let Some(w) = window {
+                    c.initial_window(w);
+                }
+                t.congestion_controller_factory(Arc::new(c));
             }
-            other => {
+            (other, _) => {
                 return Err(fail(
                     QR_EINVAL,
                     format!("congestion {other} is not one of QR_CC_*"),
                 ))
             }
         }
+        options.apply_transport(&mut t);
         Ok(Arc::new(t))
     }
 }

@@ -33,9 +33,10 @@ pub struct qr_engine {
 /// port with GID `cfg->gid`, a UD socket over it, a QUIC endpoint over that.
 ///
 /// Returns: `QR_OK` with the engine in `*out`; `QR_ENULL` (a NULL `fabric`,
-/// `cfg`, `cfg->gid` or `out`), `QR_EINVAL` (a malformed or out-of-range config
+/// `cfg`, `cfg->gid` or `out`, or `cfg->options->pin_sha256` NULL with a
+/// count), `QR_EINVAL` (a malformed or out-of-range config or options
 /// field, a `struct_size` below version 1 or with unknown non-zero bytes beyond
-/// this library's struct), `QR_ETLS` (certificate, key or roots unusable),
+/// this library's struct, pins without `ca_der`), `QR_ETLS` (certificate, key or roots unusable),
 /// `QR_EFABRIC` (no port with that GID or address, queue pair setup
 /// failed), `QR_ENODEVICE` (verbs: no such device), `QR_EPANIC`; `*out` is
 /// untouched on failure and `qr_last_error` says why.

@@ -28,6 +28,7 @@ mod error;
 mod events;
 mod fabric;
 mod log;
+mod options;
 mod ptr;
 #[cfg(test)]
 mod sim_pair;
@@ -49,6 +50,7 @@ pub use error::*;
 pub use events::*;
 pub use fabric::*;
 pub use log::*;
+pub use options::*;
 pub use stat_list::*;
 pub use stats::*;
 pub use streams::*;

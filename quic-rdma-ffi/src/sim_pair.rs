@@ -22,6 +22,16 @@ impl SimPair {
     /// self-signed certificate the client trusts), and the handshake done on
     /// both sides.
     pub(crate) fn connected(seed: u64) -> SimPair {
+        SimPair::connected_with(seed, std::ptr::null(), std::ptr::null())
+    }
+
+    /// As [`SimPair::connected`], the client's and the server's engine built
+    /// with `client_opts` / `server_opts` (`qr_engine_config.options`; NULL: none).
+    pub(crate) fn connected_with(
+        seed: u64,
+        client_opts: *const qr_engine_options,
+        server_opts: *const qr_engine_options,
+    ) -> SimPair {
         let fc = qr_fabric_config {
             struct_size: size_of::<qr_fabric_config>() as u32,
             mtu: 4096,
@@ -58,6 +68,7 @@ impl SimPair {
             c.struct_size = size_of::<qr_engine_config>() as u32;
             c.gid = gid.as_ptr();
             c.routing_key = if server { 0x11 } else { 0x22 };
+            c.options = if server { server_opts } else { client_opts };
             if server {
                 (c.cert_der, c.cert_der_len) = (cert.as_ptr(), cl);
                 (c.key_der, c.key_der_len) = (key.as_ptr(), kl);

@@ -7,7 +7,8 @@ use crate::engine::qr_engine;
 use crate::error::{code_of, guard, QR_OK};
 use crate::ptr::{obj, write_versioned, Versioned};
 
-/// One connection's statistics. Version 2 (version 1 ended at `rx_bytes`).
+/// One connection's statistics. Version 3 (version 1 ended at `rx_bytes`,
+/// version 2 at `datagrams_queued`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct qr_conn_stats {
@@ -40,6 +41,28 @@ pub struct qr_conn_stats {
     pub datagrams_dropped: u64,
     /// v2. Received datagrams waiting for `qr_datagram_recv`.
     pub datagrams_queued: u64,
+    /// v3. Smallest RTT sample, nanoseconds (0 before the first). quinn-proto
+    /// seeds its minimum with the initial estimate (2 ms), so on a slower
+    /// path this is the smallest sample the library recovered, which has the
+    /// peer's ACK delay subtracted (RFC 9002 §5.3) — see `rtt_var_ns`.
+    pub min_rtt_ns: u64,
+    /// v3. RTT variation (RFC 9002 §5.3 rttvar), nanoseconds (0 before the
+    /// first sample). quinn-proto 0.11 keeps its own private, so the library
+    /// recovers each sample from successive smoothed RTTs (sample = 8 *
+    /// smoothed_new - 7 * smoothed_old, read after every received
+    /// datagram, which carries at most one ACK) and applies §5.3's update.
+    pub rtt_var_ns: u64,
+    /// v3. RTT samples taken (ACKs that moved the smoothed RTT).
+    pub rtt_samples: u64,
+    /// v3. From `qr_connect` (or the accept) to the handshake's completion,
+    /// nanoseconds on the engine's clock (the caller's with
+    /// `qr_engine_poll_at`); 0 until it completes.
+    pub handshake_ns: u64,
+    /// v3. Congestion events: a loss or an ECN-CE mark that shrank the
+    /// window (RFC 9002 §7).
+    pub congestion_events: u64,
+    /// v3. Bytes of QUIC packets declared lost (`lost_packets` counts them).
+    pub lost_bytes: u64,
 }
 
 // SAFETY: repr(C), first field u32 struct_size, integers only.
@@ -112,6 +135,8 @@ pub unsafe extern "C" fn qr_conn_stats_get(
         let h = ConnHandle::from_bits(conn);
         let s = e.engine.conn_stats(h).map_err(|err| code_of(&err))?;
         let d = e.engine.datagram_stats(h).map_err(|err| code_of(&err))?;
+        let r = e.engine.rtt_stats(h).map_err(|err| code_of(&err))?;
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let v = qr_conn_stats {
             struct_size: 0,
             mtu: u32::from(s.path.current_mtu),
@@ -126,6 +151,12 @@ pub unsafe extern "C" fn qr_conn_stats_get(
             datagrams_received: d.received,
             datagrams_dropped: d.dropped,
             datagrams_queued: d.queued,
+            min_rtt_ns: ns(r.min_rtt),
+            rtt_var_ns: ns(r.rtt_var),
+            rtt_samples: r.samples,
+            handshake_ns: r.handshake.map_or(0, ns),
+            congestion_events: s.path.congestion_events,
+            lost_bytes: s.path.lost_bytes,
         };
         // SAFETY: the caller's contract above.
         unsafe { write_versioned(out, &v) }?;

@@ -1,10 +1,12 @@
 //! Per-connection state and the table of connections, indexed like quinn-proto's.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
 
 use quinn_proto::{Connection, ConnectionError, ConnectionHandle, Dir, StreamId};
 
 use super::datagrams::RecvDatagrams;
+use super::rtt::RttTrack;
 use super::{ConnHandle, EngineError};
 
 /// One connection as the engine keeps it.
@@ -23,6 +25,8 @@ pub(crate) struct Conn {
     /// Accepted from an address not validated yet, handshake not complete:
     /// counted in the engine's unvalidated handshakes ([`crate::quic::retry`]).
     pub(crate) unvalidated_handshake: bool,
+    /// RTT figures quinn-proto does not expose, and the handshake time.
+    pub(crate) rtt: RttTrack,
 }
 
 fn dir_index(d: Dir) -> usize {
@@ -33,10 +37,12 @@ fn dir_index(d: Dir) -> usize {
 }
 
 impl Conn {
-    /// A connection whose received datagrams are held up to
-    /// `datagram_limit` bytes.
-    pub(crate) fn new(inner: Connection, datagram_limit: usize) -> Self {
+    /// A connection started at `now` whose received datagrams are held up
+    /// to `datagram_limit` bytes.
+    pub(crate) fn new(inner: Connection, datagram_limit: usize, now: Instant) -> Self {
+        let rtt = RttTrack::new(now, inner.rtt());
         Conn {
+            rtt,
             inner,
             error: None,
             rx_datagrams: RecvDatagrams::new(datagram_limit),

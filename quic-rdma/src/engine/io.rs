@@ -70,6 +70,8 @@ impl<Q: UdQueuePair> Engine<Q> {
                 Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                     if let Some(c) = conns.by_proto(ch) {
                         c.inner.handle_event(ev);
+                        // At most one ACK per datagram: one RTT sample (rtt.rs).
+                        c.rtt.observe(c.inner.rtt());
                     }
                 }
                 Some(DatagramEvent::NewConnection(inc)) => {

@@ -45,6 +45,7 @@ mod group;
 mod handle;
 mod idle;
 mod io;
+mod rtt;
 mod streams;
 mod waiter;
 
@@ -66,6 +67,7 @@ pub use group::EngineGroup;
 pub use handle::{ConnHandle, IncomingId};
 pub use idle::{Idle, IdleConfig, IdlePolicy};
 pub use quinn_proto::StreamId;
+pub use rtt::RttStats;
 pub use streams::StreamRead;
 pub use waiter::{Wait, WaitStats, Waiter};
 
@@ -312,7 +314,9 @@ impl<Q: UdQueuePair> Engine<Q> {
         let cfg = self.client.clone().ok_or(EngineError::NoClientConfig)?;
         let addr = self.peers.admit(remote, now);
         let (ch, conn) = self.endpoint.connect(now, cfg, addr, server_name)?;
-        Ok(self.conns.insert(ch, Conn::new(conn, self.datagram_limit)))
+        Ok(self
+            .conns
+            .insert(ch, Conn::new(conn, self.datagram_limit, now)))
     }
 
     /// Accept a pending attempt (reported by [`Event::IncomingConnection`]).
@@ -476,7 +480,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         let mut buf = Vec::new();
         match self.endpoint.accept(inc, now, &mut buf, None) {
             Ok((ch, conn)) => {
-                let mut conn = Conn::new(conn, self.datagram_limit);
+                let mut conn = Conn::new(conn, self.datagram_limit, now);
                 conn.unvalidated_handshake = !validated;
                 self.unvalidated_handshakes += usize::from(!validated);
                 let h = self.conns.insert(ch, conn);
@@ -585,6 +589,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         }
         while let Some(ev) = c.inner.poll() {
             if matches!(ev, quinn_proto::Event::Connected) {
+                c.rtt.connected(now);
                 // The handshake proved the peer's address (RFC 9000 §8.1).
                 self.peers.confirm(c.inner.remote_address(), now);
                 if std::mem::take(&mut c.unvalidated_handshake) {

@@ -12,6 +12,8 @@
 //! - `retry`: when a server answers an Initial with a stateless Retry;
 //! - `config`: endpoint and transport configuration for a fabric (MTU,
 //!   timers, windows), in quinn-proto's types, so the engine needs no quinn;
+//! - `pin`: certificate pinning (SHA-256 of the server's key) on top of
+//!   the usual verification;
 //! - `suites`: the TLS 1.3 cipher suites offered and their order;
 //! - `tls`: certificates, keys, mutual TLS and ALPN as deployed (PEM/DER),
 //!   made into quinn-proto client and server configs.
@@ -23,6 +25,7 @@ pub(crate) mod amplification;
 pub(crate) mod cid;
 pub(crate) mod config;
 pub(crate) mod peers;
+pub(crate) mod pin;
 pub(crate) mod retry;
 pub(crate) mod routing;
 pub(crate) mod suites;
@@ -44,6 +47,8 @@ pub use config::{
 };
 /// The peer table's bounds and counters.
 pub use peers::{PeerLimits, PeerStats};
+/// Certificate pinning by the SHA-256 of the server's SubjectPublicKeyInfo.
+pub use pin::{spki_sha256, SpkiPin};
 /// When a server answers with a stateless Retry.
 pub use retry::{RetryPolicy, UnknownRetryPolicy};
 /// The routing key in the immediate data: sending with it, checking it on

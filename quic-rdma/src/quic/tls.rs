@@ -21,11 +21,13 @@ use std::sync::Arc;
 
 use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn_proto::{ClientConfig, ServerConfig, TransportConfig, ValidationTokenConfig};
+use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 
+use crate::quic::pin::{PinnedServerVerifier, SpkiPin};
 use crate::quic::suites::CipherPreference;
 
 /// Why TLS material or a TLS config was refused. Each message names the fix.
@@ -126,6 +128,16 @@ pub struct TlsSettings {
     /// no NEW_TOKEN tokens whatever features a build unifies; Retry tokens
     /// still validate addresses.
     pub new_tokens: bool,
+    /// Where rustls writes the session secrets, in the NSS key-log format
+    /// (`SSLKEYLOGFILE`), on client and server configs alike; `None` logs
+    /// nothing. Anyone holding these lines can decrypt the traffic: for
+    /// debugging captures only.
+    pub key_log: Option<Arc<dyn rustls::KeyLog>>,
+    /// Client side: SHA-256 pins of the server's SubjectPublicKeyInfo
+    /// (`quic::spki_sha256`). Empty: no pinning. Otherwise a server whose
+    /// chain verifies against `roots` is still refused (TLS alert
+    /// access_denied) unless its key matches one pin.
+    pub pinned_spki_sha256: Vec<SpkiPin>,
 }
 
 impl Default for TlsSettings {
@@ -143,6 +155,8 @@ impl Default for TlsSettings {
             offer_0rtt: true,
             ciphers: CipherPreference::default(),
             new_tokens: false,
+            key_log: None,
+            pinned_spki_sha256: Vec::new(),
         }
     }
 }
@@ -161,6 +175,8 @@ impl Clone for TlsSettings {
             offer_0rtt: self.offer_0rtt,
             ciphers: self.ciphers,
             new_tokens: self.new_tokens,
+            key_log: self.key_log.clone(),
+            pinned_spki_sha256: self.pinned_spki_sha256.clone(),
         }
     }
 }
@@ -206,6 +222,9 @@ impl TlsSettings {
             .with_single_cert(chain.clone(), key.clone_key())
             .map_err(config_error)?;
         tls.alpn_protocols = self.alpn.clone();
+        if let Some(k) = &self.key_log {
+            tls.key_log = k.clone();
+        }
         Ok(tls)
     }
 
@@ -249,8 +268,23 @@ impl TlsSettings {
         }
         let builder = rustls::ClientConfig::builder_with_provider(self.ciphers.provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(config_error)?
-            .with_root_certificates(self.root_store()?);
+            .map_err(config_error)?;
+        let builder = if self.pinned_spki_sha256.is_empty() {
+            builder.with_root_certificates(self.root_store()?)
+        } else {
+            let inner = WebPkiServerVerifier::builder_with_provider(
+                self.root_store()?,
+                self.ciphers.provider(),
+            )
+            .build()
+            .map_err(config_error)?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(PinnedServerVerifier {
+                    inner,
+                    pins: self.pinned_spki_sha256.clone(),
+                }))
+        };
         let mut tls = match &self.identity {
             Some((chain, key)) => builder
                 .with_client_auth_cert(chain.clone(), key.clone_key())
@@ -258,6 +292,9 @@ impl TlsSettings {
             None => builder.with_no_client_auth(),
         };
         tls.alpn_protocols = self.alpn.clone();
+        if let Some(k) = &self.key_log {
+            tls.key_log = k.clone();
+        }
         Ok(tls)
     }
 
