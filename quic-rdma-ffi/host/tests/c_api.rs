@@ -103,28 +103,12 @@ fn c_api_tests_pass_under_address_sanitizer() {
     assert!(out.contains(EXPECTED), "{out}");
 }
 
-/// `valgrind` with memcheck's defaults (definedness tracking on) and the
-/// shipped suppressions, as a user runs it: `exe` must report no error.
-/// Without the file memcheck reports ~3 million definedness errors from
-/// inside the library (ring's assembly; see `valgrind.supp`).
+/// `exe` under valgrind ([`valgrind_clean`](quic_rdma_ffi_host::c_program::valgrind_clean)),
+/// with the test PKI.
 fn valgrind_clean(exe: &Path, expected: &str) {
-    if Command::new("valgrind").arg("--version").output().is_err() {
-        panic!("valgrind is required (apt-get install valgrind)");
-    }
-    let out = run(Command::new("valgrind")
-        .args([
-            "--error-exitcode=1",
-            "--leak-check=full",
-            "--errors-for-leak-kinds=definite",
-            "--quiet",
-        ])
-        .arg(format!(
-            "--suppressions={}",
-            ffi_dir().join("valgrind.supp").display()
-        ))
-        .arg(exe)
-        .env("QR_TEST_PKI", pki_dir()));
-    assert!(out.contains(expected), "{out}");
+    let mut cmd = Command::new(exe);
+    cmd.env("QR_TEST_PKI", pki_dir());
+    quic_rdma_ffi_host::c_program::valgrind_clean(cmd, expected);
 }
 
 #[test]
@@ -132,7 +116,7 @@ fn c_api_tests_are_valgrind_clean() {
     valgrind_clean(&compile("test_api_vg", &c_tests(), &[]), EXPECTED);
 }
 
-/// The API's contract (issue 29's C API gaps): bounded configs, per-call
+/// The API's contract: bounded configs, per-call
 /// `qr_last_error`, `QR_ENOFD`, newer structs' unknown tails, datagrams
 /// dropped on receive (counted, signalled, sized).
 const CONTRACT_EXPECTED: &str = "5 passed, 0 failed";

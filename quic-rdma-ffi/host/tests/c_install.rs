@@ -1,4 +1,4 @@
-//! Packaging (issue 29, C API gap 5): `install.sh` into a fresh prefix, then
+//! Packaging: `install.sh` into a fresh prefix, then
 //! a C program built the way a user builds one — flags from the installed
 //! pkg-config files only — linked statically (`quic_rdma_static`: no run-time
 //! dependency on the .so) and dynamically (`quic_rdma`: the SONAME
@@ -65,7 +65,7 @@ fn installed_library_links_statically_and_dynamically() {
     let d = dynamic_section(&lib.join("libquic_rdma_ffi.so"));
     assert!(d.contains("Library soname: [libquic_rdma_ffi.so.0]"), "{d}");
 
-    // Static, with `--static` as the issue did: nothing of ours is needed at
+    // Static, with `--static` as a user links it: nothing of ours is needed at
     // run time, and it runs without any library path.
     let stat = tmp.join("echo_static");
     build(&prefix, "quic_rdma_static", &stat);

@@ -1,11 +1,11 @@
-//! `qr_engine_options` from C (issue 29, gap 6): TLS key logging, server
+//! `qr_engine_options` from C: TLS key logging, server
 //! key pinning, the transport knobs and the richer connection statistics, compiled against the static library and the committed
 //! header as a user builds it, run plain and under valgrind.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use quic_rdma_ffi_host::c_program::{c_dir, ffi_dir, run};
+use quic_rdma_ffi_host::c_program::{c_dir, run, valgrind_clean};
 
 /// Every RUN line of test_options.c passes.
 const EXPECTED: &str = "4 passed, 0 failed";
@@ -29,20 +29,5 @@ fn c_options_tests_pass() {
 
 #[test]
 fn c_options_tests_are_valgrind_clean() {
-    if Command::new("valgrind").arg("--version").output().is_err() {
-        panic!("valgrind is required (apt-get install valgrind)");
-    }
-    let out = run(Command::new("valgrind")
-        .args([
-            "--error-exitcode=1",
-            "--leak-check=full",
-            "--errors-for-leak-kinds=definite",
-            "--quiet",
-        ])
-        .arg(format!(
-            "--suppressions={}",
-            ffi_dir().join("valgrind.supp").display()
-        ))
-        .arg(exe("test_options_vg")));
-    assert!(out.contains(EXPECTED), "{out}");
+    valgrind_clean(Command::new(exe("test_options_vg")), EXPECTED);
 }

@@ -8,22 +8,7 @@
 #include <stddef.h>
 #include <time.h>
 
-static int passed, failed;
-
-#define EXPECT(cond)                                                                  \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);       \
-            return 1;                                                                 \
-        }                                                                             \
-    } while (0)
-
-#define RUN(t)                                                                        \
-    do {                                                                              \
-        int r_ = t();                                                                 \
-        printf("test %s ... %s\n", #t, r_ ? "FAILED" : "ok");                         \
-        if (r_) failed++; else passed++;                                              \
-    } while (0)
+#include "check.h"
 
 static int test_sha256_known_answer(void) {
     sha256_ctx c;

@@ -1,4 +1,4 @@
-/* C tests of the API's contract (issue 29, C API gaps 2-5): bounded configs,
+/* C tests of the API's contract: bounded configs,
  * qr_last_error per call, the readiness fd's own code, versioned structs from a
  * newer header, datagrams dropped on receive (counted, signalled, sized).
  * Run by `cargo test -p quic-rdma-ffi-host` (tests/c_api.rs), also under
@@ -8,23 +8,7 @@
 #include <math.h>
 #include <stddef.h>
 
-static int passed, failed;
-
-#define EXPECT(cond)                                                                  \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: expected %s (last error: \"%s\")\n", __FILE__,    \
-                    __LINE__, #cond, qr_last_error());                                \
-            return 1;                                                                 \
-        }                                                                             \
-    } while (0)
-
-#define RUN(t)                                                                        \
-    do {                                                                              \
-        int r_ = t();                                                                 \
-        printf("test %s ... %s\n", #t, r_ ? "FAILED" : "ok");                         \
-        if (r_) failed++; else passed++;                                              \
-    } while (0)
+#include "check.h"
 
 static qr_fabric *sim_fabric(void) {
     qr_fabric_config fc;
@@ -288,7 +272,7 @@ static int datagrams_unread(uint64_t dgram_buffer, long expect_readable) {
 }
 
 /* Gap 2: with the default 4 MiB buffer, 5000 unread 1000-byte datagrams
- * overflow it (issue 29 measured 4064 readable, 936 lost without a trace);
+ * overflow it (once 4064 were readable and 936 lost without a trace);
  * now every drop is counted and signalled, and the buffer is configurable. */
 static int test_datagram_drops_counted_signalled_sized(void) {
     /* 4 MiB / (1000 + 32 bytes each) = 4064. */

@@ -8,22 +8,7 @@
 #include "quic_rdma.hpp"
 #include "sha256.h"
 
-static int passed, failed;
-
-#define EXPECT(cond)                                                                \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-            return 1;                                                               \
-        }                                                                           \
-    } while (0)
-
-#define RUN(t)                                                                      \
-    do {                                                                            \
-        int r_ = t();                                                               \
-        std::printf("test %s ... %s\n", #t, r_ ? "FAILED" : "ok");                  \
-        if (r_) failed++; else passed++;                                            \
-    } while (0)
+#include "check.h"
 
 struct pair {
     qr::fabric fabric{"sim"};

@@ -1,4 +1,4 @@
-/* C tests of qr_engine_options (issue 29, gap 6: what msquic and quiche have):
+/* C tests of qr_engine_options (what msquic and quiche offer beside the core API):
  * TLS key logging, server key pinning, transport knobs, richer
  * connection statistics. Run by `cargo test -p quic-rdma-ffi-host
  * --test c_options`, also under valgrind. Prints "N passed, M failed". */
@@ -10,23 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int passed, failed;
-
-#define EXPECT(cond)                                                                  \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: expected %s (last error: %s)\n", __FILE__,        \
-                    __LINE__, #cond, qr_last_error());                                \
-            return 1;                                                                 \
-        }                                                                             \
-    } while (0)
-
-#define RUN(t)                                                                        \
-    do {                                                                              \
-        int r_ = t();                                                                 \
-        printf("test %s ... %s\n", #t, r_ ? "FAILED" : "ok");                         \
-        if (r_) failed++; else passed++;                                              \
-    } while (0)
+#include "check.h"
 
 /* A sim fabric, a server with a self-signed certificate, a client trusting
  * it; each side with its own options (NULL: none). */
