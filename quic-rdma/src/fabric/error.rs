@@ -41,6 +41,15 @@ pub enum FabricError {
     /// The queue pair is in the error state.
     #[error("queue pair in error state: {0}")]
     QpError(String),
+    /// Completion time stamps were asked of a device that has no
+    /// completion clock.
+    #[error("RDMA device {device} has no completion clock ({detail}); leave completion time stamps off, or use a NIC whose `ibv_devinfo -v` lists a non-zero completion_timestamp_mask")]
+    NoCompletionClock {
+        /// The device's name.
+        device: String,
+        /// Why (e.g. the capability the device lacks).
+        detail: String,
+    },
     /// An I/O error from the provider's underlying OS resources.
     #[error(transparent)]
     Io(#[from] std::io::Error),
