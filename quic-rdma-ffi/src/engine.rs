@@ -169,6 +169,22 @@ impl Clock {
     }
 }
 
+impl Clock {
+    /// `t` in nanoseconds on the timeline of `qr_event.time_ns`: the
+    /// caller's clock once it has passed one (`*_at` calls), else
+    /// CLOCK_MONOTONIC (which `Instant` reads on Linux).
+    pub(crate) fn ns_at(&self, t: Instant) -> u64 {
+        let (ns0, t0) = self
+            .anchor
+            .unwrap_or_else(|| (monotonic_ns(), Instant::now()));
+        if t >= t0 {
+            ns0.saturating_add(t.duration_since(t0).as_nanos() as u64)
+        } else {
+            ns0.saturating_sub(t0.duration_since(t).as_nanos() as u64)
+        }
+    }
+}
+
 /// CLOCK_MONOTONIC in nanoseconds (what `Instant` reads on Linux).
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
