@@ -174,9 +174,13 @@ impl Clock {
     /// caller's clock once it has passed one (`*_at` calls), else
     /// CLOCK_MONOTONIC (which `Instant` reads on Linux).
     pub(crate) fn ns_at(&self, t: Instant) -> u64 {
+        // One fixed pairing of the two reads for the library's clock, so an
+        // instant always maps to the same nanoseconds (two reads per call
+        // would move it by their jitter).
+        static LIBRARY: std::sync::OnceLock<(u64, Instant)> = std::sync::OnceLock::new();
         let (ns0, t0) = self
             .anchor
-            .unwrap_or_else(|| (monotonic_ns(), Instant::now()));
+            .unwrap_or_else(|| *LIBRARY.get_or_init(|| (monotonic_ns(), Instant::now())));
         if t >= t0 {
             ns0.saturating_add(t.duration_since(t0).as_nanos() as u64)
         } else {

@@ -9,7 +9,7 @@ use quic_rdma::fabric::{FabricError, StampClock, Timestamp};
 use quic_rdma::socket::SocketError;
 
 use crate::engine::qr_engine;
-use crate::error::{code_of, fail, guard, QR_EAGAIN, QR_EUNSUPPORTED, QR_OK};
+use crate::error::{code_of, fail, guard, QR_EAGAIN, QR_ENULL, QR_EUNSUPPORTED, QR_OK};
 use crate::ptr::{obj, put, write_versioned, Versioned};
 
 /// `qr_timestamp.clock`: the `sim` fabric's clock (the wall clock of the
@@ -60,6 +60,9 @@ unsafe fn write_stamp(
     stamp: Option<Timestamp>,
     out: *mut qr_timestamp,
 ) -> Result<i32, i32> {
+    if out.is_null() {
+        return Err(QR_ENULL);
+    }
     let Some(t) = stamp else {
         return Err(fail(
             QR_EAGAIN,

@@ -1,0 +1,29 @@
+//! The C test of completion time stamps (`c/tests/test_timestamps.c`):
+//! compiled against the static library and the generated header, run, and
+//! run again under AddressSanitizer.
+
+use std::path::Path;
+use std::process::Command;
+
+use quic_rdma_ffi_host::c_program::{c_dir, compile, run};
+
+/// Every C test passes: the count is the number of RUN lines.
+const EXPECTED: &str = "4 passed, 0 failed";
+
+#[test]
+fn c_timestamp_tests_pass() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let src = [c_dir().join("tests/test_timestamps.c")];
+    let exe = compile(tmp, "test_timestamps", &src, &[]);
+    let out = run(&mut Command::new(&exe));
+    print!("{out}");
+    assert!(out.contains(EXPECTED), "{out}");
+    let asan = compile(
+        tmp,
+        "test_timestamps_asan",
+        &src,
+        &["-fsanitize=address", "-fno-omit-frame-pointer"],
+    );
+    let out = run(Command::new(&asan).env("ASAN_OPTIONS", "detect_leaks=1:exitcode=23"));
+    assert!(out.contains(EXPECTED), "{out}");
+}
