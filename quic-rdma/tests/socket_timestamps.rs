@@ -156,3 +156,33 @@ fn soft_stamps_are_monotonic_within_the_exchange() {
         "receive stamps go back"
     );
 }
+
+/// Stamping is a property of the queue pair: it survives the error state
+/// and the socket's recovery (Error → Reset → RTS), as a CQ's flags would.
+#[test]
+fn stamps_survive_qp_recovery() {
+    let t0 = Instant::now();
+    let f = SimFabric::manual(SimConfig::default(), t0);
+    let (mut a, mut b) = sim_pair(&f);
+    b.enable_timestamps().unwrap();
+    a.send(b.local_addr(), 0, &datagram(1), None).unwrap();
+    assert_eq!(drain(&mut b).len(), 1);
+    b.queue_pair().handle().fail();
+    a.send(b.local_addr(), 0, &datagram(2), None).unwrap();
+    assert!(drain(&mut b).is_empty(), "dropped while failed");
+    assert_eq!(b.stats().qp_recoveries, 1);
+    let t1 = t0 + Duration::from_secs(2);
+    f.advance(t1);
+    a.send(b.local_addr(), 0, &datagram(3), None).unwrap();
+    let got = drain(&mut b);
+    assert_eq!(
+        got,
+        vec![(
+            3,
+            Some(Timestamp {
+                at: t1,
+                clock: StampClock::SimFabric
+            })
+        )]
+    );
+}
