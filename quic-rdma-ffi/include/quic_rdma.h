@@ -1105,9 +1105,10 @@ typedef struct {
    */
   uint32_t clock;
   /**
-   * When, in nanoseconds on the timeline of `qr_event.time_ns`: the
-   * caller's `now_ns` clock after a `qr_engine_poll_at` with a non-zero
-   * `now_ns`, else CLOCK_MONOTONIC.
+   * When, in CLOCK_MONOTONIC nanoseconds: both clocks read the host's
+   * monotonic time (the sim fabric `qr_fabric_new` makes runs on it), so
+   * this compares with `qr_event.time_ns` of polls on the library's clock
+   * (`now_ns` 0); a caller polling on a clock of its own converts.
    */
   uint64_t ns;
 } qr_timestamp;

@@ -169,28 +169,8 @@ impl Clock {
     }
 }
 
-impl Clock {
-    /// `t` in nanoseconds on the timeline of `qr_event.time_ns`: the
-    /// caller's clock once it has passed one (`*_at` calls), else
-    /// CLOCK_MONOTONIC (which `Instant` reads on Linux).
-    pub(crate) fn ns_at(&self, t: Instant) -> u64 {
-        // One fixed pairing of the two reads for the library's clock, so an
-        // instant always maps to the same nanoseconds (two reads per call
-        // would move it by their jitter).
-        static LIBRARY: std::sync::OnceLock<(u64, Instant)> = std::sync::OnceLock::new();
-        let (ns0, t0) = self
-            .anchor
-            .unwrap_or_else(|| *LIBRARY.get_or_init(|| (monotonic_ns(), Instant::now())));
-        if t >= t0 {
-            ns0.saturating_add(t.duration_since(t0).as_nanos() as u64)
-        } else {
-            ns0.saturating_sub(t0.duration_since(t).as_nanos() as u64)
-        }
-    }
-}
-
 /// CLOCK_MONOTONIC in nanoseconds (what `Instant` reads on Linux).
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -4,11 +4,14 @@
 //! (stream data) and when the latest signaled send left.
 #![allow(non_camel_case_types)]
 
+use std::sync::OnceLock;
+use std::time::Instant;
+
 use quic_rdma::engine::{ConnHandle, EngineError};
 use quic_rdma::fabric::{FabricError, StampClock, Timestamp};
 use quic_rdma::socket::SocketError;
 
-use crate::engine::qr_engine;
+use crate::engine::{monotonic_ns, qr_engine};
 use crate::error::{code_of, fail, guard, QR_EAGAIN, QR_ENULL, QR_EUNSUPPORTED, QR_OK};
 use crate::ptr::{obj, put, write_versioned, Versioned};
 
@@ -29,9 +32,10 @@ pub struct qr_timestamp {
     pub struct_size: u32,
     /// Which clock read the stamp: one of `QR_CLOCK_*`.
     pub clock: u32,
-    /// When, in nanoseconds on the timeline of `qr_event.time_ns`: the
-    /// caller's `now_ns` clock after a `qr_engine_poll_at` with a non-zero
-    /// `now_ns`, else CLOCK_MONOTONIC.
+    /// When, in CLOCK_MONOTONIC nanoseconds: both clocks read the host's
+    /// monotonic time (the sim fabric `qr_fabric_new` makes runs on it), so
+    /// this compares with `qr_event.time_ns` of polls on the library's clock
+    /// (`now_ns` 0); a caller polling on a clock of its own converts.
     pub ns: u64,
 }
 
@@ -39,6 +43,19 @@ pub struct qr_timestamp {
 unsafe impl Versioned for qr_timestamp {
     // Written, not read: a caller may know any prefix of it.
     const V1_SIZE: usize = 4;
+}
+
+/// `t` in CLOCK_MONOTONIC nanoseconds (which `Instant` reads on Linux),
+/// through one fixed pairing of the two reads, so an instant always maps to
+/// the same nanoseconds (two reads per call would move it by their jitter).
+fn monotonic_ns_of(t: Instant) -> u64 {
+    static PAIR: OnceLock<(u64, Instant)> = OnceLock::new();
+    let (ns0, t0) = *PAIR.get_or_init(|| (monotonic_ns(), Instant::now()));
+    if t >= t0 {
+        ns0.saturating_add(t.duration_since(t0).as_nanos() as u64)
+    } else {
+        ns0.saturating_sub(t0.duration_since(t).as_nanos() as u64)
+    }
 }
 
 fn clock_id(c: StampClock) -> u32 {
@@ -55,11 +72,7 @@ fn clock_id(c: StampClock) -> u32 {
 ///
 /// # Safety
 /// `out` is NULL or points to at least `out->struct_size` writable bytes.
-unsafe fn write_stamp(
-    e: &qr_engine,
-    stamp: Option<Timestamp>,
-    out: *mut qr_timestamp,
-) -> Result<i32, i32> {
+unsafe fn write_stamp(stamp: Option<Timestamp>, out: *mut qr_timestamp) -> Result<i32, i32> {
     if out.is_null() {
         return Err(QR_ENULL);
     }
@@ -72,7 +85,7 @@ unsafe fn write_stamp(
     let v = qr_timestamp {
         struct_size: 0,
         clock: clock_id(t.clock),
-        ns: e.clock.ns_at(t.at),
+        ns: monotonic_ns_of(t.at),
     };
     // SAFETY: the caller's contract above.
     unsafe { write_versioned(out, &v) }?;
@@ -135,7 +148,7 @@ pub unsafe extern "C" fn qr_datagram_timestamp(
             .datagram_timestamp(ConnHandle::from_bits(conn))
             .map_err(|err| code_of(&err))?;
         // SAFETY: the caller's contract above.
-        unsafe { write_stamp(e, stamp, out) }
+        unsafe { write_stamp(stamp, out) }
     })
 }
 
@@ -162,7 +175,7 @@ pub unsafe extern "C" fn qr_conn_rx_timestamp(
             .rx_timestamp(ConnHandle::from_bits(conn))
             .map_err(|err| code_of(&err))?;
         // SAFETY: the caller's contract above.
-        unsafe { write_stamp(e, stamp, out) }
+        unsafe { write_stamp(stamp, out) }
     })
 }
 
@@ -185,6 +198,6 @@ pub unsafe extern "C" fn qr_engine_send_timestamp(
         let e = unsafe { obj(e) }?;
         let stamp = e.engine.send_timestamp();
         // SAFETY: the caller's contract above.
-        unsafe { write_stamp(e, stamp, out) }
+        unsafe { write_stamp(stamp, out) }
     })
 }
