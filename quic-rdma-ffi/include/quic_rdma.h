@@ -467,6 +467,20 @@
 #define QR_STAT_UNIT_SECONDS 2
 
 /**
+ * `qr_timestamp.clock`: the `sim` fabric's clock (the wall clock of the
+ * library's sim fabric; stamps when the fabric delivers a packet or puts a
+ * send on its wire).
+ */
+#define QR_CLOCK_SIM_FABRIC 1
+
+/**
+ * `qr_timestamp.clock`: the host's monotonic clock read in user space by
+ * the `soft` provider (a receive when the packet was taken from the UDP
+ * socket, a send when its send syscall returned) — not a NIC or kernel stamp.
+ */
+#define QR_CLOCK_HOST_MONOTONIC 2
+
+/**
  * `qr_engine_wait` returned at once (within the spin budget, or work is
  * waiting): poll again.
  */
@@ -1077,6 +1091,27 @@ typedef struct {
  * `qr_stream_write_zc`; `user`, `data` and `len` are what that call got.
  */
 typedef void (*qr_release_fn)(void *user, const uint8_t *data, size_t len);
+
+/**
+ * A completion time stamp. Version 1.
+ */
+typedef struct {
+  /**
+   * Set by the caller to `sizeof(qr_timestamp)`; set on return to the bytes written.
+   */
+  uint32_t struct_size;
+  /**
+   * Which clock read the stamp: one of `QR_CLOCK_*`.
+   */
+  uint32_t clock;
+  /**
+   * When, in CLOCK_MONOTONIC nanoseconds: both clocks read the host's
+   * monotonic time (the sim fabric `qr_fabric_new` makes runs on it), so
+   * this compares with `qr_event.time_ns` of polls on the library's clock
+   * (`now_ns` 0); a caller polling on a clock of its own converts.
+   */
+  uint64_t ns;
+} qr_timestamp;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1814,6 +1849,60 @@ int32_t qr_tls_selfsigned(const char *name,
  * with 0); `len` is writable.
  */
 int32_t qr_tls_load_file(const char *path, uint8_t *buf, size_t cap, size_t *len);
+
+/**
+ * Stamp every later send and receive completion of the engine's queue
+ * pair (off by default; while off no clock is read for it). If `clock` is
+ * not NULL the clock the stamps will be on (`QR_CLOCK_*`) is written there.
+ *
+ * Returns: `QR_OK`, `QR_ENULL` (`e` NULL), `QR_EUNSUPPORTED` (the device
+ * has no completion clock — e.g. verbs, which does not read one yet; the
+ * engine runs on unstamped; `qr_last_error` names the device),
+ * `QR_EFABRIC`, `QR_EPANIC`.
+ *
+ * # Safety
+ * `e` is a live engine; `clock` NULL or writable.
+ */
+int32_t qr_engine_enable_timestamps(qr_engine *e, uint32_t *clock);
+
+/**
+ * When the packet carrying the next datagram `qr_datagram_recv` would
+ * return arrived (call it before `qr_datagram_recv`).
+ *
+ * Returns: `QR_OK` with `*out` written, `QR_EAGAIN` (no datagram waiting,
+ * or stamps off), `QR_ENULL`, `QR_EINVAL` (`out->struct_size` below 4),
+ * `QR_ENOCONN`, `QR_EPANIC`.
+ *
+ * # Safety
+ * `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
+ */
+int32_t qr_datagram_timestamp(qr_engine *e, uint64_t conn, qr_timestamp *out);
+
+/**
+ * When the latest packet handled for `conn` arrived: for stream data read
+ * after the poll that delivered it, when its newest bytes arrived.
+ *
+ * Returns: `QR_OK` with `*out` written, `QR_EAGAIN` (stamps off, or no
+ * packet since they were enabled), `QR_ENULL`, `QR_EINVAL`, `QR_ENOCONN`,
+ * `QR_EPANIC`.
+ *
+ * # Safety
+ * `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
+ */
+int32_t qr_conn_rx_timestamp(qr_engine *e, uint64_t conn, qr_timestamp *out);
+
+/**
+ * When the latest signaled send whose completion the engine reaped left
+ * (the engine's queue pair is shared by its connections).
+ *
+ * Returns: `QR_OK` with `*out` written, `QR_EAGAIN` (stamps off, or no
+ * send completion since they were enabled), `QR_ENULL`, `QR_EINVAL`,
+ * `QR_EPANIC`.
+ *
+ * # Safety
+ * `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
+ */
+int32_t qr_engine_send_timestamp(qr_engine *e, qr_timestamp *out);
 
 /**
  * The library's version as text, "MAJOR.MINOR.PATCH" (static, never NULL).

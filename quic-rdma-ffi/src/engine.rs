@@ -170,7 +170,7 @@ impl Clock {
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (what `Instant` reads on Linux).
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -36,6 +36,8 @@ mod stat_list;
 mod stats;
 mod streams;
 mod tls;
+// Completion time stamps (issue 29 gap 7).
+mod timestamps;
 mod valgrind;
 mod version;
 mod wait;
@@ -54,6 +56,7 @@ pub use options::*;
 pub use stat_list::*;
 pub use stats::*;
 pub use streams::*;
+pub use timestamps::*;
 pub use tls::*;
 pub use version::*;
 pub use wait::*;

@@ -307,6 +307,7 @@ fn bogus_receive_completions_are_dropped_and_counted() {
         byte_len,
         imm: None,
         src_qp,
+        timestamp: None,
     };
     // Slot 0 is posted (the socket posts every slot); slot 3 is too.
     *ctl.inject.lock().unwrap() = vec![

@@ -286,6 +286,7 @@ impl UdQueuePair for FuzzQp {
                 byte_len,
                 imm: s.imm,
                 src_qp: s.src_qp,
+                timestamp: None,
             };
             if trace() {
                 eprintln!(

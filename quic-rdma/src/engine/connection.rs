@@ -27,6 +27,9 @@ pub(crate) struct Conn {
     pub(crate) unvalidated_handshake: bool,
     /// RTT figures quinn-proto does not expose, and the handshake time.
     pub(crate) rtt: RttTrack,
+    /// Arrival stamp of the latest packet handled for this connection, while
+    /// the engine stamps completions ([`Engine::enable_timestamps`](super::Engine::enable_timestamps)).
+    pub(crate) last_rx_stamp: Option<crate::fabric::Timestamp>,
 }
 
 fn dir_index(d: Dir) -> usize {
@@ -46,6 +49,7 @@ impl Conn {
             inner,
             error: None,
             rx_datagrams: RecvDatagrams::new(datagram_limit),
+            last_rx_stamp: None,
             opened: [0; 2],
             accepted: [0; 2],
             unvalidated_handshake: false,

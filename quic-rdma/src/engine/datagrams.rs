@@ -14,7 +14,7 @@ use bytes::Bytes;
 use quinn_proto::{Connection, ConnectionStats, SendDatagramError};
 
 use super::{ConnHandle, Engine, EngineError};
-use crate::fabric::UdQueuePair;
+use crate::fabric::{Timestamp, UdQueuePair};
 
 /// What a queued datagram costs beyond its payload, as quinn-proto counts
 /// its own buffer (the `Bytes` handle): the same default size then holds the
@@ -48,7 +48,12 @@ pub struct DatagramStats {
 /// its largest length so far.
 #[derive(Debug)]
 pub(crate) struct RecvDatagrams {
-    queue: VecDeque<Bytes>,
+    /// Each datagram with the arrival stamp of the packet that carried it
+    /// (`None` unless the engine stamps completions).
+    pub(super) queue: VecDeque<(Bytes, Option<Timestamp>)>,
+    /// Taken since the last [`Event::Datagram`](super::Event::Datagram) was
+    /// raised (the receive path takes them early when stamping).
+    untold: usize,
     bytes: usize,
     limit: usize,
     delivered: u64,
@@ -60,6 +65,7 @@ impl RecvDatagrams {
     pub(crate) fn new(limit: usize) -> Self {
         RecvDatagrams {
             queue: VecDeque::new(),
+            untold: 0,
             bytes: 0,
             limit,
             delivered: 0,
@@ -72,29 +78,36 @@ impl RecvDatagrams {
     }
 
     /// Move every datagram quinn-proto holds for `conn` into the queue,
-    /// dropping the oldest when over the limit; returns how many were taken.
-    pub(crate) fn take_from(&mut self, conn: &mut Connection) -> usize {
-        let mut n = 0;
+    /// stamped `stamp`, dropping the oldest when over the limit; returns how
+    /// many were taken since the last call, [`take_stamped`](Self::take_stamped)'s included.
+    pub(crate) fn take_from(&mut self, conn: &mut Connection, stamp: Option<Timestamp>) -> usize {
+        self.take_stamped(conn, stamp);
+        std::mem::take(&mut self.untold)
+    }
+
+    /// Move what quinn-proto holds into the queue right after the packet
+    /// stamped `stamp` was handled, so each datagram keeps its own packet's
+    /// arrival time; [`take_from`](Self::take_from) reports them.
+    pub(crate) fn take_stamped(&mut self, conn: &mut Connection, stamp: Option<Timestamp>) {
         while let Some(d) = conn.datagrams().recv() {
-            self.push(d);
-            n += 1;
+            self.push(d, stamp);
+            self.untold += 1;
         }
-        n
     }
 
     /// Queue `d`, dropping the oldest while over the limit. The newest stays
     /// even if it alone exceeds the limit: quinn-proto already refused any
     /// datagram larger than its own buffer.
-    fn push(&mut self, d: Bytes) {
+    fn push(&mut self, d: Bytes, stamp: Option<Timestamp>) {
         self.bytes += Self::cost(&d);
-        self.queue.push_back(d);
+        self.queue.push_back((d, stamp));
         while self.bytes > self.limit && self.queue.len() > 1 {
             self.pop();
         }
     }
 
     fn pop(&mut self) -> Option<Bytes> {
-        let d = self.queue.pop_front()?;
+        let (d, _) = self.queue.pop_front()?;
         self.bytes -= Self::cost(&d);
         Some(d)
     }
@@ -163,7 +176,7 @@ impl<Q: UdQueuePair> Engine<Q> {
     ) -> Result<usize, EngineError> {
         let c = self.conns.get(conn)?;
         let q = &mut c.rx_datagrams;
-        let Some(d) = q.queue.front() else {
+        let Some((d, _)) = q.queue.front() else {
             c.check_open()?;
             return Err(EngineError::WouldBlock);
         };
@@ -201,7 +214,7 @@ mod tests {
         let per = 100 + PER_DATAGRAM_OVERHEAD;
         let mut q = RecvDatagrams::new(3 * per);
         for b in 0..5 {
-            q.push(d(b));
+            q.push(d(b), None);
         }
         assert_eq!(q.queue.len(), 3);
         assert_eq!(q.bytes, 3 * per);

@@ -72,6 +72,11 @@ impl<Q: UdQueuePair> Engine<Q> {
                         c.inner.handle_event(ev);
                         // At most one ACK per datagram: one RTT sample (rtt.rs).
                         c.rtt.observe(c.inner.rtt());
+                        if r.timestamp.is_some() {
+                            // Stamping: datagrams keep their own packet's arrival.
+                            c.last_rx_stamp = r.timestamp;
+                            c.rx_datagrams.take_stamped(&mut c.inner, r.timestamp);
+                        }
                     }
                 }
                 Some(DatagramEvent::NewConnection(inc)) => {

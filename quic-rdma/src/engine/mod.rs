@@ -47,6 +47,7 @@ mod idle;
 mod io;
 mod rtt;
 mod streams;
+mod timestamps;
 mod waiter;
 
 use std::net::{IpAddr, SocketAddr};
@@ -601,7 +602,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         // Every poll empties quinn-proto's datagram queue into ours, so its
         // silent drop-oldest only ever sees one poll's arrivals, and ours
         // (bounded by the application's choice) counts and reports drops.
-        if c.rx_datagrams.take_from(&mut c.inner) > 0 {
+        if c.rx_datagrams.take_from(&mut c.inner, c.last_rx_stamp) > 0 {
             events.push(Event::Datagram { conn: h });
             let count = c.rx_datagrams.newly_dropped(&c.inner.stats());
             if count > 0 {

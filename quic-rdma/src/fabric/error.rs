@@ -41,6 +41,16 @@ pub enum FabricError {
     /// The queue pair is in the error state.
     #[error("queue pair in error state: {0}")]
     QpError(String),
+    /// Completion time stamps were asked of a device (or provider) that
+    /// cannot give them: no completion clock, or one this provider does not
+    /// read yet (`detail` says which).
+    #[error("RDMA device {device} gives no completion time stamps ({detail}); leave completion time stamps off, or use the sim or soft provider, whose stamps are software")]
+    NoCompletionClock {
+        /// The device's name.
+        device: String,
+        /// Why (e.g. the capability the device lacks).
+        detail: String,
+    },
     /// An I/O error from the provider's underlying OS resources.
     #[error(transparent)]
     Io(#[from] std::io::Error),

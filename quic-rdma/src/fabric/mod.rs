@@ -32,6 +32,7 @@ mod send_ledger;
 mod send_queue;
 pub mod sim;
 pub mod soft;
+mod stamp;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 pub(crate) mod wr;
@@ -48,6 +49,7 @@ pub(crate) use keys::{send_qkey, KeyDrop, PacketKeys, QpKeys};
 pub use memory::{Memory, Region, RegionKeeper, RegionStorage, Sge};
 pub use port::{Mtu, QpAttr, GRH_LEN};
 pub use provider::{Provider, UnknownProvider};
+pub use stamp::{StampClock, Timestamp};
 pub use wr::{Completion, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus};
 
 /// The P_Key of the default partition (full membership), IBA 10.9.
@@ -190,6 +192,19 @@ pub trait UdQueuePair: Send + 'static {
 
     /// Provider-level drop counters.
     fn drops(&self) -> ProviderDrops;
+
+    /// Stamp every later send and receive completion with the time it
+    /// happened ([`Completion::timestamp`]), on the clock returned. Off until
+    /// called: a QP that never enables it reads no clock. A provider whose
+    /// device has no completion clock refuses with
+    /// [`FabricError::NoCompletionClock`] (the default, for QPs with no
+    /// clock of their own: test doubles, wrappers).
+    fn enable_timestamps(&mut self) -> Result<StampClock, FabricError> {
+        Err(FabricError::NoCompletionClock {
+            device: "this queue pair".into(),
+            detail: "its provider keeps no completion clock".into(),
+        })
+    }
 }
 
 /// In the `drops` group, next to the socket's own drops (see

@@ -23,10 +23,11 @@
 
 use std::collections::VecDeque;
 use std::task::Waker;
+use std::time::Instant;
 
 use super::{
-    Completion, FabricError, Memory, ProviderDrops, QpKeys, Qpn, RecvWr, WcOpcode, WcStatus,
-    GRH_LEN,
+    Completion, FabricError, Memory, ProviderDrops, QpKeys, Qpn, RecvWr, StampClock, Timestamp,
+    WcOpcode, WcStatus, GRH_LEN,
 };
 
 /// A packet matched to a posted receive, waiting for its QP to poll.
@@ -38,6 +39,8 @@ pub(crate) struct Arrival<B> {
     imm: Option<u32>,
     src_qp: Qpn,
     data: Payload<B>,
+    /// When it arrived, if this queue stamps arrivals.
+    timestamp: Option<Timestamp>,
 }
 
 /// A receive completion taken off the queue, its bytes not yet in memory
@@ -74,6 +77,7 @@ impl<B: AsRef<[u8]>> Taken<B> {
             byte_len: a.byte_len,
             imm: a.imm,
             src_qp: a.src_qp,
+            timestamp: a.timestamp,
         }
     }
 }
@@ -102,6 +106,11 @@ pub(crate) struct RecvQueue<B> {
     waker: Option<Waker>,
     /// In the error state: arrivals are dropped, posted receives flushed.
     error: bool,
+    /// The clock arrivals are stamped on; `None`: not stamped.
+    stamp_clock: Option<StampClock>,
+    /// The time of the arrivals being delivered now, set by the provider
+    /// ([`set_arrival_time`](Self::set_arrival_time)) only while stamping.
+    arrival_time: Option<Instant>,
 }
 
 impl<B: AsRef<[u8]>> RecvQueue<B> {
@@ -115,7 +124,26 @@ impl<B: AsRef<[u8]>> RecvQueue<B> {
             drops: ProviderDrops::default(),
             waker: None,
             error: false,
+            stamp_clock: None,
+            arrival_time: None,
         }
+    }
+
+    /// Stamp later arrivals on `clock` (the provider's `enable_timestamps`).
+    pub(crate) fn enable_stamps(&mut self, clock: StampClock) {
+        self.stamp_clock = Some(clock);
+    }
+
+    /// Whether arrivals are stamped: the provider then reads its clock and
+    /// calls [`set_arrival_time`](Self::set_arrival_time) before an arrival
+    /// (and only then, so an unstamped queue costs no clock read).
+    pub(crate) fn stamping(&self) -> bool {
+        self.stamp_clock.is_some()
+    }
+
+    /// The time of the arrivals about to be delivered.
+    pub(crate) fn set_arrival_time(&mut self, at: Instant) {
+        self.arrival_time = Some(at);
     }
 
     /// The P_Key and Q_Key this QP accepts.
@@ -230,6 +258,10 @@ impl<B: AsRef<[u8]>> RecvQueue<B> {
             imm,
             src_qp,
             data,
+            timestamp: self
+                .stamp_clock
+                .zip(self.arrival_time)
+                .map(|(clock, at)| Timestamp { at, clock }),
         });
         self.wake();
         Some(status)

@@ -17,9 +17,12 @@
 //!   [`SendQueue::reset`] (the provider's `recover`).
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use super::send_ledger::SendLedger;
-use super::{AhId, Completion, FabricError, Memory, QpAttr, Region, SendWr, WcStatus};
+use super::{
+    AhId, Completion, FabricError, Memory, QpAttr, Region, SendWr, StampClock, Timestamp, WcStatus,
+};
 
 /// Software send queue, completion queue, AH table and lkey table of one QP.
 /// `A` is the provider's per-AH data (e.g. the resolved destination).
@@ -34,6 +37,8 @@ pub(crate) struct SendQueue<A> {
     oversize_sent: u64,
     /// In the error state: WRs are flushed, not sent.
     error: bool,
+    /// The clock send completions are stamped on; `None`: not stamped.
+    stamp_clock: Option<StampClock>,
 }
 
 impl<A> SendQueue<A> {
@@ -47,6 +52,36 @@ impl<A> SendQueue<A> {
             mtu: attr.active_mtu.bytes(),
             oversize_sent: 0,
             error: false,
+            stamp_clock: None,
+        }
+    }
+
+    /// Stamp later send completions on `clock` (the provider's
+    /// `enable_timestamps`).
+    pub(crate) fn enable_stamps(&mut self, clock: StampClock) {
+        self.stamp_clock = Some(clock);
+    }
+
+    /// Whether send completions are stamped (the provider reads its clock
+    /// only then).
+    pub(crate) fn stamping(&self) -> bool {
+        self.stamp_clock.is_some()
+    }
+
+    /// How many completions wait to be polled: the mark a provider takes
+    /// before posting a batch, to [`stamp_since`](Self::stamp_since) it.
+    pub(crate) fn queued(&self) -> usize {
+        self.cq.len()
+    }
+
+    /// Stamp the completions queued since `mark` with `at`, the time the
+    /// batch left (on the stamp clock; a no-op when not stamping).
+    pub(crate) fn stamp_since(&mut self, mark: usize, at: Instant) {
+        let Some(clock) = self.stamp_clock else {
+            return;
+        };
+        for c in self.cq.iter_mut().skip(mark) {
+            c.timestamp = Some(Timestamp { at, clock });
         }
     }
 

@@ -1,6 +1,6 @@
 //! Work requests and completions (IBA chapter 11, the verbs `ibv_send_wr`/`ibv_wc`).
 
-use super::{AhId, Qpn, Sge};
+use super::{AhId, Qpn, Sge, Timestamp};
 
 /// Flags of a send work request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,6 +81,9 @@ pub struct Completion {
     pub imm: Option<u32>,
     /// For receives: the sender's QPN (from the DETH).
     pub src_qp: Qpn,
+    /// When the packet arrived / the send left, if the QP stamps completions
+    /// ([`UdQueuePair::enable_timestamps`](super::UdQueuePair::enable_timestamps)).
+    pub timestamp: Option<Timestamp>,
 }
 
 impl Completion {
@@ -93,6 +96,7 @@ impl Completion {
             byte_len: 0,
             imm: None,
             src_qp: 0,
+            timestamp: None,
         }
     }
 

@@ -192,6 +192,7 @@ mod tests {
             ecn: 0,
             imm,
             data,
+            timestamp: None,
         }
     }
 

@@ -95,6 +95,7 @@ mod tests {
             ecn,
             imm: None,
             data,
+            timestamp: None,
         }
     }
 

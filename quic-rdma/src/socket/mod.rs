@@ -200,6 +200,9 @@ pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     stats: SocketStats,
     /// Set when recovering the QP failed: every send is refused with it.
     failed: Option<String>,
+    /// The stamp of the latest send completion reaped, while the QP stamps
+    /// completions ([`enable_timestamps`](Self::enable_timestamps)).
+    last_send_stamp: Option<crate::fabric::Timestamp>,
 }
 
 impl<Q: UdQueuePair> UdSocket<Q> {
@@ -294,6 +297,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             },
             stats: SocketStats::default(),
             failed: None,
+            last_send_stamp: None,
             qp,
         };
         s.fill_recv_queue()?;
@@ -364,6 +368,24 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         s.seg_malformed = r.malformed;
         s.seg_duplicates = r.duplicates;
         s
+    }
+
+    /// Stamp every later send and receive completion with when it happened
+    /// (docs/architecture.md §2, *Completion time stamps*): received datagrams
+    /// then carry [`Received::timestamp`], and
+    /// [`last_send_timestamp`](Self::last_send_timestamp) tells when the
+    /// latest signaled send left. Off by default; returns the clock the stamps
+    /// are on, or the provider's refusal (a device with no completion clock).
+    pub fn enable_timestamps(&mut self) -> Result<crate::fabric::StampClock, SocketError> {
+        Ok(self.qp.enable_timestamps()?)
+    }
+
+    /// When the latest send whose completion was reaped left (a signaled
+    /// send's completion covers the earlier unsignaled ones: IBA 10.8.3), on
+    /// the clock [`enable_timestamps`](Self::enable_timestamps) returned;
+    /// `None` until then.
+    pub fn last_send_timestamp(&self) -> Option<crate::fabric::Timestamp> {
+        self.last_send_stamp
     }
 
     /// Sends posted and not yet retired by a completion.
@@ -521,6 +543,11 @@ impl<T: UdQueuePair + ?Sized> UdQueuePair for Box<T> {
     }
     fn drops(&self) -> crate::fabric::ProviderDrops {
         (**self).drops()
+    }
+    fn enable_timestamps(
+        &mut self,
+    ) -> Result<crate::fabric::StampClock, crate::fabric::FabricError> {
+        (**self).enable_timestamps()
     }
     fn readiness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         (**self).readiness_fd()

@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::{segment, SocketError, UdSocket, RECV_POLL_BATCH};
 use crate::fabric::addr::MAX_QPN;
 use crate::fabric::grh::Grh;
-use crate::fabric::{Completion, RecvWr, UdAddr, UdQueuePair, WcStatus, GRH_LEN};
+use crate::fabric::{Completion, RecvWr, Timestamp, UdAddr, UdQueuePair, WcStatus, GRH_LEN};
 
 /// One received datagram, borrowed from its receive slot until the callback returns.
 #[derive(Debug)]
@@ -20,6 +20,10 @@ pub struct Received<'a> {
     pub imm: Option<u32>,
     /// The payload (after the 40-byte GRH area).
     pub data: &'a [u8],
+    /// When it arrived, if the socket stamps completions
+    /// ([`UdSocket::enable_timestamps`]); for a segmented datagram, when its
+    /// last part arrived.
+    pub timestamp: Option<Timestamp>,
 }
 
 impl<Q: UdQueuePair> UdSocket<Q> {
@@ -149,6 +153,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                                         ecn: d.ecn,
                                         imm: d.imm,
                                         data: d.data,
+                                        timestamp: wc.timestamp,
                                     });
                                 }
                             }
@@ -162,6 +167,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                                     ecn: grh.ecn(),
                                     imm: wc.imm,
                                     data,
+                                    timestamp: wc.timestamp,
                                 });
                             }
                         }

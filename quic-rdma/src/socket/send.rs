@@ -336,6 +336,9 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             let n = self.qp.poll_send_cq(&mut wcs);
             for wc in &wcs[..n] {
                 self.stats.send_completions += 1;
+                if wc.timestamp.is_some() {
+                    self.last_send_stamp = wc.timestamp;
+                }
                 if wc.status != WcStatus::Success {
                     self.stats.send_errors += 1;
                     qp_failed = true;

@@ -12,7 +12,7 @@ use crate::fabric::recv_queue::{RecvQueue, Taken};
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
     send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Gid, Memory, ProviderDrops,
-    QpAttr, Qpn, RecvWr, Region, SendWr, UdQueuePair,
+    QpAttr, Qpn, RecvWr, Region, SendWr, StampClock, UdQueuePair,
 };
 
 /// A simulated UD queue pair (see the [module docs](super)).
@@ -180,6 +180,7 @@ impl UdQueuePair for SimQp {
         shared.bufs().take_into(wrs.len(), &mut self.spare);
         let (mut pkts, spare) = (std::mem::take(&mut self.staging), &mut self.spare);
         let mut result = Ok(());
+        let mark = self.sq.queued();
         for (i, wr) in wrs.iter().enumerate() {
             let posted = self.sq.post(mem, wr, |ah, d| {
                 pkts.push(Packet {
@@ -207,6 +208,8 @@ impl UdQueuePair for SimQp {
         for pkt in pkts.drain(..) {
             held |= st.transmit(cfg, pkt, now);
         }
+        // The batch left on the fabric's wire at `now` (StampClock::SimFabric).
+        self.sq.stamp_since(mark, now);
         // A send that completed in error failed the whole QP (IBA 10.8.3).
         if self.sq.in_error() {
             if let Some(q) = st.qps.get_mut(&self.attr.qpn) {
@@ -299,6 +302,16 @@ impl UdQueuePair for SimQp {
         rx.events.retain(|e| *e != AsyncEvent::QpFatal);
         self.sq.reset();
         Ok(())
+    }
+
+    fn enable_timestamps(&mut self) -> Result<StampClock, FabricError> {
+        let mut st = self.shared.lock();
+        let Some(rx) = st.qps.get_mut(&self.attr.qpn) else {
+            return Err(FabricError::QpError("QP destroyed".into()));
+        };
+        rx.rq.enable_stamps(StampClock::SimFabric);
+        self.sq.enable_stamps(StampClock::SimFabric);
+        Ok(StampClock::SimFabric)
     }
 
     fn drops(&self) -> ProviderDrops {

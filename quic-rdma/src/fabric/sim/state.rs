@@ -161,6 +161,8 @@ impl State {
     fn deliver(&mut self, cfg: &SimConfig, pkt: Packet) {
         let starve = cfg.faults.starve;
         let starved = starve > 0.0 && self.rng.gen_bool(starve);
+        // The fabric's time, read below only for a QP that stamps arrivals.
+        let virtual_now = self.virtual_now;
         let keys = PacketKeys {
             pkey: pkt.pkey,
             dest_qp: pkt.dqpn,
@@ -208,6 +210,10 @@ impl State {
         // the owner's next poll finds the queue empty and settles it).
         if let Some(d) = doorbell {
             d.store(true, std::sync::atomic::Ordering::Release);
+        }
+        if rq.stamping() {
+            // Delivered now on the fabric's clock (StampClock::SimFabric).
+            rq.set_arrival_time(virtual_now.unwrap_or_else(Instant::now));
         }
         let placed = rq.arrive(byte_len, pkt.imm, pkt.src_qp, starved, || {
             let mut d = data.take().expect("filled once");

@@ -226,6 +226,10 @@ impl Table {
             b[GRH_LEN..byte_len].copy_from_slice(decoded.payload);
         };
         let (me, mem) = polling;
+        if slot.stamping() {
+            // Taken from the UDP socket just now (StampClock::HostMonotonic).
+            slot.set_arrival_time(std::time::Instant::now());
+        }
         let placed = if h.dest_qp == me {
             slot.arrive_into(mem, byte_len, h.imm, h.src_qp, write)
         } else {

@@ -12,7 +12,7 @@ use super::tx::{Batch, Sender, GSO_MAX_BYTES, MAX_SEGMENTS};
 use crate::fabric::send_queue::SendQueue;
 use crate::fabric::{
     check_qkey, send_qkey, AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory,
-    ProviderDrops, QpAttr, Qpn, RecvWr, Region, SendWr, UdQueuePair,
+    ProviderDrops, QpAttr, Qpn, RecvWr, Region, SendWr, StampClock, UdQueuePair,
 };
 
 /// What an address handle resolves to on a UDP socket.
@@ -168,6 +168,7 @@ impl UdQueuePair for SoftQp {
             batch: Batch::default(),
         };
         let mut result = Ok(());
+        let mark = self.sq.queued();
         for (i, wr) in wrs.iter().enumerate() {
             let qkey = send_qkey(wr.remote_qkey, tx.attr.qkey);
             let posted = self.sq.post(mem, wr, |ah, d| {
@@ -187,6 +188,10 @@ impl UdQueuePair for SoftQp {
         }
         // The doorbell: what the batch holds goes out now.
         tx.flush();
+        if self.sq.stamping() {
+            // The post's last send syscall has returned (StampClock::HostMonotonic).
+            self.sq.stamp_since(mark, std::time::Instant::now());
+        }
         result
     }
 
@@ -261,6 +266,16 @@ impl UdQueuePair for SoftQp {
     /// `bad_icrc` and `kernel_rx_dropped` counters (a packet for no QP, or
     /// unparseable, belongs to no QP). Reading the kernel's counter scans
     /// `/proc/net/udp`: call this for statistics, not per packet.
+    fn enable_timestamps(&mut self) -> Result<StampClock, FabricError> {
+        let mut d = self.port.shared.lock();
+        let Some(slot) = d.table.qps.get_mut(&self.attr.qpn) else {
+            return Err(FabricError::QpError("QP destroyed".into()));
+        };
+        slot.enable_stamps(StampClock::HostMonotonic);
+        self.sq.enable_stamps(StampClock::HostMonotonic);
+        Ok(StampClock::HostMonotonic)
+    }
+
     fn drops(&self) -> ProviderDrops {
         // Read before taking the port's lock: it scans a /proc file.
         let kernel = self

@@ -153,5 +153,7 @@ fn convert_wc(wc: &ibv_wc, recv: bool) -> Completion {
         imm: (recv && with_imm)
             .then(|| u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data })),
         src_qp: if recv { wc.src_qp & 0xFF_FFFF } else { 0 },
+        // The plain CQ carries no completion clock (see `enable_timestamps`).
+        timestamp: None,
     }
 }

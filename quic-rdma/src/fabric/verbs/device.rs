@@ -306,6 +306,25 @@ impl Device {
         Ok(attr)
     }
 
+    /// The device's completion clock mask (`ibv_device_attr_ex`); 0: the
+    /// device has no completion clock (rxe).
+    pub(crate) fn completion_timestamp_mask(&self) -> Result<u64, FabricError> {
+        // SAFETY: both structs are plain data; all-zero is valid (and the
+        // fallback to ibv_query_device fills only the `orig_attr` prefix).
+        let (input, mut attr): (ibv_query_device_ex_input, ibv_device_attr_ex) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: valid context; in and out pointers to live structs of the right types.
+        let rc = unsafe { ibv_query_device_ex(self.ctx, &input, &mut attr) };
+        if rc != 0 {
+            return Err(FabricError::QpError(format!(
+                "ibv_query_device_ex({}): {}",
+                self.name,
+                io::Error::from_raw_os_error(rc)
+            )));
+        }
+        Ok(attr.completion_timestamp_mask)
+    }
+
     /// Read GID `index` of `port`.
     pub(crate) fn query_gid(&self, port: u8, index: u32) -> Option<Gid> {
         // SAFETY: ibv_gid is 16 plain bytes.

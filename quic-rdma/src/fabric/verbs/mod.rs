@@ -58,7 +58,7 @@ pub use qp::{VerbsOptions, VerbsQp};
 
 use super::{
     AhAttr, AhId, AsyncEvent, Completion, FabricError, Memory, ProviderDrops, QpAttr, RecvWr,
-    Region, SendWr, UdQueuePair,
+    Region, SendWr, StampClock, UdQueuePair,
 };
 
 /// The provider trait, each method implemented in the file of its concept.
@@ -132,6 +132,28 @@ impl UdQueuePair for VerbsQp {
 
     fn recover(&mut self) -> Result<(), FabricError> {
         self.recover_from_error()
+    }
+
+    /// Refused either way, the default path unchanged: a device without a
+    /// completion clock (`completion_timestamp_mask` 0, as rxe) cannot stamp;
+    /// one with a clock would need the extended CQ (`ibv_create_cq_ex` with
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, then
+    /// `ibv_wc_read_completion_ts`), which this provider does not create yet.
+    fn enable_timestamps(&mut self) -> Result<StampClock, FabricError> {
+        let mask = self.dev.completion_timestamp_mask()?;
+        let detail = if mask == 0 {
+            "it has no completion clock: completion_timestamp_mask is 0".to_string()
+        } else {
+            format!(
+                "it has a completion clock (completion_timestamp_mask {mask:#x}), but the \
+                 verbs provider does not read it yet (no extended CQ with \
+                 IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)"
+            )
+        };
+        Err(FabricError::NoCompletionClock {
+            device: self.dev.name.clone(),
+            detail,
+        })
     }
 
     fn drops(&self) -> ProviderDrops {
