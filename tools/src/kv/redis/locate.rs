@@ -1,5 +1,6 @@
 //! Which Redis server the upstream relay follows: the master among fixed
-//! candidates, or the one Redis Sentinel names. After a failover (Sentinel
+//! candidates, the one Redis Sentinel names, or the one `CLUSTER SHARDS`
+//! lists for a Redis Cluster shard ([`super::cluster`]). After a failover (Sentinel
 //! promotes a replica, or an operator does) the relay links to the new master
 //! and resumes by `PSYNC` under the old replication id, which the promoted
 //! replica keeps as its `replid2` (PSYNC2), as a direct replica would.
@@ -15,6 +16,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
+use super::cluster;
 use super::conn::RedisConn;
 use super::error::RelayError;
 use super::reply::Reply;
@@ -32,6 +34,14 @@ pub enum MasterSource {
         /// The name the Sentinels monitor the master under (`sentinel monitor NAME ...`).
         name: String,
     },
+    /// One shard of a Redis Cluster: the node `CLUSTER SHARDS` lists as the
+    /// master of the shard with these slot ranges ([`super::cluster`]).
+    ClusterShard {
+        /// host:port of cluster nodes to ask, in turn.
+        nodes: Vec<String>,
+        /// The shard's name, its slot ranges ([`super::cluster::Shard::name`]).
+        slots: String,
+    },
 }
 
 impl MasterSource {
@@ -48,6 +58,9 @@ impl std::fmt::Display for MasterSource {
             MasterSource::Candidates(c) => write!(f, "the master among {}", c.join(", ")),
             MasterSource::Sentinel { sentinels, name } => {
                 write!(f, "master {name} of Sentinel {}", sentinels.join(", "))
+            }
+            MasterSource::ClusterShard { slots, .. } => {
+                write!(f, "the master of cluster shard {slots}")
             }
         }
     }
@@ -149,6 +162,32 @@ impl Locator {
                     };
                 }
             }
+            MasterSource::ClusterShard { nodes, slots } => {
+                let n = nodes.len();
+                let first = self.first.load(Relaxed);
+                for i in (0..n).map(|k| (first + k) % n) {
+                    let node = &nodes[i];
+                    match cluster::shards(node, &self.master_auth).await {
+                        Ok(shards) => {
+                            self.first.store(i, Relaxed);
+                            match shards.iter().find(|s| s.name() == *slots) {
+                                Some(s) => match s.master() {
+                                    Some(m) => return Ok(m.to_string()),
+                                    None => why.push(format!(
+                                        "{node}: shard {slots} has no online master \
+                                         (a failover in progress?)"
+                                    )),
+                                },
+                                None => why.push(format!(
+                                    "{node}: no shard has exactly the slots {slots} (resharding \
+                                     is not followed: restart the relays with the new shards)"
+                                )),
+                            }
+                        }
+                        Err(e) => why.push(format!("{node}: {e}")),
+                    }
+                }
+            }
         }
         Err(RelayError::Handshake(format!(
             "no master found: {}",
@@ -161,7 +200,9 @@ impl Locator {
     pub async fn still_master(&self, addr: &str) -> bool {
         match &self.source {
             MasterSource::Candidates(_) => self.role(addr).await.map_or(true, |r| r == "master"),
-            MasterSource::Sentinel { .. } => self.locate().await.map_or(true, |a| a == addr),
+            MasterSource::Sentinel { .. } | MasterSource::ClusterShard { .. } => {
+                self.locate().await.map_or(true, |a| a == addr)
+            }
         }
     }
 
