@@ -11,9 +11,9 @@
 //! Resharding (slots moving between shards) is not followed: a shard whose
 //! ranges changed is no longer found under its name.
 
+use super::auth::Credentials;
 use super::conn::RedisConn;
 use super::error::RelayError;
-use super::locate::Credentials;
 use super::reply::Reply;
 
 /// One shard: its slot ranges and its nodes.

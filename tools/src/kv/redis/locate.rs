@@ -16,6 +16,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
+use super::auth::Credentials;
 use super::cluster;
 use super::conn::RedisConn;
 use super::error::RelayError;
@@ -63,32 +64,6 @@ impl std::fmt::Display for MasterSource {
                 write!(f, "the master of cluster shard {slots}")
             }
         }
-    }
-}
-
-/// Credentials for `AUTH`: an optional ACL user with its password.
-#[derive(Clone, Debug, Default)]
-pub struct Credentials {
-    /// ACL user (with `password`).
-    pub user: Option<String>,
-    /// The password, if the server requires one.
-    pub password: Option<String>,
-}
-
-impl Credentials {
-    /// `AUTH` on `c` if there is a password.
-    pub async fn auth(&self, c: &mut RedisConn) -> Result<(), RelayError> {
-        let Some(pw) = &self.password else {
-            return Ok(());
-        };
-        match &self.user {
-            Some(u) => {
-                c.command_ok(&[b"AUTH", u.as_bytes(), pw.as_bytes()])
-                    .await?
-            }
-            None => c.command_ok(&[b"AUTH", pw.as_bytes()]).await?,
-        };
-        Ok(())
     }
 }
 
