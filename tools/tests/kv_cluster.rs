@@ -11,9 +11,10 @@
 //! relay followed (per-shard `master_changes` in /status), the standby's
 //! digest equals the new master's, and it resumed partially (its log shows
 //! one full sync, its first; the promoted master served no full sync; the
-//! relays' full-sync counts did not rise).
+//! relays' full-sync counts did not rise), and a replica asking for a shard
+//! the upstream does not serve is refused.
 //!
-//! Addresses: 127.0.125.1..4, TCP 19401..19428 (cluster bus 29401..29404).
+//! Addresses: 127.0.125.1..4, TCP 19401..19429 (cluster bus 29401..29404).
 
 mod kv_support;
 
@@ -239,6 +240,12 @@ fn one_relay_pair_replicates_every_shard_and_follows_a_failover_in_one() {
         .zip(19426..)
         .flat_map(|(&(name, _, _), port)| ["--shard".into(), format!("{name}={DOWN_IP}:{port}")])
         .collect();
+    // And a shard the cluster does not have: its replicas are refused.
+    let shard_args = [
+        shard_args,
+        vec!["--shard".into(), format!("1-2={DOWN_IP}:19429")],
+    ]
+    .concat();
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_qr"));
     let pk = |f: &str| pki.join(f).display().to_string();
     cmd.args(["kv-relay", "downstream", "--ip", DOWN_IP])
@@ -290,6 +297,26 @@ fn one_relay_pair_replicates_every_shard_and_follows_a_failover_in_one() {
     assert!(
         text.contains("qr_kv_sync_full_total{role=\"upstream\",shard=\"0-5460\"} 1"),
         "{text}"
+    );
+
+    // A replica of a shard the upstream does not serve: refused with the
+    // error a master without its own master link gives, and counted.
+    let mut c = Client::connect(&format!("{DOWN_IP}:19429")).unwrap();
+    assert_eq!(c.ok(&["REPLCONF", "capa", "eof", "capa", "psync2"]), "OK");
+    let r = c.cmd(&["PSYNC", "?", "-1"]);
+    assert!(
+        matches!(&r, Reply::Error(e) if e.starts_with("NOMASTERLINK")),
+        "{r:?}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || status(&format!(
+            "{UP_IP}:19421"
+        ))["link_errors"]
+            .as_u64()
+            .unwrap()
+            >= 1),
+        "{}",
+        status(&format!("{UP_IP}:19421"))
     );
 
     // Failover inside shard 0-5460: its replica takes over (manual
