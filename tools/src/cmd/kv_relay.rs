@@ -6,6 +6,10 @@
 //!   `--service-port`) for downstream relays, with mutual TLS.
 //! - `downstream` dials the upstream relay (`--upstream HOST:PORT`) and is a
 //!   master to real Redis replicas on TCP `--listen` (point `replicaof` there).
+//! - Redis Cluster: `upstream --cluster HOST:PORT` finds the shards with
+//!   `CLUSTER SHARDS` and follows each shard's master as its own dataset;
+//!   `downstream --shard SLOTS=HOST:PORT` serves each shard's replicas on a
+//!   listener of its own, all over the one connection (`crate::kv::datasets`).
 //!
 //! Both print progress every `--progress` (snapshot bytes, log head, each
 //! replica's lag in bytes and seconds; one JSON object per line with
@@ -28,11 +32,12 @@ use crate::channel_endpoint::{self, ChannelClient, DialOptions};
 use crate::endpoint_metrics::retry_gate;
 use crate::http::Page;
 use crate::identity::{Identity, TlsStats};
-use crate::kv::redis::auth::ReplicaAuth;
+use crate::kv::redis::auth::{Credentials, ReplicaAuth};
+use crate::kv::redis::cluster;
 use crate::kv::redis::downstream::{self, Dialer, Upstream};
-use crate::kv::redis::locate::{Credentials, Locator, MasterSource};
+use crate::kv::redis::locate::{Locator, MasterSource};
 use crate::kv::redis::upstream::{self, UpstreamConfig};
-use crate::kv::{self, Master, MasterConfig, Metrics};
+use crate::kv::{self, Datasets, Master, MasterConfig, Metrics};
 use crate::listener::ListenerStats;
 use crate::pki::MtlsArgs;
 use crate::provider::{self};
@@ -97,7 +102,11 @@ struct UpstreamArgs {
     /// The Redis master: HOST:PORT. Repeat it to name candidates: the relay
     /// follows whichever one `ROLE` says is the master, and after a failover
     /// the new one (the ACL user then needs `ROLE`).
-    #[arg(long, value_name = "HOST:PORT", required_unless_present = "sentinel")]
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        required_unless_present_any = ["sentinel", "cluster"]
+    )]
     master: Vec<String>,
     /// A Redis Sentinel to ask where the master is (HOST:PORT; repeat for
     /// several), with --master-name: the relay follows Sentinel's failovers.
@@ -108,6 +117,14 @@ struct UpstreamArgs {
         requires = "master_name"
     )]
     sentinel: Vec<String>,
+    /// A node of a Redis Cluster (>= 7.0) to ask for its shards (HOST:PORT;
+    /// repeat for several): the relay follows every shard's master, each as
+    /// a dataset named by its slot ranges (`CLUSTER SHARDS`, e.g. `0-5460`),
+    /// through failovers inside a shard. Downstream relays pick shards with
+    /// --shard. Slots moving between shards (resharding) are not followed:
+    /// restart the relays after one.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["master", "sentinel"])]
+    cluster: Vec<String>,
     /// The name the Sentinels monitor the master under (`sentinel monitor NAME ...`).
     #[arg(long, value_name = "NAME", requires = "sentinel")]
     master_name: Option<String>,
@@ -179,8 +196,16 @@ struct DownstreamArgs {
     #[arg(long)]
     server_name: Option<String>,
     /// Where real Redis replicas connect (their `replicaof HOST PORT`).
-    #[arg(long)]
-    listen: SocketAddr,
+    #[arg(long, required_unless_present = "shard", conflicts_with = "shard")]
+    listen: Option<SocketAddr>,
+    /// For an upstream relay following a Redis Cluster (--cluster): where
+    /// the replicas of one shard connect, as SLOTS=HOST:PORT with the
+    /// shard's slot ranges as the upstream names them (`0-5460=127.0.0.1:7100`;
+    /// several ranges comma-separated). Repeat it per shard: every shard
+    /// travels on the one connection to the upstream relay. The replicas
+    /// are plain (non-cluster) Redis servers.
+    #[arg(long, value_name = "SLOTS=HOST:PORT", value_parser = parse_shard)]
+    shard: Vec<(String, SocketAddr)>,
     /// File whose first line is the password replicas must send (their
     /// `masterauth`); or set it in the environment as QR_KV_REPLICA_PASSWORD.
     #[arg(long, value_name = "FILE")]
@@ -193,6 +218,32 @@ struct DownstreamArgs {
     /// who reaches it can read the whole dataset.
     #[arg(long)]
     allow_unauthenticated_replicas: bool,
+}
+
+/// `SLOTS=HOST:PORT` of `--shard`.
+fn parse_shard(s: &str) -> Result<(String, SocketAddr), String> {
+    let (slots, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected SLOTS=HOST:PORT, e.g. 0-5460=127.0.0.1:7100"))?;
+    if !kv::redis::cluster::valid_name(slots) {
+        return Err(format!(
+            "`{slots}`: expected slot ranges START-END (0..16383), comma-separated, as the \
+             upstream relay names the shard, e.g. 0-5460"
+        ));
+    }
+    let addr = addr
+        .parse()
+        .map_err(|e| format!("`{addr}`: {e} (expected IP:PORT)"))?;
+    Ok((slots.to_string(), addr))
+}
+
+/// The addresses replicas connect to: `--listen`, or each `--shard`'s,
+/// with the shard's name.
+fn listeners(a: &DownstreamArgs) -> Vec<(Option<String>, SocketAddr)> {
+    match a.listen {
+        Some(l) => vec![(None, l)],
+        None => a.shard.iter().map(|(n, l)| (Some(n.clone()), *l)).collect(),
+    }
 }
 
 /// The environment variable that may hold the replicas' password.
@@ -214,12 +265,20 @@ fn replica_auth(a: &DownstreamArgs) -> Result<Option<Arc<ReplicaAuth>>> {
         None if a.replica_user.is_some() => {
             bail!("--replica-user needs a password: --replica-password-file or {PASSWORD_ENV}")
         }
-        None if !a.listen.ip().is_loopback() && !a.allow_unauthenticated_replicas => bail!(
-            "--listen {} is not loopback and replicas need no password: anyone who reaches it \
-             could read the whole dataset. Give --replica-password-file (the replicas' \
-             masterauth), or --allow-unauthenticated-replicas if this is intended",
-            a.listen
-        ),
+        None if !a.allow_unauthenticated_replicas => {
+            if let Some((_, l)) = listeners(a)
+                .into_iter()
+                .find(|(_, l)| !l.ip().is_loopback())
+            {
+                bail!(
+                    "replicas' address {l} is not loopback and replicas need no password: \
+                     anyone who reaches it could read the whole dataset. Give \
+                     --replica-password-file (the replicas' masterauth), or \
+                     --allow-unauthenticated-replicas if this is intended"
+                )
+            }
+            Ok(None)
+        }
         None => Ok(None),
     }
 }
@@ -247,31 +306,47 @@ pub(crate) fn main(args: &KvRelayArgs) -> ExitCode {
 ///
 /// `resp`: the counters of the Redis port's listener, on the downstream side;
 /// `gate`: the fabric server's, on the upstream side.
+///
+/// `shards`: each Redis Cluster shard's own counters, besides `metrics`
+/// (empty for a single master: the pages are as they always were).
 async fn observe(
     common: &Common,
     metrics: Arc<Metrics>,
+    shards: Vec<(String, Arc<Metrics>)>,
     role: &'static str,
-    resp: Option<Arc<ListenerStats>>,
+    resp: Vec<Arc<ListenerStats>>,
     gate: Option<RetryGate>,
     tls: Arc<TlsStats>,
 ) -> Result<()> {
     let (m, s) = (metrics.clone(), metrics.clone());
+    let shards = Arc::new(shards);
+    let (ms, ss, progress_shards) = (shards.clone(), shards.clone(), shards);
     let task = common
         .metrics
         .serve(
             &format!("qr kv-relay {role}"),
             vec![
                 Page::metrics(move || {
-                    let mut o = m.prometheus(role);
+                    let mut o = if ms.is_empty() {
+                        m.prometheus(role)
+                    } else {
+                        m.prometheus_shards(role, &ms)
+                    };
                     if let Some(g) = &gate {
                         retry_gate(&mut o, g);
                     }
                     o.push_str(&tls.render());
                     o
                 }),
-                Page::status(move || s.status(role).to_string()),
+                Page::status(move || {
+                    if ss.is_empty() {
+                        s.status(role).to_string()
+                    } else {
+                        s.status_shards(role, &ss).to_string()
+                    }
+                }),
             ],
-            resp.into_iter().collect(),
+            resp,
         )
         .await?;
     // A dropped JoinHandle detaches its task: it serves for the process's life.
@@ -283,10 +358,16 @@ async fn observe(
             tick.tick().await;
             loop {
                 tick.tick().await;
-                if json {
+                if json && progress_shards.is_empty() {
                     println!("{}", metrics.status(role));
-                } else {
+                } else if json {
+                    println!("{}", metrics.status_shards(role, &progress_shards));
+                } else if progress_shards.is_empty() {
                     tracing::info!(target: "qr::kv", role, "{}", progress_line(&metrics));
+                } else {
+                    for (name, m) in progress_shards.iter() {
+                        tracing::info!(target: "qr::kv", role, "shard {name}: {}", progress_line(m));
+                    }
                 }
             }
         });
@@ -336,12 +417,87 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     let identity = Identity::load(&c.mtls)?;
     let liveness: Liveness = c.liveness.liveness()?;
     std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
-    kv::snapshot::remove_stale(&a.dir);
+    let master_auth = Credentials {
+        user: a.master_user.clone(),
+        password: password(
+            &a.master_password,
+            &a.master_password_file,
+            "--master-password-file",
+        )?,
+    };
+    let sentinel_auth = Credentials {
+        user: None,
+        password: password(
+            &a.sentinel_password,
+            &a.sentinel_password_file,
+            "--sentinel-password-file",
+        )?,
+    };
+    // What is followed: one dataset (a master), or one per cluster shard,
+    // each with its own directory, master and counters.
+    let datasets: Vec<(Option<String>, MasterSource, PathBuf)> = if a.cluster.is_empty() {
+        let source = match &a.master_name {
+            Some(name) => MasterSource::Sentinel {
+                sentinels: a.sentinel.clone(),
+                name: name.clone(),
+            },
+            None => MasterSource::Candidates(a.master.clone()),
+        };
+        vec![(None, source, a.dir.clone())]
+    } else {
+        let shards = cluster::discover(&a.cluster, &master_auth)
+            .await
+            .with_context(|| {
+                format!(
+                    "finding the shards of the Redis Cluster at {} (--cluster)",
+                    a.cluster.join(", ")
+                )
+            })?;
+        // Ask the seeds first, then every node the cluster listed: a
+        // failover leaves some node to answer.
+        let mut nodes = a.cluster.clone();
+        for n in shards.iter().flat_map(|s| &s.nodes) {
+            if !nodes.contains(&n.addr) {
+                nodes.push(n.addr.clone());
+            }
+        }
+        shards
+            .iter()
+            .map(|s| {
+                let name = s.name();
+                let dir = a.dir.join(format!("shard-{}", name.replace(',', "_")));
+                let source = MasterSource::ClusterShard {
+                    nodes: nodes.clone(),
+                    slots: name.clone(),
+                };
+                (Some(name), source, dir)
+            })
+            .collect()
+    };
     let metrics = Arc::new(Metrics::default());
-    let mut cfg = MasterConfig::new(a.dir.clone());
-    cfg.backlog = a.backlog;
-    cfg.window = a.window;
-    let master = Master::new(cfg, metrics.clone());
+    let mut shard_metrics = Vec::new();
+    let mut masters = Vec::new();
+    for (name, source, dir) in datasets {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        kv::snapshot::remove_stale(&dir);
+        let m = match &name {
+            Some(n) => {
+                let m = Arc::new(Metrics::default());
+                shard_metrics.push((n.clone(), m.clone()));
+                m
+            }
+            None => metrics.clone(),
+        };
+        let mut cfg = MasterConfig::new(dir.clone());
+        cfg.backlog = a.backlog;
+        cfg.window = a.window;
+        let locator = Arc::new(Locator::new(
+            source,
+            master_auth.clone(),
+            sentinel_auth.clone(),
+        ));
+        masters.push((name, Master::new(cfg, m), locator, dir));
+    }
     let (ip, service_port) = (c.ip, a.service_port);
     let lo = ListenArgs { ip, service_port }.options(c.fabric, liveness);
     let listening = Arc::new(channel_endpoint::listen(
@@ -352,70 +508,68 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     identity.reload_on_hangup("qr kv-relay upstream", move |m| {
         rotated.set_tls(&m.server_settings(kv::ALPN))
     });
-    let source = match &a.master_name {
-        Some(name) => MasterSource::Sentinel {
-            sentinels: a.sentinel.clone(),
-            name: name.clone(),
-        },
-        None => MasterSource::Candidates(a.master.clone()),
-    };
-    let locator = Arc::new(Locator::new(
-        source,
-        Credentials {
-            user: a.master_user.clone(),
-            password: password(
-                &a.master_password,
-                &a.master_password_file,
-                "--master-password-file",
-            )?,
-        },
-        Credentials {
-            user: None,
-            password: password(
-                &a.sentinel_password,
-                &a.sentinel_password_file,
-                "--sentinel-password-file",
-            )?,
-        },
-    ));
     let gate = a.retry.gate();
     let tls = identity.stats().clone();
     observe(
         c,
         metrics.clone(),
+        shard_metrics,
         "upstream",
-        None,
+        Vec::new(),
         Some(gate.clone()),
         tls,
     )
     .await?;
-    tracing::info!(
-        target: "qr::kv",
-        role = "upstream",
-        "following Redis {}; serving downstream relays: {}",
-        locator.source(),
-        listening.describe()
-    );
+    for (name, _, locator, _) in &masters {
+        let shard = name
+            .as_ref()
+            .map(|n| format!(" (shard {n})"))
+            .unwrap_or_default();
+        tracing::info!(
+            target: "qr::kv",
+            role = "upstream",
+            "following Redis {}{shard}; serving downstream relays: {}",
+            locator.source(),
+            listening.describe()
+        );
+    }
     crate::notify::ready("following the Redis master");
-    let up = UpstreamConfig {
-        master: locator,
-        announce_port: announce_port(a),
-        announce_ip: a.announce_ip.clone(),
-        ack_interval: Duration::from_secs(1),
-        state: Some(a.dir.join("state")),
+    for (_, master, locator, dir) in &masters {
+        let up = UpstreamConfig {
+            master: locator.clone(),
+            announce_port: announce_port(a),
+            announce_ip: a.announce_ip.clone(),
+            ack_interval: Duration::from_secs(1),
+            state: Some(dir.join("state")),
+        };
+        tokio::spawn(upstream::run(up, master.clone()));
+    }
+    // One master serves its sessions itself; shards are picked per session.
+    let serve: Served = match masters.as_slice() {
+        [(None, m, _, _)] => Served::One(m.clone()),
+        _ => Served::Shards(Datasets::new(
+            masters
+                .iter()
+                .filter_map(|(n, m, _, _)| Some((n.clone()?, m.clone())))
+                .collect(),
+            metrics.clone(),
+        )),
     };
-    tokio::spawn(upstream::run(up, master.clone()));
     let endpoint = listening.endpoint.clone();
     let watcher = listening.watcher();
     let accept = async {
         while let Some(attempt) = gate.accept(&endpoint).await {
-            let (master, watcher) = (master.clone(), watcher.clone());
+            let (serve, watcher, metrics) = (serve.clone(), watcher.clone(), metrics.clone());
             tokio::spawn(async move {
                 match attempt.await {
                     Ok(conn) => {
                         watcher.watch(&conn);
                         let peer = conn.remote_address();
-                        if let Err(e) = master.serve(conn).await {
+                        let r = match &serve {
+                            Served::One(m) => m.serve(conn).await,
+                            Served::Shards(d) => d.serve(conn).await,
+                        };
+                        if let Err(e) = r {
                             tracing::warn!(
                                 target: "qr::kv",
                                 role = "upstream",
@@ -425,8 +579,7 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
                         }
                     }
                     Err(e) => {
-                        master
-                            .metrics()
+                        metrics
                             .link_errors
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::warn!(target: "qr::kv", role = "upstream", "handshake: {e}");
@@ -450,6 +603,15 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
     Ok(())
 }
 
+/// What the upstream relay serves on each connection.
+#[derive(Clone)]
+enum Served {
+    /// One master's sessions.
+    One(Master),
+    /// Cluster shards, each session naming its own.
+    Shards(Datasets),
+}
+
 async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
     let c = &a.common;
     let auth = replica_auth(a)?;
@@ -469,16 +631,44 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
             .with_context(|| format!("`{}` is not HOST:PORT", a.upstream))?,
     };
     let metrics = Arc::new(Metrics::default());
-    let listener = tokio::net::TcpListener::bind(a.listen)
-        .await
-        .with_context(|| format!("listening for replicas on TCP {}", a.listen))?;
-    let resp = Arc::new(ListenerStats::new("resp"));
+    // Per listener: the shard it serves (None: the one master), the socket,
+    // its counters, and the metrics its replicas' sessions update.
+    let mut served = Vec::new();
+    for (shard, addr) in listeners(a) {
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            let of = shard
+                .as_deref()
+                .map(|n| format!(" of shard {n}"))
+                .unwrap_or_default();
+            format!("listening for replicas{of} on TCP {addr}")
+        })?;
+        let (label, m): (&'static str, _) = match &shard {
+            None => ("resp", metrics.clone()),
+            // A handful per process, made once: the label lives as long.
+            Some(n) => (
+                Box::leak(format!("resp {n}").into_boxed_str()),
+                Arc::new(Metrics::default()),
+            ),
+        };
+        served.push((
+            shard,
+            addr,
+            listener,
+            Arc::new(ListenerStats::new(label)),
+            m,
+        ));
+    }
+    let shard_metrics = served
+        .iter()
+        .filter_map(|(n, _, _, _, m)| Some((n.clone()?, m.clone())))
+        .collect();
     let tls = identity.stats().clone();
     observe(
         c,
         metrics.clone(),
+        shard_metrics,
         "downstream",
-        Some(resp.clone()),
+        served.iter().map(|s| s.3.clone()).collect(),
         None,
         tls,
     )
@@ -520,23 +710,33 @@ async fn run_downstream(a: &DownstreamArgs) -> Result<()> {
             r.map_err(|e| format!("{e:#}"))
         })
     });
+    // One connection for every shard: each replica's session names its own.
     let upstream = Arc::new(Upstream::new(dial, metrics.clone()));
-    tracing::info!(
-        target: "qr::kv",
-        role = "downstream",
-        "replicas connect to {}; upstream relay {}",
-        a.listen,
-        a.upstream
-    );
+    let mut serving = tokio::task::JoinSet::new();
+    for (shard, addr, listener, resp, m) in served {
+        let of = shard
+            .as_deref()
+            .map(|n| format!(" of shard {n}"))
+            .unwrap_or_default();
+        tracing::info!(
+            target: "qr::kv",
+            role = "downstream",
+            "replicas{of} connect to {addr}; upstream relay {}",
+            a.upstream
+        );
+        serving.spawn(downstream::serve(
+            listener,
+            c.metrics.tcp.limits(),
+            resp,
+            auth.clone(),
+            upstream.clone(),
+            m,
+            shard.map(Arc::from),
+        ));
+    }
     crate::notify::ready("serving replicas");
-    let serve = downstream::serve(
-        listener,
-        c.metrics.tcp.limits(),
-        resp,
-        auth,
-        upstream,
-        metrics,
-    );
+    // The listeners serve until the process ends.
+    let serve = async { while serving.join_next().await.is_some() {} };
     tokio::select! {
         () = serve => {}
         sig = crate::shutdown::requested() => {

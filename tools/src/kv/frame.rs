@@ -39,6 +39,12 @@ pub const MAX_MESSAGE: usize = 255;
 /// Replication ids on the wire: a 1-byte length, at most [`MAX_REPLID`].
 const REPLID: StrField = StrField::new(StrWidth::U8, MAX_REPLID);
 
+/// The longest dataset name in [`Frame::Select`].
+pub const MAX_DATASET: usize = 255;
+
+/// Dataset names on the wire: a 1-byte length, at most [`MAX_DATASET`].
+const DATASET: StrField = StrField::new(StrWidth::U8, MAX_DATASET);
+
 /// Error messages on the wire: a 1-byte length, at most [`MAX_MESSAGE`].
 const MESSAGE: StrField = StrField::new(StrWidth::U8, MAX_MESSAGE);
 
@@ -66,7 +72,16 @@ pub struct Previous {
 /// One frame of the channel protocol.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
-    /// Replica → master, first frame of a session: what it already has.
+    /// Replica → master, before [`Frame::Hello`] when the master end serves
+    /// several datasets (the upstream relay of a Redis Cluster: one per
+    /// shard): which one this session replicates. A master end serving one
+    /// dataset refuses it; one serving several refuses a session without it.
+    Select {
+        /// The dataset's name (a cluster shard's slot ranges, e.g. `0-5460`).
+        dataset: String,
+    },
+    /// Replica → master, first frame of a session (after [`Frame::Select`],
+    /// if any): what it already has.
     Hello {
         /// The replication id its data belongs to; `None` for an empty replica.
         replid: Option<String>,
@@ -208,6 +223,7 @@ const T_STREAM_OPEN: u8 = 6;
 const T_DATA: u8 = 7;
 const T_SNAPSHOT_END: u8 = 8;
 const T_ERROR: u8 = 9;
+const T_SELECT: u8 = 10;
 
 impl Frame {
     /// Append the frame's encoding to `out`. For [`Frame::Data`] this copies
@@ -220,6 +236,10 @@ impl Frame {
     fn encode_message(&self, out: &mut BytesMut) {
         out.put_u8(VERSION);
         match self {
+            Frame::Select { dataset } => {
+                out.put_u8(T_SELECT);
+                frame::put_str(out, dataset, DATASET);
+            }
             Frame::Hello { replid, position } => {
                 out.put_u8(T_HELLO);
                 frame::put_str(out, replid.as_deref().unwrap_or(""), REPLID);
@@ -353,6 +373,9 @@ impl Frame {
         // (`FrameError::Body`), as a short one is.
         let bad = || FieldError::Truncated;
         Ok(Some(match ty {
+            T_SELECT => Frame::Select {
+                dataset: r.str(DATASET)?,
+            },
             T_HELLO => {
                 let replid = r.str(REPLID)?;
                 Frame::Hello {
@@ -436,6 +459,7 @@ mod tests {
     fn frames() -> impl Strategy<Value = Frame> {
         let replid = "[0-9a-f]{0,40}";
         prop_oneof![
+            "[0-9,-]{0,40}".prop_map(|dataset| Frame::Select { dataset }),
             (proptest::option::of("[0-9a-f]{1,40}"), any::<u64>())
                 .prop_map(|(replid, position)| Frame::Hello { replid, position }),
             (any::<u64>(), replid, any::<u64>(), previous()).prop_map(

@@ -154,8 +154,12 @@ struct State {
     times: VecDeque<(u64, Instant)>,
     snapshot: Option<Arc<Snapshot>>,
     want_snapshot: bool,
-    next_session: u64,
 }
+
+/// Session ids, unique in the process: the masters of several datasets
+/// (a cluster's shards) serve sessions on one QUIC connection, whose
+/// replica end routes uni streams by this id alone.
+static NEXT_SESSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A session's start, as [`Master::negotiate`] settled it.
 struct Negotiated {
@@ -168,6 +172,28 @@ struct Negotiated {
     previous: Option<Previous>,
     /// The snapshot a full sync sends.
     snapshot: Option<Arc<Snapshot>>,
+}
+
+/// The first frame of a session's control stream, within 10 s.
+pub(crate) async fn first_frame(ctl: &mut FrameReader) -> Result<Frame, ChannelError> {
+    tokio::time::timeout(Duration::from_secs(10), ctl.expect("hello"))
+        .await
+        .map_err(|_| ChannelError::Timeout("the replica's hello"))?
+}
+
+/// Tell the replica why its session is refused, and close the control stream.
+pub(crate) async fn refuse(ctl_send: &mut quinn::SendStream, code: ErrorCode, e: &ChannelError) {
+    let _ = write_frame(
+        ctl_send,
+        &Frame::Error {
+            code,
+            message: e.to_string(),
+        },
+    )
+    .await;
+    let _ = ctl_send.finish();
+    // Let the error frame leave before the stream is dropped.
+    let _ = tokio::time::timeout(Duration::from_secs(1), ctl_send.stopped()).await;
 }
 
 /// How long a replica ahead of the head waits for it (see [`Decision::Ahead`]).
@@ -220,7 +246,6 @@ impl Master {
                     times: VecDeque::new(),
                     snapshot: None,
                     want_snapshot: false,
-                    next_session: 1,
                 }),
                 version,
                 metrics,
@@ -418,9 +443,28 @@ impl Master {
         ctl_recv: quinn::RecvStream,
     ) -> Result<(), ChannelError> {
         let mut ctl = FrameReader::new(ctl_recv);
-        let hello = tokio::time::timeout(Duration::from_secs(10), ctl.expect("hello"))
-            .await
-            .map_err(|_| ChannelError::Timeout("the replica's hello"))??;
+        let hello = first_frame(&mut ctl).await?;
+        if let Frame::Select { dataset } = &hello {
+            // A downstream relay of a cluster talking to a single-master one.
+            let e = ChannelError::Protocol(format!(
+                "this upstream relay follows one Redis master, not a cluster: it has no \
+                 shard {dataset:?} (run it with --cluster, or the downstream without --shard)"
+            ));
+            refuse(&mut ctl_send, ErrorCode::Unavailable, &e).await;
+            return Err(e);
+        }
+        self.serve_session(conn, ctl_send, ctl, hello).await
+    }
+
+    /// Serve one session whose first frame (after any [`Frame::Select`]) was
+    /// `hello`, read from `ctl`.
+    pub(crate) async fn serve_session(
+        &self,
+        conn: quinn::Connection,
+        mut ctl_send: quinn::SendStream,
+        mut ctl: FrameReader,
+        hello: Frame,
+    ) -> Result<(), ChannelError> {
         let Frame::Hello { replid, position } = hello else {
             return Err(ChannelError::Protocol(format!(
                 "expected Hello first, got {hello:?}"
@@ -562,8 +606,7 @@ impl Master {
                 let d = decide(st.view(give_up_ahead), replid, position);
                 match d {
                     Decision::Continue { .. } | Decision::Full { .. } => {
-                        let session = st.next_session;
-                        st.next_session += 1;
+                        let session = NEXT_SESSION.fetch_add(1, Relaxed);
                         let snap = matches!(d, Decision::Full { .. })
                             .then(|| st.snapshot.clone())
                             .flatten();

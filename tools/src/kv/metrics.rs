@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quic_rdma::counters::{Counters, Metric};
@@ -151,6 +151,60 @@ impl Metrics {
                 reps.iter().map(|(id, r)| (id.to_string(), r.lag_seconds)),
             )
             .render()
+    }
+
+    /// Prometheus text of an end serving several datasets (a Redis
+    /// Cluster's shards): `self` counts what belongs to no shard (the
+    /// connection, refused sessions) under `shard=""`, each shard's own
+    /// counters under `shard="<its slot ranges>"`; the per-replica gauges are
+    /// keyed by session, whose ids are unique in the process.
+    pub fn prometheus_shards(&self, role: &str, shards: &[(String, Arc<Metrics>)]) -> String {
+        let all: Vec<(&str, &Metrics)> = std::iter::once(("", self))
+            .chain(shards.iter().map(|(n, m)| (n.as_str(), &**m)))
+            .collect();
+        let reps: Vec<(u64, ReplicaStatus)> = all.iter().flat_map(|(_, m)| m.replicas()).collect();
+        Text::labelled("role", role)
+            .visited_each(
+                "qr_kv",
+                "shard",
+                all.iter().map(|&(n, m)| (n, m as &dyn Counters)),
+            )
+            .histograms(
+                "qr_kv_credit_turnaround_seconds",
+                "Time from sending a chunk to the ack covering it.",
+                "shard",
+                all.iter().map(|&(n, m)| (n, &m.turnaround.0)),
+            )
+            .family(
+                "qr_kv_replica_lag_bytes",
+                "Log bytes a replica lacks.",
+                quic_rdma::counters::Kind::Gauge,
+                "session",
+                reps.iter().map(|(id, r)| (id.to_string(), r.lag_bytes)),
+            )
+            .float_gauges(
+                "qr_kv_replica_lag_seconds",
+                "Age of the oldest log byte a replica lacks.",
+                "session",
+                reps.iter().map(|(id, r)| (id.to_string(), r.lag_seconds)),
+            )
+            .render()
+    }
+
+    /// [`Metrics::status`] of an end serving several datasets: `self`'s
+    /// keys, and `shards` mapping each shard's name to its own status.
+    pub fn status_shards(
+        &self,
+        role: &str,
+        shards: &[(String, Arc<Metrics>)],
+    ) -> serde_json::Value {
+        let mut o = self.status(role);
+        let each: serde_json::Map<String, serde_json::Value> = shards
+            .iter()
+            .map(|(n, m)| (n.clone(), m.status(role)))
+            .collect();
+        o["shards"] = serde_json::Value::Object(each);
+        o
     }
 
     /// The same as a JSON object: the visited values keyed by their fields

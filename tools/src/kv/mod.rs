@@ -15,6 +15,7 @@
 //! [`redis::rdb`]. The rest is thin tokio glue around them.
 
 pub mod backlog;
+pub mod datasets;
 pub mod error;
 pub mod flow;
 pub mod frame;
@@ -34,6 +35,7 @@ mod tests;
 /// another version, naming both versions in the error.
 pub const ALPN: &[u8] = b"qr-kv/1";
 
+pub use datasets::Datasets;
 pub use error::ChannelError;
 pub use master::{Master, MasterConfig};
 pub use metrics::Metrics;

@@ -124,7 +124,24 @@ impl ReplicaConn {
     /// Open a session: `have` is the replication id and position the
     /// application already holds (`None`: nothing, a full sync).
     pub async fn open_session(&self, have: Option<(String, u64)>) -> Result<Session, ChannelError> {
+        self.open_session_in(None, have).await
+    }
+
+    /// Open a session on dataset `dataset` of a master end serving several
+    /// (one per Redis Cluster shard: [`Frame::Select`]); `None` for a master
+    /// end serving one.
+    pub async fn open_session_in(
+        &self,
+        dataset: Option<&str>,
+        have: Option<(String, u64)>,
+    ) -> Result<Session, ChannelError> {
         let (mut send, recv) = self.conn.open_bi().await?;
+        if let Some(dataset) = dataset {
+            let select = Frame::Select {
+                dataset: dataset.to_string(),
+            };
+            write_frame(&mut send, &select).await?;
+        }
         let (replid, position) = match have {
             Some((r, p)) => (Some(r), p),
             None => (None, 0),

@@ -4,8 +4,14 @@
 //! requires a password answers everything else with `-NOAUTH` (Redis
 //! replication handshake; Redis 6 ACL `AUTH`). Without it the relay would
 //! hand its whole dataset to any TCP client that sends `PSYNC ? -1`.
+//!
+//! The other way, [`Credentials`] are what the upstream relay presents to
+//! the Redis servers and Sentinels it asks.
 
 use std::fmt;
+
+use super::conn::RedisConn;
+use super::error::RelayError;
 
 /// The credentials replicas must present.
 #[derive(Clone)]
@@ -63,5 +69,31 @@ mod tests {
         assert!(acl.check(Some(b"replica"), b"pw"));
         assert!(!acl.check(None, b"pw"));
         assert!(!format!("{acl:?}").contains("pw\""));
+    }
+}
+
+/// Credentials for `AUTH`: an optional ACL user with its password.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    /// ACL user (with `password`).
+    pub user: Option<String>,
+    /// The password, if the server requires one.
+    pub password: Option<String>,
+}
+
+impl Credentials {
+    /// `AUTH` on `c` if there is a password.
+    pub async fn auth(&self, c: &mut RedisConn) -> Result<(), RelayError> {
+        let Some(pw) = &self.password else {
+            return Ok(());
+        };
+        match &self.user {
+            Some(u) => {
+                c.command_ok(&[b"AUTH", u.as_bytes(), pw.as_bytes()])
+                    .await?
+            }
+            None => c.command_ok(&[b"AUTH", pw.as_bytes()]).await?,
+        };
+        Ok(())
     }
 }

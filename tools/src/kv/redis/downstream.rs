@@ -81,7 +81,9 @@ impl Upstream {
 /// listener is full) until its PSYNC, and must send each handshake command
 /// within the request timeout. With `auth`, a replica must `AUTH` before
 /// anything but PING is served. Before PSYNC a connection may also ask what
-/// a monitoring tool asks a Redis master ([`Port::answer`]).
+/// a monitoring tool asks a Redis master ([`Port::answer`]). `dataset`
+/// names the upstream's dataset these replicas follow (a cluster shard;
+/// `None` for a single master): several listeners share one `upstream`.
 pub async fn serve(
     listener: TcpListener,
     limits: Limits,
@@ -89,6 +91,7 @@ pub async fn serve(
     auth: Option<Arc<ReplicaAuth>>,
     upstream: Arc<Upstream>,
     metrics: Arc<Metrics>,
+    dataset: Option<Arc<str>>,
 ) {
     static LINK: AtomicU64 = AtomicU64::new(1);
     let tcp_port = listener.local_addr().map_or(0, |a| a.port());
@@ -99,11 +102,12 @@ pub async fn serve(
         metrics: metrics.clone(),
     });
     crate::listener::serve(listener, limits, stats, move |sock, slot| {
-        let (upstream, metrics, auth, port) = (
+        let (upstream, metrics, auth, port, dataset) = (
             upstream.clone(),
             metrics.clone(),
             auth.clone(),
             port.clone(),
+            dataset.clone(),
         );
         let id = LINK.fetch_add(1, Relaxed);
         async move {
@@ -115,6 +119,7 @@ pub async fn serve(
                 auth: auth.as_deref(),
                 port: &port,
                 me: &me,
+                dataset: dataset.as_deref(),
             };
             let r = replica_link(RedisConn::new(sock), link, &upstream, &metrics, id).await;
             metrics.remove_replica(id);
@@ -156,6 +161,8 @@ struct Link<'a> {
     port: &'a Port,
     /// This connection's entry in the port's client table.
     me: &'a Registration,
+    /// The upstream's dataset (cluster shard) to replicate, if it has several.
+    dataset: Option<&'a str>,
 }
 
 /// Commands a replica may send before `AUTH` (each answered `-NOAUTH`)
@@ -368,7 +375,7 @@ async fn replica_link(
         return Err(RelayError::Unsupported("replica without capa eof".into()));
     }
     let conn = upstream.get().await?;
-    let mut session = match conn.open_session(have.clone()).await {
+    let mut session = match conn.open_session_in(link.dataset, have.clone()).await {
         Ok(s) => s,
         Err(e) => {
             reply(

@@ -1,5 +1,6 @@
 //! Which Redis server the upstream relay follows: the master among fixed
-//! candidates, or the one Redis Sentinel names. After a failover (Sentinel
+//! candidates, the one Redis Sentinel names, or the one `CLUSTER SHARDS`
+//! lists for a Redis Cluster shard ([`super::cluster`]). After a failover (Sentinel
 //! promotes a replica, or an operator does) the relay links to the new master
 //! and resumes by `PSYNC` under the old replication id, which the promoted
 //! replica keeps as its `replid2` (PSYNC2), as a direct replica would.
@@ -15,6 +16,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
+use super::auth::Credentials;
+use super::cluster;
 use super::conn::RedisConn;
 use super::error::RelayError;
 use super::reply::Reply;
@@ -31,6 +34,14 @@ pub enum MasterSource {
         sentinels: Vec<String>,
         /// The name the Sentinels monitor the master under (`sentinel monitor NAME ...`).
         name: String,
+    },
+    /// One shard of a Redis Cluster: the node `CLUSTER SHARDS` lists as the
+    /// master of the shard with these slot ranges ([`super::cluster`]).
+    ClusterShard {
+        /// host:port of cluster nodes to ask, in turn.
+        nodes: Vec<String>,
+        /// The shard's name, its slot ranges ([`super::cluster::Shard::name`]).
+        slots: String,
     },
 }
 
@@ -49,33 +60,10 @@ impl std::fmt::Display for MasterSource {
             MasterSource::Sentinel { sentinels, name } => {
                 write!(f, "master {name} of Sentinel {}", sentinels.join(", "))
             }
-        }
-    }
-}
-
-/// Credentials for `AUTH`: an optional ACL user with its password.
-#[derive(Clone, Debug, Default)]
-pub struct Credentials {
-    /// ACL user (with `password`).
-    pub user: Option<String>,
-    /// The password, if the server requires one.
-    pub password: Option<String>,
-}
-
-impl Credentials {
-    /// `AUTH` on `c` if there is a password.
-    pub async fn auth(&self, c: &mut RedisConn) -> Result<(), RelayError> {
-        let Some(pw) = &self.password else {
-            return Ok(());
-        };
-        match &self.user {
-            Some(u) => {
-                c.command_ok(&[b"AUTH", u.as_bytes(), pw.as_bytes()])
-                    .await?
+            MasterSource::ClusterShard { slots, .. } => {
+                write!(f, "the master of cluster shard {slots}")
             }
-            None => c.command_ok(&[b"AUTH", pw.as_bytes()]).await?,
-        };
-        Ok(())
+        }
     }
 }
 
@@ -149,6 +137,32 @@ impl Locator {
                     };
                 }
             }
+            MasterSource::ClusterShard { nodes, slots } => {
+                let n = nodes.len();
+                let first = self.first.load(Relaxed);
+                for i in (0..n).map(|k| (first + k) % n) {
+                    let node = &nodes[i];
+                    match cluster::shards(node, &self.master_auth).await {
+                        Ok(shards) => {
+                            self.first.store(i, Relaxed);
+                            match shards.iter().find(|s| s.name() == *slots) {
+                                Some(s) => match s.master() {
+                                    Some(m) => return Ok(m.to_string()),
+                                    None => why.push(format!(
+                                        "{node}: shard {slots} has no online master \
+                                         (a failover in progress?)"
+                                    )),
+                                },
+                                None => why.push(format!(
+                                    "{node}: no shard has exactly the slots {slots} (resharding \
+                                     is not followed: restart the relays with the new shards)"
+                                )),
+                            }
+                        }
+                        Err(e) => why.push(format!("{node}: {e}")),
+                    }
+                }
+            }
         }
         Err(RelayError::Handshake(format!(
             "no master found: {}",
@@ -161,7 +175,9 @@ impl Locator {
     pub async fn still_master(&self, addr: &str) -> bool {
         match &self.source {
             MasterSource::Candidates(_) => self.role(addr).await.map_or(true, |r| r == "master"),
-            MasterSource::Sentinel { .. } => self.locate().await.map_or(true, |a| a == addr),
+            MasterSource::Sentinel { .. } | MasterSource::ClusterShard { .. } => {
+                self.locate().await.map_or(true, |a| a == addr)
+            }
         }
     }
 

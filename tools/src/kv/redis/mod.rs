@@ -29,6 +29,7 @@
 
 pub mod auth;
 pub mod clients;
+pub mod cluster;
 pub mod commands;
 pub mod conn;
 pub mod downstream;

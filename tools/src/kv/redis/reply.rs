@@ -1,8 +1,8 @@
 //! RESP2 replies (https://redis.io/docs/latest/develop/reference/protocol-spec/):
 //! simple strings, errors, integers, bulk strings and arrays. The relay's
 //! Redis port encodes them; the links to Redis servers and Sentinels decode
-//! the short control answers they get (`ROLE`, `SENTINEL`). Text that came
-//! from a client (a command name in an error) is made safe first: a CR or LF
+//! the short control answers they get (`ROLE`, `SENTINEL`, `CLUSTER
+//! SHARDS`). Text that came from a client (a command name in an error) is made safe first: a CR or LF
 //! in a simple string or error would end the reply early and let the client
 //! inject a reply of its own.
 
@@ -14,7 +14,8 @@ use super::resp::RespError;
 /// only short control answers, never data.
 pub const MAX_DECODED: usize = 64 << 10;
 
-/// Deepest nesting of arrays [`Reply::decode`] accepts (`ROLE` nests two).
+/// Deepest nesting of arrays [`Reply::decode`] accepts (`ROLE` nests two,
+/// `CLUSTER SHARDS` four).
 const MAX_DEPTH: usize = 4;
 
 /// One RESP2 reply.
