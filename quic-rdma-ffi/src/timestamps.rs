@@ -7,8 +7,8 @@
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use quic_rdma::engine::{ConnHandle, EngineError};
-use quic_rdma::fabric::{FabricError, StampClock, Timestamp};
+use quic_rdma::engine::{ConnHandle, Engine, EngineError};
+use quic_rdma::fabric::{FabricError, StampClock, Timestamp, UdQueuePair};
 use quic_rdma::socket::SocketError;
 
 use crate::engine::{monotonic_ns, qr_engine};
@@ -140,16 +140,8 @@ pub unsafe extern "C" fn qr_datagram_timestamp(
     conn: u64,
     out: *mut qr_timestamp,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller's contract above.
-        let e = unsafe { obj(e) }?;
-        let stamp = e
-            .engine
-            .datagram_timestamp(ConnHandle::from_bits(conn))
-            .map_err(|err| code_of(&err))?;
-        // SAFETY: the caller's contract above.
-        unsafe { write_stamp(stamp, out) }
-    })
+    // SAFETY: the caller's contract above.
+    unsafe { conn_stamp(e, conn, out, |e, c| e.datagram_timestamp(c)) }
 }
 
 /// When the latest packet handled for `conn` arrived: for stream data read
@@ -167,13 +159,28 @@ pub unsafe extern "C" fn qr_conn_rx_timestamp(
     conn: u64,
     out: *mut qr_timestamp,
 ) -> i32 {
+    // SAFETY: the caller's contract above.
+    unsafe { conn_stamp(e, conn, out, |e, c| e.rx_timestamp(c)) }
+}
+
+/// The body of the per-connection readers: `read`'s stamp of `conn`, into `out`.
+///
+/// # Safety
+/// As for the readers: `e` is a live engine; `out` points to at least
+/// `out->struct_size` writable bytes.
+unsafe fn conn_stamp(
+    e: *mut qr_engine,
+    conn: u64,
+    out: *mut qr_timestamp,
+    read: impl FnOnce(
+        &Engine<Box<dyn UdQueuePair>>,
+        ConnHandle,
+    ) -> Result<Option<Timestamp>, EngineError>,
+) -> i32 {
     guard(|| {
         // SAFETY: the caller's contract above.
         let e = unsafe { obj(e) }?;
-        let stamp = e
-            .engine
-            .rx_timestamp(ConnHandle::from_bits(conn))
-            .map_err(|err| code_of(&err))?;
+        let stamp = read(&e.engine, ConnHandle::from_bits(conn)).map_err(|err| code_of(&err))?;
         // SAFETY: the caller's contract above.
         unsafe { write_stamp(stamp, out) }
     })

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use quic_rdma_ffi_host::c_program::{c_dir, compile, ffi_dir, run};
+use quic_rdma_ffi_host::c_program::{c_dir, compile, run, valgrind_clean};
 
 /// Every C test passes: the count is the number of RUN lines.
 const EXPECTED: &str = "4 passed, 0 failed";
@@ -27,23 +27,9 @@ fn c_timestamp_tests_pass() {
     );
     let out = run(Command::new(&asan).env("ASAN_OPTIONS", "detect_leaks=1:exitcode=23"));
     assert!(out.contains(EXPECTED), "{out}");
-    if Command::new("valgrind").arg("--version").output().is_err() {
-        panic!("valgrind is required (apt-get install valgrind)");
-    }
-    // memcheck's defaults and the shipped suppressions, as in c_api.rs; the
-    // sim tests only (test_timestamps.c says why), so three of four pass.
-    let out = run(Command::new("valgrind")
-        .args([
-            "--error-exitcode=1",
-            "--leak-check=full",
-            "--errors-for-leak-kinds=definite",
-            "--quiet",
-        ])
-        .arg(format!(
-            "--suppressions={}",
-            ffi_dir().join("valgrind.supp").display()
-        ))
-        .arg(&exe)
-        .arg("--sim-only"));
-    assert!(out.contains("3 passed, 0 failed"), "{out}");
+    // The sim tests only under valgrind (test_timestamps.c says why), so
+    // three of four pass.
+    let mut sim_only = Command::new(&exe);
+    sim_only.arg("--sim-only");
+    valgrind_clean(sim_only, "3 passed, 0 failed");
 }

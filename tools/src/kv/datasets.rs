@@ -38,15 +38,7 @@ impl Datasets {
 
     /// Serve sessions on `conn` until it closes, each with the master it selects.
     pub async fn serve(&self, conn: quinn::Connection) -> Result<(), ChannelError> {
-        loop {
-            let (send, recv) = match conn.accept_bi().await {
-                Ok(s) => s,
-                Err(
-                    quinn::ConnectionError::ApplicationClosed(_)
-                    | quinn::ConnectionError::LocallyClosed,
-                ) => return Ok(()),
-                Err(e) => return Err(e.into()),
-            };
+        while let Some((send, recv)) = super::master::next_session(&conn).await? {
             let (me, conn) = (self.clone(), conn.clone());
             tokio::spawn(async move {
                 if let Err(e) = me.session(conn, send, recv).await {
@@ -54,6 +46,7 @@ impl Datasets {
                 }
             });
         }
+        Ok(())
     }
 
     async fn session(

@@ -414,15 +414,7 @@ impl Master {
 
     /// Serve replica sessions on `conn` until it closes.
     pub async fn serve(&self, conn: quinn::Connection) -> Result<(), ChannelError> {
-        loop {
-            let (send, recv) = match conn.accept_bi().await {
-                Ok(s) => s,
-                Err(
-                    quinn::ConnectionError::ApplicationClosed(_)
-                    | quinn::ConnectionError::LocallyClosed,
-                ) => return Ok(()),
-                Err(e) => return Err(e.into()),
-            };
+        while let Some((send, recv)) = next_session(&conn).await? {
             let (master, conn) = (self.clone(), conn.clone());
             tokio::spawn(async move {
                 if let Err(e) = master.session(conn, send, recv).await {
@@ -434,6 +426,7 @@ impl Master {
                 }
             });
         }
+        Ok(())
     }
 
     async fn session(
@@ -825,6 +818,20 @@ impl Master {
             let position = self.lock().backlog.head();
             write_frame(ctl_send, &Frame::Heartbeat { position }).await?;
         }
+    }
+}
+
+/// The next session (its control stream) a replica opens on `conn`; `None`
+/// once the connection is closed by either end in the ordinary way.
+pub(crate) async fn next_session(
+    conn: &quinn::Connection,
+) -> Result<Option<(quinn::SendStream, quinn::RecvStream)>, ChannelError> {
+    match conn.accept_bi().await {
+        Ok(s) => Ok(Some(s)),
+        Err(
+            quinn::ConnectionError::ApplicationClosed(_) | quinn::ConnectionError::LocallyClosed,
+        ) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 

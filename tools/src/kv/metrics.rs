@@ -128,29 +128,16 @@ impl Metrics {
     /// every series labelled `role`: the visited values, the turnaround
     /// histogram and the per-replica lag gauges.
     pub fn prometheus(&self, role: &str) -> String {
-        let reps = self.replicas();
-        Text::labelled("role", role)
+        let reps: Vec<(u64, ReplicaStatus)> = self.replicas().into_iter().collect();
+        let text = Text::labelled("role", role)
             .visited("qr_kv", self)
             .histograms(
                 "qr_kv_credit_turnaround_seconds",
                 "Time from sending a chunk to the ack covering it.",
                 "",
                 [("", &self.turnaround.0)],
-            )
-            .family(
-                "qr_kv_replica_lag_bytes",
-                "Log bytes a replica lacks.",
-                quic_rdma::counters::Kind::Gauge,
-                "session",
-                reps.iter().map(|(id, r)| (id.to_string(), r.lag_bytes)),
-            )
-            .float_gauges(
-                "qr_kv_replica_lag_seconds",
-                "Age of the oldest log byte a replica lacks.",
-                "session",
-                reps.iter().map(|(id, r)| (id.to_string(), r.lag_seconds)),
-            )
-            .render()
+            );
+        with_replica_gauges(text, &reps).render()
     }
 
     /// Prometheus text of an end serving several datasets (a Redis
@@ -163,7 +150,7 @@ impl Metrics {
             .chain(shards.iter().map(|(n, m)| (n.as_str(), &**m)))
             .collect();
         let reps: Vec<(u64, ReplicaStatus)> = all.iter().flat_map(|(_, m)| m.replicas()).collect();
-        Text::labelled("role", role)
+        let text = Text::labelled("role", role)
             .visited_each(
                 "qr_kv",
                 "shard",
@@ -174,21 +161,8 @@ impl Metrics {
                 "Time from sending a chunk to the ack covering it.",
                 "shard",
                 all.iter().map(|&(n, m)| (n, &m.turnaround.0)),
-            )
-            .family(
-                "qr_kv_replica_lag_bytes",
-                "Log bytes a replica lacks.",
-                quic_rdma::counters::Kind::Gauge,
-                "session",
-                reps.iter().map(|(id, r)| (id.to_string(), r.lag_bytes)),
-            )
-            .float_gauges(
-                "qr_kv_replica_lag_seconds",
-                "Age of the oldest log byte a replica lacks.",
-                "session",
-                reps.iter().map(|(id, r)| (id.to_string(), r.lag_seconds)),
-            )
-            .render()
+            );
+        with_replica_gauges(text, &reps).render()
     }
 
     /// [`Metrics::status`] of an end serving several datasets: `self`'s
@@ -252,6 +226,24 @@ impl Counters for Metrics {
             head => log_head_bytes: Gauge, Bytes, "Log head: the replication offset, in bytes.";
         );
     }
+}
+
+/// `text` with the per-replica lag gauges added, labelled by session (ids
+/// unique in the process).
+fn with_replica_gauges(text: Text, reps: &[(u64, ReplicaStatus)]) -> Text {
+    text.family(
+        "qr_kv_replica_lag_bytes",
+        "Log bytes a replica lacks.",
+        quic_rdma::counters::Kind::Gauge,
+        "session",
+        reps.iter().map(|(id, r)| (id.to_string(), r.lag_bytes)),
+    )
+    .float_gauges(
+        "qr_kv_replica_lag_seconds",
+        "Age of the oldest log byte a replica lacks.",
+        "session",
+        reps.iter().map(|(id, r)| (id.to_string(), r.lag_seconds)),
+    )
 }
 
 #[cfg(test)]

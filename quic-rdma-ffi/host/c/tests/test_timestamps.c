@@ -7,23 +7,7 @@
 
 #include <time.h>
 
-static int passed, failed;
-
-#define EXPECT(cond)                                                                  \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: expected %s (last error: \"%s\")\n", __FILE__,    \
-                    __LINE__, #cond, qr_last_error());                                \
-            return 1;                                                                 \
-        }                                                                             \
-    } while (0)
-
-#define RUN(t)                                                                        \
-    do {                                                                              \
-        int r_ = t();                                                                 \
-        printf("test %s ... %s\n", #t, r_ ? "FAILED" : "ok");                         \
-        if (r_) failed++; else passed++;                                              \
-    } while (0)
+#include "check.h"
 
 static uint64_t mono_ns(void) {
     struct timespec ts;
