@@ -96,7 +96,9 @@ impl Distributions {
         }
         for tail in PLOT_TAIL {
             let xx = x(tail);
-            let label = format!("{}%", 100.0 * (1.0 - 1.0 / tail));
+            // 50 %, 90 %, …, 99.999 %: rounded, as float division leaves
+            // digits like 99.99900000000001.
+            let label = format!("{}%", (100_000.0 * (1.0 - 1.0 / tail)).round() / 1000.0);
             let _ = writeln!(
                 s,
                 r##"<line x1="{xx}" x2="{xx}" y1="{top}" y2="{}" stroke="#ddd"/><text x="{xx}" y="{}" text-anchor="middle">{label}</text>"##,
