@@ -50,12 +50,36 @@ unsafe impl Versioned for qr_timestamp {
 /// the same nanoseconds (two reads per call would move it by their jitter).
 fn monotonic_ns_of(t: Instant) -> u64 {
     static PAIR: OnceLock<(u64, Instant)> = OnceLock::new();
-    let (ns0, t0) = *PAIR.get_or_init(|| (monotonic_ns(), Instant::now()));
+    let (ns0, t0) = *PAIR.get_or_init(anchor);
     if t >= t0 {
         ns0.saturating_add(t.duration_since(t0).as_nanos() as u64)
     } else {
         ns0.saturating_sub(t0.duration_since(t).as_nanos() as u64)
     }
+}
+
+/// One instant on both clocks: `Instant` (CLOCK_MONOTONIC on Linux, but
+/// opaque) and its CLOCK_MONOTONIC nanoseconds. The nanoseconds are the
+/// midpoint of two reads around the `Instant`, from the closest of a few
+/// tries: off by at most half their gap (tens of ns; a first call slowed by
+/// lazy setup, or a run under valgrind, would otherwise shift every stamp
+/// by microseconds).
+fn anchor() -> (u64, Instant) {
+    let read = || {
+        let a = monotonic_ns();
+        let t = Instant::now();
+        let gap = monotonic_ns().saturating_sub(a);
+        (gap, a + gap / 2, t)
+    };
+    let (_, ns, t) = (1..16).fold(read(), |best, _| {
+        let next = read();
+        if next.0 < best.0 {
+            next
+        } else {
+            best
+        }
+    });
+    (ns, t)
 }
 
 fn clock_id(c: StampClock) -> u32 {

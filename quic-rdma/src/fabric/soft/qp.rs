@@ -262,10 +262,9 @@ impl UdQueuePair for SoftQp {
         Some(self.as_fd())
     }
 
-    /// This QP's drops plus the port-wide `unknown_qpn`, `runt`, `malformed`,
-    /// `bad_icrc` and `kernel_rx_dropped` counters (a packet for no QP, or
-    /// unparseable, belongs to no QP). Reading the kernel's counter scans
-    /// `/proc/net/udp`: call this for statistics, not per packet.
+    /// Stamps on the host's monotonic clock, taken in user space: a receive
+    /// when the packet is taken from the UDP socket, a send when the post's
+    /// last send syscall returns.
     fn enable_timestamps(&mut self) -> Result<StampClock, FabricError> {
         let mut d = self.port.shared.lock();
         let Some(slot) = d.table.qps.get_mut(&self.attr.qpn) else {
@@ -276,6 +275,10 @@ impl UdQueuePair for SoftQp {
         Ok(StampClock::HostMonotonic)
     }
 
+    /// This QP's drops plus the port-wide `unknown_qpn`, `runt`, `malformed`,
+    /// `bad_icrc` and `kernel_rx_dropped` counters (a packet for no QP, or
+    /// unparseable, belongs to no QP). Reading the kernel's counter scans
+    /// `/proc/net/udp`: call this for statistics, not per packet.
     fn drops(&self) -> ProviderDrops {
         // Read before taking the port's lock: it scans a /proc file.
         let kernel = self
