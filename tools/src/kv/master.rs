@@ -565,17 +565,7 @@ impl Master {
                 _ => Some(ErrorCode::Unavailable),
             };
             if let Some(code) = code {
-                let _ = write_frame(
-                    &mut ctl_send,
-                    &Frame::Error {
-                        code,
-                        message: e.to_string(),
-                    },
-                )
-                .await;
-                let _ = ctl_send.finish();
-                // Let the error frame leave before the streams are dropped.
-                let _ = tokio::time::timeout(Duration::from_secs(1), ctl_send.stopped()).await;
+                refuse(&mut ctl_send, code, e).await;
             }
         }
         result

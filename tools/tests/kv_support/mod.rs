@@ -525,8 +525,9 @@ pub fn big_value(i: usize) -> Vec<u8> {
 }
 
 /// Wait until `replica` has processed everything `master` has, then require
-/// identical `DEBUG DIGEST`s and spot-check values of every type.
-pub fn assert_same(master: &Redis, replica: &Redis, big: usize, logs: &[&Proc]) {
+/// identical, non-empty `DEBUG DIGEST`s and equal `DBSIZE`s; the size. `logs`
+/// are printed with a failure.
+pub fn same_digest(master: &Redis, replica: &Redis, logs: &[&Proc]) -> String {
     let ok = wait_until(Duration::from_secs(120), || {
         let link = replica.client().info("replication");
         link.get("master_link_status").map(String::as_str) == Some("up")
@@ -540,20 +541,35 @@ pub fn assert_same(master: &Redis, replica: &Redis, big: usize, logs: &[&Proc]) 
     };
     assert!(
         ok,
-        "replica {} did not catch up: master offset {}, replica {:?}\n{}",
+        "replica {} did not catch up with {}: master offset {}, replica {:?}\n{}",
         replica.addr(),
+        master.addr(),
         master.offset(),
         replica.client().info("replication"),
         dump()
     );
     let (dm, dr) = (master.digest(), replica.digest());
-    assert_eq!(dm, dr, "DEBUG DIGEST differs\n{}", dump());
+    assert_eq!(
+        dm,
+        dr,
+        "DEBUG DIGEST of {} and {} differs\n{}",
+        master.addr(),
+        replica.addr(),
+        dump()
+    );
     assert_ne!(
         dm, "0000000000000000000000000000000000000000",
         "empty dataset"
     );
+    let size = master.client().ok(&["DBSIZE"]);
+    assert_eq!(size, replica.client().ok(&["DBSIZE"]));
+    size
+}
+
+/// [`same_digest`], then spot-check values of every type.
+pub fn assert_same(master: &Redis, replica: &Redis, big: usize, logs: &[&Proc]) {
+    same_digest(master, replica, logs);
     let (mut m, mut r) = (master.client(), replica.client());
-    assert_eq!(m.ok(&["DBSIZE"]), r.ok(&["DBSIZE"]));
     for k in ["key:0", "key:777", "hash:5", "list:9", "set:3", "zset:11"] {
         let t = m.ok(&["TYPE", k]);
         let q: Vec<&str> = match t.as_str() {
