@@ -42,6 +42,19 @@ pub fn machine_busy() -> Duration {
     Duration::from_nanos(ticks * 1_000_000_000 / hz)
 }
 
+/// CPU that this process's waited-for children have used so far
+/// (`getrusage(RUSAGE_CHILDREN)`): around one child that is started and
+/// waited for with no other child reaped meanwhile, the delta is that child's.
+pub fn children_cpu() -> CpuUsed {
+    getrusage(UsageWho::RUSAGE_CHILDREN).map_or(CpuUsed::default(), |ru| {
+        let s = |t: TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+        CpuUsed {
+            user_s: s(ru.user_time()),
+            sys_s: s(ru.system_time()),
+        }
+    })
+}
+
 /// CPU this process and its waited-for children (the two-process sides) used.
 fn own_cpu() -> Duration {
     let sum = |who| {

@@ -59,6 +59,18 @@ pub struct HttpGet {
     pub total_s: f64,
     /// The body's sha256 equals the blob's digest (and its length the blob's).
     pub sha256_ok: bool,
+    /// curl's CPU over the GET (TLS, for the direct GET; plain HTTP from the
+    /// node agent).
+    #[serde(default)]
+    pub curl_cpu: CpuUsed,
+    /// docker-registry's CPU over the GET: serving it (direct), serving the
+    /// registry agent's pull-through (cold), nothing (warm).
+    #[serde(default)]
+    pub registry_cpu: CpuUsed,
+    /// This harness's CPU reading and hashing curl's output (the sha256 check
+    /// every client of a registry does; the same on every path).
+    #[serde(default)]
+    pub verify_cpu: CpuUsed,
 }
 
 /// One GET through the agents.
@@ -101,6 +113,9 @@ pub struct ImageReport {
     pub runs: Vec<ImageRepeat>,
     /// Repeats that failed, with why.
     pub errors: Vec<String>,
+    /// CPUs the processes could use (the CPU-bound ceilings' core count).
+    #[serde(default)]
+    pub cpus: usize,
 }
 
 /// A child process killed when dropped.
@@ -149,7 +164,7 @@ pub struct ImageBench {
     /// Extra arguments of every `qr node-agent` (`--parallel 4`, ...).
     node_args: Vec<String>,
     digest: String,
-    _registry: Proc,
+    registry: Proc,
 }
 
 impl Drop for ImageBench {
@@ -261,7 +276,7 @@ impl ImageBench {
             bytes,
             node_args,
             digest: String::new(),
-            _registry: registry,
+            registry,
         };
         wait_http(&bench.registry_url("/v2/"), "docker-registry")?;
         bench.digest = bench.push()?;
@@ -338,6 +353,7 @@ impl ImageBench {
     /// body bytes are here.
     fn get(&self, base: &str, first_byte: &mut dyn FnMut()) -> anyhow::Result<HttpGet> {
         let url = format!("{base}/v2/{REPO}/blobs/{}", self.digest);
+        let (children0, registry0) = (crate::cpu::children_cpu(), self.registry.cpu()?);
         let mut child = Command::new("curl")
             .args(curl_tls(&url))
             .args(["-sSf", "-o", "-", "-w"])
@@ -347,6 +363,7 @@ impl ImageBench {
             .stderr(Stdio::piped())
             .spawn()?;
         let mut out = child.stdout.take().expect("piped stdout");
+        let verify = crate::cpu::CpuSpan::start();
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut n = 0u64;
@@ -361,6 +378,7 @@ impl ImageBench {
             h.update(&buf[..k]);
             n += k as u64;
         }
+        let verify_cpu = verify.stop();
         let mut err = String::new();
         child
             .stderr
@@ -368,6 +386,9 @@ impl ImageBench {
             .expect("piped stderr")
             .read_to_string(&mut err)?;
         let status = child.wait()?;
+        // curl is the only child reaped between the two readings.
+        let curl_cpu = delta(children0, crate::cpu::children_cpu());
+        let registry_cpu = delta(registry0, self.registry.cpu()?);
         anyhow::ensure!(status.success(), "curl {url}: {status}: {err}");
         let times: Vec<f64> = err
             .lines()
@@ -384,6 +405,9 @@ impl ImageBench {
             first_byte_s,
             total_s,
             sha256_ok: n == self.bytes && got == self.digest,
+            curl_cpu,
+            registry_cpu,
+            verify_cpu,
         })
     }
 
@@ -492,7 +516,49 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+impl HttpGet {
+    /// CPU seconds of the processes every path shares: docker-registry, curl
+    /// and the sha256 check.
+    fn shared_cpu_s(&self) -> f64 {
+        self.registry_cpu.total_s() + self.curl_cpu.total_s() + self.verify_cpu.total_s()
+    }
+}
+
+impl AgentsGet {
+    /// CPU seconds of every process on this path: docker-registry, both
+    /// agents, curl and the sha256 check.
+    fn path_cpu_s(&self) -> f64 {
+        self.get.shared_cpu_s() + self.registry_agent_cpu.total_s() + self.node_agent_cpu.total_s()
+    }
+}
+
 impl ImageRepeat {
+    /// CPU seconds per GiB of every process on each path: direct, cold, warm.
+    pub fn path_cpu_per_gib(&self, bytes: u64) -> [f64; 3] {
+        let gib = bytes as f64 / crate::stats::GIB;
+        [
+            self.direct.shared_cpu_s() / gib,
+            self.cold.path_cpu_s() / gib,
+            self.warm.path_cpu_s() / gib,
+        ]
+    }
+
+    /// The most the cold and warm pulls could measure against this repeat's
+    /// direct GET on this machine: with every one of `cpus` cores busy, a
+    /// path moves `cpus / (its CPU seconds per byte)` bytes a second; that
+    /// rate ÷ the direct GET's measured rate. Where the direct path's own
+    /// processes already fill the cores, no path with more work per byte
+    /// can reach 1.0 (the cold path holds the direct path's registry-side
+    /// work and adds the agents').
+    pub fn cpu_ceiling(&self, bytes: u64, cpus: usize) -> [f64; 2] {
+        let [_, cold, warm] = self.path_cpu_per_gib(bytes);
+        let direct_gib_s = bytes as f64 / crate::stats::GIB / self.direct.total_s;
+        [
+            cpus as f64 / cold / direct_gib_s,
+            cpus as f64 / warm / direct_gib_s,
+        ]
+    }
+
     /// Every cell's sha256 matched.
     pub fn sha256_ok(&self) -> bool {
         self.direct.sha256_ok
@@ -546,22 +612,28 @@ impl ImageReport {
              pulls through (HTTPS) at the same time, warm = its cache holds the blob; a fresh node \
              agent each time. \"first\" = curl's time to the first body byte, \"last\" = to the \
              last byte. Mbit/s; CPU = user+sys \
-             s/GiB of each agent process over the GET. Every cell sha256-checked.\n",
+             s/GiB of each agent process over the GET; \"all processes\" adds docker-registry, \
+             curl and the harness's sha256 check; the CPU-bound ceiling is what the path could \
+             reach ÷ the direct GET were all {} cores busy with its CPU per GiB. Every cell \
+             sha256-checked.\n",
             self.bytes >> 20,
-            self.raw_row
+            self.raw_row,
+            self.cpus
         );
-        let _ = writeln!(s, "| repeat | load after | direct | raw | cold first / last | warm first / last | warm first ÷ raw | warm last ÷ raw | cold first ÷ raw | cold / warm last ÷ direct | cold first byte ms | registry agent CPU cold / warm | node agent CPU cold / warm (of which to first byte) | raw CPU client / server | sha256 |");
+        let _ = writeln!(s, "| repeat | load after | direct | raw | cold first / last | warm first / last | warm first ÷ raw | warm last ÷ raw | cold first ÷ raw | cold / warm last ÷ direct | cold first byte ms | registry agent CPU cold / warm | node agent CPU cold / warm (of which to first byte) | raw CPU client / server | CPU of all processes direct / cold / warm | CPU-bound ceiling cold / warm ÷ direct | sha256 |");
         let _ = writeln!(
             s,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         let ratios = self.ratios();
         let pct = |x: f64| format!("{:.0} %", x * 100.0);
         for (i, (r, q)) in self.runs.iter().zip(&ratios).enumerate() {
             let b = self.bytes;
+            let cpu = r.path_cpu_per_gib(b);
+            let ceiling = r.cpu_ceiling(b, self.cpus);
             let _ = writeln!(
                 s,
-                "| {i} | {:.1} | {:.0} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {:.2} / {:.2} | {:.0} | {:.2} / {:.2} | {:.2} ({:.2}) / {:.2} ({:.2}) | {:.2} / {:.2} | {} |",
+                "| {i} | {:.1} | {:.0} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {:.2} / {:.2} | {:.0} | {:.2} / {:.2} | {:.2} ({:.2}) / {:.2} ({:.2}) | {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} | {} |",
                 r.load[0],
                 mbit(b, r.direct.total_s),
                 mbit(r.raw.bytes, r.raw.secs),
@@ -583,6 +655,11 @@ impl ImageReport {
                 r.warm.node_agent_cpu_first_byte.total_s() / gib,
                 r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB),
                 r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB),
+                cpu[0],
+                cpu[1],
+                cpu[2],
+                ceiling[0],
+                ceiling[1],
                 if r.sha256_ok() { "ok" } else { "**MISMATCH**" }
             );
         }
@@ -599,7 +676,7 @@ impl ImageReport {
         let b = self.bytes;
         let _ = writeln!(
             s,
-            "| median | | {:.0} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {:.2} / {:.2} | {:.0} | {:.2} / {:.2} | {:.2} ({:.2}) / {:.2} ({:.2}) | {:.2} / {:.2} | |",
+            "| median | | {:.0} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {} | {} | {} | {:.2} / {:.2} | {:.0} | {:.2} / {:.2} | {:.2} ({:.2}) / {:.2} ({:.2}) | {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} | |",
             med(&|r| mbit(b, r.direct.total_s)),
             med(&|r| mbit(r.raw.bytes, r.raw.secs)),
             med(&|r| mbit(b, r.cold.get.first_byte_s)),
@@ -620,6 +697,11 @@ impl ImageReport {
             med(&|r| r.warm.node_agent_cpu_first_byte.total_s() / gib),
             med(&|r| r.raw.client_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB)),
             med(&|r| r.raw.server_cpu.total_s() / (r.raw.bytes as f64 / crate::stats::GIB)),
+            med(&|r| r.path_cpu_per_gib(b)[0]),
+            med(&|r| r.path_cpu_per_gib(b)[1]),
+            med(&|r| r.path_cpu_per_gib(b)[2]),
+            med(&|r| r.cpu_ceiling(b, self.cpus)[0]),
+            med(&|r| r.cpu_ceiling(b, self.cpus)[1]),
         );
         for e in &self.errors {
             let _ = writeln!(s, "\nError: {e}");

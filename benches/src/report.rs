@@ -264,10 +264,12 @@ pub struct Target {
     pub measured: Option<f64>,
     /// Met, not met, or not measurable here.
     pub met: Option<bool>,
-    /// The same ratio with `quinn-proto/ideal` (quinn-proto over a zero-copy
-    /// wire, [`crate::rows::ideal`]) in place of our row: the most any fabric
-    /// under quinn-proto could measure here. `None` when not a bulk goal of
-    /// ours or the row did not run.
+    /// The most this machine could measure for the ratio. Bulk goals: the
+    /// same ratio with `quinn-proto/ideal` (quinn-proto over a zero-copy
+    /// wire, [`crate::rows::ideal`]) in place of our row, the most any fabric
+    /// under quinn-proto could give. Image throughput goals: the CPU-bound
+    /// ceiling ([`crate::image::ImageRepeat::cpu_ceiling`]). `None` for other
+    /// goals or when a row did not run.
     #[serde(default)]
     pub ceiling: Option<f64>,
 }
@@ -407,7 +409,7 @@ impl Report {
                     crate::image::mbit(b, r.cold.get.total_s)
                         / crate::image::mbit(b, r.direct.total_s)
                 }),
-                None,
+                img.median(|r, b| r.cpu_ceiling(b, img.cpus)[0]),
             );
             push(
                 "image: agents warm (last byte) ÷ direct HTTPS GET, median of per-repeat ratios"
@@ -417,7 +419,7 @@ impl Report {
                     crate::image::mbit(b, r.warm.get.total_s)
                         / crate::image::mbit(b, r.direct.total_s)
                 }),
-                None,
+                img.median(|r, b| r.cpu_ceiling(b, img.cpus)[1]),
             );
             push(
                 "image: agents cold, time to first byte (ms), median".into(),

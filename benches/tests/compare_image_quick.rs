@@ -85,6 +85,17 @@ fn compare_quick_image_row_runs_and_verifies() {
                 get.first_byte_s > 0.0 && get.first_byte_s <= get.total_s,
                 "repeat {i} {name}: curl timings {get:?}"
             );
+            // curl's own CPU, from getrusage of the reaped child.
+            assert!(get.curl_cpu.total_s() > 0.0, "repeat {i} {name}: curl CPU");
+        }
+        // The CPU-bound ceilings come from every path's measured CPU.
+        let cpu = run.path_cpu_per_gib(img.bytes);
+        assert!(
+            cpu[1] > cpu[2] && cpu[2] > 0.0,
+            "repeat {i}: the cold path (pull-through) costs more CPU than the warm: {cpu:?}"
+        );
+        for c in run.cpu_ceiling(img.bytes, img.cpus) {
+            assert!(c.is_finite() && c > 0.0, "repeat {i}: ceiling {c}");
         }
         // The agents did the work as processes of their own.
         for (name, a) in [("cold", &run.cold), ("warm", &run.warm)] {
@@ -106,6 +117,17 @@ fn compare_quick_image_row_runs_and_verifies() {
     assert!(img
         .median(|r, _| r.direct.total_s / r.warm.get.total_s)
         .is_some_and(|x| x > 0.0));
+    assert!(img.cpus >= 1);
+    // The image throughput goals carry their CPU-bound ceiling.
+    for goal in ["agents cold (last byte)", "agents warm (last byte)"] {
+        assert!(
+            r.targets
+                .iter()
+                .any(|t| t.name.contains(goal) && t.ceiling.is_some()),
+            "{goal}: no ceiling in {:?}",
+            r.targets
+        );
+    }
     // The judged goals are in the report, each with a measurement.
     for goal in ["÷ direct HTTPS GET", "time to first byte"] {
         assert!(

@@ -194,6 +194,7 @@ fn main() -> anyhow::Result<()> {
         raw_row: IMAGE_RAW_ROW.into(),
         runs: vec![],
         errors: vec![],
+        cpus: quic_rdma_benches::affinity::allowed_cpus().len(),
     };
     eprintln!(
         "compare: {} rows, {} repeats, bulk {} MiB, rtt {} iters, {} handshakes; load {:?}",
