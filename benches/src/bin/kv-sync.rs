@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! cargo build --release -p quic-rdma-tools --bin qr
-//! cargo run --release -p quic-rdma-benches --bin kv-sync -- [--gib 1.0] [--repeats 3] [--out benches/results/kv_sync.json]
+//! cargo run --release -p quic-rdma-benches --bin kv-sync -- [--gib 1.0] [--repeats 3] [--quick] [--out benches/results/kv_sync.json]
 //! ```
 //!
 //! Needs `redis-server` and `redis-benchmark` on PATH; `qr` is taken from
@@ -21,7 +21,7 @@
 //! relays first.
 //!
 //! Catch-up: one direct and one relayed replica follow the master through
-//! write bursts of 120 MB (`BURST_ARGS`); each burst's catch-up is the time
+//! write bursts of 120 MB (`burst_args`); each burst's catch-up is the time
 //! from its end until the replica holds the master's offset at that end.
 //!
 //! Lag: while `redis-benchmark` runs SETs, a sampler reads both replicas'
@@ -33,6 +33,9 @@
 //! KILL TYPE master` on the replica); partial and full resyncs are counted
 //! on the master (direct) and on the upstream relay (relayed). `DEBUG
 //! DIGEST` of master and both replicas must be equal after every phase.
+//!
+//! `--quick` shrinks the bursts and the load tenfold (with a small `--gib`,
+//! `benches/tests/kv_sync_quick.rs` runs it in the test command).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -218,6 +221,7 @@ fn lag_stats(history: &[(f64, u64)], samples: &[(f64, u64)]) -> serde_json::Valu
 fn main() -> Result<()> {
     let mut gib = 1.0f64;
     let mut repeats = 3usize;
+    let mut quick = false;
     let mut out = PathBuf::from("benches/results/kv_sync.json");
     let mut qr = std::env::current_exe()?.with_file_name("qr");
     let mut args = std::env::args().skip(1);
@@ -227,6 +231,7 @@ fn main() -> Result<()> {
             "--out" => out = args.next().context("--out FILE")?.into(),
             "--qr" => qr = args.next().context("--qr PATH")?.into(),
             "--repeats" => repeats = args.next().context("--repeats N")?.parse()?,
+            "--quick" => quick = true,
             other => bail!("unknown option {other}"),
         }
     }
@@ -238,7 +243,7 @@ fn main() -> Result<()> {
     }
     let dir = std::env::temp_dir().join(format!("qr-kv-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let result = run(&dir, &qr, gib, repeats);
+    let result = run(&dir, &qr, gib, repeats, quick);
     let _ = std::fs::remove_dir_all(&dir);
     let report = result?;
     println!("{}", serde_json::to_string_pretty(&report)?);
@@ -251,16 +256,24 @@ fn main() -> Result<()> {
 }
 
 /// The steady write load the lag is sampled under (`redis-benchmark`
-/// arguments; the JSON's description is built from these).
-const LOAD_ARGS: &[&str] = &[
-    "-t", "set", "-n", "2000000", "-d", "100", "-c", "20", "-P", "8", "-r", "1000000",
-];
+/// arguments; the JSON's description is built from these). `--quick` runs
+/// a tenth of it.
+fn load_args(quick: bool) -> Vec<&'static str> {
+    let n = if quick { "200000" } else { "2000000" };
+    vec![
+        "-t", "set", "-n", n, "-d", "100", "-c", "20", "-P", "8", "-r", "1000000",
+    ]
+}
 
 /// One write burst: 1200 SETs of 100 kB values, pipelined — 120 MB of
-/// values as fast as the master takes them (the issue's burst size).
-const BURST_ARGS: &[&str] = &[
-    "-t", "set", "-n", "1200", "-d", "100000", "-c", "20", "-P", "16", "-r", "1000000",
-];
+/// values as fast as the master takes them (the issue's burst size);
+/// `--quick`: 12 MB.
+fn burst_args(quick: bool) -> Vec<&'static str> {
+    let n = if quick { "120" } else { "1200" };
+    vec![
+        "-t", "set", "-n", n, "-d", "100000", "-c", "20", "-P", "16", "-r", "1000000",
+    ]
+}
 
 const M: &str = "127.0.112.80:19280";
 /// The direct replica.
@@ -398,7 +411,7 @@ fn median(v: &[f64]) -> f64 {
     percentile(&mut v.to_vec(), 0.5)
 }
 
-fn run(dir: &Path, qr: &Path, gib: f64, repeats: usize) -> Result<serde_json::Value> {
+fn run(dir: &Path, qr: &Path, gib: f64, repeats: usize, quick: bool) -> Result<serde_json::Value> {
     let _master = redis(
         dir,
         "127.0.112.80",
@@ -498,7 +511,7 @@ fn run(dir: &Path, qr: &Path, gib: f64, repeats: usize) -> Result<serde_json::Va
     for i in 0..repeats.max(3) {
         let before = m.offset()?;
         let started = Instant::now();
-        let mut burst = benchmark(dir, BURST_ARGS, "burst.log")?;
+        let mut burst = benchmark(dir, &burst_args(quick), "burst.log")?;
         burst.0.wait()?;
         let end = m.offset()?;
         burst_s.push(started.elapsed().as_secs_f64());
@@ -529,7 +542,7 @@ fn run(dir: &Path, qr: &Path, gib: f64, repeats: usize) -> Result<serde_json::Va
     same_digests("after the bursts")?;
 
     // Lag under a steady write load, both replicas at once.
-    let mut bench = benchmark(dir, LOAD_ARGS, "benchmark.log")?;
+    let mut bench = benchmark(dir, &load_args(quick), "benchmark.log")?;
     let t0 = Instant::now();
     let (mut hist, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new());
     while bench.0.try_wait()?.is_none() && t0.elapsed() < Duration::from_secs(120) {
@@ -587,7 +600,7 @@ fn run(dir: &Path, qr: &Path, gib: f64, repeats: usize) -> Result<serde_json::Va
             "digests_identical": true,
         },
         "catch_up_after_burst": {
-            "burst": format!("redis-benchmark {}", BURST_ARGS.join(" ")),
+            "burst": format!("redis-benchmark {}", burst_args(quick).join(" ")),
             "burst_bytes": burst_bytes,
             "direct_tcp_s": catch_direct,
             "relay_soft_s": catch_relayed,
@@ -598,7 +611,7 @@ fn run(dir: &Path, qr: &Path, gib: f64, repeats: usize) -> Result<serde_json::Va
                 .then(|| median(&catch_relayed) / median(&catch_direct)),
         },
         "lag_under_load": {
-            "load": format!("redis-benchmark {}", LOAD_ARGS.join(" ")),
+            "load": format!("redis-benchmark {}", load_args(quick).join(" ")),
             // Its progress lines end in CR; the summary is after the last one.
             "benchmark_output": rate.trim().rsplit('\r').next().unwrap_or("").trim(),
             "seconds": load_s,
