@@ -194,7 +194,8 @@ enum Value {
     Histogram(f64, Vec<(f64, u64)>),
 }
 
-type Labels = Vec<(String, String)>;
+/// A series' labels, `(name, value)` in order.
+pub type Labels = Vec<(String, String)>;
 /// A family: name, help, type, series.
 type Family = (String, String, MetricType, Vec<(Labels, Value)>);
 
@@ -223,20 +224,54 @@ impl Text {
     /// Family `name` with one series per `(label value, value)`, labelled
     /// `key="<label value>"` (no label when `key` is empty).
     fn add<S: Into<String>, V>(
-        mut self,
-        (name, help, ty): (&str, &str, MetricType),
+        self,
+        what: (&str, &str, MetricType),
         key: &str,
         series: impl IntoIterator<Item = (S, V)>,
         value: impl Fn(V) -> Value,
     ) -> Self {
         let series = series.into_iter().map(|(l, v)| {
             let own = (!key.is_empty()).then(|| (key.to_string(), l.into()));
+            (own.into_iter().collect(), v)
+        });
+        self.add_labelled(what, series, value)
+    }
+
+    /// Family `name` with one series per `(its own labels, value)`.
+    fn add_labelled<V>(
+        mut self,
+        (name, help, ty): (&str, &str, MetricType),
+        series: impl IntoIterator<Item = (Labels, V)>,
+        value: impl Fn(V) -> Value,
+    ) -> Self {
+        let series = series.into_iter().map(|(own, v)| {
             let labels = self.labels.iter().cloned().chain(own).collect();
             (labels, value(v))
         });
         let family = (name.into(), help.into(), ty, series.collect());
         self.families.push(family);
         self
+    }
+
+    /// Gauge family `name`, one series per `(labels, value)`: for series
+    /// told apart by more than one label (a replica's session and address).
+    pub fn labelled_gauges(
+        self,
+        name: &str,
+        help: &str,
+        series: impl IntoIterator<Item = (Labels, u64)>,
+    ) -> Self {
+        self.add_labelled((name, help, MetricType::Gauge), series, Value::Int)
+    }
+
+    /// As [`Text::labelled_gauges`] with fractional values.
+    pub fn labelled_float_gauges(
+        self,
+        name: &str,
+        help: &str,
+        series: impl IntoIterator<Item = (Labels, f64)>,
+    ) -> Self {
+        self.add_labelled((name, help, MetricType::Gauge), series, Value::Float)
     }
 
     /// Every value `c` visits now, as `{prefix}_[{group}_]{name}`, typed by

@@ -94,5 +94,18 @@ fn full_sync_of_mixed_types_with_writes_during_the_sync() {
     ] {
         assert!(m.contains(name), "{name} missing:\n{m}");
     }
+    // Each replica row says who it is: upstream, the downstream relay by its
+    // certificate name; downstream, the Redis replica by its address and
+    // listening port, as Redis's own INFO names a replica.
+    let row = |s: &serde_json::Value| {
+        let rows = s["replicas"].as_object().expect("replicas");
+        assert_eq!(rows.len(), 1, "{s}");
+        rows.values().next().cloned().unwrap()
+    };
+    assert_eq!(row(&us)["peer"], "down", "{us}");
+    // Its IP is the connection's source (the kernel picks one on loopback).
+    let peer: std::net::SocketAddr = row(&ds)["peer"].as_str().unwrap().parse().unwrap();
+    assert!(peer.ip().is_loopback() && peer.port() == 19202, "{ds}");
+    assert!(m.contains(",replica=\"down\"}"), "no replica label:\n{m}");
     eprintln!("writes during the sync: {during}; upstream status {us}");
 }

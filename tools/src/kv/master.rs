@@ -463,6 +463,11 @@ impl Master {
                 "expected Hello first, got {hello:?}"
             )));
         };
+        // The replica's label in /metrics and /status: the downstream
+        // relay's certificate name, else its fabric address.
+        let peer = crate::access::Identity::of(&conn)
+            .and_then(|i| i.names().first().cloned())
+            .unwrap_or_else(|| conn.remote_address().to_string());
         let Negotiated {
             decision,
             epoch,
@@ -527,6 +532,7 @@ impl Master {
             ReplicaStatus {
                 acked: start,
                 full,
+                peer: peer.clone(),
                 ..ReplicaStatus::default()
             },
         );
@@ -551,7 +557,7 @@ impl Master {
                     _ => std::future::pending().await,
                 }
             } => r,
-            r = self.read_acks(&mut ctl, session, full, acks_tx) => r,
+            r = self.read_acks(&mut ctl, (session, full, &peer), acks_tx) => r,
             r = self.heartbeats(&mut ctl_send) => r,
         };
         m.remove_replica(session);
@@ -756,11 +762,12 @@ impl Master {
         }
     }
 
+    /// Read the replica's acks of session `(id, began with a full sync,
+    /// peer)`, publishing them and its status row.
     async fn read_acks(
         &self,
         ctl: &mut FrameReader,
-        session: u64,
-        full: bool,
+        (session, full, peer): (u64, bool, &str),
         acks: watch::Sender<(u64, u64)>,
     ) -> Result<(), ChannelError> {
         loop {
@@ -785,6 +792,7 @@ impl Master {
                             lag_seconds,
                             snapshot_acked: snapshot,
                             full,
+                            peer: peer.to_string(),
                         },
                     );
                 }

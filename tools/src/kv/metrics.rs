@@ -27,6 +27,11 @@ pub struct ReplicaStatus {
     pub snapshot_acked: u64,
     /// Whether this session began with a full sync.
     pub full: bool,
+    /// Who the replica is, for people and dashboards: at a downstream relay
+    /// the Redis replica's address as Redis's `INFO` shows it (its announced
+    /// or peer IP and its `REPLCONF listening-port`); at the upstream relay
+    /// the downstream relay's certificate name (else its fabric address).
+    pub peer: String,
 }
 
 /// Upper bounds (seconds) of the credit turnaround histogram's buckets:
@@ -229,20 +234,23 @@ impl Counters for Metrics {
 }
 
 /// `text` with the per-replica lag gauges added, labelled by session (ids
-/// unique in the process).
+/// unique in the process) and by who the replica is ([`ReplicaStatus::peer`]).
 fn with_replica_gauges(text: Text, reps: &[(u64, ReplicaStatus)]) -> Text {
-    text.family(
+    let labels = |id: &u64, r: &ReplicaStatus| {
+        vec![
+            ("session".to_string(), id.to_string()),
+            ("replica".to_string(), r.peer.clone()),
+        ]
+    };
+    text.labelled_gauges(
         "qr_kv_replica_lag_bytes",
         "Log bytes a replica lacks.",
-        quic_rdma::counters::Kind::Gauge,
-        "session",
-        reps.iter().map(|(id, r)| (id.to_string(), r.lag_bytes)),
+        reps.iter().map(|(id, r)| (labels(id, r), r.lag_bytes)),
     )
-    .float_gauges(
+    .labelled_float_gauges(
         "qr_kv_replica_lag_seconds",
         "Age of the oldest log byte a replica lacks.",
-        "session",
-        reps.iter().map(|(id, r)| (id.to_string(), r.lag_seconds)),
+        reps.iter().map(|(id, r)| (labels(id, r), r.lag_seconds)),
     )
 }
 
@@ -260,6 +268,7 @@ mod tests {
             7,
             ReplicaStatus {
                 lag_bytes: 12,
+                peer: "10.0.0.5:6380".into(),
                 ..ReplicaStatus::default()
             },
         );
@@ -268,7 +277,12 @@ mod tests {
             t.contains("qr_kv_sync_full_total{role=\"upstream\"} 2\n"),
             "{t}"
         );
-        assert!(t.contains("qr_kv_replica_lag_bytes{role=\"upstream\",session=\"7\"} 12\n"));
+        assert!(
+            t.contains(
+                "qr_kv_replica_lag_bytes{role=\"upstream\",session=\"7\",replica=\"10.0.0.5:6380\"} 12\n"
+            ),
+            "{t}"
+        );
         // 4 ms: above the 2.5 ms bucket, within 5 ms and every one after.
         let h = "qr_kv_credit_turnaround_seconds";
         assert!(t.contains(&format!("# TYPE {h} histogram\n")), "{t}");
@@ -281,5 +295,9 @@ mod tests {
         assert!(t.contains(&format!("{h}_count{{role=\"upstream\"}} 1\n")));
         assert!(!t.contains("_mean") && !t.contains("_last"));
         assert_eq!(m.status("upstream")["replicas"]["7"]["lag_bytes"], 12);
+        assert_eq!(
+            m.status("upstream")["replicas"]["7"]["peer"],
+            "10.0.0.5:6380"
+        );
     }
 }

@@ -386,6 +386,12 @@ async fn replica_link(
             return Err(e.into());
         }
     };
+    // Named as Redis's INFO names a replica: its IP and listening port.
+    let peer = link
+        .me
+        .get()
+        .map(|c| format!("{}:{}", c.replica_ip(), c.listening_port))
+        .unwrap_or_default();
     let status = |acked, applied, full| ReplicaStatus {
         acked,
         applied,
@@ -393,6 +399,7 @@ async fn replica_link(
         lag_seconds: 0.0,
         snapshot_acked: 0,
         full,
+        peer: peer.clone(),
     };
     match session.start.clone() {
         SyncStart::Continue {
