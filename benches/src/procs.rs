@@ -218,7 +218,10 @@ pub fn rtt_in_processes(
         "{} RTT samples, {iters} asked",
         samples_ns.len()
     );
-    Ok(RttOutcome { samples_ns })
+    Ok(RttOutcome {
+        samples_ns,
+        sent: None,
+    })
 }
 
 /// `count` handshakes of `row` in two processes (see [`in_processes`]).

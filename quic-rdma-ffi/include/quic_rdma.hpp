@@ -65,6 +65,11 @@ struct engine_config : qr_engine_config {
     }
 };
 
+/** A completion time stamp of this header's version, zeroed with struct_size set. */
+struct timestamp : qr_timestamp {
+    timestamp() : qr_timestamp{} { struct_size = sizeof(qr_timestamp); }
+};
+
 /** A fabric (provider "sim" or "soft"). */
 class fabric {
 public:
@@ -163,6 +168,36 @@ public:
     /** Close with an application code and reason phrase. */
     int close(uint64_t conn, uint64_t code, std::string_view reason = {}) noexcept {
         return qr_close(e_, conn, code, reinterpret_cast<const uint8_t *>(reason.data()), reason.size());
+    }
+    /** Stamp every later send and receive completion of this engine (off by
+     * default: no clock is read for it until then); the clock the stamps are
+     * on (QR_CLOCK_*). Setup: throws qr::error (QR_EUNSUPPORTED on a device
+     * without a completion clock). */
+    uint32_t enable_timestamps() {
+        uint32_t clock = 0;
+        check(qr_engine_enable_timestamps(e_, &clock), "qr_engine_enable_timestamps");
+        return clock;
+    }
+    /** When the packet of the datagram recv_datagram would return next
+     * arrived (ask before reading it): QR_OK with `out` written, QR_EAGAIN
+     * (none waiting, or stamps off), or QR_E*. Sets `out.struct_size`. */
+    int datagram_timestamp(uint64_t conn, qr_timestamp &out) noexcept {
+        out.struct_size = sizeof(qr_timestamp);
+        return qr_datagram_timestamp(e_, conn, &out);
+    }
+    /** When the latest packet handled for `conn` arrived (for stream data read
+     * after the poll that delivered it): QR_OK, QR_EAGAIN (stamps off, or no
+     * packet since), or QR_E*. Sets `out.struct_size`. */
+    int rx_timestamp(uint64_t conn, qr_timestamp &out) noexcept {
+        out.struct_size = sizeof(qr_timestamp);
+        return qr_conn_rx_timestamp(e_, conn, &out);
+    }
+    /** When the latest signaled send this engine reaped left: QR_OK,
+     * QR_EAGAIN (stamps off, or none reaped since), or QR_E*. Sets
+     * `out.struct_size`. */
+    int send_timestamp(qr_timestamp &out) noexcept {
+        out.struct_size = sizeof(qr_timestamp);
+        return qr_engine_send_timestamp(e_, &out);
     }
     /** Attach the application's pointer to `conn` (in every later event's `user`). */
     int set_user(uint64_t conn, void *user) noexcept { return qr_conn_set_user(e_, conn, user); }

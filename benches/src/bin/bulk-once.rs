@@ -3,6 +3,7 @@
 //! ```text
 //! bulk-once --peer ROW [--bytes 64M] [--verify] [--placement same-core|separate-cores] [--idle yield|sleep]
 //! bulk-once --peer ROW --handshakes N [--bytes 0] [--placement …] [--idle …]
+//! bulk-once --peer ROW --rtt N [--placement …] [--idle …]
 //! ```
 //! The server side runs in the process's second thread and the client in its
 //! third (the first only sets up), so `valgrind --tool=callgrind
@@ -14,6 +15,11 @@
 //! N give the instructions of one handshake per side. A non-zero `--bytes`
 //! runs a bulk transfer of that size first on the same row (as `compare` does
 //! before its handshake series), so its effect on the handshakes shows.
+//! With `--rtt N` it runs the row's request/response workload (1000 warm-up
+//! round trips, then N sampled, 64 bytes each way) and prints the samples'
+//! median and what each side's QUIC connection sent: two runs with different
+//! N give the instructions and packets of one round trip per side
+//! (`benches/latency-callgrind.sh`).
 
 use quic_rdma_benches::affinity::Placement;
 use quic_rdma_benches::rows::{all_rows, BulkParams};
@@ -24,6 +30,7 @@ fn main() -> anyhow::Result<()> {
     let mut verify = false;
     let mut place = Placement::SameCore;
     let mut handshakes = None;
+    let mut rtt = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = || {
@@ -35,6 +42,7 @@ fn main() -> anyhow::Result<()> {
             "--bytes" => bytes = Some(parse_size(&val()?)?),
             "--verify" => verify = true,
             "--handshakes" => handshakes = Some(val()?.parse::<usize>()?),
+            "--rtt" => rtt = Some(val()?.parse::<usize>()?),
             "--idle" => match val()?.as_str() {
                 "sleep" => quic_rdma_benches::rows::engine::set_idle_sleep(true),
                 "yield" => quic_rdma_benches::rows::engine::set_idle_sleep(false),
@@ -61,6 +69,25 @@ fn main() -> anyhow::Result<()> {
         .into_iter()
         .find(|r| r.name() == peer)
         .ok_or_else(|| anyhow::anyhow!("no row {peer} (see --list)"))?;
+    if let Some(n) = rtt {
+        anyhow::ensure!(n > 0, "--rtt needs at least one round trip");
+        let out = row.rtt(n, place)?;
+        anyhow::ensure!(
+            out.samples_ns.len() == n,
+            "{} samples, {n} asked",
+            out.samples_ns.len()
+        );
+        let mut sorted = out.samples_ns.clone();
+        sorted.sort_unstable();
+        let report = serde_json::json!({
+            "round_trips": n,
+            "p50_ns": sorted[n / 2],
+            "client_sent": out.sent.map(|s| s.0),
+            "server_sent": out.sent.map(|s| s.1),
+        });
+        println!("{report}");
+        return Ok(());
+    }
     if let Some(n) = handshakes {
         if let Some(bytes) = bytes.filter(|&b| b > 0) {
             let b = row.bulk(BulkParams { bytes, verify }, place)?;

@@ -26,7 +26,10 @@ use quic_rdma::fabric::{UdAddr, UdQueuePair};
 use super::exchange::{
     bulk_client, bulk_server, handshakes_client, reply_ok, rtt_client, rtt_server, Driver,
 };
-use super::{BulkOutcome, BulkParams, HandshakeOutcome, ProcessSide, Row, RttOutcome, SideOutcome};
+use super::{
+    BulkOutcome, BulkParams, HandshakeOutcome, ProcessSide, Row, RttOutcome, SentPackets,
+    SideOutcome,
+};
 use crate::affinity::Placement;
 use crate::cpu::{CpuSpan, CpuUsed};
 use crate::data::{self, SinkBuf};
@@ -448,6 +451,10 @@ impl<Q: UdQueuePair> Driver for Side<Q> {
         }
         Ok(())
     }
+
+    fn sent_packets(&self, c: ConnHandle) -> Option<SentPackets> {
+        self.e.conn_stats(c).ok().map(|s| SentPackets::of(&s))
+    }
 }
 
 impl<P: QpPairs> Row for EngineRow<P> {
@@ -535,7 +542,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
         let server_addr = se.local_addr();
         let done = AtomicBool::new(false);
         let done = &done;
-        let (samples, ()) = run_pair(
+        let ((samples, client_sent), server_sent) = run_pair(
             place,
             move || {
                 let _done = DoneOnDrop(done);
@@ -543,12 +550,14 @@ impl<P: QpPairs> Row for EngineRow<P> {
             },
             move || {
                 let mut side = self.side(se, place);
-                rtt_server(&mut side, done)?;
-                side.linger(done)
+                let sent = rtt_server(&mut side, done)?;
+                side.linger(done)?;
+                Ok(sent)
             },
         )?;
         Ok(RttOutcome {
             samples_ns: samples,
+            sent: client_sent.zip(server_sent),
         })
     }
 
@@ -583,7 +592,7 @@ impl<P: QpPairs> Row for EngineRow<P> {
                 side.linger_until_closed()?;
                 Ok(vec![])
             }
-            (mut side, Some(server)) => rtt_client(&mut side, &server, iters),
+            (mut side, Some(server)) => Ok(rtt_client(&mut side, &server, iters)?.0),
         }
     }
 

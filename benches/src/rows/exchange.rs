@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{BulkParams, RTT_MSG, RTT_WARMUP, WRITE_CHUNK};
+use super::{BulkParams, SentPackets, RTT_MSG, RTT_WARMUP, WRITE_CHUNK};
 use crate::cpu::{CpuSpan, CpuUsed};
 use crate::data::{self, SinkBuf};
 
@@ -59,6 +59,8 @@ pub(super) trait Driver {
     fn close_now(&mut self, c: Self::Conn) -> anyhow::Result<()>;
     /// Poll until no connection is left or `limit` passed.
     fn drain(&mut self, limit: Duration) -> anyhow::Result<()>;
+    /// What `c` has sent so far (`None` once it is gone).
+    fn sent_packets(&self, c: Self::Conn) -> Option<SentPackets>;
 
     /// Close `c` and poll until it drained (bounded).
     fn close(&mut self, c: Self::Conn) -> anyhow::Result<()> {
@@ -164,12 +166,12 @@ pub(super) fn bulk_server<D: Driver>(d: &mut D, sink: &mut SinkBuf) -> anyhow::R
 
 /// The client of the RTT workload: connect to `to`, `RTT_WARMUP + iters`
 /// 64-byte requests, each answered before the next, close; the sampled round
-/// trips in nanoseconds.
+/// trips in nanoseconds and what the connection sent before the close.
 pub(super) fn rtt_client<D: Driver>(
     d: &mut D,
     to: &D::Target,
     iters: usize,
-) -> anyhow::Result<Vec<u64>> {
+) -> anyhow::Result<(Vec<u64>, Option<SentPackets>)> {
     let c = d.connect(to)?;
     let s = d.open_bi(c)?;
     let req = [0x5Au8; RTT_MSG];
@@ -192,13 +194,19 @@ pub(super) fn rtt_client<D: Driver>(
         }
     }
     anyhow::ensure!(resp == [0xA5; RTT_MSG], "response bytes");
+    let sent = d.sent_packets(c);
     d.close(c)?;
-    Ok(samples)
+    Ok((samples, sent))
 }
 
 /// The server of the RTT workload: accept, then answer each request until the
-/// client closes the connection or `done` is set.
-pub(super) fn rtt_server<D: Driver>(d: &mut D, done: &AtomicBool) -> anyhow::Result<()> {
+/// client closes the connection or `done` is set; what the connection sent
+/// (read when the loop ends: the client's close has arrived by then, ours
+/// not sent yet).
+pub(super) fn rtt_server<D: Driver>(
+    d: &mut D,
+    done: &AtomicBool,
+) -> anyhow::Result<Option<SentPackets>> {
     let c = d.accept()?;
     let s = d.accept_stream(c)?;
     let mut req = [0u8; RTT_MSG];
@@ -218,7 +226,7 @@ pub(super) fn rtt_server<D: Driver>(d: &mut D, done: &AtomicBool) -> anyhow::Res
         }
         d.poll()?;
     }
-    Ok(())
+    Ok(d.sent_packets(c))
 }
 
 /// The client of the handshake workload: `count` connections to `to` one

@@ -37,7 +37,10 @@ use quinn_proto::{
 use super::exchange::{
     bulk_client, bulk_server, handshakes_client, reply_ok, rtt_client, rtt_server, Driver,
 };
-use super::{BulkOutcome, BulkParams, HandshakeOutcome, ProcessSide, Row, RttOutcome, SideOutcome};
+use super::{
+    BulkOutcome, BulkParams, HandshakeOutcome, ProcessSide, Row, RttOutcome, SentPackets,
+    SideOutcome,
+};
 use crate::affinity::Placement;
 use crate::data::{self, SinkBuf};
 use crate::side::{run_pair, DoneOnDrop, HANG_GUARD};
@@ -384,6 +387,9 @@ impl Driver for Node {
         }
         Ok(())
     }
+    fn sent_packets(&self, ch: ConnectionHandle) -> Option<SentPackets> {
+        self.conns.get(&ch).map(|c| SentPackets::of(&c.stats()))
+    }
 }
 
 impl Row for Ideal {
@@ -430,19 +436,21 @@ impl Row for Ideal {
         let (mut cn, mut sn) = self.nodes(place);
         let done = AtomicBool::new(false);
         let done = &done;
-        let (samples, ()) = run_pair(
+        let ((samples, client_sent), server_sent) = run_pair(
             place,
             move || {
                 let _done = DoneOnDrop(done);
                 rtt_client(&mut cn, &(), iters)
             },
             move || {
-                rtt_server(&mut sn, done)?;
-                sn.linger(done)
+                let sent = rtt_server(&mut sn, done)?;
+                sn.linger(done)?;
+                Ok(sent)
             },
         )?;
         Ok(RttOutcome {
             samples_ns: samples,
+            sent: client_sent.zip(server_sent),
         })
     }
 

@@ -52,6 +52,38 @@ pub struct BulkOutcome {
 pub struct RttOutcome {
     /// One round trip per sample, in nanoseconds.
     pub samples_ns: Vec<u64>,
+    /// What each side's connection sent over the whole run (client, server),
+    /// from quinn-proto's statistics; `None` for rows that do not run
+    /// quinn-proto in this process.
+    pub sent: Option<(SentPackets, SentPackets)>,
+}
+
+/// Packets one side's QUIC connection sent, from quinn-proto's
+/// `ConnectionStats`, read just before the connection closes: two runs of
+/// different lengths, subtracted, give the packets of one round trip (how many
+/// carry data, how many only acknowledge).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SentPackets {
+    /// UDP-equivalent datagrams (QUIC packets, coalesced ones counted once).
+    pub datagrams: u64,
+    /// ACK frames.
+    pub acks: u64,
+    /// STREAM frames.
+    pub stream_frames: u64,
+    /// MAX_DATA and MAX_STREAM_DATA frames (flow-control credit).
+    pub credit_frames: u64,
+}
+
+impl SentPackets {
+    /// The figures of `stats`.
+    pub fn of(stats: &quinn_proto::ConnectionStats) -> Self {
+        SentPackets {
+            datagrams: stats.udp_tx.datagrams,
+            acks: stats.frame_tx.acks,
+            stream_frames: stats.frame_tx.stream,
+            credit_frames: stats.frame_tx.max_data + stats.frame_tx.max_stream_data,
+        }
+    }
 }
 
 /// Connections set up one after another.

@@ -174,6 +174,7 @@ impl<P: QpPairs> Row for RawUd<P> {
         )?;
         Ok(RttOutcome {
             samples_ns: samples,
+            sent: None,
         })
     }
 

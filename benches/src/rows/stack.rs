@@ -331,6 +331,7 @@ impl<S: AsyncStack> Row for AsyncRow<S> {
         )?;
         Ok(RttOutcome {
             samples_ns: samples,
+            sent: None,
         })
     }
 

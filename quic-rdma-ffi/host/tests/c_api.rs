@@ -165,12 +165,12 @@ fn cpp_wrapper_tests_pass() {
     let src = c_dir().join("tests/test_cpp.cpp");
     let exe = compile("test_cpp", std::slice::from_ref(&src), &[]);
     let out = run(&mut Command::new(&exe));
-    assert!(out.contains("2 passed, 0 failed"), "{out}");
+    assert!(out.contains("3 passed, 0 failed"), "{out}");
     let asan = compile(
         "test_cpp_asan",
         &[src],
         &["-fsanitize=address", "-fno-omit-frame-pointer"],
     );
     let out = run(Command::new(&asan).env("ASAN_OPTIONS", "detect_leaks=1:exitcode=23"));
-    assert!(out.contains("2 passed, 0 failed"), "{out}");
+    assert!(out.contains("3 passed, 0 failed"), "{out}");
 }

@@ -37,28 +37,36 @@ pub struct RttStats {
     pub handshake: Option<Duration>,
 }
 
-/// The per-connection tracker behind [`RttStats`].
+/// The per-connection tracker behind [`RttStats`]. Kept in integer
+/// nanoseconds: `observe` runs for every received datagram, and `Duration`
+/// arithmetic (checked, split seconds/nanoseconds) cost ~125 instructions
+/// per call there (callgrind, benches/results/latency-callgrind/).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RttTrack {
-    /// quinn-proto's estimate before any sample (its `rtt()` then).
-    initial: Duration,
-    /// The smoothed RTT last read.
-    smoothed: Duration,
-    var: Duration,
-    min_sample: Duration,
+    /// quinn-proto's estimate before any sample (its `rtt()` then), ns.
+    initial: u64,
+    /// The smoothed RTT last read, ns.
+    smoothed: u64,
+    var: u64,
+    min_sample: u64,
     samples: u64,
     started: Instant,
     handshake: Option<Duration>,
+}
+
+/// `d` in nanoseconds (saturating: RTTs are far below 584 years).
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl RttTrack {
     /// A connection started at `now` whose RTT estimate is `initial`.
     pub(crate) fn new(now: Instant, initial: Duration) -> Self {
         RttTrack {
-            initial,
-            smoothed: initial,
-            var: Duration::ZERO,
-            min_sample: Duration::MAX,
+            initial: ns(initial),
+            smoothed: ns(initial),
+            var: 0,
+            min_sample: u64::MAX,
             samples: 0,
             started: now,
             handshake: None,
@@ -67,6 +75,7 @@ impl RttTrack {
 
     /// The smoothed RTT after a received datagram.
     pub(crate) fn observe(&mut self, smoothed: Duration) {
+        let smoothed = ns(smoothed);
         if smoothed == self.smoothed {
             return;
         }
@@ -75,9 +84,11 @@ impl RttTrack {
             self.var = smoothed / 2;
             smoothed
         } else {
-            let s = (smoothed * 8).saturating_sub(self.smoothed * 7);
+            let s = smoothed
+                .saturating_mul(8)
+                .saturating_sub(self.smoothed.saturating_mul(7));
             let dev = s.abs_diff(self.smoothed);
-            self.var = (self.var * 3 + dev) / 4;
+            self.var = (self.var.saturating_mul(3).saturating_add(dev)) / 4;
             s
         };
         self.min_sample = self.min_sample.min(sample);
@@ -95,14 +106,14 @@ impl RttTrack {
     pub(crate) fn stats(&self, quinn_min: Duration) -> RttStats {
         let min_rtt = if self.samples == 0 {
             Duration::ZERO
-        } else if quinn_min < self.initial {
+        } else if ns(quinn_min) < self.initial {
             quinn_min
         } else {
-            self.min_sample
+            Duration::from_nanos(self.min_sample)
         };
         RttStats {
             min_rtt,
-            rtt_var: self.var,
+            rtt_var: Duration::from_nanos(self.var),
             samples: self.samples,
             handshake: self.handshake,
         }

@@ -1,6 +1,7 @@
 /* Tests of the C++ wrapper (quic_rdma.hpp): RAII handles, moves, exceptions
- * on setup errors, and a stream echo over "sim" checked by SHA-256. Prints
- * "N passed, M failed" like the C tests. */
+ * on setup errors, a stream echo over "sim" checked by SHA-256, and the
+ * completion time stamps. Prints "N passed, M failed" like the C tests. */
+#include <chrono>
 #include <cstdio>
 #include <utility>
 #include <vector>
@@ -130,9 +131,84 @@ static int test_stream_echo_and_moves(void) {
     return 0;
 }
 
+/* CLOCK_MONOTONIC nanoseconds (libstdc++'s steady_clock on Linux), the
+ * timeline of the stamps. */
+static uint64_t mono_ns() {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+}
+
+/* Time stamps through the wrapper: off until enabled, then one per datagram
+ * (on the sim fabric's clock, inside the window of its exchange, gone once
+ * the datagram is read), per connection and per reaped send. */
+static int test_timestamps(void) {
+    pair p;
+    EXPECT(p.connect());
+    qr_event ev[32];
+    auto await_datagram = [&]() {
+        for (long i = 0; i < 2000000; i++) {
+            p.client.poll(ev);
+            for (auto &e : p.server.poll(ev))
+                if (e.kind == QR_EVENT_DATAGRAM) return true;
+        }
+        return false;
+    };
+    uint8_t msg[64], buf[64];
+    std::memset(msg, 'q', sizeof msg);
+    qr::timestamp t;
+    /* Off by default. */
+    EXPECT(p.client.send_datagram(p.cconn, msg) == QR_OK);
+    EXPECT(await_datagram());
+    EXPECT(p.server.datagram_timestamp(p.sconn, t) == QR_EAGAIN);
+    EXPECT(p.server.rx_timestamp(p.sconn, t) == QR_EAGAIN);
+    EXPECT(p.client.send_timestamp(t) == QR_EAGAIN);
+    EXPECT(p.server.recv_datagram(p.sconn, buf) == 64);
+    EXPECT(p.server.enable_timestamps() == QR_CLOCK_SIM_FABRIC);
+    EXPECT(p.client.enable_timestamps() == QR_CLOCK_SIM_FABRIC);
+    uint64_t prev = 0;
+    for (int i = 0; i < 3; i++) {
+        std::memset(msg, 'a' + i, sizeof msg);
+        uint64_t before = mono_ns();
+        EXPECT(p.client.send_datagram(p.cconn, msg) == QR_OK);
+        EXPECT(await_datagram());
+        uint64_t after = mono_ns();
+        qr_timestamp d;  /* not initialised: the wrapper sets struct_size */
+        EXPECT(p.server.datagram_timestamp(p.sconn, d) == QR_OK);
+        EXPECT(d.struct_size == sizeof(qr_timestamp) && d.clock == QR_CLOCK_SIM_FABRIC);
+        EXPECT(before <= d.ns && d.ns <= after && d.ns >= prev);
+        prev = d.ns;
+        EXPECT(p.server.recv_datagram(p.sconn, buf) == 64);
+        EXPECT(std::memcmp(buf, msg, sizeof msg) == 0);
+        EXPECT(p.server.datagram_timestamp(p.sconn, d) == QR_EAGAIN);
+        qr::timestamp rx;
+        EXPECT(p.server.rx_timestamp(p.sconn, rx) == QR_OK);
+        EXPECT(rx.clock == QR_CLOCK_SIM_FABRIC && prev <= rx.ns && rx.ns <= after);
+    }
+    /* Sends are signaled one in 16: push enough through that one is reaped. */
+    uint64_t before = mono_ns();
+    for (int i = 0; i < 64; i++) {
+        EXPECT(p.client.send_datagram(p.cconn, std::span<const uint8_t>(msg, 1)) == QR_OK);
+        p.client.poll(ev);
+        p.server.poll(ev);
+    }
+    for (int i = 0; i < 1000; i++) {
+        p.client.poll(ev);
+        p.server.poll(ev);
+    }
+    uint64_t after = mono_ns();
+    qr::timestamp s;
+    EXPECT(p.client.send_timestamp(s) == QR_OK);
+    EXPECT(s.clock == QR_CLOCK_SIM_FABRIC && before <= s.ns && s.ns <= after);
+    /* A bad connection id is an error code, not an exception. */
+    EXPECT(p.server.rx_timestamp(12345, s) == QR_ENOCONN);
+    return 0;
+}
+
 int main() {
     RUN(test_setup_errors_throw_with_reason);
     RUN(test_stream_echo_and_moves);
+    RUN(test_timestamps);
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
