@@ -16,6 +16,7 @@
 //! the narrower [`rows::stack::AsyncStack`] and get `Row` from [`rows::stack::AsyncRow`].
 
 pub mod affinity;
+pub mod cli;
 pub mod cpu;
 pub mod data;
 pub mod image;

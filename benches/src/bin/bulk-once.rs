@@ -31,12 +31,9 @@ fn main() -> anyhow::Result<()> {
     let mut place = Placement::SameCore;
     let mut handshakes = None;
     let mut rtt = None;
-    let mut it = std::env::args().skip(1);
+    let mut it = quic_rdma_benches::cli::Words::from_env();
     while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))
-        };
+        let mut val = || it.value(&a);
         match a.as_str() {
             "--peer" => peer = Some(val()?),
             "--bytes" => bytes = Some(parse_size(&val()?)?),

@@ -62,12 +62,9 @@ fn parse_args() -> anyhow::Result<Args> {
     let (mut repeats, mut bulk, mut rtt, mut hs, mut image) = (None, None, None, None, None);
     let mut image_node_args = vec![];
     let mut side: Option<SideArgs> = None;
-    let mut it = std::env::args().skip(1);
+    let mut it = quic_rdma_benches::cli::Words::from_env();
     while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))
-        };
+        let mut val = || it.value(&a);
         match a.as_str() {
             "--quick" => quick = true,
             "--out" => out = PathBuf::from(val()?),

@@ -19,12 +19,9 @@ use quic_rdma_benches::rows::Row;
 
 fn main() -> anyhow::Result<()> {
     let (mut secs, mut rounds, mut place) = (5.0f64, 3usize, Placement::SeparateCores);
-    let mut it = std::env::args().skip(1);
+    let mut it = quic_rdma_benches::cli::Words::from_env();
     while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))
-        };
+        let mut val = || it.value(&a);
         match a.as_str() {
             "--secs" => secs = val()?.parse()?,
             "--rounds" => rounds = val()?.parse()?,

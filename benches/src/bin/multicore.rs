@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use quic_rdma::engine::{Engine, EngineConfig, EngineGroup, Event};
 use quic_rdma::fabric::sim::{SimConfig, SimFabric, SimQpOptions};
 use quic_rdma::fabric::soft::{SoftConfig, SoftPort};
@@ -76,9 +76,9 @@ fn opts() -> anyhow::Result<Opts> {
         shards: vec![1, 2],
     };
     let mut idle_set = false;
-    let mut args = std::env::args().skip(1);
+    let mut args = quic_rdma_benches::cli::Words::from_env();
     while let Some(a) = args.next() {
-        let mut val = || args.next().with_context(|| format!("{a} needs a value"));
+        let mut val = || args.value(&a);
         match a.as_str() {
             "--provider" => {
                 (o.provider, o.port_per_shard) = match val()?.as_str() {

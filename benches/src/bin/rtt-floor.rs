@@ -46,12 +46,9 @@ fn main() -> anyhow::Result<()> {
     let mut mode = "all".to_string();
     let mut iters = 20_000usize;
     let mut batches = 5usize;
-    let mut it = std::env::args().skip(1);
+    let mut it = quic_rdma_benches::cli::Words::from_env();
     while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))
-        };
+        let mut val = || it.value(&a);
         match a.as_str() {
             "--mode" => mode = val()?,
             "--iters" => iters = val()?.parse()?,
