@@ -209,10 +209,6 @@ async fn stream(
         Err(why) => format!("malformed: {why}"),
     };
     let is_blob = kind == RequestKind::Blob;
-    if let Ok(Request::Blob { offset, .. }) = &req {
-        // Err only once the stream is closed; the write below reports that.
-        let _ = send.set_priority(chunk_priority(*offset));
-    }
     let (header, body) = match req {
         Err(why) => {
             metrics.bad_requests.inc();
@@ -284,20 +280,6 @@ async fn stream(
         tracing::info!(target: "qr::access", client = %client.0, "{what} {status} {n}B {ms:.1}ms");
     }
     Ok(())
-}
-
-/// The send priority of a blob chunk's answer: earlier offsets first, every
-/// chunk below the small answers (manifests, stats) at the default 0.
-///
-/// quinn sends the highest-priority stream's data first and round-robins
-/// among equals. With equal priorities a node's parallel chunk requests all
-/// finish together, so its in-order sink, and the client streaming from it
-/// (cut-through), waited for the whole window (8 chunks) before its first
-/// byte; in offset order the first chunk is whole after its own bytes, and
-/// the blob's contiguous prefix grows steadily. The total sent is the same.
-fn chunk_priority(offset: u64) -> i32 {
-    let mib = (offset >> 20).min(i32::MAX as u64 - 1) as i32;
-    -1 - mib
 }
 
 fn ok(media_type: &str, digest: Digest, total: u64, body: Vec<u8>) -> (Response, Vec<u8>) {
@@ -470,23 +452,5 @@ async fn answer_peer(req: Request, node: &Node) -> (Response, Vec<u8>) {
             };
             chunk(digest, offset, read_range(&file, size, offset, len).await).await
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::chunk_priority;
-
-    #[test]
-    fn earlier_chunks_go_first_and_after_small_answers() {
-        let mib = 1u64 << 20;
-        assert!(chunk_priority(0) < 0, "below manifests and stats (0)");
-        assert!(chunk_priority(0) > chunk_priority(mib));
-        assert!(chunk_priority(mib) > chunk_priority(8 * mib));
-        // Chunks within one MiB share a priority (round-robin among them).
-        assert_eq!(chunk_priority(mib), chunk_priority(mib + 4096));
-        // The largest offsets saturate instead of wrapping to the top.
-        assert_eq!(chunk_priority(u64::MAX), i32::MIN + 1);
-        assert!(chunk_priority(u64::MAX) < chunk_priority(1 << 50));
     }
 }
