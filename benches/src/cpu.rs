@@ -42,27 +42,26 @@ pub fn machine_busy() -> Duration {
     Duration::from_nanos(ticks * 1_000_000_000 / hz)
 }
 
+/// `getrusage(who)` as (user, system) time.
+fn usage(who: UsageWho) -> nix::Result<(Duration, Duration)> {
+    let ru = getrusage(who)?;
+    let tv = |t: TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    Ok((tv(ru.user_time()), tv(ru.system_time())))
+}
+
 /// CPU that this process's waited-for children have used so far
 /// (`getrusage(RUSAGE_CHILDREN)`): around one child that is started and
 /// waited for with no other child reaped meanwhile, the delta is that child's.
 pub fn children_cpu() -> CpuUsed {
-    getrusage(UsageWho::RUSAGE_CHILDREN).map_or(CpuUsed::default(), |ru| {
-        let s = |t: TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
-        CpuUsed {
-            user_s: s(ru.user_time()),
-            sys_s: s(ru.system_time()),
-        }
+    usage(UsageWho::RUSAGE_CHILDREN).map_or(CpuUsed::default(), |(u, s)| CpuUsed {
+        user_s: u.as_secs_f64(),
+        sys_s: s.as_secs_f64(),
     })
 }
 
 /// CPU this process and its waited-for children (the two-process sides) used.
 fn own_cpu() -> Duration {
-    let sum = |who| {
-        getrusage(who).map_or(Duration::ZERO, |ru| {
-            let tv = |t: TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
-            tv(ru.user_time()) + tv(ru.system_time())
-        })
-    };
+    let sum = |who| usage(who).map_or(Duration::ZERO, |(u, s)| u + s);
     sum(UsageWho::RUSAGE_SELF) + sum(UsageWho::RUSAGE_CHILDREN)
 }
 
@@ -114,9 +113,7 @@ pub fn thread_cpu() -> (Duration, Duration) {
     } else {
         UsageWho::RUSAGE_THREAD
     };
-    let ru = getrusage(who).unwrap_or_else(|e| panic!("getrusage({who:?}) failed: {e}"));
-    let tv = |t: TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
-    (tv(ru.user_time()), tv(ru.system_time()))
+    usage(who).unwrap_or_else(|e| panic!("getrusage({who:?}) failed: {e}"))
 }
 
 /// User and system CPU another process (a child this process started) has
