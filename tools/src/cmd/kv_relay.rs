@@ -491,6 +491,8 @@ async fn run_upstream(a: &UpstreamArgs) -> Result<()> {
         let mut cfg = MasterConfig::new(dir.clone());
         cfg.backlog = a.backlog;
         cfg.window = a.window;
+        // A restarted relay serves the snapshot it kept (kv::snapshot).
+        cfg.keep = kv::snapshot::Keep::Latest;
         let locator = Arc::new(Locator::new(
             source,
             master_auth.clone(),

@@ -25,7 +25,7 @@ use super::error::ChannelError;
 use super::flow::{ChunkSizer, Credit};
 use super::frame::{ErrorCode, Frame, Previous, StreamKind};
 use super::metrics::{Metrics, ReplicaStatus};
-use super::snapshot::{Snapshot, SnapshotWriter};
+use super::snapshot::{Keep, Snapshot, SnapshotWriter};
 use super::stream::{write_data, write_frame, FrameReader};
 
 /// Settings of a [`Master`].
@@ -41,6 +41,9 @@ pub struct MasterConfig {
     pub snapshot_wait: Duration,
     /// Interval of heartbeats on the control stream.
     pub heartbeat: Duration,
+    /// Whether the latest finished snapshot is kept in `snapshot_dir` for a
+    /// restarted process ([`Master::restore`]).
+    pub keep: Keep,
 }
 
 impl MasterConfig {
@@ -52,6 +55,7 @@ impl MasterConfig {
             snapshot_dir,
             snapshot_wait: Duration::from_secs(120),
             heartbeat: Duration::from_secs(1),
+            keep: Keep::No,
         }
     }
 }
@@ -261,6 +265,11 @@ impl Master {
         self.shared.version.send_modify(|v| *v += 1);
     }
 
+    /// The settings it was made with.
+    pub fn config(&self) -> &MasterConfig {
+        &self.shared.cfg
+    }
+
     /// The metrics this master updates.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.shared.metrics
@@ -281,6 +290,22 @@ impl Master {
         self.shared.metrics.head.store(position, Relaxed);
         self.shared.metrics.backlog_bytes.store(0, Relaxed);
         drop(st);
+        self.bump();
+    }
+
+    /// [`Master::reset`] to `replid` at `position` (at most the kept
+    /// `snapshot`'s), with that snapshot stored for full syncs: a restarted
+    /// relay serves the snapshot it kept while its source's log can still
+    /// continue it.
+    pub fn restore(
+        &self,
+        replid: &str,
+        position: u64,
+        previous: Option<Previous>,
+        snapshot: Arc<Snapshot>,
+    ) {
+        self.reset(replid, position.min(snapshot.position), previous);
+        self.lock().snapshot = Some(snapshot);
         self.bump();
     }
 
@@ -331,7 +356,12 @@ impl Master {
                 st.backlog.start()
             )));
         }
-        let (snap, writer) = Snapshot::create(&self.shared.cfg.snapshot_dir, replid, position)?;
+        let (snap, writer) = Snapshot::create(
+            &self.shared.cfg.snapshot_dir,
+            replid,
+            position,
+            self.shared.cfg.keep,
+        )?;
         st.snapshot = Some(snap);
         st.want_snapshot = false;
         drop(st);

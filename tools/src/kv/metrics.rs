@@ -73,6 +73,11 @@ pub struct Metrics {
     /// Times the upstream relay moved to another server as the master (a
     /// failover followed).
     pub master_changes: AtomicU64,
+    /// Kept snapshots a restarted upstream relay served again.
+    pub stored_snapshot_restored: AtomicU64,
+    /// Kept snapshots found unusable at start (changed on disk, another
+    /// history, or older than the master's backlog) and removed.
+    pub stored_snapshot_refused: AtomicU64,
     /// Bytes in the backlog now (master).
     pub backlog_bytes: AtomicU64,
     /// Head of the log now (a replication offset, in bytes; on the replica
@@ -227,6 +232,8 @@ impl Counters for Metrics {
             commands_refused: Counter, Count, "Commands on the Redis port answered with an error (unknown, inline, bad arguments).";
             master_link_up: Gauge, Count, "1 while the upstream relay follows the Redis master's command stream, else 0.";
             master_changes: Counter, Count, "Times the upstream relay followed the master to another server (failovers).";
+            stored_snapshot_restored: Counter, Count, "Snapshots kept on disk by a previous process and served again after a restart.";
+            stored_snapshot_refused: Counter, Count, "Kept snapshots refused at start (changed on disk, another history, older than the master's backlog).";
             backlog_bytes: Gauge, Bytes, "Bytes in the backlog.";
             head => log_head_bytes: Gauge, Bytes, "Log head: the replication offset, in bytes.";
         );

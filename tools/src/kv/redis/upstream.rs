@@ -22,10 +22,11 @@ use super::conn::RedisConn;
 use super::error::RelayError;
 use super::locate::Locator;
 use super::rdb::Framing;
+use super::reply::Reply;
 use super::resp::{encode_command, Parser};
 use crate::kv::frame::Previous;
 use crate::kv::master::Master;
-use crate::kv::snapshot::SnapshotWriter;
+use crate::kv::snapshot::{discard_stored, Keep, Snapshot, SnapshotWriter, Stored};
 
 /// How to reach and authenticate to the Redis master.
 #[derive(Clone, Debug)]
@@ -110,20 +111,11 @@ async fn save_state(path: PathBuf, master: Master) {
 /// backlog ends), to whichever server is the master by then.
 pub async fn run(cfg: UpstreamConfig, master: Master) {
     let _fetcher = AbortOnDrop(tokio::spawn(fetch_snapshots(cfg.clone(), master.clone())));
-    let _saver = cfg.state.as_ref().map(|p| {
-        if let Some((replid, pos, previous)) = load_state(p) {
-            // Resume where the replicas were: the backlog starts there, and
-            // PSYNC asks the master for exactly what follows.
-            tracing::info!(
-                target: "qr::kv",
-                role = "upstream",
-                "resuming replication id {replid} at offset {pos} ({})",
-                p.display()
-            );
-            master.reset(&replid, pos, previous);
-        }
-        AbortOnDrop(tokio::spawn(save_state(p.clone(), master.clone())))
-    });
+    resume(&cfg, &master).await;
+    let _saver = cfg
+        .state
+        .as_ref()
+        .map(|p| AbortOnDrop(tokio::spawn(save_state(p.clone(), master.clone()))));
     let mut first = true;
     let mut followed: Option<String> = None;
     loop {
@@ -166,6 +158,164 @@ pub async fn run(cfg: UpstreamConfig, master: Master) {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Where a restarted relay starts: from its saved state (the position every
+/// live replica can resume from: PSYNC asks the master for exactly what
+/// follows) and with the snapshot it kept, when that snapshot belongs to the
+/// same history and the master's backlog still reaches it. The backlog then
+/// starts at the lower of the two, so replicas resume partially and new ones
+/// get the kept snapshot and its log instead of a new fetch from the master.
+async fn resume(cfg: &UpstreamConfig, master: &Master) {
+    let saved = cfg.state.as_deref().and_then(load_state);
+    let kept = if master.config().keep == Keep::Latest {
+        let dir = master.config().snapshot_dir.clone();
+        let d = dir.clone();
+        match tokio::task::spawn_blocking(move || Snapshot::open_stored(&d)).await {
+            Ok(Stored::Found(s)) => Some(s),
+            Ok(Stored::Absent) => None,
+            Ok(Stored::Refused(why)) => {
+                refused(master, &why);
+                None
+            }
+            Err(e) => {
+                refused(master, &format!("checking the kept snapshot: {e}"));
+                discard_stored(&dir);
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let snap = match (kept, &saved) {
+        (Some(s), Some((replid, pos, previous))) => {
+            let ours = s.replid == *replid
+                || previous
+                    .as_ref()
+                    .is_some_and(|p| p.replid == s.replid && s.position <= p.position);
+            // Starting below the replicas' position costs them their partial
+            // resync unless the master's backlog still reaches that far.
+            let reach = if !ours || s.position >= *pos {
+                Ok(ours)
+            } else {
+                backlog_reaches(cfg, replid, s.position).await
+            };
+            match reach {
+                Ok(true) => Some(s),
+                Ok(false) => {
+                    refused(
+                        master,
+                        &format!(
+                            "the kept snapshot ({} at {}) is not in the history the replicas \
+                             resume ({replid} from {pos}) or the master's backlog no longer \
+                             reaches it",
+                            s.replid, s.position
+                        ),
+                    );
+                    discard_stored(&master.config().snapshot_dir);
+                    None
+                }
+                Err(e) => {
+                    // Kept for the next restart: the master may answer then.
+                    tracing::warn!(
+                        target: "qr::kv",
+                        role = "upstream",
+                        "not serving the kept snapshot: cannot read the master's backlog: {e}"
+                    );
+                    None
+                }
+            }
+        }
+        (kept, _) => kept,
+    };
+    let (replid, pos, previous) = match (saved, &snap) {
+        (Some(s), _) => s,
+        (None, Some(s)) => (s.replid.clone(), s.position, None),
+        (None, None) => return,
+    };
+    let from = cfg.state.as_deref().unwrap_or(Path::new("--dir"));
+    match snap {
+        Some(s) => {
+            tracing::info!(
+                target: "qr::kv",
+                role = "upstream",
+                "resuming replication id {replid} at offset {} with the kept snapshot \
+                 at {} ({})",
+                pos.min(s.position),
+                s.position,
+                from.display()
+            );
+            master.restore(&replid, pos, previous, s);
+            master
+                .metrics()
+                .stored_snapshot_restored
+                .fetch_add(1, Relaxed);
+        }
+        None => {
+            tracing::info!(
+                target: "qr::kv",
+                role = "upstream",
+                "resuming replication id {replid} at offset {pos} ({})",
+                from.display()
+            );
+            master.reset(&replid, pos, previous);
+        }
+    }
+}
+
+/// Count and log a kept snapshot that will not be served.
+fn refused(master: &Master, why: &str) {
+    master
+        .metrics()
+        .stored_snapshot_refused
+        .fetch_add(1, Relaxed);
+    tracing::warn!(
+        target: "qr::kv",
+        role = "upstream",
+        "not serving the kept snapshot: {why}; a full sync will fetch a new one"
+    );
+}
+
+/// Whether the master's backlog holds the byte after `position` of `replid`
+/// (`INFO replication`; the master accepts `PSYNC` within
+/// `repl_backlog_first_byte_offset ..= master_repl_offset + 1` of its id or,
+/// up to `second_repl_offset`, of its previous one: replication.c
+/// `masterTryPartialResynchronization`).
+async fn backlog_reaches(
+    cfg: &UpstreamConfig,
+    replid: &str,
+    position: u64,
+) -> Result<bool, RelayError> {
+    let mut c = RedisConn::connect(&cfg.master.locate().await?).await?;
+    cfg.master.master_auth().auth(&mut c).await?;
+    c.send(&[b"INFO", b"replication"]).await?;
+    match c.reply().await? {
+        Reply::Bulk(Some(text)) => Ok(info_reaches(
+            &String::from_utf8_lossy(&text),
+            replid,
+            position,
+        )),
+        other => Err(RelayError::Handshake(format!(
+            "INFO replication answered {other:?}"
+        ))),
+    }
+}
+
+/// [`backlog_reaches`] on the text of `INFO replication`.
+fn info_reaches(info: &str, replid: &str, position: u64) -> bool {
+    let field = |k: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let num = |k: &str| field(k).and_then(|v| v.parse::<i64>().ok());
+    let want = position as i64 + 1;
+    let ours = field("master_replid") == Some(replid)
+        || (field("master_replid2") == Some(replid)
+            && num("second_repl_offset").is_some_and(|o| want <= o));
+    ours && num("repl_backlog_active") == Some(1)
+        && num("repl_backlog_first_byte_offset").is_some_and(|f| f <= want)
+        && num("master_repl_offset").is_some_and(|h| want <= h + 1)
 }
 
 /// Returns when `addr` stops being the master to follow (asked every
@@ -400,4 +550,30 @@ async fn fetch(cfg: &UpstreamConfig, master: &Master) -> Result<(), RelayError> 
     let writer = master.begin_snapshot(id, off)?;
     receive_rdb(&mut c, writer, master).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INFO: &str = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\
+        master_replid:aaaa\r\nmaster_replid2:bbbb\r\nmaster_repl_offset:5000\r\n\
+        second_repl_offset:3001\r\nrepl_backlog_active:1\r\nrepl_backlog_size:1048576\r\n\
+        repl_backlog_first_byte_offset:2001\r\nrepl_backlog_histlen:3000\r\n";
+
+    #[test]
+    fn the_masters_backlog_reaches_a_position_of_its_history_it_still_holds() {
+        // PSYNC asks for the byte after the position: 2001 is the first held.
+        assert!(info_reaches(INFO, "aaaa", 2000));
+        assert!(!info_reaches(INFO, "aaaa", 1999));
+        assert!(info_reaches(INFO, "aaaa", 5000));
+        assert!(!info_reaches(INFO, "aaaa", 5001));
+        // The previous id, only up to where it ended.
+        assert!(info_reaches(INFO, "bbbb", 3000));
+        assert!(!info_reaches(INFO, "bbbb", 3001));
+        assert!(!info_reaches(INFO, "cccc", 2500));
+        let idle = INFO.replace("repl_backlog_active:1", "repl_backlog_active:0");
+        assert!(!info_reaches(&idle, "aaaa", 2500));
+        assert!(!info_reaches("", "aaaa", 2500));
+    }
 }
