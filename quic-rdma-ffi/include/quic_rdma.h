@@ -467,6 +467,41 @@
 #define QR_STAT_UNIT_SECONDS 2
 
 /**
+ * `qr_stream_stats.flags`: our sending half is open.
+ */
+#define QR_STREAM_SEND_OPEN 1
+
+/**
+ * `qr_stream_stats.flags`: our receiving half is open.
+ */
+#define QR_STREAM_RECV_OPEN 2
+
+/**
+ * `qr_stream_stats.flags`: we finished it (`qr_stream_finish`).
+ */
+#define QR_STREAM_FINISH_SENT 4
+
+/**
+ * `qr_stream_stats.flags`: the peer acknowledged all we sent, the end included.
+ */
+#define QR_STREAM_FINISH_ACKED 8
+
+/**
+ * `qr_stream_stats.flags`: the peer's end of data was read.
+ */
+#define QR_STREAM_FIN_READ 16
+
+/**
+ * `qr_stream_stats.flags`: the peer reset it (`reset_code` says with what).
+ */
+#define QR_STREAM_RESET_RECEIVED 32
+
+/**
+ * `qr_stream_stats.flags`: the peer asked us to stop sending (`stop_code`).
+ */
+#define QR_STREAM_STOP_RECEIVED 64
+
+/**
  * `qr_timestamp.clock`: the `sim` fabric's clock (the wall clock of the
  * library's sim fabric; stamps when the fabric delivers a packet or puts a
  * send on its wire).
@@ -1087,6 +1122,47 @@ typedef struct {
 } qr_socket_stats;
 
 /**
+ * What the library counted on one stream (quinn-proto keeps no per-stream
+ * counters). Readable while either half is open and, after both ended, for
+ * the connection's last 16 ended streams. Version 1.
+ */
+typedef struct {
+  /**
+   * Set by the caller to `sizeof(qr_stream_stats)`; set on return to the bytes written.
+   */
+  uint32_t struct_size;
+  /**
+   * `QR_STREAM_*` bits.
+   */
+  uint32_t flags;
+  /**
+   * Bytes `qr_stream_write` / `qr_stream_write_zc` took.
+   */
+  uint64_t bytes_written;
+  /**
+   * Bytes `qr_stream_read` delivered.
+   */
+  uint64_t bytes_read;
+  /**
+   * Writes that took nothing (`QR_EAGAIN`): flow control, or the send
+   * buffer full because the peer reads slower than we write.
+   */
+  uint64_t writes_blocked;
+  /**
+   * Reads that found nothing (`QR_EAGAIN`).
+   */
+  uint64_t reads_empty;
+  /**
+   * The peer's RESET_STREAM code (with `QR_STREAM_RESET_RECEIVED`), else 0.
+   */
+  uint64_t reset_code;
+  /**
+   * The peer's STOP_SENDING code (with `QR_STREAM_STOP_RECEIVED`), else 0.
+   */
+  uint64_t stop_code;
+} qr_stream_stats;
+
+/**
  * Called when the library holds no more references to a buffer given to
  * `qr_stream_write_zc`; `user`, `data` and `len` are what that call got.
  */
@@ -1672,6 +1748,20 @@ int32_t qr_conn_stats_get(qr_engine *e, uint64_t conn, qr_conn_stats *out);
  * `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
  */
 int32_t qr_socket_stats_get(qr_engine *e, qr_socket_stats *out);
+
+/**
+ * Figures of `stream` on `conn` into `*out` (set `out->struct_size` first):
+ * bytes written and read, calls that found no room or no data, and where
+ * each half stands. No allocation: a table lookup.
+ *
+ * Returns: `QR_OK`, `QR_ENULL`, `QR_EINVAL` (`out->struct_size` below 4,
+ * or `stream` at or above 2^62), `QR_ENOCONN`, `QR_ESTREAM` (never opened,
+ * or ended before the connection's last 16 ended streams), `QR_EPANIC`.
+ *
+ * # Safety
+ * `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
+ */
+int32_t qr_stream_stats_get(qr_engine *e, uint64_t conn, uint64_t stream, qr_stream_stats *out);
 
 /**
  * Open a stream on `conn` (`bidi` nonzero: bidirectional); its id goes to `*stream`.

@@ -6,6 +6,7 @@ use quic_rdma::engine::ConnHandle;
 use crate::engine::qr_engine;
 use crate::error::{code_of, guard, QR_OK};
 use crate::ptr::{obj, write_versioned, Versioned};
+use crate::streams::sid;
 
 /// One connection's statistics. Version 3 (version 1 ended at `rx_bytes`,
 /// version 2 at `datagrams_queued`).
@@ -197,3 +198,99 @@ pub unsafe extern "C" fn qr_socket_stats_get(e: *mut qr_engine, out: *mut qr_soc
         Ok(QR_OK)
     })
 }
+
+/// `qr_stream_stats.flags`: our sending half is open.
+pub const QR_STREAM_SEND_OPEN: u32 = 1;
+/// `qr_stream_stats.flags`: our receiving half is open.
+pub const QR_STREAM_RECV_OPEN: u32 = 2;
+/// `qr_stream_stats.flags`: we finished it (`qr_stream_finish`).
+pub const QR_STREAM_FINISH_SENT: u32 = 4;
+/// `qr_stream_stats.flags`: the peer acknowledged all we sent, the end included.
+pub const QR_STREAM_FINISH_ACKED: u32 = 8;
+/// `qr_stream_stats.flags`: the peer's end of data was read.
+pub const QR_STREAM_FIN_READ: u32 = 16;
+/// `qr_stream_stats.flags`: the peer reset it (`reset_code` says with what).
+pub const QR_STREAM_RESET_RECEIVED: u32 = 32;
+/// `qr_stream_stats.flags`: the peer asked us to stop sending (`stop_code`).
+pub const QR_STREAM_STOP_RECEIVED: u32 = 64;
+
+/// What the library counted on one stream (quinn-proto keeps no per-stream
+/// counters). Readable while either half is open and, after both ended, for
+/// the connection's last 16 ended streams. Version 1.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct qr_stream_stats {
+    /// Set by the caller to `sizeof(qr_stream_stats)`; set on return to the bytes written.
+    pub struct_size: u32,
+    /// `QR_STREAM_*` bits.
+    pub flags: u32,
+    /// Bytes `qr_stream_write` / `qr_stream_write_zc` took.
+    pub bytes_written: u64,
+    /// Bytes `qr_stream_read` delivered.
+    pub bytes_read: u64,
+    /// Writes that took nothing (`QR_EAGAIN`): flow control, or the send
+    /// buffer full because the peer reads slower than we write.
+    pub writes_blocked: u64,
+    /// Reads that found nothing (`QR_EAGAIN`).
+    pub reads_empty: u64,
+    /// The peer's RESET_STREAM code (with `QR_STREAM_RESET_RECEIVED`), else 0.
+    pub reset_code: u64,
+    /// The peer's STOP_SENDING code (with `QR_STREAM_STOP_RECEIVED`), else 0.
+    pub stop_code: u64,
+}
+
+// SAFETY: repr(C), first field u32 struct_size, integers only.
+unsafe impl Versioned for qr_stream_stats {
+    // Written, not read: a caller may know any prefix of it.
+    const V1_SIZE: usize = 4;
+}
+
+/// Figures of `stream` on `conn` into `*out` (set `out->struct_size` first):
+/// bytes written and read, calls that found no room or no data, and where
+/// each half stands. No allocation: a table lookup.
+///
+/// Returns: `QR_OK`, `QR_ENULL`, `QR_EINVAL` (`out->struct_size` below 4,
+/// or `stream` at or above 2^62), `QR_ENOCONN`, `QR_ESTREAM` (never opened,
+/// or ended before the connection's last 16 ended streams), `QR_EPANIC`.
+///
+/// # Safety
+/// `e` is a live engine; `out` points to at least `out->struct_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn qr_stream_stats_get(
+    e: *mut qr_engine,
+    conn: u64,
+    stream: u64,
+    out: *mut qr_stream_stats,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract above.
+        let e = unsafe { obj(e) }?;
+        let s = e
+            .engine
+            .stream_stats(ConnHandle::from_bits(conn), sid(stream)?)
+            .map_err(|err| code_of(&err))?;
+        let flag = |on: bool, bit: u32| if on { bit } else { 0 };
+        let v = qr_stream_stats {
+            struct_size: 0,
+            flags: flag(s.send_open, QR_STREAM_SEND_OPEN)
+                | flag(s.recv_open, QR_STREAM_RECV_OPEN)
+                | flag(s.finish_sent, QR_STREAM_FINISH_SENT)
+                | flag(s.finish_acked, QR_STREAM_FINISH_ACKED)
+                | flag(s.fin_read, QR_STREAM_FIN_READ)
+                | flag(s.reset_received.is_some(), QR_STREAM_RESET_RECEIVED)
+                | flag(s.stop_received.is_some(), QR_STREAM_STOP_RECEIVED),
+            bytes_written: s.bytes_written,
+            bytes_read: s.bytes_read,
+            writes_blocked: s.writes_blocked,
+            reads_empty: s.reads_empty,
+            reset_code: s.reset_received.unwrap_or(0),
+            stop_code: s.stop_received.unwrap_or(0),
+        };
+        // SAFETY: the caller's contract above.
+        unsafe { write_versioned(out, &v) }?;
+        Ok(QR_OK)
+    })
+}
+
+// The docs of `qr_stream_stats` and `qr_stream_stats_get` name the number.
+const _: () = assert!(quic_rdma::engine::ENDED_KEPT == 16);

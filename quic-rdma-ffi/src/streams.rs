@@ -11,7 +11,7 @@ use crate::engine::qr_engine;
 use crate::error::{code_of, guard, guard64, QR_EINVAL, QR_ENULL, QR_OK};
 use crate::ptr::{bytes, bytes_mut, obj, put};
 
-fn sid(s: u64) -> Result<StreamId, i32> {
+pub(crate) fn sid(s: u64) -> Result<StreamId, i32> {
     VarInt::from_u64(s)
         .map(StreamId::from)
         .map_err(|_| QR_EINVAL)

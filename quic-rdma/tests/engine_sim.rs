@@ -333,6 +333,13 @@ fn stream_reset_and_stop_are_reported() {
         reset.is_some()
     });
     assert_eq!(reset, Some(42));
+    // Each side's figures say what happened; the reset ended both streams'
+    // rows (one half each) and they stay readable.
+    let cs = p.client.stream_stats(c, a).unwrap();
+    assert_eq!(cs.bytes_written, 6);
+    assert!(!cs.send_open && !cs.recv_open && !cs.finish_sent);
+    let ss = p.server.stream_stats(s, a).unwrap();
+    assert_eq!(ss.reset_received, Some(42));
     // Writing on a reset stream fails.
     assert!(matches!(
         p.client.write(c, a, b"x"),
@@ -365,6 +372,11 @@ fn stream_reset_and_stop_are_reported() {
         p.client.write(c, b, b"more"),
         Err(EngineError::StreamStopped(7))
     ));
+    let cs = p.client.stream_stats(c, b).unwrap();
+    assert_eq!((cs.bytes_written, cs.stop_received), (5, Some(7)));
+    assert!(!cs.send_open && cs.recv_open, "{cs:?}");
+    let ss = p.server.stream_stats(s, b).unwrap();
+    assert!(ss.send_open && !ss.recv_open, "{ss:?}");
     // Reading a send-only stream of ours is a closed stream.
     let mut buf = [0u8; 8];
     assert!(matches!(
@@ -407,6 +419,18 @@ fn finished_stream_reports_finished_and_fin() {
     ));
     assert!(matches!(
         p.client.write(c, a, b"late"),
+        Err(EngineError::ClosedStream)
+    ));
+    // The figures outlive both ends: written, finished, acknowledged; read to the end.
+    let cs = p.client.stream_stats(c, a).unwrap();
+    assert_eq!(cs.bytes_written, 3);
+    assert!(cs.finish_sent && cs.finish_acked && !cs.send_open);
+    let ss = p.server.stream_stats(s, a).unwrap();
+    assert_eq!((ss.bytes_read, ss.fin_read, ss.recv_open), (3, true, false));
+    // A stream nobody opened has none.
+    let never = StreamId::from(VarInt::from_u32(4000));
+    assert!(matches!(
+        p.client.stream_stats(c, never),
         Err(EngineError::ClosedStream)
     ));
 }

@@ -7,6 +7,7 @@ use quinn_proto::{Connection, ConnectionError, ConnectionHandle, Dir, StreamId};
 
 use super::datagrams::RecvDatagrams;
 use super::rtt::RttTrack;
+use super::stream_stats::StreamTable;
 use super::{ConnHandle, EngineError};
 
 /// One connection as the engine keeps it.
@@ -30,6 +31,8 @@ pub(crate) struct Conn {
     /// Arrival stamp of the latest packet handled for this connection, while
     /// the engine stamps completions ([`Engine::enable_timestamps`](super::Engine::enable_timestamps)).
     pub(crate) last_rx_stamp: Option<crate::fabric::Timestamp>,
+    /// Per-stream figures ([`Engine::stream_stats`](super::Engine::stream_stats)).
+    pub(crate) stream_stats: StreamTable,
 }
 
 fn dir_index(d: Dir) -> usize {
@@ -50,6 +53,7 @@ impl Conn {
             error: None,
             rx_datagrams: RecvDatagrams::new(datagram_limit),
             last_rx_stamp: None,
+            stream_stats: StreamTable::new(),
             opened: [0; 2],
             accepted: [0; 2],
             unvalidated_handshake: false,
@@ -60,12 +64,14 @@ impl Conn {
     pub(crate) fn note_opened(&mut self, s: StreamId) {
         let n = &mut self.opened[dir_index(s.dir())];
         *n = (*n).max(s.index() + 1);
+        self.stream_stats.opened(s, self.inner.side());
     }
 
     /// Record a stream the peer opened.
     pub(crate) fn note_accepted(&mut self, s: StreamId) {
         let n = &mut self.accepted[dir_index(s.dir())];
         *n = (*n).max(s.index() + 1);
+        self.stream_stats.opened(s, self.inner.side());
     }
 
     /// Whether `s` was ever opened, by us or by the peer: an id nobody opened

@@ -46,6 +46,7 @@ mod handle;
 mod idle;
 mod io;
 mod rtt;
+mod stream_stats;
 mod streams;
 mod timestamps;
 mod waiter;
@@ -69,6 +70,7 @@ pub use handle::{ConnHandle, IncomingId};
 pub use idle::{Idle, IdleConfig, IdlePolicy};
 pub use quinn_proto::StreamId;
 pub use rtt::RttStats;
+pub use stream_stats::{StreamStats, ENDED_KEPT};
 pub use streams::StreamRead;
 pub use waiter::{Wait, WaitStats, Waiter};
 
@@ -650,11 +652,15 @@ fn translate(h: ConnHandle, c: &mut Conn, ev: quinn_proto::Event, out: &mut Vec<
         E::Stream(S::Readable { id }) => {
             // A reset is only visible by asking; report it as its own event.
             match c.inner.recv_stream(id).received_reset() {
-                Ok(Some(code)) => out.push(Event::StreamReset {
-                    conn: h,
-                    stream: id,
-                    code: code.into_inner(),
-                }),
+                Ok(Some(code)) => {
+                    c.stream_stats
+                        .update(id, |s| s.reset_received = Some(code.into_inner()));
+                    out.push(Event::StreamReset {
+                        conn: h,
+                        stream: id,
+                        code: code.into_inner(),
+                    })
+                }
                 _ => out.push(Event::StreamReadable {
                     conn: h,
                     stream: id,
@@ -665,15 +671,27 @@ fn translate(h: ConnHandle, c: &mut Conn, ev: quinn_proto::Event, out: &mut Vec<
             conn: h,
             stream: id,
         }),
-        E::Stream(S::Finished { id }) => out.push(Event::StreamFinished {
-            conn: h,
-            stream: id,
-        }),
-        E::Stream(S::Stopped { id, error_code }) => out.push(Event::StreamStopped {
-            conn: h,
-            stream: id,
-            code: error_code.into_inner(),
-        }),
+        E::Stream(S::Finished { id }) => {
+            c.stream_stats.update(id, |s| {
+                s.finish_acked = true;
+                s.send_open = false;
+            });
+            out.push(Event::StreamFinished {
+                conn: h,
+                stream: id,
+            })
+        }
+        E::Stream(S::Stopped { id, error_code }) => {
+            c.stream_stats.update(id, |s| {
+                s.stop_received = Some(error_code.into_inner());
+                s.send_open = false;
+            });
+            out.push(Event::StreamStopped {
+                conn: h,
+                stream: id,
+                code: error_code.into_inner(),
+            })
+        }
         E::Stream(S::Available { dir }) => out.push(Event::StreamsAvailable {
             conn: h,
             bidi: dir == Dir::Bi,

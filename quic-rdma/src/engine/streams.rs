@@ -7,7 +7,7 @@ use quinn_proto::{
 use bytes::Bytes;
 
 use super::connection::Conn;
-use super::{ConnHandle, Engine, EngineError};
+use super::{ConnHandle, Engine, EngineError, StreamStats};
 use crate::fabric::UdQueuePair;
 
 /// The outcome of a successful [`Engine::read`].
@@ -33,6 +33,21 @@ fn write_error(e: WriteError) -> EngineError {
         WriteError::Stopped(code) => EngineError::StreamStopped(code.into_inner()),
         WriteError::ClosedStream => EngineError::ClosedStream,
     }
+}
+
+/// Count a write's outcome in the stream's figures.
+fn count_write(
+    c: &mut Conn,
+    stream: StreamId,
+    r: Result<usize, WriteError>,
+) -> Result<usize, EngineError> {
+    c.stream_stats.update(stream, |s| match &r {
+        Ok(n) => s.bytes_written += *n as u64,
+        Err(WriteError::Blocked) => s.writes_blocked += 1,
+        Err(WriteError::Stopped(code)) => s.stop_received = Some(code.into_inner()),
+        Err(WriteError::ClosedStream) => {}
+    });
+    r.map_err(write_error)
 }
 
 /// The open connection `conn`, if `stream` has a side we may use: quinn-proto
@@ -87,7 +102,8 @@ impl<Q: UdQueuePair> Engine<Q> {
     ) -> Result<usize, EngineError> {
         let c = usable(self, conn, stream, true)?;
         c.check_open()?;
-        c.inner.send_stream(stream).write(data).map_err(write_error)
+        let r = c.inner.send_stream(stream).write(data);
+        count_write(c, stream, r)
     }
 
     /// Like [`Engine::write`] without the copy: quinn-proto keeps a reference
@@ -107,7 +123,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         let r = c.inner.send_stream(stream).write_chunks(&mut chunks);
         let [rest] = chunks;
         *data = rest;
-        r.map(|w| w.bytes).map_err(write_error)
+        count_write(c, stream, r.map(|w| w.bytes))
     }
 
     /// Mark the end of what we send on `stream`;
@@ -116,7 +132,10 @@ impl<Q: UdQueuePair> Engine<Q> {
         let c = usable(self, conn, stream, true)?;
         c.check_open()?;
         match c.inner.send_stream(stream).finish() {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                c.stream_stats.update(stream, |s| s.finish_sent = true);
+                Ok(())
+            }
             Err(FinishError::Stopped(code)) => Err(EngineError::StreamStopped(code.into_inner())),
             Err(FinishError::ClosedStream) => Err(EngineError::ClosedStream),
         }
@@ -132,7 +151,9 @@ impl<Q: UdQueuePair> Engine<Q> {
         let code = code(error_code)?;
         let c = usable(self, conn, stream, true)?;
         c.check_open()?;
-        c.inner.send_stream(stream).reset(code).map_err(closed)
+        c.inner.send_stream(stream).reset(code).map_err(closed)?;
+        c.stream_stats.update(stream, |s| s.send_open = false);
+        Ok(())
     }
 
     /// Ask the peer to stop sending on `stream` (STOP_SENDING); unread data is discarded.
@@ -145,7 +166,9 @@ impl<Q: UdQueuePair> Engine<Q> {
         let code = code(error_code)?;
         let c = usable(self, conn, stream, false)?;
         c.check_open()?;
-        c.inner.recv_stream(stream).stop(code).map_err(closed)
+        c.inner.recv_stream(stream).stop(code).map_err(closed)?;
+        c.stream_stats.update(stream, |s| s.recv_open = false);
+        Ok(())
     }
 
     /// Set the send priority of `stream`: higher goes first; equal shares round robin.
@@ -207,13 +230,40 @@ impl<Q: UdQueuePair> Engine<Q> {
         // Flow-control credit (MAX_STREAM_DATA/MAX_DATA) is queued here and sent
         // on the next flush.
         let _ = chunks.finalize();
+        let empty = matches!(outcome, Ok(false)) && len == 0 && !buf.is_empty();
+        c.stream_stats.update(stream, |s| {
+            s.bytes_read += len as u64;
+            match outcome {
+                Err(code) => {
+                    s.reset_received = Some(code);
+                    s.recv_open = false;
+                }
+                Ok(true) => {
+                    s.fin_read = true;
+                    s.recv_open = false;
+                }
+                Ok(false) => s.reads_empty += u64::from(empty),
+            }
+        });
         match outcome {
             Err(code) => Err(EngineError::StreamReset(code)),
-            Ok(fin) if len == 0 && !fin && !buf.is_empty() => {
+            Ok(_) if empty => {
                 c.check_open()?;
                 Err(EngineError::WouldBlock)
             }
             Ok(fin) => Ok(StreamRead { len, fin }),
         }
+    }
+
+    /// What the engine counted on `stream`: while either half is open, and
+    /// for the last [`ENDED_KEPT`](super::ENDED_KEPT) streams of the
+    /// connection that ended (`ClosedStream` for others and for ids never opened).
+    pub fn stream_stats(
+        &self,
+        conn: ConnHandle,
+        stream: StreamId,
+    ) -> Result<StreamStats, EngineError> {
+        let c = self.conns.get_ref(conn)?;
+        c.stream_stats.get(stream).ok_or(EngineError::ClosedStream)
     }
 }

@@ -135,6 +135,59 @@ static int test_handshake(void) {
 
 /* Client sends LEN seeded bytes; the server echoes each stream back; the client
  * checks the SHA-256 of what came back equals that of what it sent. */
+/* Issue 29 #6: per-stream figures after a 4 MiB echo: both sides counted
+ * every byte each way and every call that found no room or no data, both
+ * ends are recorded and the ended stream stays readable. */
+typedef struct {
+    uint64_t writes_blocked, reads_empty;
+} seen_calls;
+
+static int check_stream_stats(qr_pair *p, uint64_t s, uint64_t ss, uint64_t len,
+                              seen_calls client, seen_calls server) {
+    qr_stream_stats c, v;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    /* The client's end is acknowledged within a few round trips. */
+    for (int i = 0; i < 10000; i++) {
+        EXPECT(qr_stream_stats_get(p->client, p->client_conn, s, &c) == QR_OK);
+        if (c.flags & QR_STREAM_FINISH_ACKED) break;
+        qr_pair_step(p);
+    }
+    EXPECT(c.struct_size == sizeof c);
+    EXPECT(c.bytes_written == len && c.bytes_read == len);
+    /* Exactly the calls that got QR_EAGAIN. */
+    EXPECT(c.writes_blocked == client.writes_blocked);
+    EXPECT(c.reads_empty == client.reads_empty);
+    EXPECT(c.reads_empty > 0);
+    EXPECT(c.flags == (QR_STREAM_FINISH_SENT | QR_STREAM_FINISH_ACKED | QR_STREAM_FIN_READ));
+    EXPECT(c.reset_code == 0 && c.stop_code == 0);
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    EXPECT(qr_stream_stats_get(p->server, p->server_conn, ss, &v) == QR_OK);
+    EXPECT(v.bytes_read == len && v.bytes_written == len);
+    EXPECT(v.writes_blocked == server.writes_blocked);
+    EXPECT(v.reads_empty == server.reads_empty);
+    EXPECT(v.flags & QR_STREAM_FIN_READ);
+    EXPECT(v.flags & QR_STREAM_FINISH_SENT);
+    /* An older caller's smaller struct gets its prefix only. */
+    uint8_t old[16 + 8];
+    memset(old, 0xAB, sizeof old);
+    ((qr_stream_stats *)old)->struct_size = 16;
+    EXPECT(qr_stream_stats_get(p->client, p->client_conn, s, (qr_stream_stats *)old) == QR_OK);
+    EXPECT(((qr_stream_stats *)old)->struct_size == 16);
+    uint64_t written;
+    memcpy(&written, old + 8, 8);
+    EXPECT(written == len);
+    EXPECT(old[16] == 0xAB);
+    /* Never opened, a bad id, a bad size, no engine. */
+    EXPECT(qr_stream_stats_get(p->client, p->client_conn, 4000, &c) == QR_ESTREAM);
+    EXPECT(qr_stream_stats_get(p->client, p->client_conn, 1ull << 62, &c) == QR_EINVAL);
+    c.struct_size = 2;
+    EXPECT(qr_stream_stats_get(p->client, p->client_conn, s, &c) == QR_EINVAL);
+    EXPECT(qr_stream_stats_get(NULL, p->client_conn, s, &c) == QR_ENULL);
+    return 0;
+}
+
 static int test_stream_echo_sha256(void) {
     enum { LEN = 4 << 20 };
     qr_pair p;
@@ -151,6 +204,7 @@ static int test_stream_echo_sha256(void) {
     int finished = 0, fin = 0, server_fin = 0;
     uint64_t ss = 0;
     size_t echo_len = 0, echo_off = 0;
+    seen_calls cseen = {0, 0}, sseen = {0, 0};
     for (unsigned long long i = 0; !fin && i < QR_PAIR_MAX_SPINS; i++) {
         /* client: write */
         while (written < LEN) {
@@ -165,7 +219,10 @@ static int test_stream_echo_sha256(void) {
             }
             long long n = qr_stream_write(p.client, p.client_conn, s, out + chunk_off,
                                           chunk_len - chunk_off);
-            if (n == QR_EAGAIN) break;
+            if (n == QR_EAGAIN) {
+                cseen.writes_blocked++;
+                break;
+            }
             EXPECT(n > 0);
             chunk_off += (size_t)n;
             written += (size_t)n;
@@ -182,7 +239,10 @@ static int test_stream_echo_sha256(void) {
             if (echo_off < echo_len) {
                 long long w = qr_stream_write(p.server, p.server_conn, ss, echo + echo_off,
                                               echo_len - echo_off);
-                if (w == QR_EAGAIN) break;
+                if (w == QR_EAGAIN) {
+                    sseen.writes_blocked++;
+                    break;
+                }
                 EXPECT(w > 0);
                 echo_off += (size_t)w;
                 continue;
@@ -190,6 +250,7 @@ static int test_stream_echo_sha256(void) {
             if (server_fin) break;
             int f = 0;
             long long n = qr_stream_read(p.server, p.server_conn, ss, echo, sizeof echo, &f);
+            sseen.reads_empty += n == QR_EAGAIN;
             if (n == QR_EAGAIN || n == QR_ESTREAM) break;
             EXPECT(n >= 0);
             echo_len = (size_t)n;
@@ -203,7 +264,10 @@ static int test_stream_echo_sha256(void) {
         /* client: read the echo */
         for (;;) {
             long long n = qr_stream_read(p.client, p.client_conn, s, in, sizeof in, &fin);
-            if (n == QR_EAGAIN) break;
+            if (n == QR_EAGAIN) {
+                cseen.reads_empty++;
+                break;
+            }
             EXPECT(n >= 0);
             sha256_update(&got, in, (size_t)n);
             received += (size_t)n;
@@ -220,6 +284,7 @@ static int test_stream_echo_sha256(void) {
     EXPECT(qr_stream_write(p.client, p.client_conn, s, out, 1) == QR_ESTREAM);
     /* ...and so is reading past the end. */
     EXPECT(qr_stream_read(p.client, p.client_conn, s, in, sizeof in, NULL) == QR_ESTREAM);
+    EXPECT(check_stream_stats(&p, s, ss, LEN, cseen, sseen) == 0);
     qr_pair_free(&p);
     return 0;
 }
