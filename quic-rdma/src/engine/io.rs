@@ -149,7 +149,8 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// quinn-proto writes each transmit straight into a registered transmit
     /// buffer of the socket, whose send WRs point at what it wrote: no copy
     /// (docs/architecture.md §4). The buffer's capacity is `max_segments` ×
-    /// MTU, what quinn-proto reserves for a full batch, so it never grows.
+    /// MTU, what quinn-proto reserves for a full batch, plus room for an ACK
+    /// frame it writes and takes back (`socket/tx_buf.rs`), so it never grows.
     pub(super) fn flush_connections(&mut self, now: Instant) {
         if !self.retry_pending() {
             return;

@@ -45,7 +45,7 @@ pub use error::SocketError;
 pub use reassembly::{Reassembled, Reassembler, ReassemblyConfig, ReassemblyStats};
 pub use recv::Received;
 pub use stats::SocketStats;
-pub use tx_buf::{TxBuf, TxSendError};
+pub use tx_buf::{TxBuf, TxSendError, TX_BUF_OVERRUN};
 
 use crate::fabric::grh::GrhLayout;
 use crate::fabric::memory::REGION_ALIGN;
@@ -95,7 +95,8 @@ pub struct SocketConfig {
     /// Address handles kept live before the least recently used is retired.
     pub ah_capacity: usize,
     /// Most zero-copy transmit buffers ([`UdSocket::take_tx_buf`]), each
-    /// `max_segments × MTU` bytes, registered when first needed.
+    /// `max_segments × MTU` bytes (and 2 KiB of room for what quinn-proto
+    /// writes and takes back), registered when first needed.
     pub tx_bufs: usize,
     /// Segmentation for small fabric MTUs (docs/architecture.md §6, "Segmented
     /// datagrams"): on an active MTU below 2048, offer datagrams of up to
@@ -266,7 +267,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
         let max_segments = (max_segments(&attr, &send_pool) / wrs_per_datagram).max(1);
         let mut s = UdSocket {
             mem,
-            tx_pool: TxPool::new(cfg.tx_bufs, max_segments * mtu),
+            tx_pool: TxPool::new(cfg.tx_bufs, max_segments * mtu + TX_BUF_OVERRUN),
             send_pool,
             recv_pool,
             stage_region,

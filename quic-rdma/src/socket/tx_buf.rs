@@ -3,11 +3,15 @@
 //! `Connection::poll_transmit` — whose send WRs then point straight at what
 //! was written.
 //!
-//! Each buffer is a `Vec`-backed [`Region`] of exactly `max_segments() × MTU`
-//! bytes, registered once over its whole capacity. quinn-proto reserves
-//! `max_datagrams × segment_size` only when the capacity is short (quinn-proto
-//! 0.11 `Connection::poll_transmit`), so such a `Vec` is never grown and its
-//! memory never moves. Should it move anyway — a reallocation frees the memory
+//! Each buffer is a `Vec`-backed [`Region`] of `max_segments() × MTU` bytes
+//! plus [`TX_BUF_OVERRUN`], registered once over its whole capacity. quinn-proto
+//! reserves `max_datagrams × segment_size` only when the capacity is short
+//! (quinn-proto 0.11 `Connection::poll_transmit`), and it writes an ACK frame
+//! whole before checking that it fits, truncating it again when it does not
+//! (`try_populate_acks`): without the overrun room, an ACK tried at the end of
+//! a full batch's last datagram grew the `Vec` (seen under load with loss and
+//! reordering, where ACKs carry many ranges). So such a `Vec` is never grown
+//! and its memory never moves. Should it move anyway — a reallocation frees the memory
 //! the device was given — the buffer is not posted from: the transmit goes
 //! through the copying path, the buffer's region is deregistered and replaced
 //! by a fresh one, and [`SocketStats::tx_buf_reallocations`](super::SocketStats::tx_buf_reallocations) counts it.
@@ -26,6 +30,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::send::Payload;
 use super::{SocketError, UdSocket};
 use crate::fabric::{Region, UdAddr, UdQueuePair};
+
+/// Room past a full batch for what quinn-proto writes and then takes back:
+/// an ACK frame of at most 64 ranges (quinn-proto 0.11 `MAX_ACK_BLOCKS`) is
+/// under 1.1 KB (RFC 9000 §19.3: five varints of up to 8 bytes, two per
+/// range, three ECN counts).
+pub const TX_BUF_OVERRUN: usize = 2048;
 
 /// Identity of each socket, so a buffer is never used on a socket that did not lend it.
 static NEXT_SOCKET_ID: AtomicU64 = AtomicU64::new(1);
@@ -95,7 +105,7 @@ pub(crate) struct TxPool {
     live: usize,
     /// Most buffers alive at once.
     max: usize,
-    /// Capacity of each buffer: the socket's `max_segments() × MTU`.
+    /// Capacity of each buffer: the socket's `max_segments() × MTU` + [`TX_BUF_OVERRUN`].
     capacity: usize,
 }
 
