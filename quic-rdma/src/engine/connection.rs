@@ -33,6 +33,14 @@ pub(crate) struct Conn {
     pub(crate) last_rx_stamp: Option<crate::fabric::Timestamp>,
     /// Per-stream figures ([`Engine::stream_stats`](super::Engine::stream_stats)).
     pub(crate) stream_stats: StreamTable,
+    /// Something happened that may give quinn-proto a packet to send (a
+    /// packet in, a timer, an endpoint event, an application call) since
+    /// `poll_transmit` last returned `None`. While false, the flush skips the
+    /// connection: quinn-proto builds packets only in answer to those inputs
+    /// (a pacing or congestion wait arms a timer or waits for an ACK), so
+    /// asking again would return `None` at the cost of a full pass over its
+    /// packet spaces, on every poll of a busy-polling caller.
+    pub(crate) may_send: bool,
 }
 
 fn dir_index(d: Dir) -> usize {
@@ -54,6 +62,7 @@ impl Conn {
             rx_datagrams: RecvDatagrams::new(datagram_limit),
             last_rx_stamp: None,
             stream_stats: StreamTable::new(),
+            may_send: true,
             opened: [0; 2],
             accepted: [0; 2],
             unvalidated_handshake: false,
@@ -157,9 +166,15 @@ impl ConnTable {
         }
     }
 
+    /// The connection `h` names, for an application call: marked as maybe
+    /// having something to send (a write, a read that frees flow-control
+    /// credit, a close...), so the next flush asks quinn-proto.
     pub(crate) fn get(&mut self, h: ConnHandle) -> Result<&mut Conn, EngineError> {
         match self.slots.get_mut(h.index as usize) {
-            Some(Slot { gen, conn: Some(c) }) if *gen == h.gen => Ok(c),
+            Some(Slot { gen, conn: Some(c) }) if *gen == h.gen => {
+                c.may_send = true;
+                Ok(c)
+            }
             _ => Err(EngineError::UnknownConnection),
         }
     }

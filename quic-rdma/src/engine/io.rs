@@ -70,6 +70,7 @@ impl<Q: UdQueuePair> Engine<Q> {
                 Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                     if let Some(c) = conns.by_proto(ch) {
                         c.inner.handle_event(ev);
+                        c.may_send = true;
                         // At most one ACK per datagram: one RTT sample (rtt.rs).
                         c.rtt.observe(c.inner.rtt());
                         if r.timestamp.is_some() {
@@ -158,6 +159,9 @@ impl<Q: UdQueuePair> Engine<Q> {
         let max_segments = self.socket.max_segments();
         for i in 0..self.conns.capacity() {
             while let Some(c) = self.conns.slot_mut(i) {
+                if !c.may_send {
+                    break;
+                }
                 // The buffer an idle connection left unused, else a new one.
                 // Every buffer in flight: like a full send queue, stop
                 // pulling; the last one posted was signaled, so a completion
@@ -171,6 +175,7 @@ impl<Q: UdQueuePair> Engine<Q> {
                     // Kept for the next transmit: a busy-polling engine asks
                     // idle connections far more often than they send.
                     self.tx_spare = Some(buf);
+                    c.may_send = false;
                     break;
                 };
                 self.activity += 1;

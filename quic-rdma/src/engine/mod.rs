@@ -446,6 +446,7 @@ impl<Q: UdQueuePair> Engine<Q> {
         for i in 0..self.conns.capacity() {
             if let Some(c) = self.conns.slot_mut(i) {
                 c.inner.local_address_changed();
+                c.may_send = true;
             }
         }
     }
@@ -582,15 +583,19 @@ impl<Q: UdQueuePair> Engine<Q> {
         };
         if c.inner.poll_timeout().is_some_and(|t| t <= now) {
             c.inner.handle_timeout(now);
+            c.may_send = true;
             self.activity += 1;
         }
         let ch = quinn_proto::ConnectionHandle(i);
         while let Some(ev) = c.inner.poll_endpoint_events() {
             if let Some(back) = self.endpoint.handle_event(ch, ev) {
                 c.inner.handle_event(back);
+                c.may_send = true;
             }
         }
         while let Some(ev) = c.inner.poll() {
+            // Accepting a peer's stream (in `translate`) may grant it more.
+            c.may_send = true;
             if matches!(ev, quinn_proto::Event::Connected) {
                 c.rtt.connected(now);
                 // The handshake proved the peer's address (RFC 9000 §8.1).
