@@ -21,6 +21,7 @@ mod cmd;
 mod config;
 mod endpoint;
 mod endpoint_metrics;
+pub mod file_sha256;
 pub mod frame;
 pub mod gateway;
 pub mod http;

@@ -72,8 +72,9 @@ impl StreamTable {
         }
     }
 
-    /// A stream opened by `opener` (`side` is ours): the halves it has
-    /// (RFC 9000 §2.1: a unidirectional stream has only the opener's sending half).
+    /// Stream `id` was opened, by us or the peer (`side` is ours): a row with
+    /// the halves it has (RFC 9000 §2.1: a unidirectional stream has only
+    /// its opener's sending half).
     pub(crate) fn opened(&mut self, id: StreamId, side: Side) {
         let ours = id.initiator() == side;
         let bidi = id.dir() == Dir::Bi;

@@ -62,23 +62,7 @@ pub const SCRUB_PAUSE: std::time::Duration = std::time::Duration::from_secs(60);
 /// second if given (sleeping the blocking thread between pieces), and the
 /// bytes read.
 fn hash_file_paced(f: &File, rate: Option<u64>) -> io::Result<(Digest, u64)> {
-    use sha2::{Digest as _, Sha256};
-    let started = std::time::Instant::now();
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = 0u64;
-    loop {
-        let n = f.read_at(&mut buf, at)?;
-        if n == 0 {
-            return Ok((Digest::from_bytes(h.finalize().into()), at));
-        }
-        h.update(&buf[..n]);
-        at += n as u64;
-        if let Some(rate) = rate {
-            let due = std::time::Duration::from_secs_f64(at as f64 / rate.max(1) as f64);
-            std::thread::sleep(due.saturating_sub(started.elapsed()));
-        }
-    }
+    crate::file_sha256::sha256_file(f, rate).map(|(d, n)| (Digest::from_bytes(d), n))
 }
 
 /// The sha256 of a whole file, as fast as it reads.

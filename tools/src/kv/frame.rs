@@ -36,6 +36,13 @@ pub const MAX_REPLID: usize = 64;
 /// The longest error message carried in [`Frame::Error`].
 pub const MAX_MESSAGE: usize = 255;
 
+/// Whether `s` can be a replication id read back from a file this relay
+/// wrote: one that fits the wire ([`MAX_REPLID`]) and is alphanumeric, as
+/// Redis's 40 hex digits are.
+pub fn is_replid(s: &str) -> bool {
+    s.len() <= MAX_REPLID && s.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
 /// Replication ids on the wire: a 1-byte length, at most [`MAX_REPLID`].
 const REPLID: StrField = StrField::new(StrWidth::U8, MAX_REPLID);
 

@@ -110,12 +110,7 @@ pub fn decide(view: View<'_>, hello_replid: Option<&str>, hello_position: u64) -
         return Decision::NoData;
     };
     let held = |p: u64| (view.backlog.0..=view.backlog.1).contains(&p);
-    let ours = |id: &str, p: u64| {
-        id == replid
-            || view
-                .previous
-                .is_some_and(|(prev, end)| id == prev && p <= end)
-    };
+    let ours = |id: &str, p: u64| in_history(replid, view.previous, id, p);
     if hello_replid.is_some_and(|id| ours(id, hello_position)) {
         if held(hello_position) {
             return Decision::Continue {
@@ -130,6 +125,14 @@ pub fn decide(view: View<'_>, hello_replid: Option<&str>, hello_position: u64) -
         Some((r, p, false)) if ours(r, p) && held(p) => Decision::Full { position: p },
         _ => Decision::NeedSnapshot,
     }
+}
+
+/// Whether position `p` under replication id `id` belongs to the history of
+/// a master whose id is `current` and whose previous id ended at the given
+/// position (PSYNC2, Redis replication.c `masterTryPartialResynchronization`:
+/// the id is `replid`, or `replid2` at an offset up to `second_replid_offset`).
+pub fn in_history(current: &str, previous: Option<(&str, u64)>, id: &str, p: u64) -> bool {
+    id == current || previous.is_some_and(|(prev, end)| id == prev && p <= end)
 }
 
 /// The master side: cheap to clone (all clones share state).
@@ -280,13 +283,25 @@ impl Master {
     /// `previous`: the id this history continues, if known (a relay resuming
     /// from its saved state).
     pub fn reset(&self, replid: &str, position: u64, previous: Option<Previous>) {
+        self.start_epoch(replid, position, previous, None);
+    }
+
+    /// [`Master::reset`] with `snapshot` as the stored one, in one step, so
+    /// no session sees the new epoch without it (and asks for a fetch).
+    fn start_epoch(
+        &self,
+        replid: &str,
+        position: u64,
+        previous: Option<Previous>,
+        snapshot: Option<Arc<Snapshot>>,
+    ) {
         let mut st = self.lock();
         st.replid = Some(replid.to_string());
         st.previous = previous;
         st.epoch += 1;
         st.backlog = Backlog::new(position, self.shared.cfg.backlog);
         st.times.clear();
-        st.snapshot = None;
+        st.snapshot = snapshot;
         self.shared.metrics.head.store(position, Relaxed);
         self.shared.metrics.backlog_bytes.store(0, Relaxed);
         drop(st);
@@ -304,9 +319,8 @@ impl Master {
         previous: Option<Previous>,
         snapshot: Arc<Snapshot>,
     ) {
-        self.reset(replid, position.min(snapshot.position), previous);
-        self.lock().snapshot = Some(snapshot);
-        self.bump();
+        let start = position.min(snapshot.position);
+        self.start_epoch(replid, start, previous, Some(snapshot));
     }
 
     /// The history goes on under `replid` from the head (PSYNC2: the source

@@ -93,8 +93,7 @@ fn meta_text(replid: &str, position: u64, len: u64, sha256: &[u8]) -> String {
 fn parse_meta(text: &str) -> Option<(String, u64, u64, Vec<u8>)> {
     let mut w = text.split_whitespace();
     let replid = w.next()?;
-    if replid.len() > super::frame::MAX_REPLID || !replid.bytes().all(|b| b.is_ascii_alphanumeric())
-    {
+    if !super::frame::is_replid(replid) {
         return None;
     }
     let position = w.next()?.parse().ok()?;
@@ -186,26 +185,17 @@ impl Snapshot {
             Ok(f) => f,
             Err(e) => return refuse(format!("opening {}: {e}", data.display())),
         };
-        let mut hash = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut at = 0u64;
-        loop {
-            match file.read_at(&mut buf, at) {
-                Ok(0) => break,
-                Ok(n) => {
-                    hash.update(&buf[..n]);
-                    at += n as u64;
-                }
-                Err(e) => return refuse(format!("reading {}: {e}", data.display())),
-            }
-        }
+        let (sha_now, at) = match crate::file_sha256::sha256_file(&file, None) {
+            Ok(r) => r,
+            Err(e) => return refuse(format!("reading {}: {e}", data.display())),
+        };
         if at != len {
             return refuse(format!(
                 "{} holds {at} bytes, its record says {len}",
                 data.display()
             ));
         }
-        if hash.finalize().as_slice() != sha.as_slice() {
+        if sha_now.as_slice() != sha.as_slice() {
             return refuse(format!(
                 "{} does not match the SHA-256 in its record (changed on disk)",
                 data.display()

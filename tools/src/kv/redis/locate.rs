@@ -181,19 +181,28 @@ impl Locator {
         }
     }
 
-    /// `ROLE`'s first element: `master`, `slave` or `sentinel`.
-    async fn role(&self, addr: &str) -> Result<String, RelayError> {
+    /// Ask the server at `addr` one command as the master's user (after
+    /// `AUTH`, when credentials are set); a `-NOAUTH` answer is an error
+    /// naming the missing option.
+    pub async fn ask_master(&self, addr: &str, args: &[&[u8]]) -> Result<Reply, RelayError> {
         let mut c = RedisConn::connect(addr).await?;
         self.master_auth.auth(&mut c).await?;
-        c.send(&[b"ROLE"]).await?;
+        c.send(args).await?;
         match c.reply().await? {
+            Reply::Error(e) if e.starts_with("NOAUTH") => Err(RelayError::Handshake(format!(
+                "{addr} requires a password (--master-password)"
+            ))),
+            r => Ok(r),
+        }
+    }
+
+    /// `ROLE`'s first element: `master`, `slave` or `sentinel`.
+    async fn role(&self, addr: &str) -> Result<String, RelayError> {
+        match self.ask_master(addr, &[b"ROLE"]).await? {
             Reply::Array(v) => match v.first() {
                 Some(Reply::Bulk(Some(r))) => Ok(String::from_utf8_lossy(r).into_owned()),
                 _ => Err(RelayError::Handshake("ROLE answered an empty array".into())),
             },
-            Reply::Error(e) if e.starts_with("NOAUTH") => Err(RelayError::Handshake(format!(
-                "{addr} requires a password (--master-password)"
-            ))),
             other => Err(RelayError::Handshake(format!("ROLE answered {other:?}"))),
         }
     }

@@ -25,7 +25,7 @@ use super::rdb::Framing;
 use super::reply::Reply;
 use super::resp::{encode_command, Parser};
 use crate::kv::frame::Previous;
-use crate::kv::master::Master;
+use crate::kv::master::{in_history, Master};
 use crate::kv::snapshot::{discard_stored, Keep, Snapshot, SnapshotWriter, Stored};
 
 /// How to reach and authenticate to the Redis master.
@@ -58,10 +58,7 @@ type State = (String, u64, Option<Previous>);
 fn load_state(path: &Path) -> Option<State> {
     let text = std::fs::read_to_string(path).ok()?;
     let mut w = text.split_whitespace();
-    let id = |s: &str| {
-        (s.len() <= crate::kv::frame::MAX_REPLID && s.bytes().all(|b| b.is_ascii_alphanumeric()))
-            .then(|| s.to_string())
-    };
+    let id = |s: &str| crate::kv::frame::is_replid(s).then(|| s.to_string());
     let replid = id(w.next()?)?;
     let pos = w.next()?.parse().ok()?;
     let previous = match (w.next(), w.next()) {
@@ -189,10 +186,8 @@ async fn resume(cfg: &UpstreamConfig, master: &Master) {
     };
     let snap = match (kept, &saved) {
         (Some(s), Some((replid, pos, previous))) => {
-            let ours = s.replid == *replid
-                || previous
-                    .as_ref()
-                    .is_some_and(|p| p.replid == s.replid && s.position <= p.position);
+            let prev = previous.as_ref().map(|p| (p.replid.as_str(), p.position));
+            let ours = in_history(replid, prev, &s.replid, s.position);
             // Starting below the replicas' position costs them their partial
             // resync unless the master's backlog still reaches that far.
             let reach = if !ours || s.position >= *pos {
@@ -286,10 +281,12 @@ async fn backlog_reaches(
     replid: &str,
     position: u64,
 ) -> Result<bool, RelayError> {
-    let mut c = RedisConn::connect(&cfg.master.locate().await?).await?;
-    cfg.master.master_auth().auth(&mut c).await?;
-    c.send(&[b"INFO", b"replication"]).await?;
-    match c.reply().await? {
+    let addr = cfg.master.locate().await?;
+    match cfg
+        .master
+        .ask_master(&addr, &[b"INFO", b"replication"])
+        .await?
+    {
         Reply::Bulk(Some(text)) => Ok(info_reaches(
             &String::from_utf8_lossy(&text),
             replid,
