@@ -199,6 +199,22 @@ public:
         out.struct_size = sizeof(qr_timestamp);
         return qr_engine_send_timestamp(e_, &out);
     }
+    /** The connection's figures (`qr_conn_stats_get`); throws qr::error on
+     * an unknown connection. */
+    qr_conn_stats conn_stats(uint64_t conn) const {
+        qr_conn_stats st{};
+        st.struct_size = sizeof(st);
+        check(qr_conn_stats_get(e_, conn, &st), "qr_conn_stats_get");
+        return st;
+    }
+    /** One stream's figures (`qr_stream_stats_get`): QR_OK with `out`
+     * written, or QR_E* (QR_ENOCONN; QR_ESTREAM: never opened, or ended
+     * before the connection's last 16 ended streams). Sets `out.struct_size`. */
+    int stream_stats(uint64_t conn, uint64_t stream, qr_stream_stats &out) const noexcept {
+        out = qr_stream_stats{};
+        out.struct_size = sizeof(qr_stream_stats);
+        return qr_stream_stats_get(e_, conn, stream, &out);
+    }
     /** Attach the application's pointer to `conn` (in every later event's `user`). */
     int set_user(uint64_t conn, void *user) noexcept { return qr_conn_set_user(e_, conn, user); }
     /** Why `conn` ended (empty while open). */

@@ -120,6 +120,29 @@ static int test_stream_echo_and_moves(void) {
     sha256_update(&c, back.data(), back.size());
     sha256_final(&c, b);
     EXPECT(std::memcmp(a, b, 32) == 0);
+    /* The wrapper's figures agree with what the loop itself moved. */
+    qr_stream_stats cs, ss;
+    EXPECT(client.stream_stats(p.cconn, s, cs) == QR_OK);
+    EXPECT(p.server.stream_stats(p.sconn, s, ss) == QR_OK);
+    EXPECT(cs.struct_size == sizeof(qr_stream_stats));
+    EXPECT(cs.bytes_written == out.size() && cs.bytes_read == back.size());
+    EXPECT(ss.bytes_read == out.size() && ss.bytes_written == out.size());
+    EXPECT((cs.flags & QR_STREAM_FINISH_SENT) && (cs.flags & QR_STREAM_FIN_READ));
+    EXPECT((ss.flags & QR_STREAM_FINISH_SENT) && (ss.flags & QR_STREAM_FIN_READ));
+    EXPECT(!(cs.flags & (QR_STREAM_RESET_RECEIVED | QR_STREAM_STOP_RECEIVED)));
+    EXPECT(client.stream_stats(p.cconn, s + 400, cs) == QR_ESTREAM);
+    EXPECT(client.stream_stats(p.cconn + 99, s, cs) == QR_ENOCONN);
+    qr_conn_stats st = client.conn_stats(p.cconn);
+    EXPECT(st.struct_size == sizeof(qr_conn_stats));
+    /* Every byte sent went out in packets (plus headers and the handshake). */
+    EXPECT(st.tx_bytes > out.size() && st.rx_bytes > back.size());
+    EXPECT(st.handshake_ns > 0 && st.min_rtt_ns > 0 && st.min_rtt_ns <= st.rtt_ns + st.rtt_var_ns * 4);
+    try {
+        (void)client.conn_stats(p.cconn + 99);
+        EXPECT(!"conn_stats on an unknown connection must throw");
+    } catch (const qr::error &e) {
+        EXPECT(e.code() == QR_ENOCONN);
+    }
     EXPECT(client.close(p.cconn, 7, "done") == QR_OK);
     std::string why;
     for (long i = 0; i < 200000 && why.empty(); i++) {
