@@ -3,7 +3,7 @@
 //! ```text
 //! bulk-once --peer ROW [--bytes 64M] [--verify] [--placement same-core|separate-cores] [--idle yield|sleep]
 //! bulk-once --peer ROW --handshakes N [--bytes 0] [--placement …] [--idle …]
-//! bulk-once --peer ROW --rtt N [--placement …] [--idle …]
+//! bulk-once --peer ROW --rtt N [--samples FILE] [--placement …] [--idle …]
 //! ```
 //! The server side runs in the process's second thread and the client in its
 //! third (the first only sets up), so `valgrind --tool=callgrind
@@ -19,7 +19,9 @@
 //! round trips, then N sampled, 64 bytes each way) and prints the samples'
 //! median and what each side's QUIC connection sent: two runs with different
 //! N give the instructions and packets of one round trip per side
-//! (`benches/latency-callgrind.sh`).
+//! (`benches/latency-callgrind.sh`). `--samples FILE` writes every sampled
+//! round trip, in nanoseconds and in the order they ran, one per line: what
+//! a percentile hides (bursts, a period, a slow start) shows in the sequence.
 
 use quic_rdma_benches::affinity::Placement;
 use quic_rdma_benches::rows::{all_rows, BulkParams};
@@ -31,6 +33,7 @@ fn main() -> anyhow::Result<()> {
     let mut place = Placement::SameCore;
     let mut handshakes = None;
     let mut rtt = None;
+    let mut samples_out = None::<std::path::PathBuf>;
     let mut it = quic_rdma_benches::cli::Words::from_env();
     while let Some(a) = it.next() {
         let mut val = || it.value(&a);
@@ -40,6 +43,7 @@ fn main() -> anyhow::Result<()> {
             "--verify" => verify = true,
             "--handshakes" => handshakes = Some(val()?.parse::<usize>()?),
             "--rtt" => rtt = Some(val()?.parse::<usize>()?),
+            "--samples" => samples_out = Some(val()?.into()),
             "--idle" => match val()?.as_str() {
                 "sleep" => quic_rdma_benches::rows::engine::set_idle_sleep(true),
                 "yield" => quic_rdma_benches::rows::engine::set_idle_sleep(false),
@@ -61,6 +65,10 @@ fn main() -> anyhow::Result<()> {
             other => anyhow::bail!("unknown argument {other}"),
         }
     }
+    anyhow::ensure!(
+        samples_out.is_none() || rtt.is_some(),
+        "--samples goes with --rtt N"
+    );
     let peer = peer.ok_or_else(|| anyhow::anyhow!("--peer ROW (see --list)"))?;
     let row = all_rows()
         .into_iter()
@@ -83,6 +91,11 @@ fn main() -> anyhow::Result<()> {
             "server_sent": out.sent.map(|s| s.1),
         });
         println!("{report}");
+        if let Some(path) = samples_out {
+            let text: String = out.samples_ns.iter().map(|ns| format!("{ns}\n")).collect();
+            std::fs::write(&path, text)
+                .map_err(|e| anyhow::anyhow!("--samples {}: {e}", path.display()))?;
+        }
         return Ok(());
     }
     if let Some(n) = handshakes {
