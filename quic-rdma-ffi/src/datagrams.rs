@@ -8,6 +8,10 @@ use crate::ptr::{bytes, bytes_mut, obj, put};
 
 /// Send `len` bytes as one datagram on `conn`.
 ///
+/// The payload is copied; at most 1 KiB goes into the engine's shared chunk
+/// (no allocation of its own, as for `qr_stream_write`), a larger one into an
+/// allocation of its own.
+///
 /// Returns: `QR_OK`, `QR_ENULL`, `QR_ENOCONN`, `QR_ECLOSED`, `QR_ETOOLARGE`
 /// (above `qr_datagram_max_size`), `QR_EUNSUPPORTED` (the peer takes no
 /// datagrams), `QR_EAGAIN` (send buffer full: retry after

@@ -31,7 +31,7 @@ fn counted<R>(f: impl FnOnce() -> R) -> (R, u64) {
 #[derive(Default, Debug)]
 struct Tally {
     poll: u64,
-    /// In `write` / `send_datagram` (quinn-proto copies the data into a `Bytes`).
+    /// In `write` / `send_datagram` (the data copied into a `Bytes` for quinn-proto).
     send: u64,
     /// In `read` / `recv_datagram`.
     recv: u64,
@@ -182,10 +182,25 @@ fn zero_allocations_per_packet_in_steady_state() {
     // Reading into the caller's buffer allocates nothing.
     assert_eq!(st.recv, 0);
     assert_eq!(dg.recv, 0);
-    // quinn-proto 0.11's send APIs take ownership as `Bytes`: `SendStream::write`
-    // copies into a fresh `Bytes` (1) and its `SendBuffer` shrinks its segment
-    // queue to fit once acked, so the next write grows it again (1); a datagram
-    // is one `Bytes`. Measured bound, per message sent (two per round trip).
-    assert!(st.send <= 2 * 2 * MEASURED, "stream writes: {}", st.send);
-    assert!(dg.send <= 2 * MEASURED, "datagram sends: {}", dg.send);
+    // quinn-proto 0.11's send APIs take ownership as `Bytes`. The engine
+    // copies small writes and datagrams into a shared chunk (copy_arena.rs),
+    // reclaimed once acknowledged: no allocation of their own. What is left
+    // is quinn-proto's `SendBuffer`, which shrinks its segment queue to
+    // nothing once everything is acked, so each write in a request/response
+    // loop grows it again: one per write (two writes per round trip).
+    // Allowance: a new chunk (two allocations) when the old one is still
+    // held, at most one per 256 messages; measured: none.
+    let chunks = 2 * (2 * MEASURED).div_ceil(256);
+    assert!(
+        st.send <= 2 * MEASURED + chunks,
+        "stream writes: {} for {} writes",
+        st.send,
+        2 * MEASURED
+    );
+    assert!(
+        dg.send <= chunks,
+        "datagram sends: {} for {} sends",
+        dg.send,
+        2 * MEASURED
+    );
 }

@@ -29,7 +29,6 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// Take up to `recv_batch` datagrams from the socket and hand them to quinn-proto.
     pub(super) fn receive(&mut self, now: Instant) {
         let local_ip = self.local_ip();
-        let mtu = self.mtu;
         let batch = self.recv_batch;
         // Disjoint borrows: the socket lends each datagram to the closure, which
         // feeds the endpoint and connections. New attempts are decided after the
@@ -38,7 +37,7 @@ impl<Q: UdQueuePair> Engine<Q> {
             socket,
             endpoint,
             conns,
-            rx_buf,
+            rx_copies,
             response_buf,
             responses,
             responses_dropped,
@@ -55,14 +54,8 @@ impl<Q: UdQueuePair> Engine<Q> {
             if !routing.accept(&r, routing_log) {
                 return;
             }
-            // Reclaim the staging buffer (no allocation when every earlier piece was
-            // dropped) or, if some piece is still held, let `bytes` allocate anew.
-            if rx_buf.capacity() < r.data.len() {
-                rx_buf.reserve(mtu * super::RX_BUF_DATAGRAMS);
-            }
             *activity += 1;
-            rx_buf.extend_from_slice(r.data);
-            let data = rx_buf.split();
+            let data = rx_copies.copy(r.data);
             response_buf.clear();
             let ecn = EcnCodepoint::from_bits(r.ecn);
             let remote = last_source.on_receive(peers, r.src, r.data, now);

@@ -12,9 +12,10 @@
 //! 4. flushes every connection's transmits (GSO-style: one transmit of several
 //!    segments is one `post_send`).
 //!
-//! In steady state no step allocates: received datagrams are copied into one
-//! long-lived `BytesMut` that is split per packet and reclaimed once quinn-proto
-//! and the application dropped the pieces; transmits are built in the socket's
+//! In steady state no step allocates: received datagrams are copied into
+//! chunks split per packet and reclaimed once quinn-proto and the application
+//! dropped the pieces (`copy_arena`), as small stream writes and datagrams
+//! are on the way out; transmits are built in the socket's
 //! registered transmit buffers, which the send WRs point into (no copy) and
 //! which return to the socket's pool on completion; events go into the
 //! caller's reused `Vec`.
@@ -38,6 +39,7 @@
 
 mod config;
 mod connection;
+mod copy_arena;
 mod datagrams;
 mod error;
 mod events;
@@ -55,7 +57,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+
+use self::copy_arena::CopyArena;
 use quinn_proto::{ConnectionError, ConnectionStats, Dir, Endpoint, Incoming, VarInt};
 use slab::Slab;
 
@@ -106,8 +110,12 @@ pub struct Engine<Q: UdQueuePair> {
     routing_log: RoutingLog,
     /// Our address as last seen (a change means our GID moved: tell the connections).
     local: UdAddr,
-    /// Receive staging: one allocation split per datagram, reclaimed when unique.
-    rx_buf: BytesMut,
+    /// Received datagrams copied out of their registered buffers for
+    /// quinn-proto, which keeps them until the application reads.
+    rx_copies: CopyArena,
+    /// Small stream writes and datagrams copied for quinn-proto, which keeps
+    /// them until the peer acknowledges them.
+    tx_copies: CopyArena,
     /// Where quinn-proto writes endpoint-level responses on the receive path
     /// (connection transmits go straight into the socket's transmit buffers).
     response_buf: Vec<u8>,
@@ -137,8 +145,18 @@ pub struct Engine<Q: UdQueuePair> {
     datagrams_dropped: u64,
 }
 
-/// Room for this many receive batches in the staging buffer before it is reclaimed.
+/// MTU-sized datagrams per chunk of [`Engine::rx_copies`].
 const RX_BUF_DATAGRAMS: usize = 64;
+
+/// Chunk of [`Engine::tx_copies`]: 256 messages of 64 bytes. A copy pins its
+/// chunk until acknowledged, so the chunk is kept small.
+const TX_COPY_CHUNK: usize = 16 << 10;
+
+/// Writes and datagrams up to this size are copied into
+/// [`Engine::tx_copies`]; larger ones get their own allocation, as
+/// quinn-proto's `write` makes (and a write that flow control cuts short
+/// copies only what it takes).
+const TX_COPY_MAX: usize = 1 << 10;
 
 impl<Q: UdQueuePair> Engine<Q> {
     /// An engine over `qp`, with `cfg`. Builds the UD socket (registering its
@@ -184,7 +202,8 @@ impl<Q: UdQueuePair> Engine<Q> {
             recv_batch: cfg.recv_batch.max(1),
             mtu,
             local,
-            rx_buf: BytesMut::with_capacity(mtu * RX_BUF_DATAGRAMS),
+            rx_copies: CopyArena::new(mtu * RX_BUF_DATAGRAMS),
+            tx_copies: CopyArena::new(TX_COPY_CHUNK),
             response_buf: Vec::with_capacity(mtu),
             pending: None,
             tx_spare: None,

@@ -100,10 +100,20 @@ impl<Q: UdQueuePair> Engine<Q> {
         stream: StreamId,
         data: &[u8],
     ) -> Result<usize, EngineError> {
+        if data.len() > super::TX_COPY_MAX {
+            let c = usable(self, conn, stream, true)?;
+            c.check_open()?;
+            let r = c.inner.send_stream(stream).write(data);
+            return count_write(c, stream, r);
+        }
+        // Small: copied into the engine's chunk instead of an allocation of
+        // its own (copy_arena.rs). What flow control does not take is dropped
+        // with its copy; the chunk is reclaimed once nothing in it is held.
+        let mut chunks = [self.tx_copies.copy(data).freeze()];
         let c = usable(self, conn, stream, true)?;
         c.check_open()?;
-        let r = c.inner.send_stream(stream).write(data);
-        count_write(c, stream, r)
+        let r = c.inner.send_stream(stream).write_chunks(&mut chunks);
+        count_write(c, stream, r.map(|w| w.bytes))
     }
 
     /// Like [`Engine::write`] without the copy: quinn-proto keeps a reference
