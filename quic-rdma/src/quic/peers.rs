@@ -38,7 +38,11 @@
 //! - a send to an address the table does not know is a counted drop, never an
 //!   I/O error (quinn would take an error for a fatal one and kill the connection).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+// Keyed by addresses from the wire, on every packet: foldhash (randomly
+// seeded per process) instead of SipHash; the maps are bounded besides.
+use foldhash::HashMap;
 use std::net::{SocketAddr, SocketAddrV6};
 use std::time::{Duration, Instant};
 
@@ -225,7 +229,7 @@ impl PeerTable {
         };
         PeerTable {
             limits,
-            by_ud: HashMap::new(),
+            by_ud: HashMap::default(),
             by_port: Vec::new(),
             free: VecDeque::new(),
             fresh: 1..=u16::MAX,
@@ -240,8 +244,8 @@ impl PeerTable {
                 max_unvalidated: max_unvalidated as u64,
                 ..PeerStats::default()
             },
-            adopted: HashMap::new(),
-            adopted_by_ud: HashMap::new(),
+            adopted: HashMap::default(),
+            adopted_by_ud: HashMap::default(),
         }
     }
 

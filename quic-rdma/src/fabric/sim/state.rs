@@ -2,12 +2,12 @@
 //! RNG and the clock; putting a packet on the wire (faults first) and
 //! delivering it (the receiver's checks, then its receive queue).
 
-use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rustc_hash::FxHashMap;
 
 use super::config::{SimClock, SimConfig};
 use super::packet::{BufPool, Packet};
@@ -34,10 +34,12 @@ pub(crate) struct Shared {
 
 /// Everything behind the fabric's lock.
 pub(crate) struct State {
-    /// Receive side of every QP, by QPN.
-    pub(crate) qps: HashMap<Qpn, QpRx>,
+    /// Receive side of every QP, by QPN. Looked up on every send, arrival and
+    /// poll, keyed by numbers the fabric itself hands out: the cheap hash
+    /// quinn-proto uses, not SipHash.
+    pub(crate) qps: FxHashMap<Qpn, QpRx>,
     /// Per-port drops for packets no QP could take (unknown QPN).
-    pub(crate) port_unknown_qpn: HashMap<Gid, u64>,
+    pub(crate) port_unknown_qpn: FxHashMap<Gid, u64>,
     pub(crate) next_qpn: Qpn,
     rng: StdRng,
     pub(crate) stats: FabricStats,
@@ -56,8 +58,8 @@ impl Shared {
         };
         Shared {
             state: Mutex::new(State {
-                qps: HashMap::new(),
-                port_unknown_qpn: HashMap::new(),
+                qps: FxHashMap::default(),
+                port_unknown_qpn: FxHashMap::default(),
                 next_qpn: 0x11,
                 rng: StdRng::seed_from_u64(cfg.seed),
                 stats: FabricStats::default(),
