@@ -27,6 +27,7 @@ pub(crate) mod keys;
 pub(crate) mod memory;
 pub(crate) mod port;
 mod provider;
+pub(crate) mod qpn_map;
 mod recv_queue;
 mod send_ledger;
 mod send_queue;

@@ -2,12 +2,12 @@
 //! RNG and the clock; putting a packet on the wire (faults first) and
 //! delivering it (the receiver's checks, then its receive queue).
 
+use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rustc_hash::FxHashMap;
 
 use super::config::{SimClock, SimConfig};
 use super::packet::{BufPool, Packet};
@@ -15,6 +15,7 @@ use super::rx::QpRx;
 use super::stats::FabricStats;
 use super::wire::Wire;
 use crate::fabric::keys::accept;
+use crate::fabric::qpn_map::QpnMap;
 use crate::fabric::{Gid, Grh, GrhLayout, KeyDrop, PacketKeys, Qpn, GRH_LEN};
 
 /// RoCEv2 bytes around a UD payload in the IP payload: UDP 8 + BTH 12 + DETH 8 + ICRC 4.
@@ -34,12 +35,11 @@ pub(crate) struct Shared {
 
 /// Everything behind the fabric's lock.
 pub(crate) struct State {
-    /// Receive side of every QP, by QPN. Looked up on every send, arrival and
-    /// poll, keyed by numbers the fabric itself hands out: the cheap hash
-    /// quinn-proto uses, not SipHash.
-    pub(crate) qps: FxHashMap<Qpn, QpRx>,
+    /// Receive side of every QP, by QPN: looked up on every send, arrival
+    /// and poll, so not SipHash ([`QpnMap`]).
+    pub(crate) qps: QpnMap<QpRx>,
     /// Per-port drops for packets no QP could take (unknown QPN).
-    pub(crate) port_unknown_qpn: FxHashMap<Gid, u64>,
+    pub(crate) port_unknown_qpn: HashMap<Gid, u64>,
     pub(crate) next_qpn: Qpn,
     rng: StdRng,
     pub(crate) stats: FabricStats,
@@ -58,8 +58,8 @@ impl Shared {
         };
         Shared {
             state: Mutex::new(State {
-                qps: FxHashMap::default(),
-                port_unknown_qpn: FxHashMap::default(),
+                qps: QpnMap::default(),
+                port_unknown_qpn: HashMap::new(),
                 next_qpn: 0x11,
                 rng: StdRng::seed_from_u64(cfg.seed),
                 stats: FabricStats::default(),

@@ -12,8 +12,8 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use quinn_udp::{RecvMeta, UdpSocketState};
 
 use super::codec::{self, IcrcContext, IcrcPolicy, IcrcVerdict, IpPair, Ipv4IdGuess};
-use super::qpn_map::QpnMap;
 use crate::fabric::keys::accept;
+use crate::fabric::qpn_map::QpnMap;
 use crate::fabric::recv_queue::RecvQueue;
 use crate::fabric::{
     Gid, Grh, GrhLayout, KeyDrop, Memory, Mtu, PacketKeys, ProviderDrops, QpKeys, Qpn, WcStatus,

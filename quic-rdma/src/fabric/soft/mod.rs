@@ -88,7 +88,6 @@ mod kernel_drops;
 pub mod netdev;
 mod port;
 mod qp;
-mod qpn_map;
 mod tx;
 
 pub use config::SoftConfig;

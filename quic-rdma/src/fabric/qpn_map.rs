@@ -1,12 +1,12 @@
-//! The port's QPN-keyed table of receive queues, hashed for its one use: a
-//! lookup per received packet.
+//! A QPN-keyed table, hashed for its use: a lookup per packet sent or
+//! received (the `soft` port's receive queues, the `sim` fabric's QPs).
 //!
 //! std's default SipHash costs tens of nanoseconds per lookup, keyed against
-//! hash flooding by inserted keys. Here only the port inserts keys (its own
-//! QPNs, allocated sequentially); a peer only looks up, so a crafted DestQP
-//! can at worst probe past the port's few QPs. A multiplicative (Fibonacci)
-//! hash of the 24-bit QPN spreads sequential QPNs over both the bucket index
-//! (low bits) and the control byte (top 7 bits) of the table.
+//! hash flooding by inserted keys. Here only the provider inserts keys (its
+//! own QPNs, allocated sequentially); a peer only looks up, so a crafted
+//! DestQP can at worst probe past the provider's few QPs. A multiplicative
+//! (Fibonacci) hash of the 24-bit QPN spreads sequential QPNs over both the
+//! bucket index (low bits) and the control byte (top 7 bits) of the table.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
