@@ -50,7 +50,8 @@ pub use tx_buf::{TxBuf, TxSendError, TX_BUF_OVERRUN};
 use crate::fabric::grh::GrhLayout;
 use crate::fabric::memory::REGION_ALIGN;
 use crate::fabric::{
-    AsyncEvent, Gid, Memory, Mtu, QpAttr, Qpn, RecvWr, Region, SendWr, UdAddr, UdQueuePair,
+    AsyncEvent, Completion, Gid, Memory, Mtu, QpAttr, Qpn, RecvWr, Region, SendWr, UdAddr,
+    UdQueuePair,
 };
 use ah_cache::{AhCache, AhRef};
 use pool::{SlotId, SlotPool};
@@ -174,6 +175,11 @@ pub struct UdSocket<Q: UdQueuePair = Box<dyn UdQueuePair>> {
     wr_ahs: Vec<AhRef>,
     wr_slots: Vec<Option<SlotId>>,
     reposts: Vec<RecvWr>,
+    /// Completion buffers for [`UdSocket::reap_sends`] and the receive path,
+    /// kept rather than built per call: an idle busy poll calls both, and
+    /// filling 32 fresh completions each time cost more than the poll.
+    send_wcs: Vec<Completion>,
+    recv_wcs: Vec<Completion>,
     recv_posted: usize,
     /// Receives to keep posted now: from `recv_start`, doubling toward
     /// `recv_depth` under pressure (see [`SocketConfig::recv_start`]).
@@ -278,6 +284,8 @@ impl<Q: UdQueuePair> UdSocket<Q> {
             wr_ahs: Vec::with_capacity(MAX_SEND_BATCH),
             wr_slots: Vec::with_capacity(MAX_SEND_BATCH),
             reposts: Vec::with_capacity(recv_depth),
+            send_wcs: vec![Completion::send(0); send::SEND_POLL_BATCH],
+            recv_wcs: vec![Completion::send(0); RECV_POLL_BATCH],
             recv_posted: 0,
             recv_window: cfg.recv_start.clamp(1, recv_depth),
             recv_slot_posted: vec![false; recv_depth],

@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::{segment, SocketError, UdSocket, RECV_POLL_BATCH};
 use crate::fabric::addr::MAX_QPN;
 use crate::fabric::grh::Grh;
-use crate::fabric::{Completion, RecvWr, Timestamp, UdAddr, UdQueuePair, WcStatus, GRH_LEN};
+use crate::fabric::{RecvWr, Timestamp, UdAddr, UdQueuePair, WcStatus, GRH_LEN};
 
 /// One received datagram, borrowed from its receive slot until the callback returns.
 #[derive(Debug)]
@@ -108,7 +108,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     ) -> usize {
         self.handle_events();
         self.reassembly.expire(now);
-        let mut wcs = [Completion::send(0); RECV_POLL_BATCH];
+        let mut wcs = std::mem::take(&mut self.recv_wcs);
         let mut delivered = 0;
         let mut qp_failed = false;
         while delivered < max {
@@ -201,6 +201,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                 break;
             }
         }
+        self.recv_wcs = wcs;
         if qp_failed {
             self.recover_qp();
         }

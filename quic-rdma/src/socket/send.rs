@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use super::{InflightSend, SocketError, UdSocket, MAX_SEND_BATCH};
-use crate::fabric::{AhAttr, Completion, SendFlags, SendWr, Sge, UdAddr, UdQueuePair, WcStatus};
+use crate::fabric::{AhAttr, SendFlags, SendWr, Sge, UdAddr, UdQueuePair, WcStatus};
 
 /// Where the bytes of a send are.
 #[derive(Clone, Copy, Debug)]
@@ -33,7 +33,7 @@ impl Payload<'_> {
 }
 
 /// Send completions polled per `poll_cq` call.
-const SEND_POLL_BATCH: usize = 32;
+pub(super) const SEND_POLL_BATCH: usize = 32;
 
 impl<Q: UdQueuePair> UdSocket<Q> {
     /// Send `contents` to `dest`: one datagram, or GSO-style one datagram per
@@ -330,7 +330,7 @@ impl<Q: UdQueuePair> UdSocket<Q> {
     /// it is recovered once the completions are drained.
     pub fn reap_sends(&mut self) -> usize {
         let mut total = 0;
-        let mut wcs = [Completion::send(0); SEND_POLL_BATCH];
+        let mut wcs = std::mem::take(&mut self.send_wcs);
         let mut qp_failed = false;
         loop {
             let n = self.qp.poll_send_cq(&mut wcs);
@@ -355,10 +355,11 @@ impl<Q: UdQueuePair> UdSocket<Q> {
                 }
             }
             total += n;
-            if n < SEND_POLL_BATCH {
+            if n < wcs.len() {
                 break;
             }
         }
+        self.send_wcs = wcs;
         if qp_failed {
             self.recover_qp();
         }
