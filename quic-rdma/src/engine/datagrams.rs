@@ -141,12 +141,9 @@ impl<Q: UdQueuePair> Engine<Q> {
     /// [`Event::DatagramsWritable`](super::Event::DatagramsWritable) tells
     /// when there is room again.
     pub fn send_datagram(&mut self, conn: ConnHandle, data: &[u8]) -> Result<(), EngineError> {
-        let copy = if data.len() > super::TX_COPY_MAX {
-            Bytes::copy_from_slice(data)
-        } else {
-            // No allocation of its own (copy_arena.rs).
-            self.tx_copies.copy(data).freeze()
-        };
+        let copy = self
+            .small_copy(data)
+            .unwrap_or_else(|| Bytes::copy_from_slice(data));
         let c = self.conns.get(conn)?;
         c.check_open()?;
         match c.inner.datagrams().send(copy, false) {

@@ -470,6 +470,13 @@ impl<Q: UdQueuePair> Engine<Q> {
         }
     }
 
+    /// `data` copied into [`Engine::tx_copies`] (no allocation of its own,
+    /// copy_arena.rs) if it is at most [`TX_COPY_MAX`] bytes; `None` for a
+    /// larger one, which the caller copies as it needs.
+    fn small_copy(&mut self, data: &[u8]) -> Option<Bytes> {
+        (data.len() <= TX_COPY_MAX).then(|| self.tx_copies.copy(data).freeze())
+    }
+
     fn local_ip(&self) -> Option<IpAddr> {
         Some(self.socket.local_addr().gid.to_ipv6().into())
     }

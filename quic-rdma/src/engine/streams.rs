@@ -100,20 +100,18 @@ impl<Q: UdQueuePair> Engine<Q> {
         stream: StreamId,
         data: &[u8],
     ) -> Result<usize, EngineError> {
-        if data.len() > super::TX_COPY_MAX {
-            let c = usable(self, conn, stream, true)?;
-            c.check_open()?;
-            let r = c.inner.send_stream(stream).write(data);
-            return count_write(c, stream, r);
-        }
-        // Small: copied into the engine's chunk instead of an allocation of
-        // its own (copy_arena.rs). What flow control does not take is dropped
-        // with its copy; the chunk is reclaimed once nothing in it is held.
-        let mut chunks = [self.tx_copies.copy(data).freeze()];
+        // What flow control does not take of a small copy is dropped with it;
+        // the chunk is reclaimed once nothing in it is held.
+        let small = self.small_copy(data);
         let c = usable(self, conn, stream, true)?;
         c.check_open()?;
-        let r = c.inner.send_stream(stream).write_chunks(&mut chunks);
-        count_write(c, stream, r.map(|w| w.bytes))
+        let mut send = c.inner.send_stream(stream);
+        let r = match small {
+            Some(copy) => send.write_chunks(&mut [copy]).map(|w| w.bytes),
+            // Large: quinn-proto copies only the part flow control takes.
+            None => send.write(data),
+        };
+        count_write(c, stream, r)
     }
 
     /// Like [`Engine::write`] without the copy: quinn-proto keeps a reference
