@@ -186,11 +186,16 @@ impl FabricClient {
     pub async fn request_pieces(&self, req: &Request) -> Result<Pieces, FetchError> {
         let conn = self.connection().await?;
         // A certificate the registry agent refused, or a channel it does not
-        // grant, is named as such.
+        // grant, is named as such; otherwise why the connection went (a
+        // stream error alone says only "connection lost").
         let lost = |e: &dyn std::fmt::Display| {
-            FetchError::Connection(
-                crate::refusal::peer_refusal(&conn).unwrap_or_else(|| e.to_string()),
-            )
+            FetchError::Connection(crate::refusal::peer_refusal(&conn).unwrap_or_else(|| {
+                let what = e.to_string();
+                match conn.close_reason().map(|r| r.to_string()) {
+                    Some(why) if !what.contains(&why) => format!("{what} ({why})"),
+                    _ => what,
+                }
+            }))
         };
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| lost(&e))?;
         send.write_all(&wire::frame(&req.encode()))

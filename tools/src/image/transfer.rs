@@ -92,9 +92,10 @@ pub async fn fetch_blob(
 ) -> Result<Digest, FetchError> {
     let size = temp.size();
     let sink = Sink::start(temp, opts.parallel.max(1) * 2, feed)?;
-    let mut received = 0u64; // bytes of chunks handed to the sink
-                             // Each chunk's hash as its server sent it, checked only if the whole
-                             // blob does not match (see `diagnose`).
+    // Bytes of chunks handed to the sink.
+    let mut received = 0u64;
+    // Each chunk's hash as its server sent it, checked only if the whole
+    // blob does not match (see `diagnose`).
     let mut hashes: Vec<(u64, u64, [u8; 32])> = Vec::new();
     let mut retry: Vec<(u64, u64)> = Vec::new();
     let mut next = 0u64;
@@ -102,10 +103,13 @@ pub async fn fetch_blob(
     let mut tasks = JoinSet::new();
     let mut last_progress = Instant::now();
     let mut backoff = Duration::from_millis(50);
-    // Failures since the last chunk arrived are one resume, however many
-    // chunks were in flight when the connection went (and however many
-    // redials it takes).
+    // Failures until a chunk requested after them arrives are one resume,
+    // however many chunks were in flight when the connection went (and
+    // however many redials it takes). Each resume starts an episode; a chunk
+    // requested before it (already on its way when the connection went, and
+    // joined after the first failure) does not end it.
     let mut resuming = false;
+    let mut episode = 0u64;
     while received < size {
         // Fill the window.
         while tasks.len() < opts.parallel.max(1) {
@@ -126,11 +130,12 @@ pub async fn fetch_blob(
                 len,
             };
             m.inflight_chunks.add(1);
+            let asked_in = episode;
             tasks.spawn(async move {
                 let start = Instant::now();
                 let r = c.request_pieces(&req).await;
                 m.inflight_chunks.add(-1);
-                (off, len, start.elapsed(), r)
+                (off, len, asked_in, start.elapsed(), r)
             });
         }
         let stall = opts
@@ -152,7 +157,7 @@ pub async fn fetch_blob(
                 )))
             }
         };
-        let (off, len, took, result) = joined;
+        let (off, len, asked_in, took, result) = joined;
         match result {
             Ok(a) => {
                 if a.total != size || a.body_len != len {
@@ -171,8 +176,10 @@ pub async fn fetch_blob(
                     return Err(sink.finish().await.err().unwrap_or(e));
                 }
                 last_progress = Instant::now();
-                backoff = Duration::from_millis(50);
-                resuming = false;
+                if asked_in == episode {
+                    backoff = Duration::from_millis(50);
+                    resuming = false;
+                }
                 if !opts.fixed_chunk {
                     let rtt = match client.connection().await {
                         Ok(c) => c.rtt(),
@@ -193,6 +200,7 @@ pub async fn fetch_blob(
                 }
                 if !resuming {
                     resuming = true;
+                    episode += 1;
                     metrics.resumes.inc();
                     tracing::info!(
                         "chunk at {off} failed ({e}); resuming with {received} of {size} bytes in"
