@@ -69,16 +69,30 @@ fn a_restarted_upstream_serves_the_snapshot_it_kept_and_refuses_a_changed_one() 
     assert!(
         wait_until(Duration::from_secs(60), || link_up(&first)),
         "{}",
-        down.output()
+        dump(&[&up1, &down])
     );
     let kept = dir.path(&format!("up-{UP_PORT}/stored-snapshot.rdb"));
-    assert!(kept.exists(), "no kept snapshot in --dir\n{}", up1.output());
+    assert!(
+        kept.exists(),
+        "no kept snapshot in --dir\n{}",
+        dump(&[&up1, &down])
+    );
     let full_before = master.stat("sync_full");
 
     // Writes move the replica past the snapshot's position; the relay saves
     // where it is (every second), then dies without cleaning up.
+    //
+    // Paced: the kept snapshot serves a full sync only while the relay's
+    // backlog (64 MiB) still holds the log from its position, so everything
+    // written until the second replica is in sync must fit. An unpaced writer
+    // makes ~6 MB/s here, which fills it within the ~10 s that the downstream
+    // needs to notice the killed relay (idle timeout) and resume: then
+    // fetching a new snapshot from the master is the right thing to do, and
+    // on a slow machine that is what happened. 2000 rounds/s (~400 kB/s) fit
+    // for the longest this can take (2.5 s + 60 s + 60 s: ~50 MB).
     let stop = Arc::new(AtomicBool::new(false));
-    let w = writer(master.addr(), stop.clone(), Arc::new(AtomicU64::new(0)));
+    let writes = Arc::new(AtomicU64::new(0));
+    let w = paced_writer(master.addr(), stop.clone(), writes.clone(), 2000);
     std::thread::sleep(Duration::from_millis(2500));
     up1.kill();
     let up2 = up(&dir, &pki, &master);
@@ -86,13 +100,22 @@ fn a_restarted_upstream_serves_the_snapshot_it_kept_and_refuses_a_changed_one() 
         wait_until(Duration::from_secs(60), || {
             status(UP_METRICS)["sync_partial_ok"].as_u64() >= Some(1)
         }),
-        "the replica did not resume through the restarted relay\n{}\n{}",
-        up2.output(),
-        down.output()
+        "the replica did not resume through the restarted relay\n{}",
+        dump(&[&up1, &up2, &down])
     );
     let us = status(UP_METRICS);
-    assert_eq!(us["stored_snapshot_restored"], 1, "{us}\n{}", up2.output());
-    assert_eq!(us["stored_snapshot_refused"], 0, "{us}");
+    assert_eq!(
+        us["stored_snapshot_restored"],
+        1,
+        "{us}\n{}",
+        dump(&[&up1, &up2, &down])
+    );
+    assert_eq!(
+        us["stored_snapshot_refused"],
+        0,
+        "{us}\n{}",
+        dump(&[&up1, &up2, &down])
+    );
 
     // A new replica needs a full sync: the kept snapshot and the log after it.
     let second = Redis::start(
@@ -103,23 +126,22 @@ fn a_restarted_upstream_serves_the_snapshot_it_kept_and_refuses_a_changed_one() 
     );
     assert!(
         wait_until(Duration::from_secs(60), || link_up(&second)),
-        "{}\n{}",
-        up2.output(),
-        down.output()
+        "{}",
+        dump(&[&up1, &up2, &down])
     );
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     w.join().unwrap();
-    assert_same(&master, &first, 1, &[&up2, &down]);
-    assert_same(&master, &second, 1, &[&up2, &down]);
+    assert_same(&master, &first, 1, &[&up1, &up2, &down]);
+    assert_same(&master, &second, 1, &[&up1, &up2, &down]);
     assert_eq!(
         master.stat("sync_full"),
         full_before,
         "the master was asked for a new snapshot\n{}",
-        up2.output()
+        dump(&[&up1, &up2, &down])
     );
     let us = status(UP_METRICS);
-    assert_eq!(us["sync_full"], 1, "{us}");
+    assert_eq!(us["sync_full"], 1, "{us}\n{}", dump(&[&up2, &down]));
     assert!(
         first
             .proc
@@ -148,12 +170,12 @@ fn a_restarted_upstream_serves_the_snapshot_it_kept_and_refuses_a_changed_one() 
             status(UP_METRICS)["stored_snapshot_refused"].as_u64() == Some(1)
         }),
         "{}",
-        up3.output()
+        dump(&[&up3, &down])
     );
     assert!(
         up3.output().contains("does not match the SHA-256"),
         "{}",
-        up3.output()
+        dump(&[&up3, &down])
     );
     let third = Redis::start(
         &dir,
@@ -163,11 +185,20 @@ fn a_restarted_upstream_serves_the_snapshot_it_kept_and_refuses_a_changed_one() 
     );
     assert!(
         wait_until(Duration::from_secs(60), || link_up(&third)),
-        "{}\n{}",
-        up3.output(),
-        down.output()
+        "{}",
+        dump(&[&up3, &down])
     );
     assert_same(&master, &third, 1, &[&up3, &down]);
-    assert_eq!(master.stat("sync_full"), full_before + 1);
-    assert_eq!(status(UP_METRICS)["stored_snapshot_restored"], 0);
+    assert_eq!(
+        master.stat("sync_full"),
+        full_before + 1,
+        "{}",
+        dump(&[&up3, &down])
+    );
+    assert_eq!(
+        status(UP_METRICS)["stored_snapshot_restored"],
+        0,
+        "{}",
+        dump(&[&up3, &down])
+    );
 }

@@ -38,6 +38,9 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        if std::env::var_os("QR_KV_KEEP_DIRS").is_some() {
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -366,16 +369,34 @@ pub fn upstream_with(
         .args(mtls_args(pki, "up"))
         .args(LIVENESS)
         .args(extra);
-    let p = Proc::spawn(
-        "upstream relay",
-        &mut cmd,
-        dir.path(&format!("up-{service_port}.log")),
-    );
-    let probe = format!("{ip}:{service_port}");
+    // A restarted relay logs to a file of its own (`up-PORT.2.log`, ...):
+    // its predecessor's log stays readable for failure messages.
+    let (name, log) = (1..)
+        .map(|n| match n {
+            1 => (
+                "upstream relay".to_string(),
+                format!("up-{service_port}.log"),
+            ),
+            n => (
+                format!("upstream relay #{n}"),
+                format!("up-{service_port}.{n}.log"),
+            ),
+        })
+        .find(|(_, log)| !dir.path(log).exists())
+        .unwrap();
+    let p = Proc::spawn(&name, &mut cmd, dir.path(&log));
+    // The bootstrap service listens a moment before the metrics do: a test
+    // asking /status at once must find both.
+    let probes = [
+        format!("{ip}:{service_port}"),
+        format!("{ip}:{metrics_port}"),
+    ];
     assert!(
-        wait_until(Duration::from_secs(20), || TcpStream::connect(&probe)
-            .is_ok()),
-        "upstream relay did not start"
+        wait_until(Duration::from_secs(20), || probes
+            .iter()
+            .all(|a| TcpStream::connect(a).is_ok())),
+        "upstream relay did not start\n{}",
+        p.output()
     );
     p
 }
@@ -524,6 +545,16 @@ pub fn big_value(i: usize) -> Vec<u8> {
         .collect()
 }
 
+/// What each of `procs` wrote so far, each under a `--- name ---` line: for
+/// failure messages.
+pub fn dump(procs: &[&Proc]) -> String {
+    procs
+        .iter()
+        .map(|p| format!("--- {} ---\n{}", p.name, p.output()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Wait until `replica` has processed everything `master` has, then require
 /// identical, non-empty `DEBUG DIGEST`s and equal `DBSIZE`s; the size. `logs`
 /// are printed with a failure.
@@ -533,12 +564,7 @@ pub fn same_digest(master: &Redis, replica: &Redis, logs: &[&Proc]) -> String {
         link.get("master_link_status").map(String::as_str) == Some("up")
             && replica.offset() >= master.offset()
     });
-    let dump = || {
-        logs.iter()
-            .map(|p| format!("--- {} ---\n{}", p.name, p.output()))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let dump = || dump(logs);
     assert!(
         ok,
         "replica {} did not catch up with {}: master offset {}, replica {:?}\n{}",
@@ -603,16 +629,48 @@ pub fn assert_same(master: &Redis, replica: &Redis, big: usize, logs: &[&Proc]) 
     }
 }
 
-/// Writes of every type in a loop until `stop`; counts them.
+/// Writes of every type in a loop until `stop`; counts them. As fast as the
+/// master answers: a round of five pipelined commands adds about 200 bytes
+/// to the replication stream, and on an idle machine this makes several MB
+/// a second (use [`paced_writer`] where a test needs a bound on that).
 pub fn writer(
     addr: String,
     stop: Arc<AtomicBool>,
     count: Arc<AtomicU64>,
 ) -> std::thread::JoinHandle<()> {
+    writer_with(addr, stop, count, None)
+}
+
+/// [`writer`] doing at most `rounds_per_second` rounds of its five commands
+/// (about 200 bytes of replication stream each): a stream whose volume over
+/// a test's longest run is known.
+pub fn paced_writer(
+    addr: String,
+    stop: Arc<AtomicBool>,
+    count: Arc<AtomicU64>,
+    rounds_per_second: u64,
+) -> std::thread::JoinHandle<()> {
+    writer_with(addr, stop, count, Some(rounds_per_second))
+}
+
+fn writer_with(
+    addr: String,
+    stop: Arc<AtomicBool>,
+    count: Arc<AtomicU64>,
+    pace: Option<u64>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut c = Client::connect(&addr).unwrap();
+        let began = Instant::now();
         let mut i = 0u64;
         while !stop.load(Ordering::Relaxed) {
+            if let Some(rate) = pace {
+                // Round i is due i/rate seconds after the start.
+                let due = began + Duration::from_micros(i * 1_000_000 / rate.max(1));
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
             let s = i.to_string();
             let k = format!("w:{}", i % 5000);
             for cmd in [
