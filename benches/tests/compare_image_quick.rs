@@ -88,11 +88,15 @@ fn compare_quick_image_row_runs_and_verifies() {
             // curl's own CPU, from getrusage of the reaped child.
             assert!(get.curl_cpu.total_s() > 0.0, "repeat {i} {name}: curl CPU");
         }
-        // The CPU-bound ceilings come from every path's measured CPU.
+        // The CPU-bound ceilings come from every path's measured CPU. Which
+        // path costs more is the benchmark's finding at full size, not
+        // asserted here: the agents' CPU is read from /proc in clock ticks
+        // (10 ms), too coarse to order paths of ~70 ms at 8 MiB (one CI run
+        // measured cold and warm within 10 µs of each other).
         let cpu = run.path_cpu_per_gib(img.bytes);
         assert!(
-            cpu[1] > cpu[2] && cpu[2] > 0.0,
-            "repeat {i}: the cold path (pull-through) costs more CPU than the warm: {cpu:?}"
+            cpu.iter().all(|c| c.is_finite() && *c > 0.0),
+            "repeat {i}: every path's CPU measured: {cpu:?}"
         );
         for c in run.cpu_ceiling(img.bytes, img.cpus) {
             assert!(c.is_finite() && c > 0.0, "repeat {i}: ceiling {c}");
