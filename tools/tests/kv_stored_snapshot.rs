@@ -85,14 +85,19 @@ fn a_restarted_upstream_serves_the_snapshot_it_kept_and_refuses_a_changed_one() 
     // Paced: the kept snapshot serves a full sync only while the relay's
     // backlog (64 MiB) still holds the log from its position, so everything
     // written until the second replica is in sync must fit. An unpaced writer
-    // makes ~6 MB/s here, which fills it within the ~10 s that the downstream
-    // needs to notice the killed relay (idle timeout) and resume: then
-    // fetching a new snapshot from the master is the right thing to do, and
-    // on a slow machine that is what happened. 2000 rounds/s (~400 kB/s) fit
-    // for the longest this can take (2.5 s + 60 s + 60 s: ~50 MB).
+    // makes ~6 MB/s here and fills it in ~10 s, about what the test spends
+    // (the downstream noticing the killed relay by its idle timeout, the
+    // resume) before the second replica even starts: then fetching a new
+    // snapshot from the master would be right. 2000 rounds/s (~400 kB/s) fit
+    // for the longest this can take (2.5 s + 20 s for the restarted relay to
+    // listen + 60 s + 60 s: ~56 MB).
     let stop = Arc::new(AtomicBool::new(false));
-    let writes = Arc::new(AtomicU64::new(0));
-    let w = paced_writer(master.addr(), stop.clone(), writes.clone(), 2000);
+    let w = paced_writer(
+        master.addr(),
+        stop.clone(),
+        Arc::new(AtomicU64::new(0)),
+        2000,
+    );
     std::thread::sleep(Duration::from_millis(2500));
     up1.kill();
     let up2 = up(&dir, &pki, &master);
